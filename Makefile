@@ -1,0 +1,40 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck proto-check unit bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	PYTHON=$(PY) tools/gen_protos.sh
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/decisionflow demo $(DEMO_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+proto-check: setup
+	PYTHON=$(PY) tools/proto_check.sh
+
+unit: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: lint typecheck proto-check unit
+
+bench: setup
+	$(PY) -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,76 @@
+"""Database engines and migrations shared by the services (each service owns its database).
+
+SQLite files run in WAL mode with ``synchronous=FULL`` (a committed effect survives power
+loss) and a busy timeout; PostgreSQL is reached through psycopg 3. Schemas are Alembic
+migrations, each service with its own version table so two services may share one
+PostgreSQL database in a test without stepping on each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def normalise_url(url: str) -> str:
+    """Return a SQLAlchemy URL: ``postgresql://`` becomes ``postgresql+psycopg://``; a bare path is SQLite."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if "://" not in url:
+        return "sqlite:///" + str(Path(url).resolve())
+    return url
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> Engine:
+    """Return an engine for url with the project's durability settings applied to every connection."""
+    url = normalise_url(url)
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(
+            url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy issue BEGIN itself (IMMEDIATE below) rather than pysqlite's
+            # deferred implicit transactions, so writers queue on the busy timeout
+            # instead of failing with "database is locked" on upgrade.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def is_sqlite(engine: Engine) -> bool:
+    """Return True when engine talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def migrate(engine: Engine, script_location: Path, version_table: str) -> None:
+    """Bring the database behind engine to the newest schema revision (idempotent)."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location))
+    config.attributes["version_table"] = version_table
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")

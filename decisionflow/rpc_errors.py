@@ -1,0 +1,134 @@
+"""Domain errors and their rich gRPC status (google.rpc.Status with ErrorInfo and BadRequest).
+
+    DomainError                      base: every refusal a service reports on the wire
+    ├── InvalidRequest               INVALID_ARGUMENT with field violations
+    └── (service errors.py subclasses)
+
+Each server maps its domain errors to a status code in exactly one table
+(``StatusTable``); ``guard`` applies that table at the servicer boundary, so service code
+never calls ``context.abort``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+ERROR_DOMAIN = "decisionflow.v1"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One bad field: its path (for example ``evidence[2].source_id``) and why."""
+
+    field: str
+    description: str
+
+
+class DomainError(Exception):
+    """A refusal with a machine-readable reason and metadata (google.rpc.ErrorInfo)."""
+
+    reason: str = ""
+
+    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+
+class InvalidRequest(DomainError):
+    """The request is malformed; nothing was written."""
+
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, violations: Sequence[FieldViolation], *, reason: str | None = None) -> None:
+        summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
+        super().__init__(f"invalid request: {summary}")
+        self.violations = list(violations)
+        if reason is not None:
+            self.reason = reason
+
+
+class Unavailable(DomainError):
+    """A dependency (database, shutdown in progress) is unavailable; retry with the same key."""
+
+    reason = "UNAVAILABLE"
+
+
+StatusTable = Mapping[type[DomainError], grpc.StatusCode]
+
+
+def code_for(table: StatusTable, error: DomainError) -> grpc.StatusCode:
+    """Return the status code the table assigns to error (most specific class first)."""
+    for cls in type(error).__mro__:
+        if cls in table:
+            return table[cls]  # type: ignore[index]
+    return grpc.StatusCode.INTERNAL
+
+
+def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
+    """Return a grpc.Status carrying ErrorInfo (and BadRequest for an InvalidRequest)."""
+    details: list[any_pb2.Any] = []
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    packed = any_pb2.Any()
+    packed.Pack(info)
+    details.append(packed)
+    if isinstance(error, InvalidRequest):
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                for v in error.violations
+            ]
+        )
+        packed_bad = any_pb2.Any()
+        packed_bad.Pack(bad)
+        details.append(packed_bad)
+    status = status_pb2.Status(code=code.value[0], message=error.message[:1024], details=details)
+    return rpc_status.to_status(status)
+
+
+def error_info(call_error: grpc.RpcError) -> tuple[str, dict[str, str], list[FieldViolation]]:
+    """Return (reason, metadata, field violations) carried by a failed call's rich status."""
+    status = rpc_status.from_call(call_error)  # type: ignore[arg-type]
+    reason, metadata, violations = "", {}, []
+    if status is None:
+        return reason, metadata, violations
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason, metadata = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
+    return reason, metadata, violations
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+
+
+def guard(table: StatusTable) -> Callable[[_Method], _Method]:
+    """Decorate an aio servicer method so a DomainError aborts the call with its mapped rich status."""
+
+    def decorate(method: _Method) -> _Method:
+        @functools.wraps(method)
+        async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                return await method(self, request, context)
+            except DomainError as error:
+                await context.abort_with_status(rich_status(code_for(table, error), error))
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+assert code_pb2.OK == 0  # the google.rpc code numbering matches grpc.StatusCode's

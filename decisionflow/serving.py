@@ -1,0 +1,108 @@
+"""gRPC server bootstrap shared by the services: message limits, health, reflection and a
+graceful shutdown (health NOT_SERVING first, then drain calls in flight)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+logger = logging.getLogger(__name__)
+
+SERVER_OPTIONS: Sequence[tuple[str, int]] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", 16 * MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+)
+
+
+class ExposureRefused(ValueError):
+    """A server was asked to listen beyond loopback without TLS and authentication."""
+
+
+def is_loopback(address: str) -> bool:
+    """Return True when address (host:port) binds only the loopback interface."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
+    """Refuse to listen beyond loopback unless both TLS and authentication are configured."""
+    if not is_loopback(address) and not (tls and authenticated):
+        raise ExposureRefused(
+            f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication"
+        )
+
+
+@dataclass
+class RunningServer:
+    """A started server, the port it bound and its health servicer."""
+
+    server: grpc.aio.Server
+    port: int
+    health: HealthServicer
+    service_names: tuple[str, ...]
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, then stop accepting calls and let those in flight finish within grace."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+async def start_server(
+    address: str,
+    register: Callable[[grpc.aio.Server], Sequence[str]],
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
+) -> RunningServer:
+    """Start an aio server on address (port 0 picks a free one); register adds the servicers and
+    returns their full service names, which health and reflection then announce."""
+    server = grpc.aio.server(interceptors=list(interceptors), options=list(SERVER_OPTIONS))
+    service_names = tuple(register(server))
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
+    )
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
+    if port == 0:
+        raise OSError(f"could not bind {address}")
+    await server.start()
+    for name in (*service_names, ""):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, port, health, service_names)
+
+
+async def serve_until_signal(running: RunningServer, grace: float) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.ensure_future(running.server.wait_for_termination())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    logger.info("shutting down: NOT_SERVING, draining calls for up to %.1f s", grace)
+    await running.stop(grace)
+    serving.cancel()
+    stopping.cancel()
