@@ -69,7 +69,7 @@ def code_for(table: StatusTable, error: DomainError) -> grpc.StatusCode:
     """Return the status code the table assigns to error (most specific class first)."""
     for cls in type(error).__mro__:
         if cls in table:
-            return table[cls]  # type: ignore[index]
+            return table[cls]
     return grpc.StatusCode.INTERNAL
 
 
@@ -97,7 +97,7 @@ def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
 def error_info(call_error: grpc.RpcError) -> tuple[str, dict[str, str], list[FieldViolation]]:
     """Return (reason, metadata, field violations) carried by a failed call's rich status."""
     status = rpc_status.from_call(call_error)  # type: ignore[arg-type]
-    reason, metadata, violations = "", {}, []
+    reason, metadata, violations = "", dict[str, str](), list[FieldViolation]()
     if status is None:
         return reason, metadata, violations
     for detail in status.details:
@@ -124,7 +124,7 @@ def guard(table: StatusTable) -> Callable[[_Method], _Method]:
             try:
                 return await method(self, request, context)
             except DomainError as error:
-                await context.abort_with_status(rich_status(code_for(table, error), error))
+                await context.abort_with_status(rich_status(code_for(table, error), error))  # type: ignore[attr-defined]
 
         return wrapper  # type: ignore[return-value]
 

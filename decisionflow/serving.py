@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -44,9 +48,7 @@ def is_loopback(address: str) -> bool:
 def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
     """Refuse to listen beyond loopback unless both TLS and authentication are configured."""
     if not is_loopback(address) and not (tls and authenticated):
-        raise ExposureRefused(
-            f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication"
-        )
+        raise ExposureRefused(f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication")
 
 
 @dataclass
@@ -68,7 +70,7 @@ async def start_server(
     address: str,
     register: Callable[[grpc.aio.Server], Sequence[str]],
     *,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
@@ -81,10 +83,7 @@ async def start_server(
         (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
+    port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"could not bind {address}")
     await server.start()
@@ -106,3 +105,14 @@ async def serve_until_signal(running: RunningServer, grace: float) -> None:
     await running.stop(grace)
     serving.cancel()
     stopping.cancel()
+
+
+def announce_listening(service: str, port: int, port_file: Path | None) -> None:
+    """Tell a parent process the bound port: a JSON line on stdout and, if asked, a port file."""
+    if port_file is not None:
+        # Written aside and renamed, so a process polling for the file never reads half a number.
+        partial = port_file.with_name(port_file.name + ".partial")
+        partial.write_text(f"{port}\n", encoding="ascii")
+        partial.replace(port_file)
+    sys.stdout.write(json.dumps({"event": "listening", "service": service, "port": port}) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,245 @@
+"""Workflow checkpoints in the orchestrator's database, sealed with an HMAC.
+
+The framework pickles checkpoint state, and unpickling runs code. Every stored checkpoint
+is therefore sealed with HMAC-SHA256 over its id, workflow, graph signature, operation id
+and state, and verified *before* anything is decoded: a tampered, swapped or foreign row
+is refused with ``CheckpointIntegrity`` and never unpickled.
+
+Saves made during one request are collected by ``RunCheckpoints`` and written in the same
+transaction as the request's own rows (the proposal and its pending review, or the
+decision), so a checkpoint write that fails fails the request and nothing is
+half-recorded, and one request costs one durable write instead of one per superstep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import pickle  # only ever applied to bytes whose HMAC was verified first
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from orchestrator.errors import CheckpointIntegrity
+from orchestrator.schema import checkpoints
+
+_MAC_DOMAIN = b"decisionflow.checkpoint.v1"
+MIN_KEY_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class SealedCheckpoint:
+    """One checkpoint as stored: identifying columns, the seal and the pickled state."""
+
+    checkpoint_id: str
+    workflow_name: str
+    graph_signature: str
+    operation_id: str
+    created_at: datetime
+    key_id: str
+    mac: str
+    state: bytes
+
+
+def _key_id(key: bytes) -> str:
+    return hashlib.sha256(b"decisionflow.checkpoint-key-id\x00" + key).hexdigest()[:16]
+
+
+def _lp(value: bytes) -> bytes:
+    return len(value).to_bytes(4, "big") + value
+
+
+class CheckpointSealer:
+    """Seals with the first key; verifies with any configured key, so keys can be rotated."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        if not keys:
+            raise ValueError("at least one checkpoint key is required")
+        for key in keys:
+            if len(key) < MIN_KEY_BYTES:
+                raise ValueError(f"checkpoint keys must be at least {MIN_KEY_BYTES} bytes")
+        self._keys = {_key_id(key): key for key in keys}
+        self._signing_id = _key_id(keys[0])
+
+    def _mac(self, key: bytes, checkpoint_id: str, workflow_name: str, graph: str, op: str, state: bytes) -> str:
+        message = _MAC_DOMAIN + b"".join(
+            _lp(part) for part in (checkpoint_id.encode(), workflow_name.encode(), graph.encode(), op.encode(), state)
+        )
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+    def seal(
+        self,
+        checkpoint_id: str,
+        workflow_name: str,
+        graph: str,
+        operation_id: str,
+        state: bytes,
+        now: datetime,
+    ) -> SealedCheckpoint:
+        """Return the checkpoint sealed under the signing key."""
+        mac = self._mac(self._keys[self._signing_id], checkpoint_id, workflow_name, graph, operation_id, state)
+        return SealedCheckpoint(checkpoint_id, workflow_name, graph, operation_id, now, self._signing_id, mac, state)
+
+    def open(self, sealed: SealedCheckpoint) -> Any:
+        """Verify the seal, then (and only then) unpickle and return the state."""
+        key = self._keys.get(sealed.key_id)
+        if key is None:
+            raise CheckpointIntegrity(sealed.checkpoint_id, f"sealed under unknown key {sealed.key_id}")
+        expected = self._mac(
+            key,
+            sealed.checkpoint_id,
+            sealed.workflow_name,
+            sealed.graph_signature,
+            sealed.operation_id,
+            sealed.state,
+        )
+        if not hmac.compare_digest(expected, sealed.mac):
+            raise CheckpointIntegrity(sealed.checkpoint_id, "HMAC does not match; the row was altered")
+        return pickle.loads(sealed.state)  # noqa: S301  # verified above
+
+
+class CheckpointTable:
+    """SQL access to the checkpoints table."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def insert_txn(self, conn: sa.Connection, rows: Sequence[SealedCheckpoint]) -> None:
+        """Insert sealed checkpoints inside the caller's transaction."""
+        if rows:
+            conn.execute(
+                checkpoints.insert(),
+                [
+                    {
+                        "checkpoint_id": r.checkpoint_id,
+                        "workflow_name": r.workflow_name,
+                        "graph_signature": r.graph_signature,
+                        "operation_id": r.operation_id,
+                        "created_at": r.created_at,
+                        "key_id": r.key_id,
+                        "mac": r.mac,
+                        "state": r.state,
+                    }
+                    for r in rows
+                ],
+            )
+
+    def get(self, checkpoint_id: str) -> SealedCheckpoint | None:
+        """Return the stored checkpoint with that id, still sealed."""
+        with self._engine.connect() as conn:
+            row = conn.execute(sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)).first()
+        if row is None:
+            return None
+        return SealedCheckpoint(
+            row.checkpoint_id,
+            row.workflow_name,
+            row.graph_signature,
+            row.operation_id,
+            row.created_at,
+            row.key_id,
+            row.mac,
+            bytes(row.state),
+        )
+
+
+class RunCheckpoints:
+    """The framework's CheckpointStorage for one request on one operation.
+
+    Saves are sealed at once and kept in memory until the service writes them with its own
+    rows (``take_pending``); loads of earlier checkpoints come from the table and are
+    verified before they are decoded.
+    """
+
+    def __init__(
+        self,
+        table: CheckpointTable,
+        sealer: CheckpointSealer,
+        operation_id: str,
+        clock: Callable[[], datetime],
+        before_save: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._table = table
+        self._sealer = sealer
+        self._operation_id = operation_id
+        self._clock = clock
+        self._before_save = before_save
+        self._pending: list[SealedCheckpoint] = []
+        self._verified: dict[str, Any] = {}
+        self.save_error: BaseException | None = None
+        self.saved_bytes = 0
+
+    @property
+    def last_checkpoint_id(self) -> str | None:
+        """Id of the newest checkpoint saved in this run."""
+        return self._pending[-1].checkpoint_id if self._pending else None
+
+    def take_pending(self) -> list[SealedCheckpoint]:
+        """Hand over the checkpoints saved since the last call, for the caller's transaction."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def load_verified(self, checkpoint_id: str) -> Any:
+        """Return the checkpoint with that id after verifying its seal (NotFound → None)."""
+        if checkpoint_id in self._verified:
+            return self._verified[checkpoint_id]
+        for sealed in self._pending:
+            if sealed.checkpoint_id == checkpoint_id:
+                return pickle.loads(sealed.state)  # noqa: S301  # sealed by this process
+        stored = self._table.get(checkpoint_id)
+        if stored is None:
+            return None
+        if stored.operation_id != self._operation_id:
+            raise CheckpointIntegrity(checkpoint_id, f"belongs to another operation ({stored.operation_id})")
+        checkpoint = self._sealer.open(stored)
+        self._verified[checkpoint_id] = checkpoint
+        return checkpoint
+
+    # The CheckpointStorage protocol of agent_framework.
+
+    async def save(self, checkpoint: Any) -> str:
+        """Seal the checkpoint and keep it for the request's transaction."""
+        try:
+            self._before_save()
+            state = pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL)
+            sealed = self._sealer.seal(
+                checkpoint.checkpoint_id,
+                checkpoint.workflow_name,
+                checkpoint.graph_signature_hash,
+                self._operation_id,
+                state,
+                self._clock(),
+            )
+        except BaseException as exc:
+            # The framework only logs a failed save; remember it so the request fails.
+            self.save_error = exc
+            raise
+        self._pending.append(sealed)
+        self.saved_bytes += len(state)
+        return str(checkpoint.checkpoint_id)
+
+    async def load(self, checkpoint_id: str) -> Any:
+        """Return a verified copy of the checkpoint, or None (the framework reports it as missing)."""
+        return self.load_verified(checkpoint_id)
+
+    async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
+        """Return this run's unsaved checkpoints of the workflow."""
+        return [pickle.loads(s.state) for s in self._pending if s.workflow_name == workflow_name]  # noqa: S301
+
+    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
+        """Return the ids of this run's unsaved checkpoints of the workflow."""
+        return [s.checkpoint_id for s in self._pending if s.workflow_name == workflow_name]
+
+    async def get_latest(self, *, workflow_name: str) -> Any:
+        """Return this run's newest unsaved checkpoint of the workflow, if any."""
+        for sealed in reversed(self._pending):
+            if sealed.workflow_name == workflow_name:
+                return pickle.loads(sealed.state)  # noqa: S301  # sealed by this process
+        return None
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        """Checkpoints are deleted only by pruning; the framework cannot delete them."""
+        return False

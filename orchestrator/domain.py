@@ -1,0 +1,222 @@
+"""Orchestrator domain: proposals, decisions, operation states and the receiver payload.
+
+Frozen dataclasses and pure rules only; no gRPC, no SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from decisionflow.identity import EvidenceItem, PolicyRef
+
+SUPPORTED_ACTIONS = frozenset({"record_support_review"})
+
+
+class Decision(enum.StrEnum):
+    """A recorded decision."""
+
+    APPROVE = "approve"
+    DECLINE = "decline"
+
+
+class State(enum.StrEnum):
+    """Where an operation stands (DESIGN.md section 4)."""
+
+    PENDING_REVIEW = "pending_review"
+    APPROVED = "approved"
+    UNKNOWN = "unknown"
+    COMMITTED = "committed"
+    DECLINED = "declined"
+    REJECTED = "rejected"
+    SUPERSEDED = "superseded"
+
+
+# States in which the effect's fate is open and a lookup or re-drive may settle it.
+OPEN_STATES = frozenset({State.APPROVED, State.UNKNOWN})
+
+
+class Outcome(enum.StrEnum):
+    """What a caller learns from a decision or a re-drive."""
+
+    COMMITTED = "committed"
+    DECLINED = "declined"
+    REJECTED = "rejected"
+    UNKNOWN = "unknown"
+
+
+class LookupStatus(enum.StrEnum):
+    """What a lookup at the receiver found; FAILED when it could not ask."""
+
+    APPLIED = "applied"
+    NOT_FOUND = "not_found"
+    FAILED = "failed"
+
+
+class Consistency(enum.StrEnum):
+    """How fresh a lookup answer was."""
+
+    STRONG = "strong"
+    EVENTUAL = "eventual"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalContent:
+    """What a proposal says, before it has an identity."""
+
+    case_id: str
+    action: str
+    body: str
+    evidence: tuple[EvidenceItem, ...]
+    policy: PolicyRef
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """An immutable proposal under its operation identity."""
+
+    operation_id: str
+    content: ProposalContent
+    evidence_id: str
+    policy_id: str
+    human_edited: bool
+    parent_operation_id: str | None
+    created_by: str
+    created_at: datetime
+
+    @property
+    def case_id(self) -> str:
+        """The case this proposal answers."""
+        return self.content.case_id
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReview:
+    """The workflow position a decision on one operation resumes from."""
+
+    operation_id: str
+    workflow_name: str
+    workflow_version: str
+    graph_signature: str
+    checkpoint_id: str
+    created_at: datetime
+    retired_checkpoint_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    """A decision in the ledger; never changes once inserted."""
+
+    operation_id: str
+    decision: Decision
+    reviewer: str
+    decided_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LookupNote:
+    """The last lookup recorded for an operation."""
+
+    looked_up_at: datetime
+    status: LookupStatus
+    consistency: Consistency
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The receiver's proof that an effect was written."""
+
+    receipt_id: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """An operation's state, decision and effect record."""
+
+    operation_id: str
+    case_id: str
+    state: State
+    state_changed_at: datetime
+    decision: RecordedDecision | None
+    attempts: int
+    first_attempt_at: datetime | None
+    receipt: Receipt | None
+    rejection_reason: str | None
+    last_lookup: LookupNote | None
+    payload: bytes | None
+    payload_digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionResult:
+    """The outcome of Approve or a re-drive: the operation, its outcome, and whether it was a replay."""
+
+    operation: Operation
+    outcome: Outcome
+    replay: bool
+
+
+def outcome_of(state: State) -> Outcome:
+    """Return the caller-facing outcome of a decided operation's state."""
+    return {
+        State.COMMITTED: Outcome.COMMITTED,
+        State.DECLINED: Outcome.DECLINED,
+        State.REJECTED: Outcome.REJECTED,
+    }.get(state, Outcome.UNKNOWN)
+
+
+def effect_payload(proposal: Proposal, decision: RecordedDecision) -> tuple[bytes, str]:
+    """Return the canonical receiver payload and its SHA-256 digest, built from stored rows only."""
+    document = {
+        "operation_id": proposal.operation_id,
+        "case_id": proposal.case_id,
+        "action": proposal.content.action,
+        "body": proposal.content.body,
+        "evidence_id": proposal.evidence_id,
+        "policy_id": proposal.policy_id,
+        "reviewer": decision.reviewer,
+        "decision": decision.decision.value,
+        "decided_at": decision.decided_at.isoformat(timespec="microseconds"),
+    }
+    payload = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return payload, hashlib.sha256(payload).hexdigest()
+
+
+def evidence_to_json(evidence: Sequence[EvidenceItem]) -> str:
+    """Serialise evidence for storage, ordered by source_id."""
+    items = sorted(evidence, key=lambda item: item.source_id)
+    return json.dumps(
+        [{"source_id": e.source_id, "version": e.version, "quotation": e.quotation} for e in items],
+        ensure_ascii=False,
+    )
+
+
+def evidence_from_json(text: str) -> tuple[EvidenceItem, ...]:
+    """Restore evidence stored by evidence_to_json."""
+    return tuple(EvidenceItem(e["source_id"], int(e["version"]), e["quotation"]) for e in json.loads(text))
+
+
+def policy_to_json(policy: PolicyRef) -> str:
+    """Serialise a policy for storage."""
+    return json.dumps(
+        {
+            "name": policy.name,
+            "version_label": policy.version_label,
+            "allowance_units": policy.allowance_units,
+            "rules": dict(sorted(policy.rules.items())),
+        },
+        ensure_ascii=False,
+    )
+
+
+def policy_from_json(text: str) -> PolicyRef:
+    """Restore a policy stored by policy_to_json."""
+    raw = json.loads(text)
+    return PolicyRef(raw["name"], raw["version_label"], int(raw["allowance_units"]), dict(raw["rules"]))

@@ -1,0 +1,50 @@
+"""The EffectPort over the real EffectReceiver: Apply through the named retry policy, with the
+caller's deadline as the bound and the answer sorted into committed, refused or indeterminate."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from decisionflow.auth import BearerTokenInterceptor
+from decisionflow.channels import aio_insecure_channel
+from decisionflow.client import AsyncReceiverClient, DecisionflowError
+from orchestrator.domain import Receipt
+from orchestrator.service import EffectIndeterminate, EffectRefused
+
+
+class ReceiverEffects:
+    """Calls EffectReceiverService.Apply with the operation id as idempotency key."""
+
+    def __init__(self, client: AsyncReceiverClient, channel: grpc.aio.Channel, timeout: float) -> None:
+        self._client = client
+        self._channel = channel
+        self._timeout = timeout
+
+    @classmethod
+    def connect(cls, target: str, *, token: str | None, timeout: float) -> ReceiverEffects:
+        """Open an aio channel to the receiver (gRPC's own retries off) presenting token if given."""
+        interceptors = [BearerTokenInterceptor(token)] if token else []
+        channel = aio_insecure_channel(target, interceptors=interceptors)
+        return cls(AsyncReceiverClient(channel, timeout=timeout), channel, timeout)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close(None)
+
+    async def apply(
+        self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str, *, deadline: float | None
+    ) -> Receipt:
+        """Write the effect once; a definite refusal raises EffectRefused, anything unsure EffectIndeterminate."""
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
+        try:
+            applied = await self._client.apply(operation_id, case_id, kind, payload, payload_digest, deadline=deadline)
+        except DecisionflowError as error:
+            if error.definite:
+                raise EffectRefused(f"{error.code.name} {error.reason}: {error.message}") from error
+            raise EffectIndeterminate(f"{error.code.name} {error.reason}: {error.message}") from error
+        if applied.receipt.applied_at is None:
+            raise EffectIndeterminate(f"receiver answered without a receipt time for {operation_id}")
+        return Receipt(applied.receipt.receipt_id, applied.receipt.applied_at)

@@ -1,0 +1,243 @@
+"""gRPC servicers of the orchestrator: ReviewService and OperationsService.
+
+Proto ↔ domain only. Domain errors become statuses through STATUS_TABLE, the one table of
+this server; the reviewer is the authenticated principal, never a request field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+
+from decisionflow.auth import AUTH_STATUS, current_principal
+from decisionflow.rpc_errors import FieldViolation, InvalidRequest, StatusTable, Unavailable, guard
+from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from orchestrator import errors
+from orchestrator.domain import Consistency, LookupStatus, Receipt, State
+from orchestrator.service import OrchestratorService
+from orchestrator.store import Settlement
+from orchestrator.wire import (
+    CONSISTENCY_FROM_PB,
+    DECISION_FROM_PB,
+    OUTCOME_TO_PB,
+    STATE_FROM_PB,
+    evidence_from_pb,
+    from_timestamp,
+    operation_to_pb,
+    policy_from_pb,
+    proposal_to_pb,
+    review_to_pb,
+    settle_result_to_pb,
+)
+
+STATUS_TABLE: StatusTable = {
+    **AUTH_STATUS,
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.StaleProposal: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.DecisionConflict: grpc.StatusCode.ALREADY_EXISTS,
+    errors.NotRedrivable: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.WorkflowVersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.CheckpointIntegrity: grpc.StatusCode.DATA_LOSS,
+    errors.CheckpointSaveFailed: grpc.StatusCode.UNAVAILABLE,
+    errors.WorkflowProtocolError: grpc.StatusCode.INTERNAL,
+}
+
+# Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
+REPLY_MARGIN_SECONDS = 0.05
+MAX_BATCH = 1000
+MAX_PAGE = 5000
+DEFAULT_PAGE = 500
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _deadline(context: Context) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return time.monotonic() + max(0.0, remaining - REPLY_MARGIN_SECONDS)
+
+
+class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
+    """decisionflow.v1.ReviewService over the orchestrator's use cases."""
+
+    def __init__(self, service: OrchestratorService) -> None:
+        self._service = service
+
+    @guard(STATUS_TABLE)
+    async def StartReview(
+        self, request: review_pb2.StartReviewRequest, context: Context
+    ) -> review_pb2.StartReviewResponse:
+        """Record a proposal and open its pending review."""
+        started = await self._service.start_review(
+            request.case_id,
+            request.action,
+            request.body,
+            evidence_from_pb(list(request.evidence)),
+            policy_from_pb(request),
+            current_principal().name,
+        )
+        current = started.created or (await self._service.get_proposal(started.proposal.operation_id, None))[2]
+        return review_pb2.StartReviewResponse(
+            proposal=proposal_to_pb(started.proposal, current),
+            created=started.created,
+            pending_review=review_to_pb(started.review),
+        )
+
+    @guard(STATUS_TABLE)
+    async def GetProposal(
+        self, request: review_pb2.GetProposalRequest, context: Context
+    ) -> review_pb2.GetProposalResponse:
+        """Return a proposal by operation id, or a case's current proposal."""
+        proposal, operation, current = await self._service.get_proposal(request.operation_id, request.case_id)
+        return review_pb2.GetProposalResponse(
+            proposal=proposal_to_pb(proposal, current), operation=operation_to_pb(operation)
+        )
+
+    @guard(STATUS_TABLE)
+    async def EditProposal(
+        self, request: review_pb2.EditProposalRequest, context: Context
+    ) -> review_pb2.EditProposalResponse:
+        """Replace the case's current proposal, or refuse as stale."""
+        edited = await self._service.edit_proposal(
+            request.expected_operation_id,
+            request.body,
+            evidence_from_pb(list(request.evidence)),
+            policy_from_pb(request),
+            current_principal().name,
+        )
+        return review_pb2.EditProposalResponse(
+            proposal=proposal_to_pb(edited.proposal, True), pending_review=review_to_pb(edited.review)
+        )
+
+    @guard(STATUS_TABLE)
+    async def Approve(self, request: review_pb2.ApproveRequest, context: Context) -> review_pb2.ApproveResponse:
+        """Record the authenticated reviewer's decision; the outcome may be Unknown."""
+        decision = DECISION_FROM_PB.get(request.decision)
+        if decision is None and request.decision != common_pb2.DECISION_UNSPECIFIED:
+            raise InvalidRequest([FieldViolation("decision", f"unknown decision value {request.decision}")])
+        result = await self._service.decide(
+            request.operation_id, decision, current_principal().name, _deadline(context)
+        )
+        return review_pb2.ApproveResponse(
+            operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome], replay=result.replay
+        )
+
+    @guard(STATUS_TABLE)
+    async def GetOperation(
+        self, request: review_pb2.GetOperationRequest, context: Context
+    ) -> review_pb2.GetOperationResponse:
+        """Return one operation."""
+        operation = await self._service.get_operation(request.operation_id)
+        return review_pb2.GetOperationResponse(operation=operation_to_pb(operation))
+
+
+def _page_token(operation_changed_at: datetime, operation_id: str) -> str:
+    raw = json.dumps([operation_changed_at.isoformat(), operation_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _parse_page_token(token: str) -> tuple[datetime, str] | None:
+    if not token:
+        return None
+    try:
+        at, operation_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return datetime.fromisoformat(at), str(operation_id)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
+
+
+def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -> Settlement:
+    field = f"settlements[{index}]"
+    if message.status == common_pb2.LOOKUP_STATUS_APPLIED:
+        if not message.HasField("receipt") or not message.receipt.receipt_id:
+            raise InvalidRequest([FieldViolation(f"{field}.receipt", "required when status is APPLIED")])
+        if message.receipt.operation_id and message.receipt.operation_id != message.operation_id:
+            raise InvalidRequest([FieldViolation(f"{field}.receipt.operation_id", "names another operation")])
+        status = LookupStatus.APPLIED
+        receipt: Receipt | None = Receipt(message.receipt.receipt_id, from_timestamp(message.receipt.applied_at))
+    elif message.status == common_pb2.LOOKUP_STATUS_NOT_FOUND:
+        status, receipt = LookupStatus.NOT_FOUND, None
+    else:
+        status, receipt = LookupStatus.FAILED, None
+    consistency = CONSISTENCY_FROM_PB.get(message.consistency, Consistency.NONE)
+    looked_up_at = from_timestamp(message.observed_at) if message.HasField("observed_at") else now
+    return Settlement(message.operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
+
+
+class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
+    """decisionflow.v1.OperationsService: the reconciler's view of open operations."""
+
+    def __init__(self, service: OrchestratorService, clock: Any) -> None:
+        self._service = service
+        self._clock = clock
+
+    @guard(STATUS_TABLE)
+    async def ListOperations(
+        self, request: operations_pb2.ListOperationsRequest, context: Context
+    ) -> operations_pb2.ListOperationsResponse:
+        """List operations by state and age, oldest first."""
+        if request.page_size < 0 or request.page_size > MAX_PAGE:
+            raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PAGE}")])
+        states = []
+        for i, value in enumerate(request.states):
+            if value not in STATE_FROM_PB:
+                raise InvalidRequest([FieldViolation(f"states[{i}]", f"unknown state {value}")])
+            states.append(STATE_FROM_PB[value])
+        if not states:
+            states = [State.APPROVED, State.UNKNOWN]
+        min_age = request.min_age.ToTimedelta() if request.HasField("min_age") else timedelta(0)
+        if min_age < timedelta(0):
+            raise InvalidRequest([FieldViolation("min_age", "must not be negative")])
+        limit = request.page_size or DEFAULT_PAGE
+        page = await self._service.list_operations(states, min_age, limit, _parse_page_token(request.page_token))
+        token = _page_token(page[-1].state_changed_at, page[-1].operation_id) if len(page) == limit else ""
+        return operations_pb2.ListOperationsResponse(
+            operations=[operation_to_pb(op) for op in page], next_page_token=token
+        )
+
+    async def _settle(self, messages: list[operations_pb2.Settlement]) -> list[operations_pb2.SettleOperationResponse]:
+        now = self._clock()
+        results = await self._service.settle([_settlement(i, m, now) for i, m in enumerate(messages)])
+        out = []
+        for message, (operation, settled) in zip(messages, results, strict=True):
+            if operation is None:
+                raise errors.NotFound("operation", message.operation_id)
+            out.append(settle_result_to_pb(operation, settled))
+        return out
+
+    @guard(STATUS_TABLE)
+    async def SettleOperation(
+        self, request: operations_pb2.SettleOperationRequest, context: Context
+    ) -> operations_pb2.SettleOperationResponse:
+        """Record what one lookup showed."""
+        if not request.HasField("settlement"):
+            raise InvalidRequest([FieldViolation("settlement", "required")])
+        (result,) = await self._settle([request.settlement])
+        return result
+
+    @guard(STATUS_TABLE)
+    async def BatchSettleOperations(
+        self, request: operations_pb2.BatchSettleOperationsRequest, context: Context
+    ) -> operations_pb2.BatchSettleOperationsResponse:
+        """Record many lookups in one transaction."""
+        if not 1 <= len(request.settlements) <= MAX_BATCH:
+            raise InvalidRequest([FieldViolation("settlements", f"must hold 1 to {MAX_BATCH} items")])
+        return operations_pb2.BatchSettleOperationsResponse(results=await self._settle(list(request.settlements)))
+
+    @guard(STATUS_TABLE)
+    async def RedriveOperation(
+        self, request: operations_pb2.RedriveOperationRequest, context: Context
+    ) -> operations_pb2.RedriveOperationResponse:
+        """Call Apply again with the same key and the stored payload."""
+        result = await self._service.redrive(request.operation_id, _deadline(context))
+        return operations_pb2.RedriveOperationResponse(
+            operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome]
+        )

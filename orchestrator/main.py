@@ -1,0 +1,157 @@
+"""Wiring of the orchestrator process: configuration, database, workflow, receiver client, server.
+
+The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
+server; ``prune-checkpoints`` and ``reopen-reviews`` are the operators' housekeeping commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import grpc
+
+from decisionflow import db, logs
+from decisionflow.auth import RPC_ROLES, AuthInterceptor, load_credentials
+from decisionflow.failpoints import Failpoints
+from decisionflow.serving import RunningServer, announce_listening, check_exposure, serve_until_signal, start_server
+from decisionflow.tls import server_credentials
+from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from orchestrator import config as configuration
+from orchestrator.checkpoints import CheckpointSealer
+from orchestrator.config import OrchestratorConfig
+from orchestrator.effects import ReceiverEffects
+from orchestrator.grpc_api import OperationsServicer, ReviewServicer
+from orchestrator.service import FAILPOINTS, EffectPort, OrchestratorService
+from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.workflow import ReviewWorkflow
+
+logger = logging.getLogger("decisionflow.orchestrator")
+
+Closer = Callable[[], Awaitable[None]]
+
+
+def utc_now() -> datetime:
+    """Return the current time in UTC."""
+    return datetime.now(UTC)
+
+
+async def _close_all(closers: Sequence[Closer]) -> None:
+    for close in reversed(closers):
+        await close()
+
+
+@dataclass
+class OrchestratorServer(RunningServer):
+    """A running orchestrator and the resources it releases when stopped."""
+
+    closers: list[Closer] = field(default_factory=list)
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, drain calls in flight within grace, then close the channel and pools."""
+        try:
+            await super().stop(grace)
+        finally:
+            await _close_all(self.closers)
+
+
+async def create_server(
+    config: OrchestratorConfig,
+    *,
+    workflow: ReviewWorkflow | None = None,
+    effects: EffectPort | None = None,
+    clock: Callable[[], datetime] = utc_now,
+) -> OrchestratorServer:
+    """Migrate the database and serve ReviewService and OperationsService on config.address."""
+    check_exposure(config.address, tls=config.tls_cert is not None, authenticated=config.credentials_file is not None)
+    credentials = load_credentials(config.credentials_file) if config.credentials_file else None
+    engine = db.create_engine(config.database_url)
+
+    async def dispose() -> None:
+        engine.dispose()
+
+    closers: list[Closer] = [dispose]
+    try:
+        await asyncio.to_thread(migrate, engine)
+        if effects is None:
+            receiver = ReceiverEffects.connect(
+                config.receiver_target, token=config.receiver_token, timeout=config.receiver_timeout_seconds
+            )
+            closers.append(receiver.close)
+            effects = receiver
+        service = OrchestratorService(
+            OrchestratorStore(engine),
+            workflow or ReviewWorkflow(),
+            CheckpointSealer(config.checkpoint_keys),
+            effects,
+            Failpoints(config.failpoints, FAILPOINTS),
+            clock,
+            four_eyes=config.four_eyes,
+        )
+        review, operations = ReviewServicer(service), OperationsServicer(service, clock)
+
+        def register(server: grpc.aio.Server) -> list[str]:
+            review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
+            operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
+            return [
+                review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
+                operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+            ]
+
+        server_creds = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            server_creds = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+        running = await start_server(
+            config.address,
+            register,
+            interceptors=[AuthInterceptor(credentials, RPC_ROLES)],
+            credentials=server_creds,
+        )
+    except BaseException:
+        await _close_all(closers)
+        raise
+    return OrchestratorServer(running.server, running.port, running.health, running.service_names, closers)
+
+
+async def serve(config: OrchestratorConfig) -> None:
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file)."""
+    running = await create_server(config)
+    announce_listening("orchestrator", running.port, config.port_file)
+    logger.info(
+        "listening on port %d (failpoints: %s)",
+        running.port,
+        config.failpoints or "none",
+        extra={"service": "orchestrator"},
+    )
+    await serve_until_signal(running, config.shutdown_grace_seconds)
+    logger.info("stopped", extra={"service": "orchestrator"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the decisionflow-orchestrator command; returns the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "serve":
+        args = args[1:]
+    cli = argparse.ArgumentParser(
+        prog="decisionflow-orchestrator",
+        description="Orchestrator: proposals, reviews and decisions; writes each approved effect once.",
+    )
+    configuration.add_to(cli)
+    config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
+    logs.configure(config.log_level)
+    try:
+        asyncio.run(serve(config))
+    except Exception:
+        logger.exception("orchestrator failed", extra={"service": "orchestrator"})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Input bounds (DESIGN.md section 8): every refusal names the field, and nothing is written."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
+from decisionflow.rpc_errors import FieldViolation, InvalidRequest
+from orchestrator.domain import SUPPORTED_ACTIONS
+
+CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
+SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
+MAX_BODY_BYTES = 64 * 1024
+MAX_QUOTATION_BYTES = 8 * 1024
+MAX_EVIDENCE = 32
+MAX_RULES = 32
+MAX_INT = 2**63 - 1
+
+
+def _text(violations: list[FieldViolation], name: str, value: str, max_bytes: int, *, required: bool = True) -> None:
+    if required and not value:
+        violations.append(FieldViolation(name, "required"))
+    elif len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        violations.append(FieldViolation(name, f"longer than {max_bytes} bytes"))
+    elif "\x00" in value:
+        violations.append(FieldViolation(name, "contains a NUL character"))
+
+
+def check_operation_id(value: str, name: str = "operation_id") -> None:
+    """Refuse a value that is not shaped like an operation id."""
+    if not is_operation_id(value):
+        raise InvalidRequest([FieldViolation(name, "must be op-v1- followed by 64 lowercase hex digits")])
+
+
+def check_case_id(value: str, name: str = "case_id") -> list[FieldViolation]:
+    """Return the violations of a case id (1 to 64 of letters, digits, '.', '_', '-')."""
+    if CASE_ID.match(value) is None:
+        return [FieldViolation(name, "must be 1 to 64 characters of letters, digits, '.', '_', '-'")]
+    return []
+
+
+def check_content(
+    case_id: str | None, action: str | None, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
+) -> None:
+    """Refuse proposal content outside the bounds; case_id and action are None when they are not given (edits)."""
+    violations: list[FieldViolation] = []
+    if case_id is not None:
+        violations += check_case_id(case_id)
+    if action is not None and action not in SUPPORTED_ACTIONS:
+        violations.append(
+            FieldViolation("action", f"unknown action; supported: {', '.join(sorted(SUPPORTED_ACTIONS))}")
+        )
+    _text(violations, "body", body, MAX_BODY_BYTES)
+    if len(evidence) > MAX_EVIDENCE:
+        violations.append(FieldViolation("evidence", f"more than {MAX_EVIDENCE} items"))
+    else:
+        seen: set[str] = set()
+        for i, item in enumerate(evidence):
+            if SOURCE_ID.match(item.source_id) is None:
+                violations.append(FieldViolation(f"evidence[{i}].source_id", "must be 1 to 128 of [A-Za-z0-9._:/-]"))
+            elif item.source_id in seen:
+                violations.append(FieldViolation(f"evidence[{i}].source_id", "duplicate source_id"))
+            seen.add(item.source_id)
+            if item.version > MAX_INT:
+                violations.append(FieldViolation(f"evidence[{i}].version", f"larger than {MAX_INT}"))
+            _text(violations, f"evidence[{i}].quotation", item.quotation, MAX_QUOTATION_BYTES)
+    if policy is None:
+        violations.append(FieldViolation("policy", "required"))
+    else:
+        _text(violations, "policy.name", policy.name, 128)
+        _text(violations, "policy.version_label", policy.version_label, 64)
+        if policy.allowance_units > MAX_INT:
+            violations.append(FieldViolation("policy.allowance_units", f"larger than {MAX_INT}"))
+        if len(policy.rules) > MAX_RULES:
+            violations.append(FieldViolation("policy.rules", f"more than {MAX_RULES} rules"))
+        for key, value in policy.rules.items():
+            _text(violations, "policy.rules key", key, 64)
+            _text(violations, f"policy.rules[{key[:64]!r}]", value, 1024, required=False)
+    if violations:
+        raise InvalidRequest(violations)

@@ -1,0 +1,160 @@
+"""Conversions between protobuf messages and orchestrator domain objects (nothing else)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
+from orchestrator.domain import (
+    Consistency,
+    Decision,
+    LookupStatus,
+    Operation,
+    Outcome,
+    PendingReview,
+    Proposal,
+    Receipt,
+    State,
+)
+
+STATE_TO_PB = {
+    State.PENDING_REVIEW: common_pb2.OPERATION_STATE_PENDING_REVIEW,
+    State.APPROVED: common_pb2.OPERATION_STATE_APPROVED,
+    State.UNKNOWN: common_pb2.OPERATION_STATE_UNKNOWN,
+    State.COMMITTED: common_pb2.OPERATION_STATE_COMMITTED,
+    State.DECLINED: common_pb2.OPERATION_STATE_DECLINED,
+    State.REJECTED: common_pb2.OPERATION_STATE_REJECTED,
+    State.SUPERSEDED: common_pb2.OPERATION_STATE_SUPERSEDED,
+}
+STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
+OUTCOME_TO_PB = {
+    Outcome.COMMITTED: common_pb2.OUTCOME_COMMITTED,
+    Outcome.DECLINED: common_pb2.OUTCOME_DECLINED,
+    Outcome.REJECTED: common_pb2.OUTCOME_REJECTED,
+    Outcome.UNKNOWN: common_pb2.OUTCOME_UNKNOWN,
+}
+DECISION_TO_PB = {Decision.APPROVE: common_pb2.DECISION_APPROVE, Decision.DECLINE: common_pb2.DECISION_DECLINE}
+DECISION_FROM_PB = {v: k for k, v in DECISION_TO_PB.items()}
+LOOKUP_TO_PB = {
+    LookupStatus.APPLIED: common_pb2.LOOKUP_STATUS_APPLIED,
+    LookupStatus.NOT_FOUND: common_pb2.LOOKUP_STATUS_NOT_FOUND,
+    LookupStatus.FAILED: common_pb2.LOOKUP_STATUS_UNSPECIFIED,
+}
+CONSISTENCY_TO_PB = {
+    Consistency.STRONG: common_pb2.CONSISTENCY_STRONG,
+    Consistency.EVENTUAL: common_pb2.CONSISTENCY_EVENTUAL,
+    Consistency.NONE: common_pb2.CONSISTENCY_UNSPECIFIED,
+}
+CONSISTENCY_FROM_PB = {v: k for k, v in CONSISTENCY_TO_PB.items()}
+
+
+def timestamp(value: datetime | None) -> Timestamp | None:
+    """Return a protobuf Timestamp for value (None stays None)."""
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def from_timestamp(ts: Timestamp) -> datetime:
+    """Return an aware UTC datetime for a protobuf Timestamp."""
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def evidence_from_pb(items: list[common_pb2.Evidence]) -> list[EvidenceItem]:
+    """Return domain evidence for protobuf evidence."""
+    return [EvidenceItem(e.source_id, e.version, e.quotation) for e in items]
+
+
+def policy_from_pb(request: review_pb2.StartReviewRequest | review_pb2.EditProposalRequest) -> PolicyRef | None:
+    """Return the domain policy of a request (None when the field is unset)."""
+    if not request.HasField("policy"):
+        return None
+    p = request.policy
+    return PolicyRef(p.name, p.version_label, p.allowance_units, dict(p.rules))
+
+
+def proposal_to_pb(proposal: Proposal, current: bool) -> review_pb2.Proposal:
+    """Return the protobuf form of a proposal."""
+    c = proposal.content
+    return review_pb2.Proposal(
+        operation_id=proposal.operation_id,
+        case_id=c.case_id,
+        action=c.action,
+        body=c.body,
+        evidence=[
+            common_pb2.Evidence(source_id=e.source_id, version=e.version, quotation=e.quotation) for e in c.evidence
+        ],
+        evidence_id=proposal.evidence_id,
+        policy=common_pb2.Policy(
+            name=c.policy.name,
+            version_label=c.policy.version_label,
+            allowance_units=c.policy.allowance_units,
+            rules=dict(c.policy.rules),
+        ),
+        policy_id=proposal.policy_id,
+        human_edited=proposal.human_edited,
+        parent_operation_id=proposal.parent_operation_id or "",
+        created_by=proposal.created_by,
+        created_at=timestamp(proposal.created_at),
+        current=current,
+    )
+
+
+def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
+    """Return the protobuf form of a pending review."""
+    return review_pb2.PendingReview(
+        operation_id=review.operation_id,
+        workflow_name=review.workflow_name,
+        workflow_version=review.workflow_version,
+        graph_signature=review.graph_signature,
+        checkpoint_id=review.checkpoint_id,
+        created_at=timestamp(review.created_at),
+    )
+
+
+def receipt_to_pb(operation_id: str, receipt: Receipt | None) -> common_pb2.Receipt | None:
+    """Return the protobuf form of a receipt (None stays None)."""
+    if receipt is None:
+        return None
+    return common_pb2.Receipt(
+        receipt_id=receipt.receipt_id, operation_id=operation_id, applied_at=timestamp(receipt.applied_at)
+    )
+
+
+def operation_to_pb(operation: Operation) -> review_pb2.Operation:
+    """Return the protobuf form of an operation."""
+    message = review_pb2.Operation(
+        operation_id=operation.operation_id,
+        case_id=operation.case_id,
+        state=STATE_TO_PB[operation.state],
+        attempts=operation.attempts,
+        rejection_reason=operation.rejection_reason or "",
+        updated_at=timestamp(operation.state_changed_at),
+        first_attempt_at=timestamp(operation.first_attempt_at),
+        receipt=receipt_to_pb(operation.operation_id, operation.receipt),
+    )
+    if operation.decision is not None:
+        message.decision = DECISION_TO_PB[operation.decision.decision]
+        message.reviewer = operation.decision.reviewer
+        message.decided_at.FromDatetime(operation.decision.decided_at)
+    if operation.last_lookup is not None:
+        lookup = operation.last_lookup
+        message.last_lookup.CopyFrom(
+            review_pb2.LookupNote(
+                looked_up_at=timestamp(lookup.looked_up_at),
+                status=LOOKUP_TO_PB[lookup.status],
+                consistency=CONSISTENCY_TO_PB[lookup.consistency],
+                error=lookup.error,
+            )
+        )
+    return message
+
+
+def settle_result_to_pb(operation: Operation, settled: bool) -> operations_pb2.SettleOperationResponse:
+    """Return the protobuf form of one settlement's result."""
+    return operations_pb2.SettleOperationResponse(operation=operation_to_pb(operation), settled=settled)

@@ -1,0 +1,195 @@
+"""The review workflow on Microsoft Agent Framework: ``prepare`` → ``review`` (a human review
+request answered through ``@response_handler``) → ``commit``.
+
+This is the only module that imports the framework. The service sees three calls:
+``open`` (run until the review request is pending and checkpointed), ``resume`` (restore
+a pending review from its checkpoint; the framework re-emits the request) and
+``ResumedReview.answer`` (deliver the decision; the ``commit`` executor calls the
+service's commit function, the only step with a side effect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_framework import (
+    Executor,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+
+from orchestrator.errors import WorkflowProtocolError
+
+WORKFLOW_NAME = "decisionflow.review"
+WORKFLOW_VERSION = "1"
+PREPARE, REVIEW, COMMIT = "prepare", "review", "commit"
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewTask:
+    """Input of the workflow: the operation to put before a reviewer."""
+
+    operation_id: str
+    case_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    """The human review request; it carries the operation id the decision binds to."""
+
+    operation_id: str
+    case_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewAnswer:
+    """A reviewer's answer to a review request."""
+
+    operation_id: str
+    decision: str
+    reviewer: str
+
+
+CommitFn = Callable[[ReviewAnswer], Awaitable[Any]]
+
+
+class _CommitSlot:
+    """Carries the commit result (or its exception) out of the workflow without pickling it."""
+
+    def __init__(self, commit: CommitFn) -> None:
+        self.commit = commit
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Prepare(Executor):
+    @handler
+    async def run(self, task: ReviewTask, ctx: WorkflowContext[ReviewRequest]) -> None:
+        await ctx.send_message(ReviewRequest(task.operation_id, task.case_id))
+
+
+class _Review(Executor):
+    @handler
+    async def run(self, request: ReviewRequest, ctx: WorkflowContext) -> None:
+        # A fixed request id per operation: a re-emitted request is recognisable as the same one.
+        await ctx.request_info(request, ReviewAnswer, request_id=f"review:{request.operation_id}")
+
+    @response_handler
+    async def on_answer(
+        self, original: ReviewRequest, answer: ReviewAnswer, ctx: WorkflowContext[ReviewAnswer]
+    ) -> None:
+        if answer.operation_id != original.operation_id:
+            raise WorkflowProtocolError(
+                f"answer for {answer.operation_id} delivered to the review of {original.operation_id}"
+            )
+        await ctx.send_message(answer)
+
+
+class _Audit(Executor):
+    """Only in the ``audited`` variant: changes the graph, as a later release might."""
+
+    @handler
+    async def run(self, request: ReviewRequest, ctx: WorkflowContext[ReviewRequest]) -> None:
+        await ctx.send_message(request)
+
+
+class _Commit(Executor):
+    def __init__(self, slot: _CommitSlot) -> None:
+        super().__init__(id=COMMIT)
+        self._slot = slot
+
+    @handler
+    async def run(self, answer: ReviewAnswer, ctx: WorkflowContext) -> None:
+        try:
+            self._slot.result = await self._slot.commit(answer)
+        except BaseException as exc:  # handed back to the service, which re-raises it
+            self._slot.error = exc
+        self._slot.done = True
+
+
+async def _no_commit(answer: ReviewAnswer) -> None:
+    raise WorkflowProtocolError(f"commit reached while opening the review of {answer.operation_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowIdentity:
+    """What a pending review records about the workflow that checkpointed it."""
+
+    name: str
+    version: str
+    graph_signature: str
+
+    def label(self) -> str:
+        """Return name@version/short-signature for messages."""
+        return f"{self.name}@{self.version}/{self.graph_signature[:12]}"
+
+
+class ResumedReview:
+    """A pending review restored from its checkpoint, with the re-emitted request."""
+
+    def __init__(self, workflow: Any, slot: _CommitSlot, request: ReviewRequest, request_id: str) -> None:
+        self._workflow = workflow
+        self._slot = slot
+        self.request = request
+        self._request_id = request_id
+
+    async def answer(self, answer: ReviewAnswer, storage: Any) -> Any:
+        """Deliver the answer; the commit step runs and its result (or exception) is returned (raised)."""
+        await self._workflow.run(responses={self._request_id: answer}, checkpoint_storage=storage)
+        if self._slot.error is not None:
+            raise self._slot.error
+        if not self._slot.done:
+            raise WorkflowProtocolError(f"the commit step did not run for {answer.operation_id}")
+        return self._slot.result
+
+
+class ReviewWorkflow:
+    """Builds the review workflow graph; ``variant`` exists so a graph change can be exercised."""
+
+    def __init__(self, variant: str = "standard") -> None:
+        if variant not in ("standard", "audited"):
+            raise ValueError(f"unknown workflow variant {variant!r}")
+        self._variant = variant
+        version = WORKFLOW_VERSION if variant == "standard" else WORKFLOW_VERSION + "+audited"
+        probe = self._build(_CommitSlot(_no_commit))
+        self.identity = WorkflowIdentity(WORKFLOW_NAME, version, str(probe.graph_signature_hash))
+
+    def _build(self, slot: _CommitSlot) -> Any:
+        prepare, review, commit = _Prepare(id=PREPARE), _Review(id=REVIEW), _Commit(slot)
+        builder = WorkflowBuilder(name=WORKFLOW_NAME, start_executor=prepare)
+        if self._variant == "audited":
+            audit = _Audit(id="audit")
+            builder.add_edge(prepare, audit).add_edge(audit, review)
+        else:
+            builder.add_edge(prepare, review)
+        return builder.add_edge(review, commit).build()
+
+    async def open(self, task: ReviewTask, storage: Any) -> str:
+        """Run until the review request is pending; return the id of the checkpoint to resume from."""
+        workflow = self._build(_CommitSlot(_no_commit))
+        result = await workflow.run(task, checkpoint_storage=storage)
+        requests = result.get_request_info_events()
+        if result.get_final_state() != WorkflowRunState.IDLE_WITH_PENDING_REQUESTS or len(requests) != 1:
+            raise WorkflowProtocolError(f"review workflow did not pause for review of {task.operation_id}")
+        if requests[0].data != ReviewRequest(task.operation_id, task.case_id):
+            raise WorkflowProtocolError(f"review request does not carry operation {task.operation_id}")
+        checkpoint_id = workflow.get_last_checkpoint_id()
+        if checkpoint_id is None:
+            raise WorkflowProtocolError("no checkpoint was written for the pending review")
+        return str(checkpoint_id)
+
+    async def resume(self, checkpoint_id: str, storage: Any, commit: CommitFn) -> ResumedReview:
+        """Restore the pending review from checkpoint_id and return the request the framework re-emits."""
+        slot = _CommitSlot(commit)
+        workflow = self._build(slot)
+        result = await workflow.run(checkpoint_id=checkpoint_id, checkpoint_storage=storage)
+        requests = result.get_request_info_events()
+        if len(requests) != 1 or not isinstance(requests[0].data, ReviewRequest):
+            raise WorkflowProtocolError(f"checkpoint {checkpoint_id} did not re-emit one review request")
+        return ResumedReview(workflow, slot, requests[0].data, requests[0].request_id)

@@ -1,0 +1,194 @@
+"""Orchestrator test stack: a real receiver and a real orchestrator, in process or as processes."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import sqlalchemy as sa
+
+from decisionflow import db
+from decisionflow.v1 import common_pb2, effect_receiver_pb2_grpc, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from effect_receiver.config import ReceiverConfig
+from effect_receiver.main import create_server as create_receiver
+from orchestrator.config import OrchestratorConfig
+from orchestrator.main import create_server as create_orchestrator
+from tests.support.servers import LoopThread, ServiceProcess, spawn
+
+CHECKPOINT_KEY = "k" * 32
+T1042_BODY = (
+    "Thanks for the report. This is a known firmware issue (HOLD-7); "
+    "please update to 4.2.1 and send us the diagnostic export if it happens again."
+)
+
+
+def policy(allowance: int = 9, label: str = "2026-10") -> common_pb2.Policy:
+    """The support-replies policy used across the tests."""
+    return common_pb2.Policy(name="support-replies", version_label=label, allowance_units=allowance, rules={})
+
+
+def start_request(
+    case_id: str = "T-1042", body: str = T1042_BODY, hold_version: int = 2, allowance: int = 9
+) -> review_pb2.StartReviewRequest:
+    """A StartReview request for the seed case, with the HOLD-7 source at hold_version."""
+    return review_pb2.StartReviewRequest(
+        case_id=case_id,
+        action="record_support_review",
+        body=body,
+        evidence=[
+            common_pb2.Evidence(source_id="HOLD-7", version=hold_version, quotation="Firmware 4.2.0 may hold."),
+            common_pb2.Evidence(source_id="KB-12", version=1, quotation="Update to 4.2.1."),
+        ],
+        policy=policy(allowance),
+    )
+
+
+def approve(op: str) -> review_pb2.ApproveRequest:
+    """An approval of op."""
+    return review_pb2.ApproveRequest(operation_id=op, decision=common_pb2.DECISION_APPROVE)
+
+
+def decline(op: str) -> review_pb2.ApproveRequest:
+    """A decline of op."""
+    return review_pb2.ApproveRequest(operation_id=op, decision=common_pb2.DECISION_DECLINE)
+
+
+def count(database_url: str, sql: str) -> int:
+    """Run a count query on a fresh engine."""
+    engine = db.create_engine(database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text(sql)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@dataclass
+class Stack:
+    """A receiver and an orchestrator with sync stubs to both."""
+
+    receiver_url: str
+    orchestrator_url: str
+    loop: LoopThread
+    servers: list[Any] = field(default_factory=list)
+    channels: list[grpc.Channel] = field(default_factory=list)
+    receiver_port: int = 0
+    orchestrator_port: int = 0
+
+    def review(self) -> review_pb2_grpc.ReviewServiceStub:
+        """A ReviewService stub on a fresh channel to the orchestrator."""
+        return review_pb2_grpc.ReviewServiceStub(self._channel(self.orchestrator_port))
+
+    def operations(self) -> operations_pb2_grpc.OperationsServiceStub:
+        """An OperationsService stub on a fresh channel."""
+        return operations_pb2_grpc.OperationsServiceStub(self._channel(self.orchestrator_port))
+
+    def receiver(self) -> effect_receiver_pb2_grpc.EffectReceiverServiceStub:
+        """An EffectReceiverService stub."""
+        return effect_receiver_pb2_grpc.EffectReceiverServiceStub(self._channel(self.receiver_port))
+
+    def _channel(self, port: int) -> grpc.Channel:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.enable_retries", 0)])
+        self.channels.append(channel)
+        return channel
+
+    def effects(self, case_id: str | None = None) -> int:
+        """Effects stored at the receiver (for one case, if given)."""
+        where = f" WHERE case_id = '{case_id}'" if case_id else ""
+        return count(self.receiver_url, "SELECT count(*) FROM effects" + where)
+
+    def decisions(self) -> int:
+        """Decisions in the orchestrator's ledger."""
+        return count(self.orchestrator_url, "SELECT count(*) FROM decisions")
+
+    def start_orchestrator(self, **overrides: Any) -> None:
+        """(Re)start the in-process orchestrator on the same database."""
+        config = OrchestratorConfig(
+            checkpoint_keys=(CHECKPOINT_KEY.encode(),),
+            address="127.0.0.1:0",
+            database_url=self.orchestrator_url,
+            receiver_target=f"127.0.0.1:{self.receiver_port}",
+        )
+        kwargs = {k: overrides.pop(k) for k in ("workflow", "effects") if k in overrides}
+        server = self.loop.run(create_orchestrator(replace(config, **overrides), **kwargs))
+        self.servers.append(server)
+        self.orchestrator_port = server.port
+
+    def stop_orchestrator(self) -> None:
+        """Stop the newest in-process orchestrator."""
+        server = self.servers.pop()
+        self.loop.run(server.stop(1.0))
+
+    def close(self) -> None:
+        """Stop everything."""
+        for channel in self.channels:
+            channel.close()
+        for server in reversed(self.servers):
+            self.loop.run(server.stop(1.0))
+        self.loop.close()
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Build in-process stacks: make_stack(orchestrator_url=..., receiver_failpoints=...)."""
+    stacks: list[Stack] = []
+
+    def make(orchestrator_url: str | None = None, receiver_failpoints: str = "", **orchestrator: Any) -> Stack:
+        receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+        stack = Stack(receiver_url, orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}", LoopThread())
+        stacks.append(stack)
+        receiver = stack.loop.run(
+            create_receiver(
+                ReceiverConfig(address="127.0.0.1:0", database_url=receiver_url, failpoints=receiver_failpoints)
+            )
+        )
+        stack.servers.append(receiver)
+        stack.receiver_port = receiver.port
+        stack.start_orchestrator(**orchestrator)
+        return stack
+
+    yield make
+    for stack in stacks:
+        stack.close()
+
+
+def spawn_receiver(workdir: Path, database_url: str, failpoints: str = "", name: str = "receiver") -> ServiceProcess:
+    """Start a receiver process."""
+    return spawn(
+        "effect_receiver.main",
+        ["--address", "127.0.0.1:0", "--database-url", database_url, "--failpoints", failpoints],
+        workdir,
+        name,
+    )
+
+
+def spawn_orchestrator(
+    workdir: Path, database_url: str, receiver: ServiceProcess, name: str, failpoints: str = ""
+) -> ServiceProcess:
+    """Start an orchestrator process."""
+    return spawn(
+        "orchestrator.main",
+        [
+            "--address",
+            "127.0.0.1:0",
+            "--database-url",
+            database_url,
+            "--receiver-target",
+            receiver.target,
+            "--failpoints",
+            failpoints,
+        ],
+        workdir,
+        name,
+        env={"DECISIONFLOW_CHECKPOINT_KEYS": CHECKPOINT_KEY},
+    )
+
+
+def digest(text: str) -> str:
+    """SHA-256 hex of text."""
+    return hashlib.sha256(text.encode()).hexdigest()
