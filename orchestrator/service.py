@@ -120,9 +120,12 @@ class OrchestratorService:
 
     async def _open_review(self, proposal: Proposal) -> tuple[PendingReview, RunCheckpoints]:
         run = self._run_checkpoints(proposal.operation_id)
-        checkpoint_id = await self._workflow.open(ReviewTask(proposal.operation_id, proposal.case_id), run)
-        if run.save_error is not None:
-            raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
+        try:
+            checkpoint_id = await self._workflow.open(ReviewTask(proposal.operation_id, proposal.case_id), run)
+        finally:
+            # The framework only logs a failed save; a missing checkpoint must fail the request.
+            if run.save_error is not None:
+                raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
         wf = self._workflow.identity
         review = PendingReview(
             proposal.operation_id, wf.name, wf.version, wf.graph_signature, checkpoint_id, self._clock()
@@ -271,6 +274,11 @@ class OrchestratorService:
             raise WorkflowProtocolError(
                 f"checkpoint {review.checkpoint_id} re-emitted a request for {resumed.request.operation_id}"
             )
+        logger.info(
+            "review request re-emitted from checkpoint %s",
+            review.checkpoint_id,
+            extra={"operation_id": operation_id, "case_id": proposal.case_id, "principal": reviewer},
+        )
         result: DecisionResult = await resumed.answer(ReviewAnswer(operation_id, decision.value, reviewer), run)
         await asyncio.to_thread(self._store.write_checkpoints, run.take_pending())
         return result

@@ -79,6 +79,7 @@ class Stack:
     channels: list[grpc.Channel] = field(default_factory=list)
     receiver_port: int = 0
     orchestrator_port: int = 0
+    receiver_server: Any = None
 
     def review(self) -> review_pb2_grpc.ReviewServiceStub:
         """A ReviewService stub on a fresh channel to the orchestrator."""
@@ -124,12 +125,22 @@ class Stack:
         server = self.servers.pop()
         self.loop.run(server.stop(1.0))
 
+    def start_receiver(self, failpoints: str = "") -> None:
+        """(Re)start the in-process receiver on the same database; orchestrators started later dial it."""
+        if self.receiver_server is not None:
+            self.loop.run(self.receiver_server.stop(1.0))
+        config = ReceiverConfig(address="127.0.0.1:0", database_url=self.receiver_url, failpoints=failpoints)
+        self.receiver_server = self.loop.run(create_receiver(config))
+        self.receiver_port = self.receiver_server.port
+
     def close(self) -> None:
         """Stop everything."""
         for channel in self.channels:
             channel.close()
         for server in reversed(self.servers):
             self.loop.run(server.stop(1.0))
+        if self.receiver_server is not None:
+            self.loop.run(self.receiver_server.stop(1.0))
         self.loop.close()
 
 
@@ -142,13 +153,7 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
         stack = Stack(receiver_url, orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}", LoopThread())
         stacks.append(stack)
-        receiver = stack.loop.run(
-            create_receiver(
-                ReceiverConfig(address="127.0.0.1:0", database_url=receiver_url, failpoints=receiver_failpoints)
-            )
-        )
-        stack.servers.append(receiver)
-        stack.receiver_port = receiver.port
+        stack.start_receiver(receiver_failpoints)
         stack.start_orchestrator(**orchestrator)
         return stack
 

@@ -1,0 +1,36 @@
+"""The receiver commits and the reply is lost: the caller hears Unknown, never success or failure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
+from tests.orchestrator.conftest import Stack, approve, start_request
+
+
+def test_lost_reply_is_unknown_then_a_retry_settles_it_as_replay(make_stack: Callable[..., Stack]) -> None:
+    # Every Apply commits and then loses its reply, so the orchestrator's own retries all hear
+    # UNAVAILABLE; the deadline ends them and the outcome must be Unknown.
+    stack = make_stack(receiver_failpoints="receiver.commit_then_lose_reply=raise", receiver_timeout_seconds=1.0)
+    review = stack.review()
+    op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+    first = review.Approve(approve(op), timeout=10)
+    assert first.outcome == common_pb2.OUTCOME_UNKNOWN and not first.replay
+    assert first.operation.state == common_pb2.OPERATION_STATE_UNKNOWN
+    assert first.operation.attempts >= 1
+    assert stack.effects("T-1042") == 1  # the receiver did commit
+
+    lookup = stack.receiver().Lookup(effect_receiver_pb2.LookupRequest(operation_id=op), timeout=5)
+    assert lookup.result.status == common_pb2.LOOKUP_STATUS_APPLIED
+
+    # Same receiver, now with replies delivered: a retry of the approval is a replay that settles it.
+    stack.stop_orchestrator()
+    stack.start_receiver()
+    stack.start_orchestrator()
+    review = stack.review()
+    again = review.Approve(approve(op), timeout=10)
+    assert again.replay and again.outcome == common_pb2.OUTCOME_COMMITTED
+    assert again.operation.receipt.receipt_id == lookup.result.receipt.receipt_id
+    assert stack.effects("T-1042") == 1
+    final = review.GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5).operation
+    assert final.state == common_pb2.OPERATION_STATE_COMMITTED
