@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 
@@ -21,6 +22,7 @@ from decisionflow import db, logs
 from decisionflow.auth import RPC_ROLES, AuthInterceptor, load_credentials
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import RunningServer, announce_listening, check_exposure, serve_until_signal, start_server
+from decisionflow.settings import add_settings, resolve
 from decisionflow.tls import server_credentials
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
@@ -28,6 +30,7 @@ from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
 from orchestrator.grpc_api import OperationsServicer, ReviewServicer
+from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.service import FAILPOINTS, EffectPort, OrchestratorService
 from orchestrator.store import OrchestratorStore, migrate
 from orchestrator.workflow import ReviewWorkflow
@@ -133,14 +136,77 @@ async def serve(config: OrchestratorConfig) -> None:
     logger.info("stopped", extra={"service": "orchestrator"})
 
 
+def _housekeeping(command: str, args: list[str]) -> int:
+    cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
+    settings = [s for s in configuration.SETTINGS if s.key in ("database_url", "checkpoint_keys", "log_level")]
+    add_settings(cli, settings)
+    if command == "prune-checkpoints":
+        cli.add_argument(
+            "--older-than-days", type=float, required=True, help="retention of settled operations' checkpoints"
+        )
+    cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+    ns = cli.parse_args(args)
+    values = resolve(ns, settings, os.environ)
+    logs.configure(values["log_level"] or "info")
+    engine = db.create_engine(values["database_url"] or "")
+    try:
+        migrate(engine)
+        store = OrchestratorStore(engine)
+        if command == "prune-checkpoints":
+            if ns.older_than_days < 0:
+                cli.error("--older-than-days must not be negative")
+            pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
+            verb = "would delete" if ns.dry_run else "deleted"
+            print(json.dumps({"command": command, "dry_run": ns.dry_run, "checkpoints": pruned}))
+            print(
+                f"{verb} {pruned} checkpoints of operations settled more than {ns.older_than_days:g} days ago",
+                file=sys.stderr,
+            )
+            return 0
+        keys = tuple(k.strip().encode() for k in (values["checkpoint_keys"] or "").split(",") if k.strip())
+        if not keys:
+            cli.error("checkpoint_keys is required to re-open reviews")
+        report = asyncio.run(
+            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
+        )
+        print(
+            json.dumps(
+                {
+                    "command": command,
+                    "dry_run": ns.dry_run,
+                    "found": [
+                        {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
+                        for r in report.found
+                    ],
+                    "reopened": report.reopened,
+                    "skipped": report.skipped,
+                }
+            )
+        )
+        return 0
+    finally:
+        engine.dispose()
+
+
+HOUSEKEEPING = {
+    "prune-checkpoints": "delete checkpoints of operations settled before a retention; proposals, decisions "
+    "and receipts are kept forever; pending reviews are never touched",
+    "reopen-reviews": "re-open pending reviews recorded under another workflow graph under the running one "
+    "(same operation id; the old checkpoint is retired, never resumed)",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-orchestrator command; returns the process exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in HOUSEKEEPING:
+        return _housekeeping(args[0], args[1:])
     if args and args[0] == "serve":
         args = args[1:]
     cli = argparse.ArgumentParser(
         prog="decisionflow-orchestrator",
-        description="Orchestrator: proposals, reviews and decisions; writes each approved effect once.",
+        description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
+        "Housekeeping: decisionflow-orchestrator {prune-checkpoints,reopen-reviews} --help",
     )
     configuration.add_to(cli)
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)

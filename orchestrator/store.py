@@ -489,3 +489,87 @@ VERSION_TABLE = "alembic_version_orchestrator"
 def migrate(engine: Engine) -> None:
     """Bring the orchestrator database to the newest schema revision."""
     db.migrate(engine, MIGRATIONS, VERSION_TABLE)
+
+
+SETTLED_STATES = (State.COMMITTED, State.DECLINED, State.REJECTED)
+
+
+def _settled_before_txn(conn: sa.Connection, cutoff: datetime) -> sa.Select[tuple[str]]:
+    return sa.select(operations.c.operation_id).where(
+        operations.c.state.in_([s.value for s in SETTLED_STATES]), operations.c.state_changed_at < cutoff
+    )
+
+
+class Housekeeping:
+    """Operator maintenance on the orchestrator database: pruning and re-opening reviews."""
+
+    def __init__(self, store: OrchestratorStore) -> None:
+        self._store = store
+
+    def prune_checkpoints(self, cutoff: datetime, *, dry_run: bool) -> int:
+        """Delete the checkpoints of operations settled before cutoff; proposals, decisions and receipts stay.
+
+        Checkpoints of pending reviews (any operation not settled) are never touched.
+        """
+        with self._store._begin() as conn:
+            settled = _settled_before_txn(conn, cutoff)
+            if dry_run:
+                query = sa.select(sa.func.count()).select_from(checkpoints)
+                return int(conn.execute(query.where(checkpoints.c.operation_id.in_(settled))).scalar_one())
+            return int(conn.execute(checkpoints.delete().where(checkpoints.c.operation_id.in_(settled))).rowcount)
+
+    def reviews_outside(self, name: str, version: str, graph_signature: str) -> list[PendingReview]:
+        """Return undecided pending reviews recorded under another workflow name, version or graph."""
+        query = (
+            sa.select(pending_reviews)
+            .join(operations, operations.c.operation_id == pending_reviews.c.operation_id)
+            .where(
+                operations.c.state == State.PENDING_REVIEW.value,
+                sa.or_(
+                    pending_reviews.c.workflow_name != name,
+                    pending_reviews.c.workflow_version != version,
+                    pending_reviews.c.graph_signature != graph_signature,
+                ),
+            )
+            .order_by(pending_reviews.c.created_at)
+        )
+        with self._store._read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            PendingReview(
+                r.operation_id,
+                r.workflow_name,
+                r.workflow_version,
+                r.graph_signature,
+                r.checkpoint_id,
+                _must(r.created_at),
+                r.retired_checkpoint_id,
+            )
+            for r in rows
+        ]
+
+    def reopen(self, old: PendingReview, new: PendingReview, saved: Sequence[SealedCheckpoint]) -> bool:
+        """Point an undecided pending review at a checkpoint of the running workflow; retire the old one.
+
+        Returns False (and changes nothing) if the review was decided or re-opened meanwhile.
+        """
+        with self._store._begin() as conn:
+            moved = conn.execute(
+                pending_reviews.update()
+                .where(
+                    pending_reviews.c.operation_id == old.operation_id,
+                    pending_reviews.c.checkpoint_id == old.checkpoint_id,
+                    ~sa.exists().where(decisions.c.operation_id == old.operation_id),
+                )
+                .values(
+                    workflow_name=new.workflow_name,
+                    workflow_version=new.workflow_version,
+                    graph_signature=new.graph_signature,
+                    checkpoint_id=new.checkpoint_id,
+                    retired_checkpoint_id=old.checkpoint_id,
+                )
+            ).rowcount
+            if moved != 1:
+                return False
+            self._store.checkpoints.insert_txn(conn, saved)
+        return True

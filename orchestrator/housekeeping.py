@@ -1,0 +1,76 @@
+"""Operators' housekeeping: prune checkpoints of settled operations, and re-open pending reviews
+recorded under a workflow graph this release no longer runs.
+
+Re-opening runs the current workflow's ``prepare`` step again for the same proposal; the
+operation id depends only on the proposal, so it stays the same. The old checkpoint is
+retired (kept in ``retired_checkpoint_id``) and never resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
+from orchestrator.domain import PendingReview
+from orchestrator.store import Housekeeping, OrchestratorStore
+from orchestrator.workflow import ReviewTask, ReviewWorkflow
+
+logger = logging.getLogger("decisionflow.orchestrator")
+
+
+@dataclass(frozen=True, slots=True)
+class ReopenReport:
+    """What reopen_reviews found and did."""
+
+    found: list[PendingReview]
+    reopened: list[str]
+    skipped: list[str]
+
+
+def prune_checkpoints(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:
+    """Delete (or count, on a dry run) checkpoints of operations settled more than older_than ago."""
+    return Housekeeping(store).prune_checkpoints(now - older_than, dry_run=dry_run)
+
+
+async def reopen_reviews(
+    store: OrchestratorStore,
+    workflow: ReviewWorkflow,
+    sealer: CheckpointSealer,
+    clock: Callable[[], datetime],
+    *,
+    dry_run: bool,
+) -> ReopenReport:
+    """Re-open every undecided pending review recorded under another workflow graph, under this one."""
+    running = workflow.identity
+    housekeeping = Housekeeping(store)
+    found = await asyncio.to_thread(
+        housekeeping.reviews_outside, running.name, running.version, running.graph_signature
+    )
+    reopened: list[str] = []
+    skipped: list[str] = []
+    if dry_run:
+        return ReopenReport(found, reopened, skipped)
+    for old in found:
+        proposal = await asyncio.to_thread(store.get_proposal, old.operation_id)
+        run = RunCheckpoints(store.checkpoints, sealer, old.operation_id, clock)
+        checkpoint_id = await workflow.open(ReviewTask(proposal.operation_id, proposal.case_id), run)
+        if run.save_error is not None:
+            raise RuntimeError(f"checkpoint save failed while re-opening {old.operation_id}") from run.save_error
+        new = PendingReview(
+            old.operation_id, running.name, running.version, running.graph_signature, checkpoint_id, clock()
+        )
+        if await asyncio.to_thread(housekeeping.reopen, old, new, run.take_pending()):
+            reopened.append(old.operation_id)
+            logger.info(
+                "pending review re-opened under %s (retired checkpoint %s)",
+                running.label(),
+                old.checkpoint_id,
+                extra={"operation_id": old.operation_id, "case_id": proposal.case_id},
+            )
+        else:
+            skipped.append(old.operation_id)
+    return ReopenReport(found, reopened, skipped)
