@@ -1,0 +1,72 @@
+"""Authentication and authorization for every decisionflow server and client.
+
+_roles.py        Role, Principal
+_errors.py       Unauthenticated, PermissionDenied, FourEyesViolation and AUTH_STATUS
+_credentials.py  the credentials file (hashed bearer tokens, certificate principals)
+_policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
+_server.py       AuthInterceptor and current_principal()
+_client.py       bearer metadata and the client interceptors that send it
+testing.py       known identities per role and a recording server, for tests
+"""
+
+from decisionflow.auth._client import (
+    AUTHORIZATION,
+    BearerTokenInterceptor,
+    SyncBearerTokenInterceptor,
+    bearer_metadata,
+)
+from decisionflow.auth._credentials import (
+    CertificateEntry,
+    Credentials,
+    CredentialsError,
+    TokenEntry,
+    check_principal_name,
+    issue_token,
+    load_credentials,
+    parse_credentials,
+    token_sha256,
+)
+from decisionflow.auth._errors import (
+    AUTH_STATUS,
+    AuthError,
+    FourEyesViolation,
+    PermissionDenied,
+    Unauthenticated,
+)
+from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eyes, policy_gaps
+from decisionflow.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
+from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, current_principal
+
+__all__ = [
+    "ALL_ROLES",
+    "ANONYMOUS",
+    "AUTHORIZATION",
+    "AUTH_STATUS",
+    "EXEMPT_METHOD_PREFIXES",
+    "ROLE_NAMES",
+    "RPC_ROLES",
+    "AuthError",
+    "AuthInterceptor",
+    "BearerTokenInterceptor",
+    "CertificateEntry",
+    "Credentials",
+    "CredentialsError",
+    "FourEyesViolation",
+    "PermissionDenied",
+    "Principal",
+    "Role",
+    "SyncBearerTokenInterceptor",
+    "TokenEntry",
+    "Unauthenticated",
+    "all_rpc_methods",
+    "bearer_metadata",
+    "check_four_eyes",
+    "check_principal_name",
+    "current_principal",
+    "issue_token",
+    "load_credentials",
+    "parse_credentials",
+    "parse_role",
+    "policy_gaps",
+    "token_sha256",
+]

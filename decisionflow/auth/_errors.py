@@ -1,0 +1,52 @@
+"""Authentication and authorization refusals.
+
+    DomainError                      (decisionflow.rpc_errors)
+    └── AuthError                    base of every refusal made here
+        ├── Unauthenticated          UNAUTHENTICATED: no credentials, or none that are recognised
+        └── PermissionDenied         PERMISSION_DENIED: authenticated, but not allowed
+            └── FourEyesViolation    PERMISSION_DENIED, reason FOUR_EYES: the author cannot approve
+
+``AUTH_STATUS`` maps them to status codes; a server merges it into its own ``StatusTable``.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from decisionflow import reasons
+from decisionflow.rpc_errors import DomainError, StatusTable
+
+
+class AuthError(DomainError):
+    """Base of the authentication and authorization refusals."""
+
+
+class Unauthenticated(AuthError):
+    """The call carries no credentials, or credentials that are not recognised."""
+
+    reason = reasons.UNAUTHENTICATED
+
+
+class PermissionDenied(AuthError):
+    """The principal is known but holds none of the roles the method allows."""
+
+    reason = reasons.PERMISSION_DENIED
+
+
+class FourEyesViolation(PermissionDenied):
+    """The reviewer is the author of the proposal and the four-eyes rule is on."""
+
+    reason = reasons.FOUR_EYES
+
+    def __init__(self, principal: str) -> None:
+        super().__init__(
+            f"four-eyes rule: {principal!r} authored this proposal and cannot decide it",
+            metadata={"principal": principal},
+        )
+        self.principal = principal
+
+
+AUTH_STATUS: StatusTable = {
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+}

@@ -1,0 +1,229 @@
+"""The server interceptor: authenticates every call (bearer token or verified client certificate),
+checks the method's roles, and makes the principal available to servicer code.
+
+The principal is set in a context variable by the wrapped method behaviour, inside the call that
+runs the servicer: grpc.aio does not promise that ``intercept_service`` runs in the handler's task,
+so a variable set there could be invisible to the servicer, or visible to another call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
+
+import grpc
+
+from decisionflow.auth._credentials import Credentials
+from decisionflow.auth._errors import AUTH_STATUS, AuthError, PermissionDenied, Unauthenticated
+from decisionflow.auth._roles import ANONYMOUS, Principal, Role
+from decisionflow.rpc_errors import code_for, rich_status
+
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+    _Context = grpc.aio.ServicerContext[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+    _Context = grpc.aio.ServicerContext
+
+logger = logging.getLogger(__name__)
+
+EXEMPT_METHOD_PREFIXES: tuple[str, ...] = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+_principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("decisionflow_principal")
+
+
+def current_principal() -> Principal:
+    """Return the principal admitted for the RPC being handled; outside one, raise Unauthenticated."""
+    try:
+        return _principal.get()
+    except LookupError:
+        # Fail closed: a server wired without AuthInterceptor refuses instead of guessing a caller.
+        raise Unauthenticated("no authenticated principal for this call") from None
+
+
+class _AbortsWithStatus(Protocol):
+    async def abort_with_status(self, status: grpc.Status) -> NoReturn: ...
+
+
+def _bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
+    values = [value for key, value in metadata if key.lower() == "authorization"]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise Unauthenticated("more than one authorization header")
+    value = values[0]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated("the authorization header must be 'Bearer <token>'")
+    return token
+
+
+def _certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> list[str]:
+    # The transport fills these only for a peer certificate it verified against the client CA.
+    names: list[str] = []
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        names.extend(value.decode("utf-8", "replace") for value in auth_context.get(key, ()))
+    return names
+
+
+class AuthInterceptor(_ServerInterceptor):
+    """Authenticates each call and admits it only if the principal holds a role the policy allows
+    for the method; health and reflection are exempt, methods absent from the policy are refused."""
+
+    def __init__(self, credentials: Credentials | None, policy: Mapping[str, frozenset[Role]]) -> None:
+        self._credentials = credentials
+        self._policy = dict(policy)
+
+    @property
+    def authenticated(self) -> bool:
+        """True when callers must present credentials (False: everyone is the anonymous principal)."""
+        return self._credentials is not None
+
+    def admit(
+        self,
+        method: str,
+        metadata: Iterable[tuple[str, str | bytes]],
+        auth_context: Mapping[str, Iterable[bytes]],
+    ) -> Principal:
+        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied."""
+        principal = self._authenticate(metadata, auth_context)
+        allowed = self._policy.get(method)
+        if allowed is None:
+            raise PermissionDenied(f"{method} is not in the authorization policy", metadata={"rpc": method})
+        if not principal.has_any(allowed):
+            required = ",".join(sorted(role.value for role in allowed))
+            raise PermissionDenied(
+                f"{principal.name!r} may not call {method} (needs one of: {required})",
+                metadata={"rpc": method, "principal": principal.name, "required_roles": required},
+            )
+        return principal
+
+    def _authenticate(
+        self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
+    ) -> Principal:
+        if self._credentials is None:
+            return ANONYMOUS
+        # An explicit token wins over the transport's certificate; a bad token is refused, not skipped.
+        token = _bearer_token(metadata)
+        if token is not None:
+            principal = self._credentials.principal_for_token(token)
+            if principal is None:
+                raise Unauthenticated("unknown bearer token")
+            return principal
+        names = _certificate_names(auth_context)
+        if names:
+            principal = self._credentials.principal_for_certificate(names)
+            if principal is None:
+                raise Unauthenticated(f"client certificate {names[0]!r} is not a known principal")
+            return principal
+        raise Unauthenticated("credentials required: 'authorization: Bearer <token>' or a client certificate")
+
+    async def _admit_call(self, method: str, context: _Context) -> Principal:
+        try:
+            return self.admit(method, context.invocation_metadata() or (), context.auth_context())
+        except AuthError as error:
+            logger.warning(
+                "refused %s: %s",
+                method,
+                error.message,
+                extra={
+                    "rpc": method,
+                    "code": code_for(AUTH_STATUS, error).name,
+                    "outcome": "refused",
+                    "principal": error.metadata.get("principal"),
+                },
+            )
+            await cast(_AbortsWithStatus, context).abort_with_status(rich_status(code_for(AUTH_STATUS, error), error))
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Return the method's handler with admission and the principal wrapped around its behaviour."""
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(EXEMPT_METHOD_PREFIXES):
+            return handler  # None: no such method, the server answers UNIMPLEMENTED
+
+        async def admit(context: _Context) -> Principal:
+            return await self._admit_call(method, context)
+
+        return _wrap_handler(handler, admit, method)
+
+
+_Admit = Callable[[_Context], Awaitable[Principal]]
+_Behaviour = Callable[[Any, _Context], Any]
+
+
+def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
+    async def admitted(request: Any, context: _Context) -> Any:
+        principal = await admit(context)
+        reset = _principal.set(principal)
+        try:
+            return await behaviour(request, context)
+        finally:
+            _principal.reset(reset)
+
+    return admitted
+
+
+def _wrap_async_generator(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
+    async def admitted(request: Any, context: _Context) -> AsyncIterator[Any]:
+        principal = await admit(context)
+        reset = _principal.set(principal)
+        try:
+            async for response in behaviour(request, context):
+                yield response
+        finally:
+            # A generator abandoned mid-stream is closed by the loop in another context, where the
+            # reset cannot apply; the variable then dies with the call's own task context.
+            with contextlib.suppress(ValueError):
+                _principal.reset(reset)
+
+    return admitted
+
+
+def _refuse_sync(method: str) -> _Behaviour:
+    async def refused(request: Any, context: _Context) -> None:
+        # A synchronous behaviour would run on a thread without the principal; refuse rather than
+        # serve it unauthenticated.
+        logger.error("refused %s: AuthInterceptor admits only async behaviours", method)
+        await context.abort(grpc.StatusCode.INTERNAL, "server misconfigured: synchronous handler")
+
+    return refused
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler[Any, Any], admit: _Admit, method: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    if handler.request_streaming and handler.response_streaming:
+        behaviour, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        behaviour, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        behaviour, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
+    else:
+        behaviour, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+    if inspect.isasyncgenfunction(behaviour):
+        wrapped = _wrap_async_generator(cast(_Behaviour, behaviour), admit)
+    elif inspect.iscoroutinefunction(behaviour):
+        wrapped = _wrap_coroutine(cast(_Behaviour, behaviour), admit)
+    else:
+        wrapped = _refuse_sync(method)
+    return factory(
+        wrapped,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )

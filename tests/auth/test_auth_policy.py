@@ -1,0 +1,109 @@
+"""RPC_ROLES against the contract, every method against every identity on a real server, and four-eyes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from decisionflow import reasons
+from decisionflow.auth import (
+    AUTH_STATUS,
+    RPC_ROLES,
+    FourEyesViolation,
+    PermissionDenied,
+    Role,
+    all_rpc_methods,
+    check_four_eyes,
+    policy_gaps,
+)
+from decisionflow.auth.testing import ROLES, TOKENS, ContractRecorder, bearer, known_credentials, serve
+from decisionflow.rpc_errors import code_for
+
+# Written from the specification, independently of RPC_ROLES, so that a slip in either shows up.
+EXPECTED_ROLES: dict[str, set[str]] = {
+    "/decisionflow.v1.ReviewService/StartReview": {"author"},
+    "/decisionflow.v1.ReviewService/EditProposal": {"author"},
+    "/decisionflow.v1.ReviewService/GetProposal": {"reviewer", "author", "operator"},
+    "/decisionflow.v1.ReviewService/GetOperation": {"reviewer", "author", "operator"},
+    "/decisionflow.v1.ReviewService/Approve": {"reviewer"},
+    "/decisionflow.v1.OperationsService/ListOperations": {"operator"},
+    "/decisionflow.v1.OperationsService/SettleOperation": {"operator"},
+    "/decisionflow.v1.OperationsService/BatchSettleOperations": {"operator"},
+    "/decisionflow.v1.OperationsService/RedriveOperation": {"operator"},
+    "/decisionflow.v1.EffectReceiverService/Apply": {"effect_writer"},
+    "/decisionflow.v1.EffectReceiverService/Lookup": {"effect_reader"},
+    "/decisionflow.v1.EffectReceiverService/BatchLookup": {"effect_reader"},
+    "/decisionflow.v1.EffectReceiverService/ListEffects": {"effect_reader"},
+}
+
+
+def test_rpc_roles_names_exactly_the_rpcs_of_the_contract() -> None:
+    assert policy_gaps(RPC_ROLES) == ([], [])
+    assert sorted(RPC_ROLES) == all_rpc_methods()
+    assert len(all_rpc_methods()) == 13
+
+
+def test_policy_gaps_reports_missing_and_unknown_methods() -> None:
+    policy = dict(RPC_ROLES)
+    del policy["/decisionflow.v1.ReviewService/Approve"]
+    policy["/decisionflow.v1.ReviewService/Approv"] = frozenset({Role.REVIEWER})
+    assert policy_gaps(policy) == (
+        ["/decisionflow.v1.ReviewService/Approve"],
+        ["/decisionflow.v1.ReviewService/Approv"],
+    )
+
+
+def test_rpc_roles_matches_the_specification() -> None:
+    assert {method: {role.value for role in roles} for method, roles in RPC_ROLES.items()} == EXPECTED_ROLES
+
+
+def test_every_method_times_every_identity_on_a_real_server() -> None:
+    identities = [*TOKENS, None]  # None: a call without credentials
+    recorder = ContractRecorder()
+
+    async def scenario() -> dict[tuple[str, str | None], grpc.StatusCode]:
+        outcomes: dict[tuple[str, str | None], grpc.StatusCode] = {}
+        async with (
+            serve(recorder.register, credentials=known_credentials()) as running,
+            grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
+        ):
+            for method in all_rpc_methods():
+                call = channel.unary_unary(method, None, None)
+                for name in identities:
+                    try:
+                        await call(b"", metadata=() if name is None else bearer(name), timeout=5)
+                        outcomes[method, name] = grpc.StatusCode.OK
+                    except grpc.aio.AioRpcError as error:
+                        outcomes[method, name] = error.code()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == len(EXPECTED_ROLES) * len(identities)
+    admitted = []
+    for method, allowed in EXPECTED_ROLES.items():
+        assert outcomes[method, None] == grpc.StatusCode.UNAUTHENTICATED, method
+        for name, roles in ROLES.items():
+            may_call = bool(allowed & {role.value for role in roles})
+            expected = grpc.StatusCode.OK if may_call else grpc.StatusCode.PERMISSION_DENIED
+            assert outcomes[method, name] == expected, (method, name)
+            if may_call:
+                admitted.append((method, name))
+    # The handler ran for exactly the admitted calls, and saw the caller's principal each time.
+    assert sorted((method, p.name) for method, p in recorder.calls) == sorted(admitted)
+
+
+def test_four_eyes_refuses_the_author_as_reviewer_only_when_enabled() -> None:
+    check_four_eyes("arthur", "rita", enabled=True)
+    check_four_eyes("arthur", "arthur", enabled=False)
+    with pytest.raises(FourEyesViolation) as refused:
+        check_four_eyes("arthur", "arthur", enabled=True)
+    assert refused.value.reason == reasons.FOUR_EYES
+    assert refused.value.metadata == {"principal": "arthur"}
+    assert isinstance(refused.value, PermissionDenied)
+    assert code_for(AUTH_STATUS, refused.value) == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_four_eyes_compares_principal_names_exactly() -> None:
+    check_four_eyes("arthur", "Arthur", enabled=True)  # distinct principals in the credentials file
