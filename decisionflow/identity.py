@@ -88,27 +88,34 @@ def _decimal(value: int, what: str) -> str:
 
 
 def evidence_id(evidence: Sequence[EvidenceItem]) -> str:
-    """Return the ev-v1- identity of a list of sources; order does not matter, a duplicate source is refused."""
-    ordered = sorted(evidence, key=lambda item: item.source_id)
+    """Return the ev-v1- identity of a list of sources; order does not matter, a duplicate is refused."""
+    # Sort and compare normalised ids: framing normalises them, so "a\rb" and "a\nb" are one source
+    # and must take the same place in the order.
+    ordered = sorted(evidence, key=lambda item: normalise(item.source_id))
     fields = [EVIDENCE_DOMAIN, str(len(ordered))]
     previous: str | None = None
     for item in ordered:
-        if item.source_id == previous:
+        if normalise(item.source_id) == previous:
             raise IdentityError(f"duplicate source_id {item.source_id!r}")
-        previous = item.source_id
+        previous = normalise(item.source_id)
         fields += [item.source_id, _decimal(item.version, "version"), item.quotation]
     return _digest(EVIDENCE_PREFIX, fields)
 
 
 def policy_id(policy: PolicyRef) -> str:
-    """Return the pol-v1- identity of a policy; rules are taken in code point order of their keys."""
+    """Return the pol-v1- identity of a policy; rules taken in code point order, a duplicate key refused."""
     fields = [
         POLICY_DOMAIN,
         policy.name,
         policy.version_label,
         _decimal(policy.allowance_units, "allowance_units"),
     ]
-    for key in sorted(policy.rules):
+    # As for source ids: order and uniqueness are decided on the keys as framed.
+    previous: str | None = None
+    for key in sorted(policy.rules, key=normalise):
+        if normalise(key) == previous:
+            raise IdentityError(f"duplicate rule key {key!r} after line-ending normalisation")
+        previous = normalise(key)
         fields += [key, policy.rules[key]]
     return _digest(POLICY_PREFIX, fields)
 

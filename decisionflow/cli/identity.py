@@ -1,0 +1,242 @@
+"""``decisionflow identity``: framed bytes and the identities of a proposal (DESIGN.md section 3).
+
+``proposal_from_json`` is the strict reader of a proposal's identity-bearing content: exactly
+the known fields at every level, strings that are Unicode text, non-negative integers that are
+not booleans or floats, no duplicate JSON keys and no duplicate source ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from decisionflow.cli.command import CommandError, Subparsers
+from decisionflow.identity import (
+    EvidenceItem,
+    IdentityError,
+    PolicyRef,
+    frame,
+    identities,
+    normalise,
+)
+
+_PROPOSAL_FIELDS = ("case_id", "action", "body", "evidence", "policy")
+_SOURCE_FIELDS = ("source_id", "version", "quotation")
+_POLICY_FIELDS = ("name", "version_label", "allowance_units", "rules")
+
+
+class ProposalFormatError(IdentityError):
+    """The proposal JSON is malformed or breaks its shape; the message names the offending field."""
+
+
+class ProposalContent(NamedTuple):
+    """The parts of a proposal its identities are computed from, in ``identities()`` argument order."""
+
+    case_id: str
+    action: str
+    body: str
+    evidence: tuple[EvidenceItem, ...]
+    policy: PolicyRef
+
+
+def proposal_from_json(text: str) -> ProposalContent:
+    """Parse proposal JSON strictly; raise ProposalFormatError naming the first field that is wrong."""
+    proposal = _object(_load(text), "proposal", _PROPOSAL_FIELDS)
+    return ProposalContent(
+        case_id=_text(proposal["case_id"], "case_id"),
+        action=_text(proposal["action"], "action"),
+        body=_text(proposal["body"], "body"),
+        evidence=_evidence(proposal["evidence"]),
+        policy=_policy(proposal["policy"]),
+    )
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add ``identity frame`` and ``identity operation``."""
+    parser = subparsers.add_parser(
+        "identity",
+        help="compute framed bytes and identities",
+        description="Compute the canonical framed bytes and identities of DESIGN.md section 3.",
+    )
+    commands = parser.add_subparsers(dest="identity_command", metavar="SUBCOMMAND", required=True)
+
+    frame_parser = commands.add_parser(
+        "frame",
+        help="print the framed bytes of FIELDs as lowercase hex",
+        description="Print the framed bytes of the fields as lowercase hex (use -- before a field like -x).",
+    )
+    frame_parser.add_argument("fields", nargs="+", metavar="FIELD")
+    frame_parser.set_defaults(func=_run_frame)
+
+    operation_parser = commands.add_parser(
+        "operation",
+        help="print the operation, evidence and policy ids of a proposal as JSON",
+        description=(
+            "Read {case_id, action, body, evidence: [{source_id, version, quotation}], "
+            "policy: {name, version_label, allowance_units, rules}} and print the three ids as JSON."
+        ),
+    )
+    operation_parser.add_argument("file", metavar="FILE", help="proposal JSON file, - for standard input")
+    operation_parser.set_defaults(func=_run_operation)
+
+
+def _run_frame(args: argparse.Namespace) -> int:
+    try:
+        framed = frame(args.fields)
+    except IdentityError as exc:
+        raise CommandError(str(exc)) from exc
+    sys.stdout.write(framed.hex() + "\n")
+    return 0
+
+
+def _run_operation(args: argparse.Namespace) -> int:
+    text = _read_text(args.file)
+    try:
+        ids = identities(*proposal_from_json(text))
+    except IdentityError as exc:
+        raise CommandError(str(exc)) from exc
+    result = {"operation_id": ids.operation_id, "evidence_id": ids.evidence_id, "policy_id": ids.policy_id}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+def _read_text(path: str) -> str:
+    name = "standard input" if path == "-" else repr(path)
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{name} is not UTF-8 (byte {exc.start})") from exc
+
+
+def _load(text: str) -> object:
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_refuse_constant,
+            parse_int=_integer,
+        )
+    except ProposalFormatError:
+        raise
+    except RecursionError as exc:
+        raise ProposalFormatError("not JSON: nested too deeply") from exc
+    except ValueError as exc:
+        raise ProposalFormatError(f"not JSON: {exc}") from exc
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # json.loads keeps the last of two equal keys; which value was reviewed would then be a guess.
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ProposalFormatError(f"duplicate JSON key {key!r}")
+        result[key] = value
+    return result
+
+
+def _refuse_constant(name: str) -> object:
+    raise ProposalFormatError(f"not JSON: {name} is not a JSON number")
+
+
+def _integer(literal: str) -> int:
+    try:
+        return int(literal)
+    except ValueError as exc:
+        # Python refuses to convert integer literals beyond its digit limit.
+        raise ProposalFormatError(f"not JSON: integer of {len(literal)} characters is too long") from exc
+
+
+def _json_type(value: object) -> str:
+    names: dict[type, str] = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number with a fraction or exponent",
+    }
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _object(value: object, where: str, names: Sequence[str]) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise ProposalFormatError(f"{where}: must be an object, not {_json_type(value)}")
+    unknown = [key for key in value if key not in names]
+    if unknown:
+        raise ProposalFormatError(f"{where}: unknown field {unknown[0]!r}")
+    missing = [name for name in names if name not in value]
+    if missing:
+        raise ProposalFormatError(f"{where}: missing field {missing[0]!r}")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ProposalFormatError(f"{where}: must be a string, not {_json_type(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # JSON "\ud800" escapes decode to lone surrogates, which have no UTF-8 form to frame.
+        raise ProposalFormatError(f"{where}: lone surrogate at index {exc.start} is not text") from exc
+    return value
+
+
+def _count(value: object, where: str) -> int:
+    # bool is an int subclass and 2.0 == 2; neither is a version or an allowance.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProposalFormatError(f"{where}: must be a non-negative integer, not {_json_type(value)}")
+    if value < 0:
+        raise ProposalFormatError(f"{where}: must be a non-negative integer, not a negative one")
+    return value
+
+
+def _evidence(value: object) -> tuple[EvidenceItem, ...]:
+    if not isinstance(value, list):
+        raise ProposalFormatError(f"evidence: must be an array, not {_json_type(value)}")
+    items: list[EvidenceItem] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(value):
+        where = f"evidence[{index}]"
+        source = _object(entry, where, _SOURCE_FIELDS)
+        source_id = _text(source["source_id"], f"{where}.source_id")
+        # Compared as framed, so ids differing only in line endings count as one source.
+        if normalise(source_id) in seen:
+            raise ProposalFormatError(f"{where}.source_id: duplicate source id {source_id!r}")
+        seen.add(normalise(source_id))
+        items.append(
+            EvidenceItem(
+                source_id=source_id,
+                version=_count(source["version"], f"{where}.version"),
+                quotation=_text(source["quotation"], f"{where}.quotation"),
+            )
+        )
+    return tuple(items)
+
+
+def _policy(value: object) -> PolicyRef:
+    policy = _object(value, "policy", _POLICY_FIELDS)
+    rules = policy["rules"]
+    if not isinstance(rules, dict):
+        raise ProposalFormatError(f"policy.rules: must be an object, not {_json_type(rules)}")
+    checked: dict[str, str] = {}
+    seen: set[str] = set()
+    for key, rule in rules.items():
+        _text(key, "policy.rules key")
+        if normalise(key) in seen:
+            raise ProposalFormatError(f"policy.rules: duplicate key {key!r} after line-ending normalisation")
+        seen.add(normalise(key))
+        checked[key] = _text(rule, f"policy.rules[{key!r}]")
+    return PolicyRef(
+        name=_text(policy["name"], "policy.name"),
+        version_label=_text(policy["version_label"], "policy.version_label"),
+        allowance_units=_count(policy["allowance_units"], "policy.allowance_units"),
+        rules=checked,
+    )

@@ -1,0 +1,1 @@
+"""Identity framing, the independent reference implementation and the identity command line."""
