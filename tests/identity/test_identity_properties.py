@@ -14,6 +14,7 @@ from decisionflow.identity import EvidenceItem, Identities, PolicyRef, frame, id
 from tests.identity.identity_reference import (
     canonical_text,
     evidence_identity,
+    framed,
     operation_identity,
     policy_identity,
     unframe,
@@ -54,6 +55,11 @@ def test_frame_decodes_back_to_the_normalised_fields(fields: list[str]) -> None:
 def test_distinct_normalised_field_lists_have_distinct_frames(first: list[str], second: list[str]) -> None:
     same_content = [canonical_text(t) for t in first] == [canonical_text(t) for t in second]
     assert (frame(first) == frame(second)) == same_content
+
+
+@given(field_lists)
+def test_product_frame_equals_reference_frame(fields: list[str]) -> None:
+    assert frame(fields) == framed(fields)
 
 
 def _restyle(text: str, random: Random) -> str:
