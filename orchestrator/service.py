@@ -306,7 +306,11 @@ class OrchestratorService:
         operation = await asyncio.to_thread(self._store.get_operation, recorded.operation_id)
         if recorded.decision is Decision.APPROVE and operation.state in OPEN_STATES:
             proposal = await asyncio.to_thread(self._store.get_proposal, recorded.operation_id)
-            return await self._drive(proposal, recorded, deadline, replay=True)
+            try:
+                return await self._drive(proposal, recorded, deadline, replay=True)
+            except NotRedrivable:
+                # Settled by a concurrent call between our read and the attempt: report that.
+                operation = await asyncio.to_thread(self._store.get_operation, recorded.operation_id)
         return DecisionResult(operation, outcome_of(operation.state), replay=True)
 
     async def _drive(
