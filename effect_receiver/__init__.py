@@ -1,0 +1,1 @@
+"""The EffectReceiver: writes one effect per operation id and answers whether it happened (DESIGN.md §5)."""

@@ -1,0 +1,257 @@
+"""What the receiver stores and answers, and the rules a request must satisfy before anything is written.
+
+An effect is keyed by its operation id. Its payload is the canonical JSON the orchestrator
+built once; the receiver checks that the payload is what the request claims (same operation,
+case and action, digest equal to SHA-256 of the bytes) and takes the business record
+(body, reviewer, decision time) from it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from decisionflow.identity import OPERATION_ID_PATTERN
+
+RECORD_SUPPORT_REVIEW = "record_support_review"
+KINDS = frozenset({RECORD_SUPPORT_REVIEW})
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+CASE_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
+DIGEST_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
+REQUIRED_PAYLOAD_KEYS = (
+    "operation_id",
+    "case_id",
+    "action",
+    "body",
+    "evidence_id",
+    "policy_id",
+    "reviewer",
+    "decision",
+    "decided_at",
+)
+MAX_BATCH_LOOKUP = 1000
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+class ApplyOutcome(enum.Enum):
+    """Whether an Apply wrote the effect or found it already written with the same payload."""
+
+    CREATED = "CREATED"
+    REPLAYED = "REPLAYED"
+
+
+class Consistency(enum.Enum):
+    """How fresh a lookup answer is: STRONG from the primary, EVENTUAL from a replica."""
+
+    STRONG = "STRONG"
+    EVENTUAL = "EVENTUAL"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One bad request field and why it is refused."""
+
+    field: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Proof that the effect for operation_id was written, and when."""
+
+    receipt_id: str
+    operation_id: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """A validated effect to write: its key, case, kind, payload and digest, and the business record."""
+
+    operation_id: str
+    case_id: str
+    kind: str
+    payload: bytes
+    payload_digest: str
+    body: str
+    reviewer: str
+    decided_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEffect:
+    """A written effect as listed for operators: its key, business record and receipt."""
+
+    sequence: int
+    operation_id: str
+    case_id: str
+    kind: str
+    payload_digest: str
+    body: str
+    reviewer: str
+    receipt: Receipt
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyAnswer:
+    """The result of an Apply: CREATED or REPLAYED, always with the original receipt."""
+
+    outcome: ApplyOutcome
+    receipt: Receipt
+
+
+@dataclass(frozen=True, slots=True)
+class LookupAnswer:
+    """What the receiver knew about one operation id at observed_at; receipt is None when not found."""
+
+    operation_id: str
+    receipt: Receipt | None
+    consistency: Consistency
+    observed_at: datetime
+
+    @property
+    def applied(self) -> bool:
+        """True when the effect exists."""
+        return self.receipt is not None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectPage:
+    """One page of a case's effects, oldest first; next_after is the cursor for the next page, if any."""
+
+    effects: tuple[AppliedEffect, ...]
+    next_after: int | None
+
+
+def payload_digest(payload: bytes) -> str:
+    """Return the lowercase hex SHA-256 of payload, the digest an Apply must carry."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def operation_id_violations(operation_id: str, field: str = "operation_id") -> list[Violation]:
+    """Return why operation_id is not a well-formed operation id (empty when it is)."""
+    if OPERATION_ID_PATTERN.match(operation_id):
+        return []
+    return [Violation(field, "must be op-v1- followed by 64 lowercase hex digits")]
+
+
+def case_id_violations(case_id: str, field: str = "case_id") -> list[Violation]:
+    """Return why case_id is not a well-formed case id (empty when it is)."""
+    if CASE_ID_PATTERN.match(case_id):
+        return []
+    return [Violation(field, "must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'")]
+
+
+def batch_violations(operation_ids: Sequence[str]) -> list[Violation]:
+    """Return why a batch lookup request is refused: 1 to 1,000 ids, each well formed."""
+    if not 1 <= len(operation_ids) <= MAX_BATCH_LOOKUP:
+        return [Violation("operation_ids", f"must hold 1 to {MAX_BATCH_LOOKUP} ids, not {len(operation_ids)}")]
+    violations: list[Violation] = []
+    for index, operation_id in enumerate(operation_ids):
+        violations += operation_id_violations(operation_id, f"operation_ids[{index}]")
+    return violations
+
+
+def page_size_violations(page_size: int) -> list[Violation]:
+    """Return why page_size is refused: 0 (the default) or 1 to 1,000."""
+    if 0 <= page_size <= MAX_PAGE_SIZE:
+        return []
+    return [Violation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")]
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys; two readers of the same bytes could then
+    # disagree about what was approved, so such a payload is refused.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_payload(payload: bytes) -> tuple[dict[str, Any] | None, list[Violation]]:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, [Violation("payload", "must be UTF-8")]
+    try:
+        document = json.loads(text, object_pairs_hook=_object_without_duplicates, parse_constant=_refuse_constant)
+    except _DuplicateKey as exc:
+        return None, [Violation("payload", f"JSON object has the key {exc.args[0]!r} twice")]
+    except ValueError as exc:
+        return None, [Violation("payload", f"must be a JSON object: {exc}")]
+    if not isinstance(document, dict):
+        return None, [Violation("payload", "must be a JSON object")]
+    return document, []
+
+
+def _parse_decided_at(value: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.utcoffset() is not None else None
+
+
+def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, digest: str) -> Effect | list[Violation]:
+    """Return the Effect an Apply describes, or every reason it is refused (then nothing may be written)."""
+    violations = operation_id_violations(operation_id) + case_id_violations(case_id)
+    if kind not in KINDS:
+        violations.append(Violation("kind", f"must be one of: {', '.join(sorted(KINDS))}"))
+    if not DIGEST_PATTERN.match(digest):
+        violations.append(Violation("payload_digest", "must be 64 lowercase hex digits"))
+    elif payload_digest(payload) != digest:
+        violations.append(Violation("payload_digest", "is not the SHA-256 of payload"))
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        violations.append(Violation("payload", f"must be at most {MAX_PAYLOAD_BYTES} bytes, not {len(payload)}"))
+        return violations
+    document, payload_violations = _parse_payload(payload)
+    violations += payload_violations
+    if document is None:
+        return violations
+    for key in REQUIRED_PAYLOAD_KEYS:
+        if key not in document:
+            violations.append(Violation(f"payload.{key}", "is required"))
+        elif not isinstance(document[key], str):
+            violations.append(Violation(f"payload.{key}", "must be a string"))
+    for key, expected in (("operation_id", operation_id), ("case_id", case_id), ("action", kind)):
+        value = document.get(key)
+        if isinstance(value, str) and value != expected:
+            request_field = "kind" if key == "action" else key
+            violations.append(Violation(f"payload.{key}", f"must equal the request's {request_field}"))
+    if document.get("reviewer") == "":
+        violations.append(Violation("payload.reviewer", "must not be empty"))
+    decided_at = None
+    if isinstance(document.get("decided_at"), str):
+        decided_at = _parse_decided_at(document["decided_at"])
+        if decided_at is None:
+            violations.append(Violation("payload.decided_at", "must be an ISO 8601 time with a UTC offset"))
+    if violations or decided_at is None:
+        return violations
+    return Effect(
+        operation_id=operation_id,
+        case_id=case_id,
+        kind=kind,
+        payload=payload,
+        payload_digest=digest,
+        body=document["body"],
+        reviewer=document["reviewer"],
+        decided_at=decided_at,
+    )

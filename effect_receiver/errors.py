@@ -1,0 +1,50 @@
+"""The receiver's refusals. Each maps to one status in ``grpc_api.STATUS_TABLE``.
+
+    DomainError                      decisionflow.rpc_errors: every refusal on the wire
+    ├── InvalidRequest               INVALID_ARGUMENT, field violations; nothing was written
+    ├── IdempotencyKeyReused         FAILED_PRECONDITION; the stored effect is unchanged; never retry
+    └── Unavailable                  UNAVAILABLE; the database cannot be reached; retry with the same key
+        └── ReplyLost                UNAVAILABLE (failpoint): the effect committed, the reply was withheld
+
+``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow.rpc_errors``.
+"""
+
+from __future__ import annotations
+
+from decisionflow import reasons
+from decisionflow.rpc_errors import DomainError, FieldViolation, InvalidRequest, Unavailable
+
+__all__ = [
+    "DomainError",
+    "FieldViolation",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "ReplyLost",
+    "Unavailable",
+]
+
+
+class IdempotencyKeyReused(DomainError):
+    """An effect exists under this operation id with another payload digest; it stays as it was."""
+
+    reason = reasons.IDEMPOTENCY_KEY_REUSED
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(
+            f"operation {operation_id} was already applied with another payload",
+            metadata={reasons.OPERATION_ID: operation_id},
+        )
+        self.operation_id = operation_id
+
+
+class ReplyLost(Unavailable):
+    """The effect for operation_id committed but the reply was withheld (failpoint); a lookup shows it."""
+
+    reason = reasons.REPLY_LOST
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(
+            f"operation {operation_id}: committed, reply lost (failpoint)",
+            metadata={reasons.OPERATION_ID: operation_id},
+        )
+        self.operation_id = operation_id

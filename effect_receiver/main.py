@@ -1,0 +1,107 @@
+"""Wiring of the receiver process: configuration, database, server; the only reader of the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from decisionflow import db, logs
+from decisionflow.failpoints import Failpoints
+from decisionflow.serving import RunningServer, check_exposure, serve_until_signal, start_server
+from effect_receiver.config import ReceiverConfig, load
+from effect_receiver.grpc_api import EffectReceiverServicer, register
+from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
+from effect_receiver.store import EffectStore, migrate
+
+logger = logging.getLogger("effect_receiver")
+
+
+@dataclass
+class ReceiverServer(RunningServer):
+    """A running receiver: the gRPC server and the database engines it releases when stopped."""
+
+    engines: tuple[Engine, ...] = field(default=())
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
+        try:
+            await super().stop(grace)
+        finally:
+            for engine in self.engines:
+                engine.dispose()
+
+
+async def create_server(config: ReceiverConfig) -> ReceiverServer:
+    """Migrate the primary database and start serving on config.address (port 0 picks a free port)."""
+    # No TLS or authentication is configured here, so only loopback is allowed.
+    check_exposure(config.address, tls=False, authenticated=False)
+    primary = db.create_engine(config.database_url)
+    engines = [primary]
+    try:
+        await asyncio.to_thread(migrate, primary)
+        replica = None
+        if config.replica_database_url:
+            # A replica is read-only and gets its schema from the primary, so it is not migrated.
+            replica = db.create_engine(config.replica_database_url)
+            engines.append(replica)
+        service = ReceiverService(
+            EffectStore(primary),
+            replica=None if replica is None else EffectStore(replica),
+            failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
+            key_retention=config.key_retention,
+        )
+        running = await start_server(config.address, register(EffectReceiverServicer(service)))
+    except BaseException:
+        for engine in engines:
+            engine.dispose()
+        raise
+    return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines))
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    # Written aside and renamed, so a process polling for the file never reads half a number.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{port}\n", encoding="ascii")
+    partial.replace(path)
+
+
+async def serve(config: ReceiverConfig) -> None:
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file)."""
+    running = await create_server(config)
+    if config.port_file is not None:
+        _write_port_file(config.port_file, running.port)
+    # Parent processes read this first stdout line to learn the port.
+    sys.stdout.write(json.dumps({"event": "listening", "service": "effect_receiver", "port": running.port}) + "\n")
+    sys.stdout.flush()
+    logger.info(
+        "listening on port %d (failpoints: %s)",
+        running.port,
+        config.failpoints or "none",
+        extra={"service": "effect_receiver"},
+    )
+    await serve_until_signal(running, config.shutdown_grace_seconds)
+    logger.info("stopped", extra={"service": "effect_receiver"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the decisionflow-receiver command; returns the process exit status."""
+    config = load(sys.argv[1:] if argv is None else argv, os.environ)
+    logs.configure(config.log_level)
+    try:
+        asyncio.run(serve(config))
+    except Exception:
+        logger.exception("receiver failed", extra={"service": "effect_receiver"})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

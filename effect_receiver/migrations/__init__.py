@@ -1,0 +1,1 @@
+"""Alembic migrations of the receiver's database (a package so that they ship with the wheel)."""

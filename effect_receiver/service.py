@@ -1,0 +1,157 @@
+"""The receiver's use cases: validate, write once, look up, list. No gRPC here.
+
+Failpoints (enabled only by configuration) fire after an Apply's transaction has committed,
+for a new effect and for a replay alike:
+
+- ``receiver.commit_then_lose_reply``: the call fails with UNAVAILABLE (reason REPLY_LOST),
+  so the caller cannot know the effect exists until it looks it up;
+- ``receiver.commit_then_exit``: the process ends at once, as if killed after the commit.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from decisionflow.failpoints import FailpointError, Failpoints
+from effect_receiver.domain import (
+    DEFAULT_PAGE_SIZE,
+    ApplyAnswer,
+    Consistency,
+    EffectPage,
+    LookupAnswer,
+    Receipt,
+    Violation,
+    batch_violations,
+    case_id_violations,
+    check_effect,
+    operation_id_violations,
+    page_size_violations,
+)
+from effect_receiver.errors import FieldViolation, InvalidRequest, ReplyLost
+from effect_receiver.store import EffectStore
+
+COMMIT_THEN_LOSE_REPLY = "receiver.commit_then_lose_reply"
+COMMIT_THEN_EXIT = "receiver.commit_then_exit"
+FAILPOINT_NAMES = (COMMIT_THEN_LOSE_REPLY, COMMIT_THEN_EXIT)
+
+_PAGE_TOKEN_PREFIX = "after:"  # noqa: S105 (a cursor marker, not a secret)
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The wall clock, as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def new_receipt_id() -> str:
+    """A fresh receipt id: ``rcpt-`` followed by 32 hex digits of a random UUID."""
+    return "rcpt-" + uuid.uuid4().hex
+
+
+def _refuse(violations: Sequence[Violation]) -> InvalidRequest:
+    return InvalidRequest([FieldViolation(v.field, v.description) for v in violations])
+
+
+def encode_page_token(after: int) -> str:
+    """Return the opaque token that resumes a listing after the effect with sequence after."""
+    return base64.urlsafe_b64encode(f"{_PAGE_TOKEN_PREFIX}{after}".encode()).decode("ascii")
+
+
+def decode_page_token(token: str) -> int:
+    """Return the sequence a page token resumes after (0 for the empty token); InvalidRequest if forged."""
+    if not token:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(token.encode("ascii")).decode("ascii")
+    except (binascii.Error, UnicodeError, ValueError):
+        text = ""
+    digits = text.removeprefix(_PAGE_TOKEN_PREFIX)
+    if not text.startswith(_PAGE_TOKEN_PREFIX) or not digits.isdigit():
+        raise _refuse([Violation("page_token", "is not a token from a previous ListEffects response")])
+    return int(digits)
+
+
+class ReceiverService:
+    """Writes each effect once and answers lookups; lookups go to the replica when one is given."""
+
+    def __init__(
+        self,
+        primary: EffectStore,
+        *,
+        replica: EffectStore | None = None,
+        failpoints: Failpoints | None = None,
+        key_retention: timedelta | None = None,
+        clock: Clock = utc_now,
+        receipt_ids: Callable[[], str] = new_receipt_id,
+    ) -> None:
+        self._primary = primary
+        self._reader = replica or primary
+        self._consistency = Consistency.STRONG if replica is None else Consistency.EVENTUAL
+        self._failpoints = failpoints or Failpoints("", FAILPOINT_NAMES)
+        self._clock = clock
+        self._receipt_ids = receipt_ids
+        self.key_retention = key_retention
+
+    def apply(self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str) -> ApplyAnswer:
+        """Write the effect once: CREATED the first time, REPLAYED with the original receipt after.
+
+        Raises InvalidRequest (nothing written), IdempotencyKeyReused (stored effect
+        unchanged), Unavailable, or ReplyLost when that failpoint fires after the commit.
+        """
+        checked = check_effect(operation_id, case_id, kind, payload, payload_digest)
+        if isinstance(checked, list):
+            raise _refuse(checked)
+        receipt = Receipt(self._receipt_ids(), operation_id, self._clock())
+        answer = self._primary.apply(checked, receipt)
+        logger.info(
+            "effect %s",
+            answer.outcome.value.lower(),
+            extra={"rpc": "Apply", "operation_id": operation_id, "case_id": case_id, "outcome": answer.outcome.value},
+        )
+        self._failpoints.hit(COMMIT_THEN_EXIT)
+        try:
+            self._failpoints.hit(COMMIT_THEN_LOSE_REPLY)
+        except FailpointError as exc:
+            raise ReplyLost(operation_id) from exc
+        return answer
+
+    def lookup(self, operation_id: str) -> LookupAnswer:
+        """Return whether the effect of operation_id exists, with the consistency of the answer."""
+        violations = operation_id_violations(operation_id)
+        if violations:
+            raise _refuse(violations)
+        # Taken before the read: a NOT_FOUND then holds at least until observed_at.
+        observed_at = self._clock()
+        receipt = self._reader.lookup(operation_id)
+        return LookupAnswer(operation_id, receipt, self._consistency, observed_at)
+
+    def batch_lookup(self, operation_ids: Sequence[str]) -> list[LookupAnswer]:
+        """Return one answer per requested id, in request order, from a single query."""
+        violations = batch_violations(operation_ids)
+        if violations:
+            raise _refuse(violations)
+        observed_at = self._clock()
+        receipts = self._reader.batch_lookup(operation_ids)
+        return [
+            LookupAnswer(operation_id, receipts.get(operation_id), self._consistency, observed_at)
+            for operation_id in operation_ids
+        ]
+
+    def list_effects(self, case_id: str, page_size: int, page_token: str) -> tuple[EffectPage, str]:
+        """Return one page of the case's effects, oldest first, and the token for the next page ('' if last)."""
+        violations = case_id_violations(case_id) + page_size_violations(page_size)
+        if violations:
+            raise _refuse(violations)
+        after = decode_page_token(page_token)
+        # From the primary: operators and the demo count effects, and a lagging count misleads.
+        page = self._primary.list_effects(case_id, after=after, limit=page_size or DEFAULT_PAGE_SIZE)
+        next_token = "" if page.next_after is None else encode_page_token(page.next_after)
+        return page, next_token

@@ -1,0 +1,172 @@
+"""The receiver's database: effects written once per operation id, with their business records.
+
+Each public method is one transaction. Once-per-key is the UNIQUE constraint on
+``effects.operation_id`` and one INSERT: concurrent duplicates queue on that constraint
+(PostgreSQL) or on the write lock taken by ``BEGIN IMMEDIATE`` (SQLite), and every loser
+reads the winner's row and replays its receipt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from decisionflow import db
+from effect_receiver.domain import AppliedEffect, ApplyAnswer, ApplyOutcome, Effect, EffectPage, Receipt
+from effect_receiver.errors import IdempotencyKeyReused, Unavailable
+from effect_receiver.schema import VERSION_TABLE, effects, support_review_records
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+# Errors that say the database could not answer, not that the request was wrong; the caller
+# retries with the same key, which is safe because the write is idempotent.
+_UNREACHABLE = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
+
+_RECEIPT_COLUMNS = (effects.c.receipt_id, effects.c.operation_id, effects.c.applied_at)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the receiver's schema behind engine to the newest revision (idempotent)."""
+    db.migrate(engine, MIGRATIONS, VERSION_TABLE)
+
+
+def _receipt(row: sa.Row[*tuple[Any, ...]]) -> Receipt:
+    return Receipt(receipt_id=row.receipt_id, operation_id=row.operation_id, applied_at=row.applied_at)
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    try:
+        yield
+    except _UNREACHABLE as exc:
+        cause = getattr(exc, "orig", None) or exc
+        raise Unavailable(f"receiver database unavailable: {type(cause).__name__}") from exc
+
+
+class EffectStore:
+    """Effects and support review records in one database (the primary, or a read replica)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # The shared engine opens every SQLite transaction with BEGIN IMMEDIATE, so they run one
+        # at a time anyway; queueing this process's threads on a lock keeps them out of SQLite's
+        # busy handler, whose sleeps of up to 100 ms made tail latency ten times worse. Other
+        # processes on the same file still queue on the busy timeout.
+        self._turn: AbstractContextManager[object] = threading.Lock() if db.is_sqlite(engine) else nullcontext()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
+        with self._turn, _reachable(), self._engine.begin() as conn:
+            yield conn
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this store runs its transactions on."""
+        return self._engine
+
+    def apply(self, effect: Effect, receipt: Receipt) -> ApplyAnswer:
+        """Write effect and its record under receipt once; a repeat replays the stored receipt or is refused.
+
+        Raises IdempotencyKeyReused when the stored effect has another payload digest (it is
+        left unchanged) and Unavailable when the database cannot be reached.
+        """
+        with self._transaction() as conn:
+            try:
+                # The savepoint keeps the transaction usable after a unique violation
+                # (PostgreSQL aborts the whole transaction otherwise).
+                with conn.begin_nested():
+                    conn.execute(
+                        effects.insert().values(
+                            operation_id=effect.operation_id,
+                            case_id=effect.case_id,
+                            kind=effect.kind,
+                            payload=effect.payload,
+                            payload_digest=effect.payload_digest,
+                            receipt_id=receipt.receipt_id,
+                            applied_at=receipt.applied_at,
+                        )
+                    )
+            except sa.exc.IntegrityError as exc:
+                return self._replay_txn(conn, effect, exc)
+            conn.execute(
+                support_review_records.insert().values(
+                    operation_id=effect.operation_id,
+                    case_id=effect.case_id,
+                    body=effect.body,
+                    reviewer=effect.reviewer,
+                    decided_at=effect.decided_at,
+                )
+            )
+        return ApplyAnswer(ApplyOutcome.CREATED, receipt)
+
+    def _replay_txn(self, conn: sa.Connection, effect: Effect, exc: sa.exc.IntegrityError) -> ApplyAnswer:
+        # Read committed: after losing the race on the unique key, this statement sees the
+        # winner's committed row (PostgreSQL waits for it; SQLite holds the write lock).
+        row = conn.execute(
+            sa.select(effects.c.payload_digest, *_RECEIPT_COLUMNS).where(effects.c.operation_id == effect.operation_id)
+        ).one_or_none()
+        if row is None:
+            raise exc  # some other constraint failed; not a duplicate key
+        if row.payload_digest != effect.payload_digest:
+            raise IdempotencyKeyReused(effect.operation_id) from exc
+        return ApplyAnswer(ApplyOutcome.REPLAYED, _receipt(row))
+
+    def lookup(self, operation_id: str) -> Receipt | None:
+        """Return the receipt of the effect written under operation_id, or None when there is none."""
+        with self._transaction() as conn:
+            row = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == operation_id)).one_or_none()
+        return None if row is None else _receipt(row)
+
+    def batch_lookup(self, operation_ids: Sequence[str]) -> dict[str, Receipt]:
+        """Return the receipts of those operation_ids that have an effect, in one query."""
+        wanted = sorted(set(operation_ids))
+        with self._transaction() as conn:
+            rows = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id.in_(wanted))).all()
+        return {row.operation_id: _receipt(row) for row in rows}
+
+    def list_effects(self, case_id: str, *, after: int, limit: int) -> EffectPage:
+        """Return up to limit effects of case_id with a sequence above after, oldest first."""
+        query = (
+            sa.select(
+                effects.c.sequence,
+                effects.c.operation_id,
+                effects.c.case_id,
+                effects.c.kind,
+                effects.c.payload_digest,
+                effects.c.receipt_id,
+                effects.c.applied_at,
+                support_review_records.c.body,
+                support_review_records.c.reviewer,
+            )
+            .join(support_review_records, support_review_records.c.operation_id == effects.c.operation_id)
+            .where(effects.c.case_id == case_id, effects.c.sequence > after)
+            .order_by(effects.c.sequence)
+            .limit(limit + 1)  # one more than asked tells whether a next page exists
+        )
+        with self._transaction() as conn:
+            rows = conn.execute(query).all()
+        page = tuple(
+            AppliedEffect(
+                sequence=row.sequence,
+                operation_id=row.operation_id,
+                case_id=row.case_id,
+                kind=row.kind,
+                payload_digest=row.payload_digest,
+                body=row.body,
+                reviewer=row.reviewer,
+                receipt=_receipt(row),
+            )
+            for row in rows[:limit]
+        )
+        return EffectPage(page, page[-1].sequence if len(rows) > limit else None)
+
+    def count_effects(self) -> int:
+        """Return how many effects are stored (all cases)."""
+        with self._transaction() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(effects)).scalar_one())

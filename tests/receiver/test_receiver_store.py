@@ -1,0 +1,147 @@
+"""Store contract: the same behaviour on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from decisionflow import db
+from effect_receiver.domain import ApplyOutcome, Consistency, Effect, Receipt, check_effect
+from effect_receiver.errors import IdempotencyKeyReused, Unavailable
+from effect_receiver.service import ReceiverService
+from effect_receiver.store import EffectStore, migrate
+
+from .conftest import CASE_ID, closed_port, new_operation_id, payload_for
+
+T0 = datetime(2026, 11, 29, 21, 0, 0, 250000, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[EffectStore]:
+    engine = db.create_engine(database_url)
+    migrate(engine)
+    migrate(engine)  # a second run is a no-op: every replica runs it at start
+    try:
+        yield EffectStore(engine)
+    finally:
+        engine.dispose()
+
+
+def effect(operation_id: str, case_id: str = CASE_ID, **overrides: str) -> Effect:
+    payload = payload_for(operation_id, case_id, **overrides)
+    checked = check_effect(operation_id, case_id, "record_support_review", payload, hashlib.sha256(payload).hexdigest())
+    assert isinstance(checked, Effect), checked
+    return checked
+
+
+def receipt(operation_id: str, n: int = 0) -> Receipt:
+    return Receipt(f"rcpt-{n:032x}", operation_id, T0 + timedelta(seconds=n))
+
+
+def stored_rows(store: EffectStore, operation_id: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    with store.engine.connect() as conn:
+        effect_row = conn.execute(
+            sa.text("SELECT payload, payload_digest, receipt_id FROM effects WHERE operation_id = :o"),
+            {"o": operation_id},
+        ).one()
+        record_row = conn.execute(
+            sa.text("SELECT case_id, body, reviewer FROM support_review_records WHERE operation_id = :o"),
+            {"o": operation_id},
+        ).one()
+    return tuple(effect_row), tuple(record_row)
+
+
+def test_apply_creates_the_effect_and_its_record_in_one_go(store: EffectStore) -> None:
+    operation_id = new_operation_id()
+    assert store.lookup(operation_id) is None
+    answer = store.apply(effect(operation_id), receipt(operation_id))
+    assert answer.outcome is ApplyOutcome.CREATED
+    assert answer.receipt == receipt(operation_id)
+    assert store.lookup(operation_id) == receipt(operation_id)  # applied_at survives the round trip, in UTC
+    effect_row, record_row = stored_rows(store, operation_id)
+    assert effect_row[0] == payload_for(operation_id)
+    assert record_row == (CASE_ID, effect(operation_id).body, "rita@example.com")
+    assert store.count_effects() == 1
+
+
+def test_a_repeat_replays_the_original_receipt(store: EffectStore) -> None:
+    operation_id = new_operation_id()
+    store.apply(effect(operation_id), receipt(operation_id, 1))
+    answer = store.apply(effect(operation_id), receipt(operation_id, 2))
+    assert answer.outcome is ApplyOutcome.REPLAYED
+    assert answer.receipt == receipt(operation_id, 1)
+    assert store.count_effects() == 1
+
+
+def test_a_key_reused_with_another_payload_is_refused_and_the_effect_unchanged(store: EffectStore) -> None:
+    operation_id = new_operation_id()
+    store.apply(effect(operation_id), receipt(operation_id, 1))
+    before = stored_rows(store, operation_id)
+    with pytest.raises(IdempotencyKeyReused) as refused:
+        store.apply(effect(operation_id, body="A different reply."), receipt(operation_id, 2))
+    assert refused.value.operation_id == operation_id
+    assert refused.value.metadata == {"operation_id": operation_id}
+    assert isinstance(refused.value.__cause__, sa.exc.IntegrityError)
+    assert stored_rows(store, operation_id) == before
+    assert store.lookup(operation_id) == receipt(operation_id, 1)
+    assert store.count_effects() == 1
+
+
+def test_batch_lookup_answers_in_request_order(store: EffectStore) -> None:
+    applied = [new_operation_id() for _ in range(3)]
+    for n, operation_id in enumerate(applied):
+        store.apply(effect(operation_id), receipt(operation_id, n))
+    missing = [new_operation_id() for _ in range(2)]
+    asked = [missing[0], applied[2], applied[0], missing[1], applied[2], applied[1]]
+    assert store.batch_lookup(asked) == {op: receipt(op, n) for n, op in enumerate(applied)}
+    answers = ReceiverService(store, clock=lambda: T0).batch_lookup(asked)
+    assert [a.operation_id for a in answers] == asked
+    assert [a.applied for a in answers] == [False, True, True, False, True, True]
+    assert answers[1].receipt == receipt(applied[2], 2)
+    assert {(a.consistency, a.observed_at) for a in answers} == {(Consistency.STRONG, T0)}
+
+
+def test_list_effects_pages_one_case_oldest_first(store: EffectStore) -> None:
+    ours = [new_operation_id() for _ in range(5)]
+    for n, operation_id in enumerate(ours):
+        store.apply(effect(operation_id), receipt(operation_id, n))
+        other = new_operation_id()
+        store.apply(effect(other, "T-7"), receipt(other, 100 + n))
+    listed: list[str] = []
+    after = 0
+    pages = 0
+    while True:
+        page = store.list_effects(CASE_ID, after=after, limit=2)
+        pages += 1
+        listed += [e.operation_id for e in page.effects]
+        assert all(e.case_id == CASE_ID and e.reviewer == "rita@example.com" for e in page.effects)
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert listed == ours
+    assert pages == 3
+    first = store.list_effects(CASE_ID, after=0, limit=1).effects[0]
+    assert (first.receipt, first.kind, first.payload_digest) == (
+        receipt(ours[0], 0),
+        "record_support_review",
+        hashlib.sha256(payload_for(ours[0])).hexdigest(),
+    )
+    assert store.list_effects("T-unknown", after=0, limit=10).effects == ()
+
+
+def test_an_unreachable_database_is_unavailable() -> None:
+    engine = db.create_engine(f"postgresql://postgres@127.0.0.1:{closed_port()}/nowhere")
+    try:
+        store = EffectStore(engine)
+        operation_id = new_operation_id()
+        with pytest.raises(Unavailable):
+            store.lookup(operation_id)
+        with pytest.raises(Unavailable):
+            store.apply(effect(operation_id), receipt(operation_id))
+    finally:
+        engine.dispose()
