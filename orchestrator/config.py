@@ -33,6 +33,11 @@ SETTINGS: tuple[Setting, ...] = (
         "file holding the bearer token the orchestrator presents to the receiver (role effect_writer)",
     ),
     Setting(
+        "receiver_ca_file",
+        "DECISIONFLOW_RECEIVER_CA_FILE",
+        "CA bundle of the receiver's certificate: call the receiver over TLS",
+    ),
+    Setting(
         "receiver_timeout_seconds",
         "DECISIONFLOW_RECEIVER_TIMEOUT_SECONDS",
         "time budget for Apply (with retries) when the caller set no deadline",
@@ -82,6 +87,7 @@ class OrchestratorConfig:
     database_url: str = "orchestrator.db"
     receiver_target: str = "127.0.0.1:50061"
     receiver_token: str | None = None
+    receiver_ca_file: Path | None = None
     receiver_timeout_seconds: float = 5.0
     credentials_file: Path | None = None
     tls_cert: Path | None = None
@@ -149,6 +155,7 @@ def from_namespace(
         database_url=values["database_url"] or "",
         receiver_target=values["receiver_target"] or "",
         receiver_token=token,
+        receiver_ca_file=_path(values["receiver_ca_file"]),
         receiver_timeout_seconds=_seconds(
             cli, "receiver_timeout_seconds", values["receiver_timeout_seconds"], zero_ok=False
         ),

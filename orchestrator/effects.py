@@ -4,12 +4,14 @@ caller's deadline as the bound and the answer sorted into committed, refused or 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import grpc
 
 from decisionflow.auth import BearerTokenInterceptor
-from decisionflow.channels import aio_insecure_channel
+from decisionflow.channels import aio_insecure_channel, aio_secure_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError
+from decisionflow.tls import channel_credentials
 from orchestrator.domain import Receipt
 from orchestrator.service import EffectIndeterminate, EffectRefused
 
@@ -23,10 +25,14 @@ class ReceiverEffects:
         self._timeout = timeout
 
     @classmethod
-    def connect(cls, target: str, *, token: str | None, timeout: float) -> ReceiverEffects:
-        """Open an aio channel to the receiver (gRPC's own retries off) presenting token if given."""
+    def connect(cls, target: str, *, token: str | None, timeout: float, ca_file: Path | None = None) -> ReceiverEffects:
+        """Open an aio channel to the receiver (gRPC's own retries off; TLS when ca_file is given)
+        presenting token if given."""
         interceptors = [BearerTokenInterceptor(token)] if token else []
-        channel = aio_insecure_channel(target, interceptors=interceptors)
+        if ca_file is not None:
+            channel = aio_secure_channel(target, channel_credentials(ca_file), interceptors=interceptors)
+        else:
+            channel = aio_insecure_channel(target, interceptors=interceptors)
         return cls(AsyncReceiverClient(channel, timeout=timeout), channel, timeout)
 
     async def close(self) -> None:

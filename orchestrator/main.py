@@ -84,7 +84,10 @@ async def create_server(
         await asyncio.to_thread(migrate, engine)
         if effects is None:
             receiver = ReceiverEffects.connect(
-                config.receiver_target, token=config.receiver_token, timeout=config.receiver_timeout_seconds
+                config.receiver_target,
+                token=config.receiver_token,
+                timeout=config.receiver_timeout_seconds,
+                ca_file=config.receiver_ca_file,
             )
             closers.append(receiver.close)
             effects = receiver

@@ -44,6 +44,26 @@ from orchestrator.schema import cases, checkpoints, decisions, operations, pendi
 
 _OPEN = [s.value for s in OPEN_STATES]
 
+_LOOKUP_NOTE_VALUES: dict[str, sa.BindParameter[object]] = {
+    name: sa.bindparam(f"b_{name}")
+    for name in ("last_lookup_at", "last_lookup_status", "last_lookup_consistency", "last_lookup_error")
+}
+# Executed with many parameter sets by settle(); rows are locked and known open beforehand.
+_NOTE_LOOKUP = (
+    operations.update().where(operations.c.operation_id == sa.bindparam("b_operation_id")).values(_LOOKUP_NOTE_VALUES)
+)
+_COMMIT_BY_LOOKUP = (
+    operations.update()
+    .where(operations.c.operation_id == sa.bindparam("b_operation_id"))
+    .values(
+        state=State.COMMITTED.value,
+        state_changed_at=sa.bindparam("b_last_lookup_at"),
+        receipt_id=sa.bindparam("b_receipt_id"),
+        receipt_applied_at=sa.bindparam("b_receipt_applied_at"),
+        **_LOOKUP_NOTE_VALUES,
+    )
+)
+
 
 class DecisionAlreadyRecorded(Exception):
     """The ledger already holds a decision for the operation (carried as ``recorded``)."""
@@ -435,37 +455,46 @@ class OrchestratorStore:
     def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record lookups in one transaction: APPLIED with a receipt commits an open operation; every
         lookup is noted. Returns, per settlement, the operation (None if unknown) and whether it settled."""
+        ids = sorted({s.operation_id for s in settlements})
         settled_flags: list[bool] = []
         with self._begin() as conn:
+            # Lock the rows first, in one order, so concurrent reconcilers cannot both count the
+            # same operation as settled (PostgreSQL re-checks the state after waiting) and cannot
+            # deadlock on rows taken in different orders. SQLite's BEGIN IMMEDIATE serialises anyway.
+            open_ids = set(
+                conn.execute(
+                    sa.select(operations.c.operation_id)
+                    .where(operations.c.operation_id.in_(ids), operations.c.state.in_(_OPEN))
+                    .order_by(operations.c.operation_id)
+                    .with_for_update()
+                ).scalars()
+            )
+            commits: list[dict[str, object]] = []
+            notes: list[dict[str, object]] = []
             for s in settlements:
                 values: dict[str, object] = {
-                    "last_lookup_at": s.looked_up_at,
-                    "last_lookup_status": s.status.value,
-                    "last_lookup_consistency": s.consistency.value,
-                    "last_lookup_error": s.error or None,
+                    "b_operation_id": s.operation_id,
+                    "b_last_lookup_at": s.looked_up_at,
+                    "b_last_lookup_status": s.status.value,
+                    "b_last_lookup_consistency": s.consistency.value,
+                    "b_last_lookup_error": s.error or None,
                 }
-                settled = False
-                if s.status is LookupStatus.APPLIED and s.receipt is not None:
-                    settled = (
-                        conn.execute(
-                            operations.update()
-                            .where(operations.c.operation_id == s.operation_id, operations.c.state.in_(_OPEN))
-                            .values(
-                                state=State.COMMITTED.value,
-                                state_changed_at=s.looked_up_at,
-                                receipt_id=s.receipt.receipt_id,
-                                receipt_applied_at=s.receipt.applied_at,
-                                **values,
-                            )
-                        ).rowcount
-                        == 1
+                settled = s.status is LookupStatus.APPLIED and s.receipt is not None and s.operation_id in open_ids
+                if settled:
+                    assert s.receipt is not None
+                    open_ids.discard(s.operation_id)
+                    commits.append(
+                        {**values, "b_receipt_id": s.receipt.receipt_id, "b_receipt_applied_at": s.receipt.applied_at}
                     )
-                if not settled:
-                    conn.execute(
-                        operations.update().where(operations.c.operation_id == s.operation_id).values(**values)
-                    )
+                else:
+                    notes.append(values)
                 settled_flags.append(settled)
-        ids = [s.operation_id for s in settlements]
+            # One statement per kind, executed with many parameter sets: building a statement per
+            # row cost more than the database work (a reconciler settles thousands per second).
+            if commits:
+                conn.execute(_COMMIT_BY_LOOKUP, commits)
+            if notes:
+                conn.execute(_NOTE_LOOKUP, notes)
         with self._read() as conn:
             rows = conn.execute(self._operation_query().where(operations.c.operation_id.in_(ids))).all()
         by_id = {r._mapping["operation_id"]: self._operation_from_row(r) for r in rows}

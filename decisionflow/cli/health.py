@@ -1,0 +1,63 @@
+"""``decisionflow health``: a container healthcheck for the services (grpc.health.v1) and for the
+reconciler loop's metrics endpoint. Exit 0 when serving, 1 when not."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from decisionflow.channels import insecure_channel, secure_channel
+from decisionflow.cli.command import CommandError, Subparsers
+from decisionflow.tls import channel_credentials
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add the ``health`` command."""
+    parser = subparsers.add_parser(
+        "health",
+        help="check that a service answers SERVING (exit 0) or not (exit 1)",
+        epilog="exit status: 0 serving, 1 not serving or unreachable, 2 bad usage",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target", help="host:port of a gRPC service (grpc.health.v1.Health/Check)")
+    target.add_argument("--http", help="URL of an HTTP endpoint that must answer 200 (the reconciler's metrics)")
+    parser.add_argument("--service", default="", help="service name to check (default: the whole server)")
+    parser.add_argument("--ca-file", type=Path, help="CA bundle: check over TLS")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds before giving up (default 3)")
+    parser.set_defaults(func=_health)
+
+
+def _health(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        raise CommandError("--timeout must be positive")
+    if args.http:
+        try:
+            with urllib.request.urlopen(args.http, timeout=args.timeout) as response:  # noqa: S310
+                healthy = response.status == 200
+        except (urllib.error.URLError, OSError) as exc:
+            sys.stderr.write(f"decisionflow health: {args.http}: {exc}\n")
+            return 1
+        sys.stdout.write(("SERVING" if healthy else "NOT_SERVING") + "\n")
+        return 0 if healthy else 1
+    channel = (
+        secure_channel(args.target, channel_credentials(args.ca_file))
+        if args.ca_file
+        else insecure_channel(args.target)
+    )
+    try:
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = stub.Check(health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
+    except grpc.RpcError as exc:
+        sys.stderr.write(f"decisionflow health: {args.target}: {exc.code().name}\n")
+        return 1
+    finally:
+        channel.close()
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+    sys.stdout.write(status + "\n")
+    return 0 if answer.status == health_pb2.HealthCheckResponse.SERVING else 1
