@@ -72,5 +72,8 @@ def migrate(engine: Engine, script_location: Path, version_table: str) -> None:
     config.set_main_option("script_location", str(script_location))
     config.attributes["version_table"] = version_table
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Replicas starting together on one database take turns; the first migrates.
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:table))"), {"table": version_table})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
