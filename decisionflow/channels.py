@@ -1,0 +1,102 @@
+"""Client channels with the project's fixed options (DESIGN.md sections 7 and 8).
+
+Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) is the only
+retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in
+both directions. Interceptors (for example one that adds credentials metadata) are applied
+in the order given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+import grpc
+
+from decisionflow.serving import MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    ClientInterceptor: TypeAlias = (
+        grpc.UnaryUnaryClientInterceptor[Any, Any]
+        | grpc.UnaryStreamClientInterceptor[Any, Any]
+        | grpc.StreamUnaryClientInterceptor[Any, Any]
+        | grpc.StreamStreamClientInterceptor[Any, Any]
+    )
+    AioClientInterceptor: TypeAlias = (
+        grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+        | grpc.aio.UnaryStreamClientInterceptor[Any, Any]
+        | grpc.aio.StreamUnaryClientInterceptor[Any, Any]
+        | grpc.aio.StreamStreamClientInterceptor[Any, Any]
+    )
+
+ChannelOption: TypeAlias = tuple[str, Any]
+
+CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
+    # Off: with a retry policy in a service config, gRPC would retry under every tenacity attempt.
+    ("grpc.enable_retries", 0),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+)
+_FIXED_KEYS = frozenset(key for key, _ in CHANNEL_OPTIONS)
+
+
+def channel_options(extra: Sequence[ChannelOption] = ()) -> list[ChannelOption]:
+    """Return the fixed options followed by extra ones; extra may not override a fixed option."""
+    overridden = sorted(key for key, _ in extra if key in _FIXED_KEYS)
+    if overridden:
+        raise ValueError(f"channel options {', '.join(overridden)} are fixed and cannot be overridden")
+    return [*CHANNEL_OPTIONS, *extra]
+
+
+def insecure_channel(
+    target: str,
+    *,
+    interceptors: Sequence[ClientInterceptor] = (),
+    options: Sequence[ChannelOption] = (),
+) -> grpc.Channel:
+    """Return a plaintext channel to target (loopback use) with the fixed options and interceptors."""
+    channel = grpc.insecure_channel(target, options=channel_options(options))
+    return grpc.intercept_channel(channel, *interceptors)
+
+
+def secure_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials,
+    *,
+    interceptors: Sequence[ClientInterceptor] = (),
+    options: Sequence[ChannelOption] = (),
+) -> grpc.Channel:
+    """Return a TLS channel to target with the fixed options and interceptors."""
+    channel = grpc.secure_channel(target, credentials, options=channel_options(options))
+    return grpc.intercept_channel(channel, *interceptors)
+
+
+def aio_insecure_channel(
+    target: str,
+    *,
+    interceptors: Sequence[AioClientInterceptor] = (),
+    options: Sequence[ChannelOption] = (),
+) -> grpc.aio.Channel:
+    """Return a plaintext asyncio channel to target with the fixed options and interceptors."""
+    return grpc.aio.insecure_channel(
+        target,
+        options=channel_options(options),
+        # grpc-stubs types aio interceptors as an opaque placeholder; the runtime takes these.
+        interceptors=cast("Sequence[grpc.aio.ClientInterceptor]", list(interceptors)) or None,
+    )
+
+
+def aio_secure_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials,
+    *,
+    interceptors: Sequence[AioClientInterceptor] = (),
+    options: Sequence[ChannelOption] = (),
+) -> grpc.aio.Channel:
+    """Return a TLS asyncio channel to target with the fixed options and interceptors."""
+    return grpc.aio.secure_channel(
+        target,
+        credentials,
+        options=channel_options(options),
+        interceptors=cast("Sequence[grpc.aio.ClientInterceptor]", list(interceptors)) or None,
+    )

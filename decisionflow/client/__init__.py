@@ -1,0 +1,133 @@
+"""Python clients of the decisionflow services.
+
+Every call carries a deadline, transient failures (UNAVAILABLE, DEADLINE_EXCEEDED,
+RESOURCE_EXHAUSTED) are retried under a named policy from ``decisionflow.retry``, and what
+remains is raised as a typed error from ``decisionflow.client.errors``. Results are frozen
+dataclasses (``decisionflow.client.views``), never pb2 messages.
+
+Approving against a running orchestrator; retrying the approval, by hand or with tenacity,
+is safe because the decision is bound to the operation id and the server replays it::
+
+    import tenacity
+
+    from decisionflow.channels import insecure_channel
+    from decisionflow.client import DecisionflowError, EvidenceItem, Outcome, PolicyRef, ReviewClient
+
+    channel = insecure_channel("127.0.0.1:50051")
+    try:
+        reviews = ReviewClient(channel, timeout=5.0, metadata=[("authorization", "Bearer <token>")])
+        started = reviews.start_review(
+            case_id="T-1042",
+            action="record_support_review",
+            body="This is a known firmware issue; version 4.2.1 fixes it.",
+            evidence=[EvidenceItem("kb-firmware-421", 3, "Fixed in 4.2.1.")],
+            policy=PolicyRef("support-replies", "2026-10", allowance_units=0),
+        )
+        operation_id = started.proposal.operation_id
+        # An outer loop over indeterminate errors: each try names the same operation id.
+        for attempt in tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(3),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, DecisionflowError) and not e.definite),
+            reraise=True,
+        ):
+            with attempt:
+                result = reviews.approve(operation_id)
+        if result.outcome is Outcome.UNKNOWN:
+            print("recorded; the effect is not confirmed yet (the reconciler settles it)")
+        else:
+            print(result.outcome, "replayed" if result.replay else "new", result.operation.receipt_id)
+    finally:
+        channel.close()
+"""
+
+from decisionflow.client.errors import (
+    CheckpointIntegrity,
+    DeadlineExceeded,
+    DecisionConflict,
+    DecisionflowError,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    PreconditionFailed,
+    ServerError,
+    StaleProposal,
+    Unauthenticated,
+    Unavailable,
+    WorkflowVersionMismatch,
+    map_rpc_error,
+)
+from decisionflow.client.operations import OperationsClient
+from decisionflow.client.receiver import AsyncReceiverClient, ReceiverClient
+from decisionflow.client.review import ReviewClient
+from decisionflow.client.views import (
+    AppliedEffect,
+    ApplyResult,
+    ApproveResult,
+    Consistency,
+    Decision,
+    EditedProposal,
+    EffectRecord,
+    LookupAnswer,
+    LookupBatch,
+    LookupNote,
+    LookupStatus,
+    OperationState,
+    OperationView,
+    Outcome,
+    PendingReviewView,
+    ProposalRecord,
+    ProposalView,
+    Receipt,
+    RedriveResult,
+    Settlement,
+    SettleResult,
+    StartedReview,
+)
+from decisionflow.identity import EvidenceItem, PolicyRef
+
+__all__ = [
+    "AppliedEffect",
+    "ApplyResult",
+    "ApproveResult",
+    "AsyncReceiverClient",
+    "CheckpointIntegrity",
+    "Consistency",
+    "DeadlineExceeded",
+    "Decision",
+    "DecisionConflict",
+    "DecisionflowError",
+    "EditedProposal",
+    "EffectRecord",
+    "EvidenceItem",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "LookupAnswer",
+    "LookupBatch",
+    "LookupNote",
+    "LookupStatus",
+    "NotFound",
+    "OperationState",
+    "OperationView",
+    "OperationsClient",
+    "Outcome",
+    "PendingReviewView",
+    "PermissionDenied",
+    "PolicyRef",
+    "PreconditionFailed",
+    "ProposalRecord",
+    "ProposalView",
+    "Receipt",
+    "ReceiverClient",
+    "RedriveResult",
+    "ReviewClient",
+    "ServerError",
+    "SettleResult",
+    "Settlement",
+    "StaleProposal",
+    "StartedReview",
+    "Unauthenticated",
+    "Unavailable",
+    "WorkflowVersionMismatch",
+    "map_rpc_error",
+]

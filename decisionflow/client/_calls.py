@@ -1,0 +1,101 @@
+"""The one I/O seam of the clients: send a unary call with a deadline, retry it, map its failure."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import grpc
+
+from decisionflow.client.errors import map_rpc_error
+from decisionflow.retry import Clock, RetryPolicy, async_retrying, attempt_timeout, retrying
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettings:
+    """Per-attempt timeout, retry policy, metadata, and the injectable sleep and clock."""
+
+    timeout: float
+    policy: RetryPolicy
+    metadata: Metadata
+    sleep: Callable[[float], None] = time.sleep
+    clock: Clock = time.monotonic
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive: every call carries a deadline")
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncCallSettings:
+    """CallSettings for asyncio clients: the sleep is awaited."""
+
+    timeout: float
+    policy: RetryPolicy
+    metadata: Metadata
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+    clock: Clock = time.monotonic
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive: every call carries a deadline")
+
+
+def metadata_tuple(metadata: Sequence[tuple[str, str | bytes]]) -> Metadata:
+    """Return metadata as the immutable tuple gRPC takes."""
+    return tuple((key, value) for key, value in metadata)
+
+
+def call(
+    method: grpc.UnaryUnaryMultiCallable[_Request, _Response],
+    request: _Request,
+    settings: CallSettings,
+) -> _Response:
+    """Send request with a deadline on every attempt, retrying transient failures; raise a typed error."""
+    # The policy's total time is also a deadline, so a hanging attempt cannot stretch the call.
+    deadline = settings.clock() + settings.policy.max_total_seconds
+    attempts = 0
+
+    def attempt() -> _Response:
+        nonlocal attempts
+        attempts += 1
+        timeout = attempt_timeout(settings.timeout, deadline, clock=settings.clock)
+        return method(request, timeout=timeout, metadata=settings.metadata)
+
+    try:
+        return retrying(settings.policy, sleep=settings.sleep, deadline=deadline, clock=settings.clock)(attempt)
+    except grpc.RpcError as exc:
+        raise map_rpc_error(exc, attempts=attempts) from exc
+
+
+async def call_async(
+    method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+    request: _Request,
+    settings: AsyncCallSettings,
+    deadline: float | None = None,
+) -> _Response:
+    """Send request on an asyncio channel with a deadline on every attempt, retrying transient failures.
+
+    deadline is an absolute ``settings.clock()`` time; without one the policy's total time applies.
+    """
+    if deadline is None:
+        deadline = settings.clock() + settings.policy.max_total_seconds
+    attempts = 0
+    retrier = async_retrying(settings.policy, sleep=settings.sleep, deadline=deadline, clock=settings.clock)
+    try:
+        async for attempt in retrier:
+            with attempt:
+                attempts += 1
+                timeout = attempt_timeout(settings.timeout, deadline, clock=settings.clock)
+                return await method(request, timeout=timeout, metadata=settings.metadata)
+    except grpc.RpcError as exc:
+        raise map_rpc_error(exc, attempts=attempts) from exc
+    raise AssertionError("unreachable: the retrier returns a result or re-raises the last error")

@@ -1,0 +1,241 @@
+"""pb2 messages to client views and back; nothing else lives here."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from decisionflow.client import views
+from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _from_pb_enum(cls: type[_E], wrapper: Any, value: int, prefix: str, fallback: _E) -> _E:
+    # A number this client's stubs do not know (a newer server) falls back instead of failing.
+    try:
+        name = str(wrapper.Name(value)).removeprefix(prefix)
+    except ValueError:
+        return fallback
+    return cls.__members__.get(name, fallback)
+
+
+def _time(message: Any, field: str) -> datetime | None:
+    if not message.HasField(field):
+        return None
+    stamp: timestamp_pb2.Timestamp = getattr(message, field)
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def _retention(message: Any) -> timedelta | None:
+    if not message.HasField("key_retention"):
+        return None
+    retention: duration_pb2.Duration = message.key_retention
+    return retention.ToTimedelta()
+
+
+def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def decision_to_pb(decision: views.Decision) -> common_pb2.Decision.ValueType:
+    """Return the wire value of a decision."""
+    return common_pb2.Decision.Value(f"DECISION_{decision.value}")
+
+
+def state_to_pb(state: views.OperationState) -> common_pb2.OperationState.ValueType:
+    """Return the wire value of an operation state."""
+    return common_pb2.OperationState.Value(f"OPERATION_STATE_{state.value}")
+
+
+def decision(value: int) -> views.Decision:
+    """Return the view of a wire decision."""
+    return _from_pb_enum(views.Decision, common_pb2.Decision, value, "DECISION_", views.Decision.UNSPECIFIED)
+
+
+def outcome(value: int) -> views.Outcome:
+    """Return the view of a wire outcome; an unset or unknown outcome is UNKNOWN, never a success."""
+    return _from_pb_enum(views.Outcome, common_pb2.Outcome, value, "OUTCOME_", views.Outcome.UNKNOWN)
+
+
+def lookup_status(value: int) -> views.LookupStatus:
+    """Return the view of a wire lookup status."""
+    fallback = views.LookupStatus.UNSPECIFIED
+    return _from_pb_enum(views.LookupStatus, common_pb2.LookupStatus, value, "LOOKUP_STATUS_", fallback)
+
+
+def consistency(value: int) -> views.Consistency:
+    """Return the view of a wire consistency."""
+    fallback = views.Consistency.UNSPECIFIED
+    return _from_pb_enum(views.Consistency, common_pb2.Consistency, value, "CONSISTENCY_", fallback)
+
+
+def receipt(message: common_pb2.Receipt) -> views.Receipt:
+    """Return the view of a receipt."""
+    return views.Receipt(message.receipt_id, message.operation_id, _time(message, "applied_at"))
+
+
+def _optional_receipt(parent: Any) -> views.Receipt | None:
+    return receipt(parent.receipt) if parent.HasField("receipt") else None
+
+
+def operation(message: review_pb2.Operation) -> views.OperationView:
+    """Return the view of an operation."""
+    last_lookup = None
+    if message.HasField("last_lookup"):
+        note = message.last_lookup
+        last_lookup = views.LookupNote(
+            looked_up_at=_time(note, "looked_up_at"),
+            status=lookup_status(note.status),
+            consistency=consistency(note.consistency),
+            error=note.error,
+        )
+    state = _from_pb_enum(
+        views.OperationState,
+        common_pb2.OperationState,
+        message.state,
+        "OPERATION_STATE_",
+        views.OperationState.UNSPECIFIED,
+    )
+    return views.OperationView(
+        operation_id=message.operation_id,
+        case_id=message.case_id,
+        state=state,
+        decision=decision(message.decision),
+        reviewer=message.reviewer,
+        decided_at=_time(message, "decided_at"),
+        receipt=_optional_receipt(message),
+        attempts=message.attempts,
+        first_attempt_at=_time(message, "first_attempt_at"),
+        rejection_reason=message.rejection_reason,
+        last_lookup=last_lookup,
+        updated_at=_time(message, "updated_at"),
+    )
+
+
+def evidence_to_pb(evidence: Sequence[EvidenceItem]) -> list[common_pb2.Evidence]:
+    """Return the wire form of a list of sources."""
+    return [common_pb2.Evidence(source_id=e.source_id, version=e.version, quotation=e.quotation) for e in evidence]
+
+
+def policy_to_pb(policy: PolicyRef) -> common_pb2.Policy:
+    """Return the wire form of a policy."""
+    return common_pb2.Policy(
+        name=policy.name,
+        version_label=policy.version_label,
+        allowance_units=policy.allowance_units,
+        rules=dict(policy.rules),
+    )
+
+
+def _policy(message: common_pb2.Policy) -> PolicyRef:
+    rules: Mapping[str, str] = dict(message.rules)
+    return PolicyRef(message.name, message.version_label, message.allowance_units, rules)
+
+
+def proposal(message: review_pb2.Proposal) -> views.ProposalView:
+    """Return the view of a proposal."""
+    return views.ProposalView(
+        operation_id=message.operation_id,
+        case_id=message.case_id,
+        action=message.action,
+        body=message.body,
+        evidence=tuple(EvidenceItem(e.source_id, e.version, e.quotation) for e in message.evidence),
+        evidence_id=message.evidence_id,
+        policy=_policy(message.policy),
+        policy_id=message.policy_id,
+        human_edited=message.human_edited,
+        parent_operation_id=message.parent_operation_id,
+        created_by=message.created_by,
+        created_at=_time(message, "created_at"),
+        current=message.current,
+    )
+
+
+def pending_review(message: review_pb2.PendingReview) -> views.PendingReviewView:
+    """Return the view of a pending review."""
+    return views.PendingReviewView(
+        operation_id=message.operation_id,
+        workflow_name=message.workflow_name,
+        workflow_version=message.workflow_version,
+        graph_signature=message.graph_signature,
+        checkpoint_id=message.checkpoint_id,
+        created_at=_time(message, "created_at"),
+    )
+
+
+def applied_effect(message: effect_receiver_pb2.ApplyResponse) -> views.AppliedEffect:
+    """Return the view of an Apply response."""
+    result = _from_pb_enum(
+        views.ApplyResult,
+        effect_receiver_pb2.ApplyResult,
+        message.result,
+        "APPLY_RESULT_",
+        views.ApplyResult.UNSPECIFIED,
+    )
+    return views.AppliedEffect(result, receipt(message.receipt), _retention(message))
+
+
+def lookup_answer(message: effect_receiver_pb2.LookupResult) -> views.LookupAnswer:
+    """Return the view of one lookup result."""
+    return views.LookupAnswer(
+        operation_id=message.operation_id,
+        status=lookup_status(message.status),
+        receipt=_optional_receipt(message),
+        consistency=consistency(message.consistency),
+        observed_at=_time(message, "observed_at"),
+    )
+
+
+def lookup_batch(message: effect_receiver_pb2.BatchLookupResponse) -> views.LookupBatch:
+    """Return the view of a batch lookup response."""
+    return views.LookupBatch(tuple(lookup_answer(r) for r in message.results), _retention(message))
+
+
+def effect(message: effect_receiver_pb2.Effect) -> views.EffectRecord:
+    """Return the view of a written effect."""
+    return views.EffectRecord(
+        operation_id=message.operation_id,
+        case_id=message.case_id,
+        kind=message.kind,
+        payload_digest=message.payload_digest,
+        receipt=receipt(message.receipt),
+        reviewer=message.reviewer,
+        body=message.body,
+    )
+
+
+def settlement_to_pb(settlement: views.Settlement) -> operations_pb2.Settlement:
+    """Return the wire form of a settlement."""
+    message = operations_pb2.Settlement(
+        operation_id=settlement.operation_id,
+        status=common_pb2.LookupStatus.Value(f"LOOKUP_STATUS_{settlement.status.value}"),
+        consistency=common_pb2.Consistency.Value(f"CONSISTENCY_{settlement.consistency.value}"),
+        error=settlement.error,
+    )
+    if settlement.receipt is not None:
+        message.receipt.CopyFrom(
+            common_pb2.Receipt(
+                receipt_id=settlement.receipt.receipt_id,
+                operation_id=settlement.receipt.operation_id,
+                applied_at=_timestamp(settlement.receipt.applied_at),
+            )
+        )
+    observed_at = _timestamp(settlement.observed_at)
+    if observed_at is not None:
+        message.observed_at.CopyFrom(observed_at)
+    return message
+
+
+def settle_result(message: operations_pb2.SettleOperationResponse) -> views.SettleResult:
+    """Return the view of a settle response."""
+    return views.SettleResult(operation(message.operation), message.settled)

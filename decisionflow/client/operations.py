@@ -1,0 +1,81 @@
+"""OperationsClient: the orchestrator's operator API, as the reconciler uses it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+
+import grpc
+from google.protobuf import duration_pb2
+
+from decisionflow.client import _convert as convert
+from decisionflow.client._calls import CallSettings, call, metadata_tuple
+from decisionflow.client.views import OperationState, OperationView, RedriveResult, Settlement, SettleResult
+from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
+from decisionflow.v1 import operations_pb2, operations_pb2_grpc
+
+
+class OperationsClient:
+    """Synchronous client of OperationsService: list open operations, record lookups, re-drive.
+
+    Every call is safe to retry: a settlement records an observation (recording it twice
+    changes nothing), and a re-drive calls Apply with the same operation id and stored payload.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        *,
+        timeout: float = 5.0,
+        policy: RetryPolicy = CLIENT_DEFAULT,
+        sleep: Callable[[float], None] = time.sleep,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._stub = operations_pb2_grpc.OperationsServiceStub(channel)
+        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+
+    def list_operations(
+        self,
+        states: Iterable[OperationState] = (),
+        *,
+        min_age: timedelta | None = None,
+        page_size: int = 0,
+    ) -> Iterator[OperationView]:
+        """Yield operations in states (empty: APPROVED and UNKNOWN) at least min_age old, oldest first.
+
+        Pages are fetched as the iterator advances; each page call is retried on its own.
+        """
+        request = operations_pb2.ListOperationsRequest(
+            states=[convert.state_to_pb(s) for s in states], page_size=page_size
+        )
+        if min_age is not None:
+            age = duration_pb2.Duration()
+            age.FromTimedelta(min_age)
+            request.min_age.CopyFrom(age)
+        while True:
+            response = call(self._stub.ListOperations, request, self._settings)
+            yield from (convert.operation(o) for o in response.operations)
+            if not response.next_page_token:
+                return
+            request.page_token = response.next_page_token
+
+    def settle_operation(self, settlement: Settlement) -> SettleResult:
+        """Record what one lookup showed; settled is True when this call moved the operation to COMMITTED."""
+        request = operations_pb2.SettleOperationRequest(settlement=convert.settlement_to_pb(settlement))
+        return convert.settle_result(call(self._stub.SettleOperation, request, self._settings))
+
+    def batch_settle_operations(self, settlements: Sequence[Settlement]) -> tuple[SettleResult, ...]:
+        """Record many lookups (at most 1,000) in one call; results come in request order."""
+        request = operations_pb2.BatchSettleOperationsRequest(
+            settlements=[convert.settlement_to_pb(s) for s in settlements]
+        )
+        response = call(self._stub.BatchSettleOperations, request, self._settings)
+        return tuple(convert.settle_result(r) for r in response.results)
+
+    def redrive_operation(self, operation_id: str) -> RedriveResult:
+        """Call Apply again for an APPROVED or UNKNOWN operation with its stored payload; UNKNOWN is returned."""
+        request = operations_pb2.RedriveOperationRequest(operation_id=operation_id)
+        response = call(self._stub.RedriveOperation, request, self._settings)
+        return RedriveResult(convert.outcome(response.outcome), convert.operation(response.operation))

@@ -1,0 +1,128 @@
+"""Clients of the EffectReceiver: ReceiverClient (sync) and AsyncReceiverClient (asyncio).
+
+Apply is keyed by the operation id, so repeating it with the same payload is safe: the
+receiver replays the original receipt. A failure is raised as a typed error whose
+``definite`` attribute tells the orchestrator what it may record: True means the receiver
+certainly wrote nothing (REJECTED); False means the effect may exist (UNKNOWN, settled later
+by a lookup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+import grpc
+
+from decisionflow.client import _convert as convert
+from decisionflow.client._calls import AsyncCallSettings, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client.views import AppliedEffect, EffectRecord, LookupAnswer, LookupBatch
+from decisionflow.retry import CLIENT_DEFAULT, ORCHESTRATOR_TO_RECEIVER, Clock, RetryPolicy
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+
+
+def _apply_request(
+    operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str
+) -> effect_receiver_pb2.ApplyRequest:
+    return effect_receiver_pb2.ApplyRequest(
+        operation_id=operation_id,
+        case_id=case_id,
+        kind=kind,
+        payload=payload,
+        payload_digest=payload_digest,
+    )
+
+
+class ReceiverClient:
+    """Synchronous client of EffectReceiverService (operators, the reconciler, the demo)."""
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        *,
+        timeout: float = 5.0,
+        policy: RetryPolicy = CLIENT_DEFAULT,
+        sleep: Callable[[float], None] = time.sleep,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
+        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+
+    def apply(self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str) -> AppliedEffect:
+        """Write the effect of operation_id once; a repeat with the same payload replays the receipt."""
+        request = _apply_request(operation_id, case_id, kind, payload, payload_digest)
+        return convert.applied_effect(call(self._stub.Apply, request, self._settings))
+
+    def lookup(self, operation_id: str) -> LookupAnswer:
+        """Return whether the effect of operation_id exists, and how fresh that answer is."""
+        request = effect_receiver_pb2.LookupRequest(operation_id=operation_id)
+        return convert.lookup_answer(call(self._stub.Lookup, request, self._settings).result)
+
+    def batch_lookup(self, operation_ids: Sequence[str]) -> LookupBatch:
+        """Look up many operation ids (at most 1,000) in one call; answers come in request order."""
+        request = effect_receiver_pb2.BatchLookupRequest(operation_ids=list(operation_ids))
+        return convert.lookup_batch(call(self._stub.BatchLookup, request, self._settings))
+
+    def list_effects(self, case_id: str, *, page_size: int = 0) -> Iterator[EffectRecord]:
+        """Yield the effects written for case_id, oldest first, fetching pages as it goes."""
+        page_token = ""
+        while True:
+            request = effect_receiver_pb2.ListEffectsRequest(
+                case_id=case_id, page_size=page_size, page_token=page_token
+            )
+            response = call(self._stub.ListEffects, request, self._settings)
+            yield from (convert.effect(e) for e in response.effects)
+            page_token = response.next_page_token
+            if not page_token:
+                return
+
+
+class AsyncReceiverClient:
+    """asyncio client of EffectReceiverService, used by the orchestrator's commit step.
+
+    ``apply`` retries transient failures with the same request until the caller's deadline
+    (never starting a wait that would end after it), then raises. Check ``error.definite``:
+    True is a definite refusal (nothing written); False is indeterminate (the effect may exist).
+    """
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        timeout: float = 5.0,
+        policy: RetryPolicy = ORCHESTRATOR_TO_RECEIVER,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
+        self._settings = AsyncCallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+
+    async def apply(
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        *,
+        deadline: float,
+    ) -> AppliedEffect:
+        """Write the effect of operation_id once, retrying until deadline (an absolute clock() time)."""
+        request = _apply_request(operation_id, case_id, kind, payload, payload_digest)
+        response = await call_async(self._stub.Apply, request, self._settings, deadline)
+        return convert.applied_effect(response)
+
+    async def lookup(self, operation_id: str, *, deadline: float | None = None) -> LookupAnswer:
+        """Return whether the effect of operation_id exists, and how fresh that answer is."""
+        request = effect_receiver_pb2.LookupRequest(operation_id=operation_id)
+        response = await call_async(self._stub.Lookup, request, self._settings, deadline)
+        return convert.lookup_answer(response.result)
+
+    async def batch_lookup(self, operation_ids: Sequence[str], *, deadline: float | None = None) -> LookupBatch:
+        """Look up many operation ids (at most 1,000) in one call; answers come in request order."""
+        request = effect_receiver_pb2.BatchLookupRequest(operation_ids=list(operation_ids))
+        response = await call_async(self._stub.BatchLookup, request, self._settings, deadline)
+        return convert.lookup_batch(response)

@@ -1,0 +1,264 @@
+"""What the clients return: frozen dataclasses and string enums, never pb2 messages.
+
+Enum members mirror the proto enums without their prefix (``OPERATION_STATE_COMMITTED``
+is ``OperationState.COMMITTED``); a value a newer server sends that this client does not
+know becomes the enum's UNSPECIFIED member (or, for an outcome, UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from decisionflow.identity import EvidenceItem, PolicyRef
+
+
+class Decision(enum.StrEnum):
+    """A reviewer's decision; UNSPECIFIED is always refused by the server."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    APPROVE = "APPROVE"
+    DECLINE = "DECLINE"
+
+    @classmethod
+    def parse(cls, text: str) -> Decision:
+        """Return the decision named by text (``APPROVE``, ``DECISION_APPROVE``, ``approve``), else UNSPECIFIED."""
+        name = text.strip().upper().removeprefix("DECISION_")
+        return cls.__members__.get(name, cls.UNSPECIFIED)
+
+
+class OperationState(enum.StrEnum):
+    """Where an operation stands (DESIGN.md section 4)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    PENDING_REVIEW = "PENDING_REVIEW"
+    APPROVED = "APPROVED"
+    UNKNOWN = "UNKNOWN"
+    COMMITTED = "COMMITTED"
+    DECLINED = "DECLINED"
+    REJECTED = "REJECTED"
+    SUPERSEDED = "SUPERSEDED"
+
+
+class Outcome(enum.StrEnum):
+    """What a decision or re-drive achieved. UNKNOWN is neither success nor failure: a lookup settles it."""
+
+    COMMITTED = "COMMITTED"
+    DECLINED = "DECLINED"
+    REJECTED = "REJECTED"
+    UNKNOWN = "UNKNOWN"
+
+
+class LookupStatus(enum.StrEnum):
+    """What a lookup at the receiver found; UNSPECIFIED when the lookup failed."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    APPLIED = "APPLIED"
+    NOT_FOUND = "NOT_FOUND"
+
+
+class Consistency(enum.StrEnum):
+    """How fresh a lookup answer is; only a STRONG NOT_FOUND is authoritative."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    STRONG = "STRONG"
+    EVENTUAL = "EVENTUAL"
+
+
+class ApplyResult(enum.StrEnum):
+    """Whether an Apply wrote the effect or found it written with the same payload."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    CREATED = "CREATED"
+    REPLAYED = "REPLAYED"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The receiver's proof that the effect of operation_id was written."""
+
+    receipt_id: str
+    operation_id: str
+    applied_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LookupNote:
+    """The last lookup recorded for an operation."""
+
+    looked_up_at: datetime | None
+    status: LookupStatus
+    consistency: Consistency
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperationView:
+    """An operation and where it stands."""
+
+    operation_id: str
+    case_id: str
+    state: OperationState
+    decision: Decision
+    reviewer: str
+    decided_at: datetime | None
+    receipt: Receipt | None
+    attempts: int
+    first_attempt_at: datetime | None
+    rejection_reason: str
+    last_lookup: LookupNote | None
+    updated_at: datetime | None
+
+    @property
+    def receipt_id(self) -> str | None:
+        """The receiver's receipt id once committed, else None."""
+        return self.receipt.receipt_id if self.receipt is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalView:
+    """An immutable proposal; operation_id is computed from its content."""
+
+    operation_id: str
+    case_id: str
+    action: str
+    body: str
+    evidence: tuple[EvidenceItem, ...]
+    evidence_id: str
+    policy: PolicyRef
+    policy_id: str
+    human_edited: bool
+    parent_operation_id: str
+    created_by: str
+    created_at: datetime | None
+    current: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReviewView:
+    """The workflow position a decision on operation_id resumes from."""
+
+    operation_id: str
+    workflow_name: str
+    workflow_version: str
+    graph_signature: str
+    checkpoint_id: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartedReview:
+    """A proposal and its pending review; created is False when the same content was started before."""
+
+    proposal: ProposalView
+    created: bool
+    pending_review: PendingReviewView
+
+
+@dataclass(frozen=True, slots=True)
+class EditedProposal:
+    """The new current proposal after an edit.
+
+    pending_review is None only when a retried edit found its own earlier attempt had
+    already succeeded (the reply was lost); the proposal is then read back from the server.
+    """
+
+    proposal: ProposalView
+    pending_review: PendingReviewView | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalRecord:
+    """One proposal and its operation's state."""
+
+    proposal: ProposalView
+    operation: OperationView
+
+
+@dataclass(frozen=True, slots=True)
+class ApproveResult:
+    """The outcome of a decision; replay is True when the decision was already recorded."""
+
+    outcome: Outcome
+    replay: bool
+    operation: OperationView
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEffect:
+    """The receiver's answer to Apply; key_retention None means keys are kept forever."""
+
+    result: ApplyResult
+    receipt: Receipt
+    key_retention: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class LookupAnswer:
+    """What the receiver knows about one operation id."""
+
+    operation_id: str
+    status: LookupStatus
+    receipt: Receipt | None
+    consistency: Consistency
+    observed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LookupBatch:
+    """Lookup answers in request order; key_retention None means keys are kept forever."""
+
+    results: tuple[LookupAnswer, ...]
+    key_retention: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """One written effect and its business record."""
+
+    operation_id: str
+    case_id: str
+    kind: str
+    payload_digest: str
+    receipt: Receipt
+    reviewer: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What one lookup at the receiver showed, to be recorded by SettleOperation."""
+
+    operation_id: str
+    status: LookupStatus
+    receipt: Receipt | None = None
+    consistency: Consistency = Consistency.UNSPECIFIED
+    observed_at: datetime | None = None
+    error: str = ""
+
+    @classmethod
+    def from_lookup(cls, answer: LookupAnswer) -> Settlement:
+        """Return the settlement that records a lookup answer as it was given."""
+        return cls(answer.operation_id, answer.status, answer.receipt, answer.consistency, answer.observed_at)
+
+    @classmethod
+    def failed(cls, operation_id: str, error: str) -> Settlement:
+        """Return the settlement that records a failed lookup (the operation stays open)."""
+        return cls(operation_id, LookupStatus.UNSPECIFIED, error=error)
+
+
+@dataclass(frozen=True, slots=True)
+class SettleResult:
+    """The operation after a lookup was recorded; settled is True when this call committed it."""
+
+    operation: OperationView
+    settled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """The outcome of a re-drive (COMMITTED, REJECTED or UNKNOWN) and the operation after it."""
+
+    outcome: Outcome
+    operation: OperationView

@@ -1,0 +1,168 @@
+"""decisionflow.channels: gRPC retries off, 1 MiB limits, interceptors applied."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from decisionflow import channels
+from decisionflow.client import ReviewClient, Unavailable
+from decisionflow.retry import RetryPolicy
+from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.v1 import review_pb2, review_pb2_grpc
+
+from .client_standin import Fail, Sleeps, StandIn, standin
+
+# A service config asking gRPC itself to retry UNAVAILABLE up to 4 times per call.
+GRPC_RETRY_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "decisionflow.v1.ReviewService"}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.01s",
+                    "maxBackoff": "0.01s",
+                    "backoffMultiplier": 1,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+THREE = RetryPolicy("test_three", 3, 30.0, initial_backoff=0.01, max_backoff=0.01, multiplier=1.0)
+
+
+@pytest.fixture
+def server() -> Iterator[StandIn]:
+    with standin() as running:
+        yield running
+
+
+def _approve_once(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError):
+        review_pb2_grpc.ReviewServiceStub(channel).Approve(review_pb2.ApproveRequest(), timeout=5)
+
+
+def test_grpc_retries_are_off_even_when_a_service_config_asks_for_them(server: StandIn) -> None:
+    server.script.then("Approve", *[Fail(grpc.StatusCode.UNAVAILABLE)] * 20)
+
+    ours = channels.insecure_channel(server.target, options=[("grpc.service_config", GRPC_RETRY_CONFIG)])
+    with ours:
+        _approve_once(ours)
+    assert len(server.script.calls("Approve")) == 1
+
+    # Control: a plain channel with the same config lets gRPC retry, so the count above means something.
+    plain = grpc.insecure_channel(server.target, options=[("grpc.service_config", GRPC_RETRY_CONFIG)])
+    with plain:
+        _approve_once(plain)
+    assert len(server.script.calls("Approve")) == 1 + 4
+
+
+def test_the_server_sees_one_call_per_client_attempt(server: StandIn) -> None:
+    server.script.then("Approve", *[Fail(grpc.StatusCode.UNAVAILABLE)] * 20)
+    sleeps = Sleeps()
+
+    options = [("grpc.service_config", GRPC_RETRY_CONFIG)]
+    with channels.insecure_channel(server.target, options=options) as ch, pytest.raises(Unavailable) as raised:
+        ReviewClient(ch, policy=THREE, sleep=sleeps).approve("op-v1-" + "a" * 64)
+
+    assert raised.value.attempts == THREE.max_attempts
+    assert len(server.script.calls("Approve")) == THREE.max_attempts
+    assert len(sleeps.waits) == THREE.max_attempts - 1
+
+
+def test_messages_over_one_mebibyte_are_refused_before_sending(server: StandIn) -> None:
+    with channels.insecure_channel(server.target) as ch:
+        stub = review_pb2_grpc.ReviewServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.StartReview(review_pb2.StartReviewRequest(body="x" * MAX_MESSAGE_BYTES), timeout=5)
+        assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert server.script.calls("StartReview") == []
+
+        stub.StartReview(review_pb2.StartReviewRequest(body="x" * (MAX_MESSAGE_BYTES - 64)), timeout=5)
+        assert len(server.script.calls("StartReview")) == 1
+
+
+def test_replies_over_one_mebibyte_are_refused(server: StandIn) -> None:
+    server.script.answer(
+        "GetOperation",
+        review_pb2.GetOperationResponse(operation=review_pb2.Operation(rejection_reason="y" * MAX_MESSAGE_BYTES)),
+    )
+    with channels.insecure_channel(server.target) as ch, pytest.raises(grpc.RpcError) as raised:
+        review_pb2_grpc.ReviewServiceStub(ch).GetOperation(review_pb2.GetOperationRequest(), timeout=5)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_fixed_options_cannot_be_overridden() -> None:
+    with pytest.raises(ValueError, match=r"grpc\.enable_retries"):
+        channels.insecure_channel("127.0.0.1:1", options=[("grpc.enable_retries", 1)])
+    with pytest.raises(ValueError, match="max_receive_message_length"):
+        channels.channel_options([("grpc.max_receive_message_length", 10 * MAX_MESSAGE_BYTES)])
+    assert ("grpc.enable_retries", 0) in channels.channel_options()
+
+
+class AddHeader(grpc.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """Adds one metadata entry to every call, as an authentication interceptor would."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.entry = (key, value)
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        metadata = [*(details.metadata or ()), self.entry]
+        return continuation(details._replace(metadata=metadata), request)
+
+
+class AioAddHeader(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    """The asyncio form of AddHeader."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.entry = (key, value)
+
+    async def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), self.entry)
+        details = details._replace(metadata=metadata)
+        return await continuation(details, request)
+
+
+def test_interceptors_run_on_every_call(server: StandIn) -> None:
+    with channels.insecure_channel(server.target, interceptors=[AddHeader("authorization", "Bearer t0k")]) as ch:
+        ReviewClient(ch).get_operation("op-v1-" + "b" * 64)
+    assert server.script.calls("GetOperation")[0].metadata["authorization"] == "Bearer t0k"
+
+
+def test_aio_channels_take_interceptors_and_fixed_options(server: StandIn) -> None:
+    server.script.then("Approve", *[Fail(grpc.StatusCode.UNAVAILABLE)] * 5)
+
+    async def run() -> None:
+        channel = channels.aio_insecure_channel(
+            server.target,
+            interceptors=[AioAddHeader("authorization", "Bearer aio")],
+            options=[("grpc.service_config", GRPC_RETRY_CONFIG)],
+        )
+        async with channel:
+            stub = review_pb2_grpc.ReviewServiceStub(channel)
+            await stub.GetOperation(review_pb2.GetOperationRequest(), timeout=5)
+            with pytest.raises(grpc.RpcError):
+                await stub.Approve(review_pb2.ApproveRequest(), timeout=5)
+
+    asyncio.run(run())
+    assert server.script.calls("GetOperation")[0].metadata["authorization"] == "Bearer aio"
+    assert len(server.script.calls("Approve")) == 1
+
+
+def test_secure_channels_are_built_with_the_same_options() -> None:
+    credentials = grpc.ssl_channel_credentials()
+    with channels.secure_channel("127.0.0.1:1", credentials):
+        pass
+
+    async def run() -> None:
+        async with channels.aio_secure_channel("127.0.0.1:1", credentials):
+            pass
+
+    asyncio.run(run())
