@@ -77,12 +77,15 @@ def test_missing_policy_and_malformed_ids_are_refused(make_stack: Callable[..., 
     review = stack.review()
     request = start_request()
     request.ClearField("policy")
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: review.StartReview(request, timeout=10),
         lambda: review.Approve(
             review_pb2.ApproveRequest(operation_id="op-v1-XYZ", decision=common_pb2.DECISION_APPROVE), timeout=10
         ),
-        lambda: review.Approve(review_pb2.ApproveRequest(operation_id="op-v1-" + "a" * 64, decision=7), timeout=10),
+        lambda: review.Approve(
+            review_pb2.ApproveRequest(operation_id="op-v1-" + "a" * 64, decision=7),  # type: ignore[arg-type]
+            timeout=10,
+        ),
         lambda: review.GetOperation(review_pb2.GetOperationRequest(operation_id="' OR 1=1 --"), timeout=10),
         lambda: review.GetProposal(review_pb2.GetProposalRequest(), timeout=10),
         lambda: review.EditProposal(

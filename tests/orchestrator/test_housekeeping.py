@@ -67,7 +67,8 @@ def test_reopen_after_a_graph_change_keeps_the_operation_id(make_stack: Callable
     old_checkpoint = count(url, "SELECT count(*) FROM pending_reviews WHERE retired_checkpoint_id IS NOT NULL")
     assert old_checkpoint == 0
     listed = _run("reopen-reviews", "--database-url", url, "--dry-run")
-    assert [r["operation_id"] for r in listed["found"]] == [op]  # type: ignore[index, union-attr]
+    found = listed["found"]
+    assert isinstance(found, list) and [r["operation_id"] for r in found] == [op]
     done = _run("reopen-reviews", "--database-url", url)
     assert done["reopened"] == [op]
     assert count(url, "SELECT count(*) FROM pending_reviews WHERE retired_checkpoint_id IS NOT NULL") == 1
