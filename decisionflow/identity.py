@@ -125,9 +125,7 @@ def operation_id(case_id: str, action: str, body: str, evidence_ref: str, policy
     return _digest(OPERATION_PREFIX, [OPERATION_DOMAIN, case_id, action, body, evidence_ref, policy_ref])
 
 
-def identities(
-    case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
-) -> Identities:
+def identities(case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef) -> Identities:
     """Return all three identities of one proposal's content."""
     ev = evidence_id(evidence)
     pol = policy_id(policy)
