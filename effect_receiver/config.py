@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from decisionflow import server_security
 from decisionflow.failpoints import Failpoints
+from decisionflow.server_security import ServerSecurity
 from decisionflow.settings import Setting, add_settings, resolve
 from effect_receiver.service import FAILPOINT_NAMES
 
@@ -48,6 +50,7 @@ SETTINGS: tuple[Setting, ...] = (
         "on SIGTERM/SIGINT, how long calls in flight may finish",
         "10",
     ),
+    *server_security.SETTINGS,
     Setting("log_level", "DECISIONFLOW_RECEIVER_LOG_LEVEL", "debug, info, warning or error", "info"),
     Setting("port_file", "", "write the bound port to this file once serving", flag_only=True),
 )
@@ -67,6 +70,7 @@ class ReceiverConfig:
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
     port_file: Path | None = None
+    security: ServerSecurity = field(default_factory=ServerSecurity)
 
 
 def _positive_seconds(parser: argparse.ArgumentParser, setting: str, text: str, *, zero_ok: bool) -> float:
@@ -108,6 +112,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
     address, database_url = values["address"], values["database_url"]
     assert address is not None and database_url is not None  # both have defaults
     port_file = values["port_file"]
+    try:
+        security = server_security.from_values(values)
+    except ValueError as exc:
+        cli.error(str(exc))
     return ReceiverConfig(
         address=address,
         database_url=database_url,
@@ -117,4 +125,5 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
         shutdown_grace_seconds=grace,
         log_level=log_level,
         port_file=Path(port_file) if port_file else None,
+        security=security,
     )

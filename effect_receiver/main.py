@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
 from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
-from decisionflow.serving import RunningServer, check_exposure, serve_until_signal, start_server
+from decisionflow.server_security import server_parts
+from decisionflow.serving import RunningServer, announce_listening, serve_until_signal, start_server
 from effect_receiver.config import ReceiverConfig, load
 from effect_receiver.grpc_api import EffectReceiverServicer, register
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
@@ -41,8 +40,7 @@ class ReceiverServer(RunningServer):
 
 async def create_server(config: ReceiverConfig) -> ReceiverServer:
     """Migrate the primary database and start serving on config.address (port 0 picks a free port)."""
-    # No TLS or authentication is configured here, so only loopback is allowed.
-    check_exposure(config.address, tls=False, authenticated=False)
+    auth, tls = server_parts(config.address, config.security)
     primary = db.create_engine(config.database_url)
     engines = [primary]
     try:
@@ -58,7 +56,9 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
             key_retention=config.key_retention,
         )
-        running = await start_server(config.address, register(EffectReceiverServicer(service)))
+        running = await start_server(
+            config.address, register(EffectReceiverServicer(service)), interceptors=[auth], credentials=tls
+        )
     except BaseException:
         for engine in engines:
             engine.dispose()
@@ -66,21 +66,10 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines))
 
 
-def _write_port_file(path: Path, port: int) -> None:
-    # Written aside and renamed, so a process polling for the file never reads half a number.
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(f"{port}\n", encoding="ascii")
-    partial.replace(path)
-
-
 async def serve(config: ReceiverConfig) -> None:
     """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file)."""
     running = await create_server(config)
-    if config.port_file is not None:
-        _write_port_file(config.port_file, running.port)
-    # Parent processes read this first stdout line to learn the port.
-    sys.stdout.write(json.dumps({"event": "listening", "service": "effect_receiver", "port": running.port}) + "\n")
-    sys.stdout.flush()
+    announce_listening("effect_receiver", running.port, config.port_file)
     logger.info(
         "listening on port %d (failpoints: %s)",
         running.port,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from decisionflow import server_security
 from decisionflow.failpoints import Failpoints
+from decisionflow.server_security import ServerSecurity
 from decisionflow.settings import Setting, add_settings, resolve
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.service import FAILPOINTS
@@ -48,15 +50,7 @@ SETTINGS: tuple[Setting, ...] = (
         "DECISIONFLOW_CHECKPOINT_KEYS",
         f"comma-separated HMAC keys (each at least {MIN_KEY_BYTES} characters); the first seals, all verify",
     ),
-    Setting(
-        "credentials_file",
-        "DECISIONFLOW_CREDENTIALS_FILE",
-        "JSON file of token hashes and certificate principals with their roles (unset: authentication off, "
-        "loopback only)",
-    ),
-    Setting("tls_cert", "DECISIONFLOW_TLS_CERT", "server certificate (PEM); with --tls-key enables TLS"),
-    Setting("tls_key", "DECISIONFLOW_TLS_KEY", "server private key (PEM)"),
-    Setting("tls_client_ca", "DECISIONFLOW_TLS_CLIENT_CA", "CA bundle for client certificates (enables mTLS)"),
+    *server_security.SETTINGS,
     Setting("four_eyes", "DECISIONFLOW_FOUR_EYES", "true: the author of a proposal cannot decide it", "false"),
     Setting(
         "failpoints",
@@ -89,10 +83,7 @@ class OrchestratorConfig:
     receiver_token: str | None = None
     receiver_ca_file: Path | None = None
     receiver_timeout_seconds: float = 5.0
-    credentials_file: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
+    security: ServerSecurity = field(default_factory=ServerSecurity)
     four_eyes: bool = False
     failpoints: str = ""
     shutdown_grace_seconds: float = 10.0
@@ -147,8 +138,10 @@ def from_namespace(
             token = Path(token_file).read_text().strip()
         except OSError as exc:
             cli.error(f"cannot read receiver_token_file: {exc}")
-    if bool(values["tls_cert"]) != bool(values["tls_key"]):
-        cli.error("tls_cert and tls_key must be given together")
+    try:
+        security = server_security.from_values(values)
+    except ValueError as exc:
+        cli.error(str(exc))
     return OrchestratorConfig(
         checkpoint_keys=keys,
         address=values["address"] or "",
@@ -159,10 +152,7 @@ def from_namespace(
         receiver_timeout_seconds=_seconds(
             cli, "receiver_timeout_seconds", values["receiver_timeout_seconds"], zero_ok=False
         ),
-        credentials_file=_path(values["credentials_file"]),
-        tls_cert=_path(values["tls_cert"]),
-        tls_key=_path(values["tls_key"]),
-        tls_client_ca=_path(values["tls_client_ca"]),
+        security=security,
         four_eyes=four_eyes_text in _TRUE,
         failpoints=failpoints,
         shutdown_grace_seconds=_seconds(cli, "shutdown_grace_seconds", values["shutdown_grace_seconds"], zero_ok=True),

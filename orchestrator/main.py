@@ -19,11 +19,10 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from decisionflow import db, logs
-from decisionflow.auth import RPC_ROLES, AuthInterceptor, load_credentials
 from decisionflow.failpoints import Failpoints
-from decisionflow.serving import RunningServer, announce_listening, check_exposure, serve_until_signal, start_server
+from decisionflow.server_security import server_parts
+from decisionflow.serving import RunningServer, announce_listening, serve_until_signal, start_server
 from decisionflow.settings import add_settings, resolve
-from decisionflow.tls import server_credentials
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
@@ -72,8 +71,7 @@ async def create_server(
     clock: Callable[[], datetime] = utc_now,
 ) -> OrchestratorServer:
     """Migrate the database and serve ReviewService and OperationsService on config.address."""
-    check_exposure(config.address, tls=config.tls_cert is not None, authenticated=config.credentials_file is not None)
-    credentials = load_credentials(config.credentials_file) if config.credentials_file else None
+    auth, tls = server_parts(config.address, config.security)
     engine = db.create_engine(config.database_url)
 
     async def dispose() -> None:
@@ -110,15 +108,7 @@ async def create_server(
                 operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             ]
 
-        server_creds = None
-        if config.tls_cert is not None and config.tls_key is not None:
-            server_creds = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
-        running = await start_server(
-            config.address,
-            register,
-            interceptors=[AuthInterceptor(credentials, RPC_ROLES)],
-            credentials=server_creds,
-        )
+        running = await start_server(config.address, register, interceptors=[auth], credentials=tls)
     except BaseException:
         await _close_all(closers)
         raise
