@@ -56,8 +56,8 @@ class EffectStore:
         self._engine = engine
         # The shared engine opens every SQLite transaction with BEGIN IMMEDIATE, so they run one
         # at a time anyway; queueing this process's threads on a lock keeps them out of SQLite's
-        # busy handler, whose sleeps of up to 100 ms made tail latency ten times worse. Other
-        # processes on the same file still queue on the busy timeout.
+        # busy handler and its sleeps of up to 100 ms (16 callers: Apply p99 about 0.2 s with
+        # the lock, 1.2 s without). Other processes on the same file still use the busy timeout.
         self._turn: AbstractContextManager[object] = threading.Lock() if db.is_sqlite(engine) else nullcontext()
 
     @contextmanager
