@@ -94,7 +94,11 @@ class InProcessReceiver:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="receiver-loop", daemon=True)
         self._thread.start()
-        self.running: ReceiverServer = self.run(create_server(config))
+        try:
+            self.running: ReceiverServer = self.run(create_server(config))
+        except BaseException:
+            self._end_loop()
+            raise
         self.port = self.running.port
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(self.channel)
@@ -113,9 +117,12 @@ class InProcessReceiver:
             self.run(self.running.stop(grace))
         finally:
             self.channel.close()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
+            self._end_loop()
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
 
 StartReceiver = Callable[..., InProcessReceiver]

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow import reasons
 from decisionflow.rpc_errors import error_info
+from decisionflow.serving import ExposureRefused
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.domain import MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import SERVICE_NAME
@@ -301,7 +302,7 @@ def test_health_then_graceful_shutdown_drains_the_call_in_flight(start_receiver:
     blocker.execute("BEGIN IMMEDIATE")
     operation_id = new_operation_id()
     in_flight = receiver.stub.Apply.future(apply_request(operation_id), timeout=20)
-    time.sleep(0.5)
+    time.sleep(1.0)  # long enough for the call to reach the server and wait on the lock
     stopping = threading.Thread(target=receiver.stop, kwargs={"grace": 10.0})
     stopping.start()
     assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -315,3 +316,8 @@ def test_health_then_graceful_shutdown_drains_the_call_in_flight(start_receiver:
     with grpc.insecure_channel(f"127.0.0.1:{receiver.port}") as channel, pytest.raises(grpc.RpcError) as gone:
         health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
     assert gone.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_listening_beyond_loopback_without_tls_and_auth_is_refused(start_receiver: StartReceiver) -> None:
+    with pytest.raises(ExposureRefused):
+        start_receiver(address="0.0.0.0:0")
