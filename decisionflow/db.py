@@ -8,6 +8,8 @@ PostgreSQL database in a test without stepping on each other.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+_READ_ONLY = "decisionflow_read_only"
 
 
 def normalise_url(url: str) -> str:
@@ -55,10 +58,19 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Readers (see ``reading``) take a deferred snapshot and never wait for writers.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
     return sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[sa.Connection]:
+    """A connection for reads only: on SQLite a deferred transaction (a WAL snapshot that does not
+    queue behind writers); elsewhere a plain connection."""
+    with engine.connect() as conn:
+        yield conn.execution_options(**{_READ_ONLY: True})
 
 
 def is_sqlite(engine: Engine) -> bool:

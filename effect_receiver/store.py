@@ -65,6 +65,11 @@ class EffectStore:
         with self._turn, _reachable(), self._engine.begin() as conn:
             yield conn
 
+    @contextmanager
+    def _reading(self) -> Iterator[sa.Connection]:
+        with _reachable(), db.reading(self._engine) as conn:
+            yield conn
+
     @property
     def engine(self) -> Engine:
         """The engine this store runs its transactions on."""
@@ -119,14 +124,14 @@ class EffectStore:
 
     def lookup(self, operation_id: str) -> Receipt | None:
         """Return the receipt of the effect written under operation_id, or None when there is none."""
-        with self._transaction() as conn:
+        with self._reading() as conn:
             row = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == operation_id)).one_or_none()
         return None if row is None else _receipt(row)
 
     def batch_lookup(self, operation_ids: Sequence[str]) -> dict[str, Receipt]:
         """Return the receipts of those operation_ids that have an effect, in one query."""
         wanted = sorted(set(operation_ids))
-        with self._transaction() as conn:
+        with self._reading() as conn:
             rows = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id.in_(wanted))).all()
         return {row.operation_id: _receipt(row) for row in rows}
 
@@ -149,7 +154,7 @@ class EffectStore:
             .order_by(effects.c.sequence)
             .limit(limit + 1)  # one more than asked tells whether a next page exists
         )
-        with self._transaction() as conn:
+        with self._reading() as conn:
             rows = conn.execute(query).all()
         page = tuple(
             AppliedEffect(
@@ -168,5 +173,5 @@ class EffectStore:
 
     def count_effects(self) -> int:
         """Return how many effects are stored (all cases)."""
-        with self._transaction() as conn:
+        with self._reading() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(effects)).scalar_one())

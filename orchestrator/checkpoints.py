@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from decisionflow import db
 from orchestrator.errors import CheckpointIntegrity
 from orchestrator.schema import checkpoints
 
@@ -130,7 +131,7 @@ class CheckpointTable:
 
     def get(self, checkpoint_id: str) -> SealedCheckpoint | None:
         """Return the stored checkpoint with that id, still sealed."""
-        with self._engine.connect() as conn:
+        with db.reading(self._engine) as conn:
             row = conn.execute(sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)).first()
         if row is None:
             return None

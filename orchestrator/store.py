@@ -115,7 +115,7 @@ class OrchestratorStore:
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
         try:
-            with self.engine.connect() as conn:
+            with db.reading(self.engine) as conn:
                 yield conn
         except OperationalError as exc:
             raise Unavailable(f"database unavailable: {exc.orig}") from exc
