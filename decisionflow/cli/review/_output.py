@@ -1,0 +1,95 @@
+"""What the review commands print: one JSON object on stdout, one human line on stderr, and the exit status."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from decisionflow.cli.command import CommandError
+from decisionflow.client import DecisionConflict, DecisionflowError, StaleProposal
+
+EXIT_DONE = 0
+EXIT_ERROR = 1
+EXIT_REFUSED = 3
+EXIT_UNKNOWN = 42
+
+EXIT_CODES_HELP = (
+    "exit status: 0 done (a read, or outcome COMMITTED or DECLINED); 42 outcome Unknown (decision recorded, "
+    "effect not confirmed: decisionflow-reconciler settles it); 3 refused (stale, conflict, invalid request, "
+    "not found, permission denied, unauthenticated, rejected by the receiver); 1 error (unavailable after "
+    "retries, deadline, internal: repeat the command or check its status); 2 bad usage or input"
+)
+
+
+def to_json(value: Any) -> Any:
+    """Return value (views, enums, times, mappings) as plain JSON types."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+def emit(document: Mapping[str, Any]) -> None:
+    """Write document as one JSON line on stdout."""
+    sys.stdout.write(json.dumps(to_json(document), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def say(line: str) -> None:
+    """Write the human summary line on stderr."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _refusal(error: DecisionflowError, subject: str) -> str:
+    if isinstance(error, StaleProposal):
+        current = error.current_operation_id or "unknown"
+        return f"refused as stale: {subject} is not the case's current proposal (current: {current})"
+    if isinstance(error, DecisionConflict):
+        return f"refused as a conflict: {subject} is already decided {error.recorded_decision.value}"
+    reason = f" {error.reason}" if error.reason and error.reason != error.code.name else ""
+    detail = f": {error.message}" if error.message else ""
+    violations = "".join(f"; {v.field}: {v.description}" for v in error.violations)
+    return f"refused ({error.code.name}{reason}){detail}{violations}"
+
+
+def failed(command: str, error: DecisionflowError, subject: str, **context: Any) -> CommandError:
+    """Print error as JSON and return the CommandError that ends the command with its exit status."""
+    # Only a definite refusal proves nothing changed; after an indeterminate attempt it proves nothing.
+    exit_code = EXIT_REFUSED if error.definite else EXIT_ERROR
+    emit(
+        {
+            "command": command,
+            **context,
+            "error": {
+                "type": type(error).__name__,
+                "code": error.code.name,
+                "reason": error.reason,
+                "message": error.message,
+                "metadata": error.metadata,
+                "violations": [{"field": v.field, "description": v.description} for v in error.violations],
+                "definite": error.definite,
+                "attempts": error.attempts,
+            },
+            "exit_code": exit_code,
+        }
+    )
+    if exit_code == EXIT_REFUSED:
+        return CommandError(_refusal(error, subject), exit_code)
+    return CommandError(
+        f"{error.code.name} after {error.attempts} attempt(s): {error.message or 'no detail'}; the call may have "
+        f"acted: repeat it or check {subject} with decisionflow status",
+        exit_code,
+    )
