@@ -1,0 +1,207 @@
+"""Wiring of the decisionflow-reconciler command: configuration, channels, passes, output and exit status.
+
+The only reader of the environment. ``--once`` runs one pass and exits 0 (nothing older than the
+alert threshold is left unconfirmed), 1 (something is) or 2 (could not run: bad configuration,
+orchestrator unreachable or refusing). ``--interval SECONDS`` runs a pass every SECONDS, serves
+Prometheus metrics if a metrics port is set, and exits 0 after SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import FrameType
+from typing import TextIO
+
+import grpc
+
+from decisionflow import logs
+from decisionflow.auth import SyncBearerTokenInterceptor
+from decisionflow.channels import insecure_channel, secure_channel
+from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
+from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
+from decisionflow.tls import channel_credentials
+from reconciler import config as configuration
+from reconciler.config import ReconcilerConfig
+from reconciler.domain import PassSummary
+from reconciler.metrics import ReconcilerMetrics
+from reconciler.service import PassSettings, Reconciler
+
+logger = logging.getLogger("decisionflow.reconciler")
+
+EXIT_OK = 0
+EXIT_UNKNOWN_TOO_OLD = 1
+EXIT_COULD_NOT_RUN = 2
+
+
+def utc_now() -> datetime:
+    """Return the current time in UTC."""
+    return datetime.now(UTC)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render_text(summary: PassSummary) -> str:
+    """Return the human summary of one pass: a few lines an operator can read at a glance."""
+    r = summary.redriven
+    lines = [
+        f"reconciler pass: examined {summary.examined} in {summary.duration_seconds:.2f} s"
+        + ("" if summary.completed else " (stopped early)"),
+        f"  settled:       {summary.settled} committed by lookup"
+        + (f", {summary.already_settled} already settled elsewhere" if summary.already_settled else ""),
+        f"  re-driven:     {r.total} (committed {r.committed}, unknown {r.unknown}, rejected {r.rejected}, "
+        f"already settled {r.already_settled}, failed {r.failed})",
+        f"  still unknown: {summary.still_unknown} (oldest {_age(summary.oldest_unknown_age_seconds)}; "
+        f"{summary.unknown_older_than_alert} older than {_age(summary.alert_after_seconds)})",
+        f"  escalated:     {summary.escalated} (never re-driven: first attempt beyond the receiver's key retention)",
+    ]
+    if summary.lookup_failures:
+        lines.append(f"  lookup failures: {summary.lookup_failures} (those operations stay open with the error noted)")
+    return "\n".join(lines)
+
+
+def _emit(summary: PassSummary, as_json: bool, out: TextIO) -> None:
+    out.write((json.dumps(summary.as_json(), sort_keys=True) if as_json else render_text(summary)) + "\n")
+    out.flush()
+
+
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def open_channels(config: ReconcilerConfig) -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
+    """Yield channels to the orchestrator and the receiver (TLS with a CA file, the token on every call)."""
+    interceptors = [SyncBearerTokenInterceptor(config.token)] if config.token else []
+    if config.ca_file is None:
+        orchestrator = insecure_channel(config.orchestrator_target, interceptors=interceptors)
+        receiver = insecure_channel(config.receiver_target, interceptors=interceptors)
+    else:
+        tls = channel_credentials(config.ca_file)
+        orchestrator = secure_channel(config.orchestrator_target, tls, interceptors=interceptors)
+        receiver = secure_channel(config.receiver_target, tls, interceptors=interceptors)
+    try:
+        yield orchestrator, receiver
+    finally:
+        receiver.close()
+        orchestrator.close()
+
+
+def build_reconciler(
+    config: ReconcilerConfig,
+    orchestrator: grpc.Channel,
+    receiver: grpc.Channel,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    metrics: ReconcilerMetrics | None = None,
+) -> Reconciler:
+    """Return a Reconciler over the two channels, configured as config says."""
+    timeout = config.timeout_seconds
+    return Reconciler(
+        OperationsClient(orchestrator, timeout=timeout, policy=CLIENT_DEFAULT),
+        ReceiverClient(receiver, timeout=timeout, policy=CLIENT_DEFAULT),
+        PassSettings(
+            grace=config.grace,
+            alert_after=config.alert_after,
+            batch_size=config.batch_size,
+            redrive_enabled=not config.no_redrive,
+            # A re-drive lands within one call deadline; that much of the key retention is kept in reserve.
+            redrive_margin=config.timeout,
+        ),
+        clock=utc_now,
+        receiver_single_attempt=ReceiverClient(receiver, timeout=timeout, policy=NO_RETRY),
+        progress=_stderr_line,
+        lookup_latency=None if metrics is None else metrics.lookup_latency.observe,
+        should_stop=should_stop,
+    )
+
+
+def run_once(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
+    """Run one pass, print its summary, and return the exit status."""
+    with (
+        open_channels(config) as (orchestrator, receiver),
+        build_reconciler(config, orchestrator, receiver) as reconciler,
+    ):
+        try:
+            summary = reconciler.run_pass()
+        except DecisionflowError as error:
+            target = config.orchestrator_target
+            _stderr_line(f"decisionflow-reconciler: could not run: orchestrator at {target}: {error}")
+            return EXIT_COULD_NOT_RUN
+    _emit(summary, config.json, out)
+    return EXIT_UNKNOWN_TOO_OLD if summary.alerting else EXIT_OK
+
+
+def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
+    """Run a pass every interval until SIGTERM or SIGINT; return 0 after a clean stop."""
+    assert config.interval_seconds is not None
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received signal %d: stopping after the current batch", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    metrics = ReconcilerMetrics()
+    server = None
+    try:
+        if config.metrics_port is not None:
+            try:
+                server = metrics.serve(config.metrics_port)
+            except OSError as exc:
+                _stderr_line(f"decisionflow-reconciler: cannot serve metrics on port {config.metrics_port}: {exc}")
+                return EXIT_COULD_NOT_RUN
+            _stderr_line(f"decisionflow-reconciler: metrics on http://127.0.0.1:{server.port}/metrics")
+        with (
+            open_channels(config) as (orchestrator, receiver),
+            build_reconciler(config, orchestrator, receiver, should_stop=stop.is_set, metrics=metrics) as reconciler,
+        ):
+            while not stop.is_set():
+                try:
+                    summary = reconciler.run_pass()
+                except DecisionflowError as error:
+                    # A loop outlives orchestrator restarts: report, count, and try again next interval.
+                    metrics.pass_failures.inc()
+                    _stderr_line(f"decisionflow-reconciler: pass failed: {error}")
+                else:
+                    metrics.record(summary)
+                    _emit(summary, config.json, out)
+                stop.wait(config.interval_seconds)
+    finally:
+        if server is not None:
+            server.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the decisionflow-reconciler command; returns the process exit status."""
+    config = configuration.load(sys.argv[1:] if argv is None else argv, os.environ)
+    logs.configure(config.log_level)
+    try:
+        return run_once(config) if config.once else run_interval(config)
+    except Exception:
+        # Exit 1 means "Unknowns are too old"; a crash must not be mistaken for it.
+        logger.exception("reconciler failed")
+        return EXIT_COULD_NOT_RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main())
