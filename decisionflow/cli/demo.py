@@ -1,0 +1,72 @@
+"""``decisionflow demo``: the end-to-end story of DESIGN.md section 10 with real, separate processes.
+
+The receiver, two orchestrators one after the other, the reconciler and the ``decisionflow``
+review commands all run as child processes over SQLite files in a fresh state directory (or
+PostgreSQL by URL); nothing is carried in memory from one step to the next. The transcript is
+printed as it happens; the last line is one JSON object whose ``ok`` is true only when every
+check held. Exit status: 0 all checks held, 1 a check failed or the demo could not run, 2 bad
+usage, 130 interrupted. Every child process is stopped on every path.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from decisionflow.cli.command import CommandError, Subparsers
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add ``demo``."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the end-to-end demo with real processes",
+        description=(
+            "Start a receiver and an orchestrator, begin case T-1042, restart the orchestrator, approve while "
+            "the receiver loses its reply (outcome Unknown), settle it with the reconciler, show replay, "
+            "conflict, stale and omitted-decision refusals, and a control experiment with a fresh key per "
+            "attempt. Authentication is on: tokens are issued into the state directory."
+        ),
+        epilog="exit status: 0 every check held; 1 a check failed or the demo could not run; 2 bad usage; "
+        "130 interrupted. The last line of stdout is a JSON summary.",
+    )
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="directory for databases, tokens and logs; must be empty or absent "
+        "(default: a new temporary directory, kept for inspection)",
+    )
+    parser.add_argument(
+        "--orchestrator-database-url",
+        metavar="URL",
+        help="orchestrator database, e.g. postgresql://user@host/db (default: a SQLite file in the state dir); "
+        "must not hold the demo's cases already",
+    )
+    parser.add_argument(
+        "--receiver-database-url",
+        metavar="URL",
+        help="receiver database (default: a SQLite file in the state dir); must not hold the demo's effects",
+    )
+    parser.add_argument(
+        "--keep-running",
+        choices=("yes", "no"),
+        default="no",
+        help="yes: leave the receiver and the orchestrator running after the transcript until Ctrl-C (default: no)",
+    )
+    parser.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    # Imported here: the review commands share this parser and need not load the demo's machinery.
+    from decisionflow.demo import DemoError, DemoOptions, run_demo
+
+    options = DemoOptions(
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        orchestrator_database_url=args.orchestrator_database_url,
+        receiver_database_url=args.receiver_database_url,
+        keep_running=args.keep_running == "yes",
+    )
+    try:
+        return run_demo(options)
+    except DemoError as exc:
+        raise CommandError(str(exc), exit_code=exc.exit_code) from exc

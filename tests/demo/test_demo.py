@@ -1,0 +1,183 @@
+"""``decisionflow demo`` end to end as a separate process: its verdict, its transcript, and its cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXPECTED = {
+    "ok": True,
+    "effects_for_case": 1,
+    "replay": True,
+    "conflict_refused": True,
+    "stale_refused": True,
+    "omitted_refused": True,
+    "unknown_before_reconcile": True,
+    "reemitted_from_checkpoint": True,
+    "committed_after_reconcile": True,
+    "control_effects": 2,
+    "failed": [],
+    "error": None,
+}
+
+
+def _demo(*args: str) -> list[str]:
+    return [sys.executable, "-m", "decisionflow.cli", "demo", *args]
+
+
+def _environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("DECISIONFLOW_")}
+
+
+def _verdict(stdout: str) -> dict[str, Any]:
+    last = stdout.strip().splitlines()[-1]
+    verdict = json.loads(last)
+    assert isinstance(verdict, dict)
+    return verdict
+
+
+def _pids(transcript: str) -> set[int]:
+    return {int(pid) for pid in re.findall(r"\bpid (\d+)", transcript)}
+
+
+def _assert_all_stopped(pids: set[int]) -> None:
+    assert pids, "the transcript names no child process"
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _processes_using(state_dir: Path) -> list[str]:
+    """Command lines of live processes that name state_dir (every child of the demo does)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(state_dir.resolve()) in text and " demo " not in text:
+            found.append(text)
+    return found
+
+
+def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=False, capture_output=True, text=True, timeout=timeout, env=_environment())
+
+
+def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> dict[str, Any]:
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = _verdict(done.stdout)
+    assert {key: verdict[key] for key in EXPECTED} == EXPECTED
+    assert verdict["operation_id"].startswith("op-v1-")
+    assert verdict["checkpoints"] > 0
+    assert verdict["state_dir"] == str(state_dir.resolve())
+    assert 0 < verdict["seconds"] < 60
+    transcript = done.stdout
+    for number in range(1, 6):
+        assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
+    assert "review request re-emitted from checkpoint" in transcript
+    assert "outcome UNKNOWN, exit 42" in transcript
+    assert "STALE_PROPOSAL" in transcript and "DECISION_CONFLICT" in transcript
+    _assert_all_stopped(_pids(transcript))
+    return verdict
+
+
+def test_demo_on_sqlite(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+
+    done = _run(_demo("--state-dir", str(state_dir)))
+
+    verdict = _assert_story(done, state_dir)
+    assert verdict["orchestrator_database"].startswith("sqlite:")
+    assert (state_dir / "orchestrator.db").exists() and (state_dir / "receiver.db").exists()
+    # Authentication was on: the credentials file holds hashes, never the tokens themselves.
+    credentials = (state_dir / "credentials.json").read_text()
+    assert (state_dir / "tokens" / "rita.token").read_text().strip() not in credentials
+
+    # A second run on the same database would find the story already told: refused, not misreported.
+    again = _run(
+        _demo(
+            "--state-dir",
+            str(tmp_path / "again"),
+            "--orchestrator-database-url",
+            f"sqlite:///{state_dir}/orchestrator.db",
+        )
+    )
+    assert again.returncode == 2
+    assert "already hold case T-1042" in _verdict(again.stdout)["error"]
+    _assert_all_stopped(_pids(again.stdout))
+
+
+@pytest.mark.postgres
+def test_demo_with_the_orchestrator_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    state_dir = tmp_path / "state"
+
+    done = _run(_demo("--state-dir", str(state_dir), "--orchestrator-database-url", postgres_url))
+
+    verdict = _assert_story(done, state_dir)
+    assert verdict["orchestrator_database"].startswith("postgresql")
+    assert not (state_dir / "orchestrator.db").exists()
+
+
+def test_demo_refuses_a_state_dir_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "orchestrator.db").write_text("")
+
+    done = _run(_demo("--state-dir", str(tmp_path)), timeout=60)
+
+    assert done.returncode == 2
+    assert "must be an empty directory" in done.stderr
+
+
+def test_a_child_that_cannot_start_stops_the_others_and_the_verdict_says_why(tmp_path: Path) -> None:
+    unwritable = "sqlite:////nonexistent-directory/receiver.db"
+
+    done = _run(_demo("--state-dir", str(tmp_path / "state"), "--receiver-database-url", unwritable))
+
+    assert done.returncode == 1
+    verdict = _verdict(done.stdout)
+    assert verdict["ok"] is False
+    assert "receiver exited" in verdict["error"]
+    # Orchestrator A was launched alongside the receiver, and was stopped with the failure.
+    assert (tmp_path / "state" / "logs" / "orchestrator-A.log").exists()
+    assert _processes_using(tmp_path / "state") == []
+    assert "Stopped:" in done.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_demo_stops_every_child(tmp_path: Path, signum: int) -> None:
+    demo = subprocess.Popen(
+        _demo("--state-dir", str(tmp_path / "state")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environment(),
+    )
+    assert demo.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    # Interrupt once both services of step 1 are up.
+    while time.monotonic() < deadline and "orchestrator A pid" not in "".join(seen):
+        line = demo.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+    demo.send_signal(signum)
+    rest, _ = demo.communicate(timeout=60)
+    output = "".join(seen) + rest
+
+    assert demo.returncode == 130, output
+    verdict = _verdict(output)
+    assert verdict["ok"] is False and verdict["error"] == "interrupted"
+    _assert_all_stopped(_pids(output))
+    assert _processes_using(tmp_path / "state") == []
