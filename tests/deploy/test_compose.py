@@ -6,11 +6,9 @@ secrets really start a TLS + token-authenticated server."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,40 +19,17 @@ from decisionflow.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS
+from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.servers import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 SETTINGS_BY_SCRIPT: dict[str, tuple[Setting, ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
-
-
-def _help(argv: list[str]) -> str:
-    module = SCRIPTS[argv[0]].split(":")[0]
-    done = subprocess.run(
-        [sys.executable, "-m", module, *argv[1:], "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _flags(argv: list[str]) -> list[str]:
-    return [arg.split("=")[0] for arg in argv if arg.startswith("--")]
-
-
-def _subcommand(argv: list[str]) -> list[str]:
-    # The program and any leading words before the first flag (e.g. "decisionflow health").
-    words = [argv[0]]
-    for arg in argv[1:]:
-        if arg.startswith("-"):
-            break
-        words.append(arg)
-    return words
 
 
 def test_topology() -> None:
@@ -78,12 +53,12 @@ def test_commands_and_flags_exist(name: str) -> None:
     service = COMPOSE["services"][name]
     for argv in (service["command"], service["healthcheck"]["test"][1:]):
         assert argv[0] in SCRIPTS, f"{argv[0]} is not a console script of the project"
-        words = _subcommand(argv)
+        words = command_words(argv)
         if len(words) > 1 and argv[0] == "decisionflow-orchestrator":
             words = words[:1]  # "serve" is the default command and takes the server flags
-        usage = _help(words)
-        for flag in _flags(argv):
-            assert re.search(rf"(^|\s|\[){re.escape(flag)}(\s|,|$|=|\])", usage, re.MULTILINE), (name, flag)
+        usage = help_text(words)
+        for flag in (arg.split("=")[0] for arg in argv if arg.startswith("--")):
+            assert names_flag(usage, flag), (name, flag)
 
 
 @pytest.mark.parametrize("name", OURS)
