@@ -82,7 +82,8 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     assert verdict["operation_id"].startswith("op-v1-")
     assert verdict["checkpoints"] > 0
     assert verdict["state_dir"] == str(state_dir.resolve())
-    assert 0 < verdict["seconds"] < 60
+    # About 15 s on an idle 2-core machine; the bound leaves room for neighbours' load on a shared runner.
+    assert 0 < verdict["seconds"] < 120
     transcript = done.stdout
     for number in range(1, 6):
         assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
