@@ -65,15 +65,21 @@ def seed_operations(
     first_attempt_at: datetime | None = None,
     case_prefix: str | None = None,
 ) -> list[SeededOperation]:
-    """Insert count decided operations in state (UNKNOWN: one attempt recorded; APPROVED: none)."""
+    """Insert count decided operations in state (UNKNOWN: one attempt recorded; APPROVED: none).
+
+    The i-th operation is decided (and attempted) i milliseconds after the first, the last at
+    decided_at (default: a minute ago), as a stream of approvals would leave them.
+    """
     assert state in (State.UNKNOWN, State.APPROVED)
-    decided_at = decided_at or datetime.now(UTC) - timedelta(minutes=1)
-    attempt_at = first_attempt_at or decided_at
+    last_decided = decided_at or datetime.now(UTC) - timedelta(minutes=1)
+    last_attempt = first_attempt_at or last_decided
     prefix = case_prefix or "R-" + uuid.uuid4().hex[:8]
     evidence = (EvidenceItem("KB-12", 1, "Update to 4.2.1."),)
     seeded: list[SeededOperation] = []
     proposals, cases, decisions, operations = [], [], [], []
     for i in range(count):
+        earlier = timedelta(milliseconds=count - 1 - i)
+        decided_at, attempt_at = last_decided - earlier, last_attempt - earlier
         case_id = f"{prefix}-{i}"
         body = f"Known firmware issue; please update to 4.2.1 (reply {i})."
         ids = identities(case_id, ACTION, body, evidence, POLICY)

@@ -22,6 +22,8 @@ import sqlalchemy as sa
 
 from decisionflow import db
 from decisionflow.auth import Role, issue_token
+from reconciler.config import load
+from reconciler.main import main
 from tests.conftest import free_port
 from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack
 from tests.reconciler.conftest import (
@@ -109,21 +111,49 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert open_count(stack.orchestrator_url) == 0
 
 
-def test_exit_2_when_it_cannot_run(tmp_path: Path) -> None:
+def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
     down = run_reconciler(["--once", *unreachable, "--timeout-seconds", "1"])
     assert down.returncode == 2
     assert "could not run" in down.stderr and "UNAVAILABLE" in down.stderr
-    for bad in (
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
         ["--once", "--batch-size", "5000"],
+        ["--once", "--batch-size", "0"],
         ["--once", "--grace-seconds", "soon"],
+        ["--once", "--alert-after-seconds", "-1"],
         ["--once", "--interval", "5"],
+        ["--interval", "0"],
         [],
-        ["--once", "--token-file", str(tmp_path / "missing.token")],
-    ):
-        refused = run_reconciler(bad)
-        assert refused.returncode == 2, bad
-        assert "decisionflow-reconciler: error:" in refused.stderr
+        ["--once", "--token-file", "/nonexistent/reconciler.token"],
+        ["--once", "--ca-file", "/nonexistent/ca.pem"],
+        ["--once", "--log-level", "chatty"],
+    ],
+)
+def test_exit_2_on_bad_configuration(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert "decisionflow-reconciler: error:" in capsys.readouterr().err
+
+
+def test_configuration_comes_from_flags_then_environment_then_defaults(tmp_path: Path) -> None:
+    token = tmp_path / "reconciler.token"
+    token.write_text("s3cret-token\n")
+    environ = {
+        "DECISIONFLOW_ORCHESTRATOR_TARGET": "orchestrator:50051",
+        "DECISIONFLOW_RECONCILER_TOKEN_FILE": str(token),
+        "DECISIONFLOW_RECONCILER_BATCH_SIZE": "1000",
+        "DECISIONFLOW_RECONCILER_METRICS_PORT": "9102",
+    }
+    config = load(["--interval", "30", "--batch-size", "250", "--no-redrive"], environ)
+    assert (config.once, config.interval_seconds, config.no_redrive, config.json) == (False, 30.0, True, False)
+    assert (config.orchestrator_target, config.receiver_target) == ("orchestrator:50051", "127.0.0.1:50061")
+    assert (config.token, config.batch_size, config.metrics_port) == ("s3cret-token", 250, 9102)
+    assert (config.grace_seconds, config.alert_after_seconds, config.timeout_seconds) == (30.0, 300.0, 10.0)
 
 
 @pytest.mark.slow
