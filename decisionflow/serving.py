@@ -4,6 +4,7 @@ graceful shutdown (health NOT_SERVING first, then drain calls in flight)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ipaddress
 import json
 import logging
@@ -18,6 +19,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+
+from decisionflow.rpc_errors import FieldViolation, InvalidRequest, rich_status
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 
@@ -51,6 +54,38 @@ def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
         raise ExposureRefused(f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication")
 
 
+class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Parses each unary request inside the call, so bytes that are not the request message are
+    refused with INVALID_ARGUMENT (gRPC itself answers UNKNOWN when its deserializer raises)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        """Return the handler with parsing moved from gRPC's deserializer into its behaviour."""
+        handler = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler.request_streaming
+            or handler.response_streaming
+            or handler.request_deserializer is None
+            or not inspect.iscoroutinefunction(handler.unary_unary)
+        ):
+            return handler
+        parse, behaviour = handler.request_deserializer, handler.unary_unary
+
+        async def parsed(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                message = parse(request)
+            except Exception:  # whatever the parser raises, the bytes are not a request
+                refusal = InvalidRequest([FieldViolation("request", "not a well-formed request message")])
+                await context.abort_with_status(rich_status(grpc.StatusCode.INVALID_ARGUMENT, refusal))  # type: ignore[attr-defined]
+            return await behaviour(message, context)
+
+        return grpc.unary_unary_rpc_method_handler(parsed, response_serializer=handler.response_serializer)
+
+
 @dataclass
 class RunningServer:
     """A started server, the port it bound and its health servicer."""
@@ -75,7 +110,8 @@ async def start_server(
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
     returns their full service names, which health and reflection then announce."""
-    server = grpc.aio.server(interceptors=list(interceptors), options=list(SERVER_OPTIONS))
+    # Innermost, so a caller is authenticated before its bytes are parsed.
+    server = grpc.aio.server(interceptors=[*interceptors, DecodeRequests()], options=list(SERVER_OPTIONS))
     service_names = tuple(register(server))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
