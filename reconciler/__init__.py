@@ -21,6 +21,7 @@ COMMITTED (a second settlement changes nothing), Apply is idempotent per operati
 re-drive refused because the operation was already closed is counted as settled elsewhere,
 not as an error.
 
-Modules: ``config`` (settings), ``domain`` (rules, summary), ``service`` (one pass),
-``metrics`` (Prometheus, --interval mode), ``main`` (the decisionflow-reconciler command).
+Modules: ``config`` (settings), ``domain`` (rules, summary), ``ports`` (the two services as
+the pass sees them), ``service`` (one pass), ``lookahead`` (listing and lookups run one batch
+ahead), ``metrics`` (Prometheus, --interval mode), ``main`` (the decisionflow-reconciler command).
 """

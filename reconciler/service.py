@@ -12,34 +12,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Protocol
 
 from decisionflow.client import (
-    Consistency,
-    Decision,
     DecisionflowError,
     LookupAnswer,
-    LookupBatch,
-    LookupStatus,
     OperationState,
     OperationView,
     Outcome,
     PreconditionFailed,
-    RedriveResult,
     Settlement,
-    SettleResult,
 )
 from reconciler.domain import (
     Action,
     Finding,
-    LookupFinding,
     OpenOperation,
-    OpenState,
     PassSummary,
     RedriveCounts,
     RedriveOutcome,
@@ -48,6 +39,7 @@ from reconciler.domain import (
     decide,
 )
 from reconciler.lookahead import Lookahead
+from reconciler.ports import OPEN_STATES, OperationsPort, ReceiverPort, finding, open_operation, settlement
 
 logger = logging.getLogger("decisionflow.reconciler")
 
@@ -57,34 +49,6 @@ PROGRESS_EVERY = 2000
 REDRIVE_WORKERS = 8
 # Batches listed and looked up ahead of the one being settled.
 LOOKAHEAD_BATCHES = 2
-
-_OPEN = {OperationState.APPROVED: OpenState.APPROVED, OperationState.UNKNOWN: OpenState.UNKNOWN}
-
-
-class OperationsPort(Protocol):
-    """The orchestrator's OperationsService, as decisionflow.client.OperationsClient offers it."""
-
-    def list_operations(
-        self, states: Iterable[OperationState] = (), *, min_age: timedelta | None = None, page_size: int = 0
-    ) -> Iterator[OperationView]:
-        """Yield operations in states at least min_age old, oldest first."""
-        ...
-
-    def batch_settle_operations(self, settlements: Sequence[Settlement]) -> tuple[SettleResult, ...]:
-        """Record lookups; results in request order."""
-        ...
-
-    def redrive_operation(self, operation_id: str) -> RedriveResult:
-        """Call Apply again with the stored payload."""
-        ...
-
-
-class ReceiverPort(Protocol):
-    """The receiver's BatchLookup, as decisionflow.client.ReceiverClient offers it."""
-
-    def batch_lookup(self, operation_ids: Sequence[str]) -> LookupBatch:
-        """Look up at most 1,000 operation ids; answers in request order."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,51 +100,9 @@ class _LookedUp:
     key_retention: timedelta | None
 
 
-def _open_operation(view: OperationView) -> OpenOperation | None:
-    state = _OPEN.get(view.state)
-    if state is None:
-        return None
-    return OpenOperation(
-        operation_id=view.operation_id,
-        state=state,
-        approved=view.decision is Decision.APPROVE,
-        decided_at=view.decided_at,
-        first_attempt_at=view.first_attempt_at,
-        updated_at=view.updated_at,
-    )
-
-
 def _chunks(items: Iterator[OperationView], size: int) -> Iterator[list[OperationView]]:
     while chunk := list(islice(items, size)):
         yield chunk
-
-
-def _finding(answer: LookupAnswer | None, error: str) -> LookupFinding:
-    if answer is None:
-        return LookupFinding(Finding.FAILED, error=error or "the receiver gave no answer for this id")
-    strong = answer.consistency is Consistency.STRONG
-    if answer.status is LookupStatus.APPLIED and answer.receipt is not None:
-        return LookupFinding(Finding.APPLIED, strong)
-    if answer.status is LookupStatus.NOT_FOUND:
-        return LookupFinding(Finding.NOT_FOUND, strong)
-    return LookupFinding(Finding.FAILED, error=f"unusable lookup answer: status {answer.status.value}")
-
-
-def _settlement(operation_id: str, answer: LookupAnswer | None, finding: LookupFinding, verdict: Verdict) -> Settlement:
-    if answer is None or finding.finding is Finding.FAILED:
-        return Settlement.failed(operation_id, finding.error)
-    recorded = Settlement.from_lookup(answer)
-    if verdict.action is Action.ESCALATE:
-        # The note is what an operator reads on GetOperation: say why nothing more will happen.
-        return Settlement(
-            recorded.operation_id,
-            recorded.status,
-            recorded.receipt,
-            recorded.consistency,
-            recorded.observed_at,
-            error=f"escalated: {verdict.reason}",
-        )
-    return recorded
 
 
 class Reconciler:
@@ -259,7 +181,7 @@ class Reconciler:
                     return
                 batch: list[OpenOperation] = []
                 for view in chunk:
-                    operation = _open_operation(view)
+                    operation = open_operation(view)
                     if operation is not None and operation.operation_id not in seen:
                         seen.add(operation.operation_id)
                         batch.append(operation)
@@ -289,26 +211,26 @@ class Reconciler:
         settlements: list[Settlement] = []
         for operation in batch.operations:
             answer = batch.answers.get(operation.operation_id)
-            finding = _finding(answer, batch.error)
+            found = finding(answer, batch.error)
             verdict = decide(
                 operation,
-                finding,
+                found,
                 key_retention=batch.key_retention,
                 now=now,
                 redrive_enabled=self._settings.redrive_enabled,
                 redrive_margin=self._settings.redrive_margin,
             )
-            if finding.finding is Finding.FAILED:
+            if found.finding is Finding.FAILED:
                 tally.lookup_failures += 1
             verdicts.append(verdict)
-            settlements.append(_settlement(operation.operation_id, answer, finding, verdict))
+            settlements.append(settlement(operation.operation_id, answer, found, verdict))
         results = self._operations.batch_settle_operations(settlements)
         tally.examined += len(batch.operations)
         redrive: list[OpenOperation] = []
         for operation, verdict, result in zip(batch.operations, verdicts, results, strict=True):
             if result.settled:
                 tally.settled += 1
-            elif result.operation.state not in _OPEN:
+            elif result.operation.state not in OPEN_STATES:
                 tally.already_settled += 1
             elif verdict.action is Action.REDRIVE:
                 redrive.append(operation)
