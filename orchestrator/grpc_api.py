@@ -190,7 +190,10 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         for i, value in enumerate(request.states):
             if value not in STATE_FROM_PB:
                 raise InvalidRequest([FieldViolation(f"states[{i}]", f"unknown state {value}")])
-            states.append(STATE_FROM_PB[value])
+            # A state listed twice is one state; the repeats would otherwise reach the query as
+            # bind parameters, and a flood of them exceeds the database's limit (UNAVAILABLE).
+            if STATE_FROM_PB[value] not in states:
+                states.append(STATE_FROM_PB[value])
         if not states:
             states = [State.APPROVED, State.UNKNOWN]
         min_age = request.min_age.ToTimedelta() if request.HasField("min_age") else timedelta(0)
