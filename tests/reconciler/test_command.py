@@ -275,3 +275,29 @@ def test_two_reconcilers_at_once_settle_everything_once(make_stack: Callable[...
     assert {op: receipt for op, receipt in recorded_receipts(stack.orchestrator_url).items() if op in receipts} == (
         receipts
     )
+
+
+def test_interval_mode_outlives_an_unreachable_orchestrator(tmp_path: Path) -> None:
+    stderr_path = tmp_path / "reconciler.stderr"
+    unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
+    with (
+        stderr_path.open("w") as stderr,
+        subprocess.Popen(
+            reconciler_command(["--interval", "0.1", "--timeout-seconds", "1", *unreachable]),
+            cwd=ROOT,
+            env=command_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        ) as process,
+    ):
+        try:
+            deadline = time.monotonic() + 30
+            while stderr_path.read_text().count("pass failed") < 2 and time.monotonic() < deadline:
+                assert process.poll() is None, stderr_path.read_text()
+                time.sleep(0.1)
+            assert stderr_path.read_text().count("pass failed") >= 2
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
