@@ -48,7 +48,7 @@ from orchestrator.errors import (
     WorkflowVersionMismatch,
 )
 from orchestrator.store import DecisionAlreadyRecorded, OrchestratorStore, Settlement
-from orchestrator.validation import check_content, check_operation_id
+from orchestrator.validation import check_case_id, check_content, check_operation_id
 from orchestrator.workflow import ReviewAnswer, ReviewTask, ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -218,6 +218,9 @@ class OrchestratorService:
         if bool(operation_id) == bool(case_id):
             raise InvalidRequest([FieldViolation("operation_id", "set exactly one of operation_id and case_id")])
         if case_id:
+            violations = check_case_id(case_id)
+            if violations:
+                raise InvalidRequest(violations)
             current = await asyncio.to_thread(self._store.current_operation_id, case_id)
             if current is None:
                 raise NotFound("case", case_id)
