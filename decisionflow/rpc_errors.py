@@ -73,18 +73,31 @@ def code_for(table: StatusTable, error: DomainError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# The status travels in the trailers, which gRPC refuses above 16 KiB (and may above 8 KiB): the
+# caller would get RESOURCE_EXHAUSTED instead of the refusal. So details name the first violations
+# only, and each text is cut; a request with thousands of bad fields is still told what is wrong.
+MAX_VIOLATIONS = 20
+MAX_DETAIL_CHARS = 256
+
+
+def _cut(text: str) -> str:
+    return text[:MAX_DETAIL_CHARS]
+
+
 def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
-    """Return a grpc.Status carrying ErrorInfo (and BadRequest for an InvalidRequest)."""
+    """Return a grpc.Status carrying ErrorInfo (and BadRequest for an InvalidRequest), small enough
+    for gRPC's trailer limit whatever the error holds."""
     details: list[any_pb2.Any] = []
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    metadata = {_cut(key): _cut(value) for key, value in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     packed = any_pb2.Any()
     packed.Pack(info)
     details.append(packed)
     if isinstance(error, InvalidRequest):
         bad = error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                for v in error.violations
+                error_details_pb2.BadRequest.FieldViolation(field=_cut(v.field), description=_cut(v.description))
+                for v in error.violations[:MAX_VIOLATIONS]
             ]
         )
         packed_bad = any_pb2.Any()
