@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow.auth import AUTH_STATUS, current_principal
 from decisionflow.rpc_errors import FieldViolation, InvalidRequest, StatusTable, Unavailable, guard
@@ -52,6 +53,7 @@ STATUS_TABLE: StatusTable = {
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
 REPLY_MARGIN_SECONDS = 0.05
 MAX_BATCH = 1000
+MAX_MIN_AGE = timedelta(days=36_525)
 MAX_PAGE = 5000
 DEFAULT_PAGE = 500
 
@@ -154,6 +156,13 @@ def _parse_page_token(token: str) -> tuple[datetime, str] | None:
         raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
 
 
+def _time(field: str, stamp: Timestamp) -> datetime:
+    try:
+        return from_timestamp(stamp)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRequest([FieldViolation(field, "not a valid time (years 1 to 9999)")]) from exc
+
+
 def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -> Settlement:
     field = f"settlements[{index}]"
     if message.status == common_pb2.LOOKUP_STATUS_APPLIED:
@@ -162,13 +171,14 @@ def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -
         if message.receipt.operation_id and message.receipt.operation_id != message.operation_id:
             raise InvalidRequest([FieldViolation(f"{field}.receipt.operation_id", "names another operation")])
         status = LookupStatus.APPLIED
-        receipt: Receipt | None = Receipt(message.receipt.receipt_id, from_timestamp(message.receipt.applied_at))
+        applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
+        receipt: Receipt | None = Receipt(message.receipt.receipt_id, applied_at)
     elif message.status == common_pb2.LOOKUP_STATUS_NOT_FOUND:
         status, receipt = LookupStatus.NOT_FOUND, None
     else:
         status, receipt = LookupStatus.FAILED, None
     consistency = CONSISTENCY_FROM_PB.get(message.consistency, Consistency.NONE)
-    looked_up_at = from_timestamp(message.observed_at) if message.HasField("observed_at") else now
+    looked_up_at = _time(f"{field}.observed_at", message.observed_at) if message.HasField("observed_at") else now
     return Settlement(message.operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
 
 
@@ -196,9 +206,13 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
                 states.append(STATE_FROM_PB[value])
         if not states:
             states = [State.APPROVED, State.UNKNOWN]
-        min_age = request.min_age.ToTimedelta() if request.HasField("min_age") else timedelta(0)
-        if min_age < timedelta(0):
-            raise InvalidRequest([FieldViolation("min_age", "must not be negative")])
+        try:
+            min_age = request.min_age.ToTimedelta() if request.HasField("min_age") else timedelta(0)
+        except (ValueError, OverflowError) as exc:
+            raise InvalidRequest([FieldViolation("min_age", "not a valid duration")]) from exc
+        if min_age < timedelta(0) or min_age > MAX_MIN_AGE:
+            # Beyond the bound, now - min_age would fall outside the dates the database can hold.
+            raise InvalidRequest([FieldViolation("min_age", "must be 0 to 100 years")])
         limit = request.page_size or DEFAULT_PAGE
         page = await self._service.list_operations(states, min_age, limit, _parse_page_token(request.page_token))
         token = _page_token(page[-1].state_changed_at, page[-1].operation_id) if len(page) == limit else ""
