@@ -53,6 +53,7 @@ STATUS_TABLE: StatusTable = {
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
 REPLY_MARGIN_SECONDS = 0.05
 MAX_BATCH = 1000
+MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
 MAX_PAGE = 5000
 DEFAULT_PAGE = 500
@@ -165,14 +166,20 @@ def _time(field: str, stamp: Timestamp) -> datetime:
 
 def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -> Settlement:
     field = f"settlements[{index}]"
+    if "\x00" in message.error:
+        raise InvalidRequest([FieldViolation(f"{field}.error", "contains a NUL character")])
     if message.status == common_pb2.LOOKUP_STATUS_APPLIED:
         if not message.HasField("receipt") or not message.receipt.receipt_id:
             raise InvalidRequest([FieldViolation(f"{field}.receipt", "required when status is APPLIED")])
         if message.receipt.operation_id and message.receipt.operation_id != message.operation_id:
             raise InvalidRequest([FieldViolation(f"{field}.receipt.operation_id", "names another operation")])
+        receipt_id = message.receipt.receipt_id
+        if len(receipt_id) > MAX_RECEIPT_ID_CHARS or not receipt_id.isprintable():
+            description = f"must be 1 to {MAX_RECEIPT_ID_CHARS} printable characters"
+            raise InvalidRequest([FieldViolation(f"{field}.receipt.receipt_id", description)])
         status = LookupStatus.APPLIED
         applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
-        receipt: Receipt | None = Receipt(message.receipt.receipt_id, applied_at)
+        receipt: Receipt | None = Receipt(receipt_id, applied_at)
     elif message.status == common_pb2.LOOKUP_STATUS_NOT_FOUND:
         status, receipt = LookupStatus.NOT_FOUND, None
     else:
