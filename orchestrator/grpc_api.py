@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow.auth import AUTH_STATUS, current_principal
+from decisionflow.identity import is_operation_id
 from decisionflow.rpc_errors import FieldViolation, InvalidRequest, StatusTable, Unavailable, guard
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import errors
@@ -56,6 +57,7 @@ MAX_BATCH = 1000
 MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
 MAX_PAGE = 5000
+MAX_PAGE_TOKEN_CHARS = 512
 DEFAULT_PAGE = 500
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -151,7 +153,13 @@ def _parse_page_token(token: str) -> tuple[datetime, str] | None:
     if not token:
         return None
     try:
+        # Issued tokens are about 150 characters; the bound also keeps json.loads from recursing
+        # through a forged token of nested brackets (RecursionError, answered UNKNOWN).
+        if len(token) > MAX_PAGE_TOKEN_CHARS:
+            raise ValueError("page token too long")
         at, operation_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if not is_operation_id(operation_id):
+            raise ValueError("page token names no operation id")  # a NUL in it fails on PostgreSQL
         return datetime.fromisoformat(at), str(operation_id)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
