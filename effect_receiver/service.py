@@ -40,6 +40,7 @@ COMMIT_THEN_EXIT = "receiver.commit_then_exit"
 FAILPOINT_NAMES = (COMMIT_THEN_LOSE_REPLY, COMMIT_THEN_EXIT)
 
 _PAGE_TOKEN_PREFIX = "after:"  # noqa: S105 (a cursor marker, not a secret)
+_MAX_SEQUENCE_DIGITS = 18
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ def decode_page_token(token: str) -> int:
     except (binascii.Error, UnicodeError, ValueError):
         text = ""
     digits = text.removeprefix(_PAGE_TOKEN_PREFIX)
-    if not text.startswith(_PAGE_TOKEN_PREFIX) or not digits.isdigit():
+    # Sequences are 64-bit: a longer number would overflow the query's parameter (answered UNKNOWN).
+    if not text.startswith(_PAGE_TOKEN_PREFIX) or not digits.isdigit() or len(digits) > _MAX_SEQUENCE_DIGITS:
         raise _refuse([Violation("page_token", "is not a token from a previous ListEffects response")])
     return int(digits)
 
