@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from decisionflow.identity import OPERATION_ID_PATTERN
@@ -23,6 +23,7 @@ RECORD_SUPPORT_REVIEW = "record_support_review"
 KINDS = frozenset({RECORD_SUPPORT_REVIEW})
 
 MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_REVIEWER_CHARS = 256  # the width of support_review_records.reviewer
 CASE_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 DIGEST_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
 REQUIRED_PAYLOAD_KEYS = (
@@ -202,12 +203,23 @@ def _parse_payload(payload: bytes) -> tuple[dict[str, Any] | None, list[Violatio
     return document, []
 
 
+def _storable_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
 def _parse_decided_at(value: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        if moment.utcoffset() is None:
+            return None
+        moment.astimezone(UTC)  # stored in UTC: a time that leaves years 1 to 9999 there cannot be
+    except (ValueError, OverflowError):
         return None
-    return moment if moment.utcoffset() is not None else None
+    return moment
 
 
 def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, digest: str) -> Effect | list[Violation]:
@@ -238,6 +250,16 @@ def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, dig
             violations.append(Violation(f"payload.{key}", f"must equal the request's {request_field}"))
     if document.get("reviewer") == "":
         violations.append(Violation("payload.reviewer", "must not be empty"))
+    # The business record stores these as text: refuse what the database cannot hold (PostgreSQL
+    # rejects NUL, UTF-8 has no unpaired surrogates, reviewer is VARCHAR(256)) instead of failing
+    # the commit with an unexpected error.
+    for key in ("body", "reviewer"):
+        value = document.get(key)
+        if isinstance(value, str) and not _storable_text(value):
+            violations.append(Violation(f"payload.{key}", "contains a NUL or an unpaired surrogate"))
+    reviewer = document.get("reviewer")
+    if isinstance(reviewer, str) and len(reviewer) > MAX_REVIEWER_CHARS:
+        violations.append(Violation("payload.reviewer", f"longer than {MAX_REVIEWER_CHARS} characters"))
     decided_at = None
     if isinstance(document.get("decided_at"), str):
         decided_at = _parse_decided_at(document["decided_at"])
