@@ -8,8 +8,9 @@ compare-and-set.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,11 +104,16 @@ class OrchestratorStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.checkpoints = CheckpointTable(engine)
+        # SQLite runs one write transaction at a time (BEGIN IMMEDIATE). Threads of this process
+        # that find the write lock taken would wait in SQLite's busy handler, which sleeps in
+        # steps of up to 100 ms; queueing them on a lock here hands the database over at once.
+        # Other processes on the same file still wait through the busy timeout.
+        self._write_turn: AbstractContextManager[object] = threading.Lock() if db.is_sqlite(engine) else nullcontext()
 
     @contextmanager
     def _begin(self) -> Iterator[sa.Connection]:
         try:
-            with self.engine.begin() as conn:
+            with self._write_turn, self.engine.begin() as conn:
                 yield conn
         except OperationalError as exc:
             raise Unavailable(f"database unavailable: {exc.orig}") from exc
