@@ -26,7 +26,9 @@ from decisionflow.auth._roles import Principal, Role, parse_role
 StrPath = str | os.PathLike[str]
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_MAX_PRINCIPAL_CHARS = 256
+# A principal is recorded as proposals.created_by and decisions.reviewer, VARCHAR(128): a longer
+# name would be admitted and then fail every write it makes.
+_MAX_PRINCIPAL_CHARS = 128
 _ENTRY_FIELDS = {"tokens": ("principal", "sha256", "roles"), "certificates": ("principal", "roles")}
 
 
