@@ -8,6 +8,7 @@ PostgreSQL database in a test without stepping on each other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from sqlalchemy.engine import Engine
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _READ_ONLY = "decisionflow_read_only"
+_FILE_IDENTITY = "decisionflow_file_identity"
 
 
 def normalise_url(url: str) -> str:
@@ -32,10 +34,22 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def _file_identity(database: str | None) -> tuple[int, int] | None:
+    """The device and inode of a SQLite database file, or None (in memory, or not reachable)."""
+    if not database or database == ":memory:":
+        return None
+    try:
+        status = os.stat(database)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def create_engine(url: str, *, pool_size: int = 10) -> Engine:
     """Return an engine for url with the project's durability settings applied to every connection."""
     url = normalise_url(url)
     if url.startswith("sqlite"):
+        database = sa.make_url(url).database
         engine = sa.create_engine(
             url,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
@@ -44,7 +58,7 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
             # Let SQLAlchemy issue BEGIN itself (IMMEDIATE below) rather than pysqlite's
             # deferred implicit transactions, so writers queue on the busy timeout
             # instead of failing with "database is locked" on upgrade.
@@ -55,6 +69,16 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
+            record.info[_FILE_IDENTITY] = _file_identity(database)
+
+        @event.listens_for(engine, "checkout")
+        def _sqlite_same_file(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            # An open SQLite connection keeps using the file it opened after that file is deleted or
+            # replaced, or its directory moved or locked: its commits would land where no later
+            # connection looks. The pool discards it and reconnects, which then fails (UNAVAILABLE)
+            # or finds the file that is there now.
+            if _file_identity(database) != record.info.get(_FILE_IDENTITY):
+                raise sa.exc.DisconnectionError("the SQLite database file was moved, replaced or made unreachable")
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: sa.Connection) -> None:
