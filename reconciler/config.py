@@ -39,9 +39,9 @@ SETTINGS: tuple[Setting, ...] = (
         "30",
     ),
     Setting(
-        "alert_after_seconds",
+        "alert_after",
         "DECISIONFLOW_RECONCILER_ALERT_AFTER_SECONDS",
-        "exit 1 when an operation decided longer ago than this is still not confirmed after the pass",
+        "seconds: exit 1 when an operation decided longer ago than this is still not confirmed after the pass",
         "300",
     ),
     Setting(
@@ -59,7 +59,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "metrics_port",
         "DECISIONFLOW_RECONCILER_METRICS_PORT",
-        "serve Prometheus metrics on 127.0.0.1 at this port (with --interval only; 0 picks a free one)",
+        "serve Prometheus metrics at this port (with --interval only; 0 picks a free one)",
+    ),
+    Setting(
+        "metrics_address",
+        "DECISIONFLOW_RECONCILER_METRICS_ADDRESS",
+        "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
+        "127.0.0.1",
     ),
     Setting("log_level", "DECISIONFLOW_RECONCILER_LOG_LEVEL", "debug, info, warning or error", "warning"),
     Setting("interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True),
@@ -90,6 +96,7 @@ class ReconcilerConfig:
     batch_size: int = 500
     timeout_seconds: float = 10.0
     metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
     no_redrive: bool = False
     json: bool = False
     log_level: str = "warning"
@@ -157,7 +164,7 @@ def parser() -> argparse.ArgumentParser:
     cli = argparse.ArgumentParser(
         prog="decisionflow-reconciler",
         description="Settle operations whose outcome is Unknown by asking the EffectReceiver. Exit status: "
-        "0 nothing older than --alert-after-seconds is left unconfirmed, 1 something is, 2 could not run.",
+        "0 nothing older than --alert-after is left unconfirmed, 1 something is, 2 could not run.",
     )
     add_settings(cli, SETTINGS)
     for switch in SWITCHES:
@@ -191,10 +198,11 @@ def from_namespace(
         token=_token(cli, values["token_file"]),
         ca_file=_ca_file(cli, values["ca_file"]),
         grace_seconds=_seconds(cli, "grace_seconds", values["grace_seconds"], zero_ok=True),
-        alert_after_seconds=_seconds(cli, "alert_after_seconds", values["alert_after_seconds"], zero_ok=True),
+        alert_after_seconds=_seconds(cli, "alert_after_seconds", values["alert_after"], zero_ok=True),
         batch_size=_integer(cli, "batch_size", values["batch_size"], 1, MAX_BATCH_SIZE),
         timeout_seconds=_seconds(cli, "timeout_seconds", values["timeout_seconds"], zero_ok=False),
         metrics_port=_integer(cli, "metrics_port", metrics_text, 0, 65535) if metrics_text else None,
+        metrics_address=values["metrics_address"] or "127.0.0.1",
         no_redrive=values["no_redrive"] == "true",
         json=values["json"] == "true",
         log_level=log_level,

@@ -163,11 +163,11 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
     try:
         if config.metrics_port is not None:
             try:
-                server = metrics.serve(config.metrics_port)
+                server = metrics.serve(config.metrics_port, config.metrics_address)
             except OSError as exc:
                 _stderr_line(f"decisionflow-reconciler: cannot serve metrics on port {config.metrics_port}: {exc}")
                 return EXIT_COULD_NOT_RUN
-            _stderr_line(f"decisionflow-reconciler: metrics on http://127.0.0.1:{server.port}/metrics")
+            _stderr_line(f"decisionflow-reconciler: metrics on http://{config.metrics_address}:{server.port}/metrics")
         with (
             open_channels(config) as (orchestrator, receiver),
             build_reconciler(config, orchestrator, receiver, should_stop=stop.is_set, metrics=metrics) as reconciler,

@@ -66,9 +66,9 @@ class ReconcilerMetrics:
             self.unknown.set(summary.still_unknown)
             self.oldest_unknown_age.set(summary.oldest_unknown_age_seconds or 0.0)
 
-    def serve(self, port: int) -> MetricsServer:
-        """Serve the registry over HTTP on 127.0.0.1:port (0 picks a free port)."""
-        server, thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, address: str = "127.0.0.1") -> MetricsServer:
+        """Serve the registry over HTTP on address:port (0 picks a free port)."""
+        server, thread = start_http_server(port, addr=address, registry=self.registry)
         return MetricsServer(server, thread)
 
 
