@@ -103,6 +103,20 @@ class CheckpointSealer:
         return pickle.loads(sealed.state)  # noqa: S301  # verified above
 
 
+def sealed_checkpoint(row: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
+    """Return the sealed checkpoint in a row of the checkpoints table (columns named prefix + column)."""
+    return SealedCheckpoint(
+        row[prefix + "checkpoint_id"],
+        row[prefix + "workflow_name"],
+        row[prefix + "graph_signature"],
+        row[prefix + "operation_id"],
+        row[prefix + "created_at"],
+        row[prefix + "key_id"],
+        row[prefix + "mac"],
+        bytes(row[prefix + "state"]),
+    )
+
+
 class CheckpointTable:
     """SQL access to the checkpoints table."""
 
@@ -133,18 +147,7 @@ class CheckpointTable:
         """Return the stored checkpoint with that id, still sealed."""
         with db.reading(self._engine) as conn:
             row = conn.execute(sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)).first()
-        if row is None:
-            return None
-        return SealedCheckpoint(
-            row.checkpoint_id,
-            row.workflow_name,
-            row.graph_signature,
-            row.operation_id,
-            row.created_at,
-            row.key_id,
-            row.mac,
-            bytes(row.state),
-        )
+        return None if row is None else sealed_checkpoint(row._mapping)
 
 
 class RunCheckpoints:
@@ -190,13 +193,16 @@ class RunCheckpoints:
         for sealed in self._pending:
             if sealed.checkpoint_id == checkpoint_id:
                 return pickle.loads(sealed.state)  # noqa: S301  # sealed by this process
-        stored = self._table.get(checkpoint_id)
+        return self.admit(self._table.get(checkpoint_id))
+
+    def admit(self, stored: SealedCheckpoint | None) -> Any:
+        """Verify a checkpoint row read by the caller and keep it for the framework's load (None → None)."""
         if stored is None:
             return None
         if stored.operation_id != self._operation_id:
-            raise CheckpointIntegrity(checkpoint_id, f"belongs to another operation ({stored.operation_id})")
+            raise CheckpointIntegrity(stored.checkpoint_id, f"belongs to another operation ({stored.operation_id})")
         checkpoint = self._sealer.open(stored)
-        self._verified[checkpoint_id] = checkpoint
+        self._verified[stored.checkpoint_id] = checkpoint
         return checkpoint
 
     # The CheckpointStorage protocol of agent_framework.

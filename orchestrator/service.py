@@ -249,15 +249,18 @@ class OrchestratorService:
                 reason=reasons.DECISION_REQUIRED,
             )
         check_operation_id(operation_id)
-        recorded = await asyncio.to_thread(self._store.get_decision, operation_id)
+        inputs = await asyncio.to_thread(self._store.decision_inputs, operation_id)
+        recorded = inputs.operation.decision
         if recorded is not None:
-            return await self._replay(recorded, decision, deadline)
-        proposal = await asyncio.to_thread(self._store.get_proposal, operation_id)
+            return await self._replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
+        proposal = inputs.proposal
         check_four_eyes(proposal.created_by, reviewer, self._four_eyes)
-        current = await asyncio.to_thread(self._store.current_operation_id, proposal.case_id)
+        current = inputs.current_operation_id
         if current != operation_id:
             raise StaleProposal(operation_id, current or "")
-        review = await asyncio.to_thread(self._store.get_pending_review, operation_id)
+        review = inputs.review
+        if review is None:
+            raise NotFound("pending review", operation_id)
         running = self._workflow.identity
         recorded_wf = (review.workflow_name, review.workflow_version, review.graph_signature)
         if recorded_wf != (running.name, running.version, running.graph_signature):
@@ -266,7 +269,7 @@ class OrchestratorService:
             )
         run = self._run_checkpoints(operation_id)
         # Verified before the framework sees it: a tampered row is refused here, never unpickled.
-        if await asyncio.to_thread(run.load_verified, review.checkpoint_id) is None:
+        if run.admit(inputs.checkpoint) is None:
             raise CheckpointIntegrity(review.checkpoint_id, "the pending review's checkpoint is missing")
 
         async def commit(answer: ReviewAnswer) -> DecisionResult:
@@ -301,14 +304,31 @@ class OrchestratorService:
         if decided.decision is Decision.DECLINE:
             operation = await asyncio.to_thread(self._store.get_operation, proposal.operation_id)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
-        return await self._drive(proposal, decided, deadline, replay=False)
+        try:
+            return await self._drive(proposal, decided, deadline, replay=False)
+        except NotRedrivable:
+            # A replay of this decision (another approver, on this or another replica) drove the
+            # effect between our decision and our attempt: this call still recorded the decision,
+            # so it reports the outcome that replay settled, not a refusal.
+            operation = await asyncio.to_thread(self._store.get_operation, proposal.operation_id)
+            return DecisionResult(operation, outcome_of(operation.state), replay=False)
 
-    async def _replay(self, recorded: RecordedDecision, requested: Decision, deadline: float | None) -> DecisionResult:
+    async def _replay(
+        self,
+        recorded: RecordedDecision,
+        requested: Decision,
+        deadline: float | None,
+        operation: Operation | None = None,
+        proposal: Proposal | None = None,
+    ) -> DecisionResult:
+        """Report a recorded decision (operation and proposal as the caller just read them, else read here)."""
         if recorded.decision is not requested:
             raise DecisionConflict(recorded.operation_id, recorded.decision.value)
-        operation = await asyncio.to_thread(self._store.get_operation, recorded.operation_id)
+        if operation is None:
+            operation = await asyncio.to_thread(self._store.get_operation, recorded.operation_id)
         if recorded.decision is Decision.APPROVE and operation.state in OPEN_STATES:
-            proposal = await asyncio.to_thread(self._store.get_proposal, recorded.operation_id)
+            if proposal is None:
+                proposal = await asyncio.to_thread(self._store.get_proposal, recorded.operation_id)
             try:
                 return await self._drive(proposal, recorded, deadline, replay=True)
             except NotRedrivable:

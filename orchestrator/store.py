@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from decisionflow import db
 from decisionflow.rpc_errors import Unavailable
-from orchestrator.checkpoints import CheckpointTable, SealedCheckpoint
+from orchestrator.checkpoints import CheckpointTable, SealedCheckpoint, sealed_checkpoint
 from orchestrator.domain import (
     OPEN_STATES,
     Consistency,
@@ -66,6 +66,81 @@ _COMMIT_BY_LOOKUP = (
 )
 
 
+# Statements of the Approve path, built once: a statement built per call is compiled from the
+# cache but still pays for its construction and cache key, which cost more than SQLite's work.
+_OPERATIONS = (
+    sa.select(
+        operations,
+        decisions.c.decision,
+        decisions.c.reviewer,
+        decisions.c.decided_at,
+        cases.c.current_operation_id,
+    )
+    .select_from(operations)
+    .outerjoin(decisions, decisions.c.operation_id == operations.c.operation_id)
+    .outerjoin(cases, cases.c.case_id == operations.c.case_id)
+)
+_OPERATION_BY_ID = _OPERATIONS.where(operations.c.operation_id == sa.bindparam("b_operation_id"))
+# Everything Approve reads before deciding, in one statement: the operation with any recorded
+# decision and the case's current proposal, the proposal, the pending review and its checkpoint.
+_DECISION_INPUTS = (
+    _OPERATIONS.add_columns(
+        *(c.label(f"p_{c.name}") for c in proposals.c),
+        *(c.label(f"r_{c.name}") for c in pending_reviews.c),
+        *(c.label(f"k_{c.name}") for c in checkpoints.c),
+    )
+    .join(proposals, proposals.c.operation_id == operations.c.operation_id)
+    .outerjoin(pending_reviews, pending_reviews.c.operation_id == operations.c.operation_id)
+    .outerjoin(checkpoints, checkpoints.c.checkpoint_id == pending_reviews.c.checkpoint_id)
+    .where(operations.c.operation_id == sa.bindparam("b_operation_id"))
+)
+_CURRENT_FOR_UPDATE = (
+    sa.select(cases.c.current_operation_id).where(cases.c.case_id == sa.bindparam("b_case_id")).with_for_update()
+)
+_DECIDE = (
+    operations.update()
+    .where(operations.c.operation_id == sa.bindparam("b_operation_id"))
+    .values(state=sa.bindparam("b_state"), state_changed_at=sa.bindparam("b_now"))
+)
+_OPEN_ONLY = (operations.c.operation_id == sa.bindparam("b_operation_id"), operations.c.state.in_(_OPEN))
+_RECORD_ATTEMPT = (
+    operations.update()
+    .where(*_OPEN_ONLY)
+    .values(
+        state=State.UNKNOWN.value,
+        state_changed_at=sa.case(
+            (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=sa.bindparam("b_now")
+        ),
+        attempts=operations.c.attempts + 1,
+        first_attempt_at=sa.func.coalesce(operations.c.first_attempt_at, sa.bindparam("b_now")),
+        last_attempt_at=sa.bindparam("b_now"),
+        payload=sa.func.coalesce(operations.c.payload, sa.bindparam("b_payload")),
+        payload_digest=sa.func.coalesce(operations.c.payload_digest, sa.bindparam("b_digest")),
+    )
+)
+_RECORD_RECEIPT = (
+    operations.update()
+    .where(*_OPEN_ONLY)
+    .values(
+        state=State.COMMITTED.value,
+        state_changed_at=sa.bindparam("b_now"),
+        receipt_id=sa.bindparam("b_receipt_id"),
+        receipt_applied_at=sa.bindparam("b_applied_at"),
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionInputs:
+    """What Approve reads before deciding, from one snapshot."""
+
+    operation: Operation
+    proposal: Proposal
+    current_operation_id: str | None
+    review: PendingReview | None
+    checkpoint: SealedCheckpoint | None
+
+
 class DecisionAlreadyRecorded(Exception):
     """The ledger already holds a decision for the operation (carried as ``recorded``)."""
 
@@ -96,6 +171,37 @@ def _utc(value: datetime | None) -> datetime | None:
 def _must(value: datetime | None) -> datetime:
     assert value is not None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _proposal_from(m: sa.RowMapping, prefix: str = "") -> Proposal:
+    return Proposal(
+        operation_id=m[prefix + "operation_id"],
+        content=ProposalContent(
+            m[prefix + "case_id"],
+            m[prefix + "action"],
+            m[prefix + "body"],
+            evidence_from_json(m[prefix + "evidence_json"]),
+            policy_from_json(m[prefix + "policy_json"]),
+        ),
+        evidence_id=m[prefix + "evidence_id"],
+        policy_id=m[prefix + "policy_id"],
+        human_edited=bool(m[prefix + "human_edited"]),
+        parent_operation_id=m[prefix + "parent_operation_id"],
+        created_by=m[prefix + "created_by"],
+        created_at=_must(m[prefix + "created_at"]),
+    )
+
+
+def _review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:
+    return PendingReview(
+        m[prefix + "operation_id"],
+        m[prefix + "workflow_name"],
+        m[prefix + "workflow_version"],
+        m[prefix + "graph_signature"],
+        m[prefix + "checkpoint_id"],
+        _must(m[prefix + "created_at"]),
+        m[prefix + "retired_checkpoint_id"],
+    )
 
 
 class OrchestratorStore:
@@ -224,10 +330,8 @@ class OrchestratorStore:
         if updated == 0:
             conn.execute(cases.insert().values(case_id=case_id, current_operation_id=operation_id, updated_at=now))
 
-    def _current_txn(self, conn: sa.Connection, case_id: str, *, lock: bool = False) -> str | None:
+    def _current_txn(self, conn: sa.Connection, case_id: str) -> str | None:
         query = sa.select(cases.c.current_operation_id).where(cases.c.case_id == case_id)
-        if lock:
-            query = query.with_for_update()
         return conn.execute(query).scalar_one_or_none()
 
     def current_operation_id(self, case_id: str) -> str | None:
@@ -241,22 +345,7 @@ class OrchestratorStore:
             row = conn.execute(sa.select(proposals).where(proposals.c.operation_id == operation_id)).first()
         if row is None:
             raise NotFound("operation", operation_id)
-        return Proposal(
-            operation_id=row.operation_id,
-            content=ProposalContent(
-                row.case_id,
-                row.action,
-                row.body,
-                evidence_from_json(row.evidence_json),
-                policy_from_json(row.policy_json),
-            ),
-            evidence_id=row.evidence_id,
-            policy_id=row.policy_id,
-            human_edited=bool(row.human_edited),
-            parent_operation_id=row.parent_operation_id,
-            created_by=row.created_by,
-            created_at=_must(row.created_at),
-        )
+        return _proposal_from(row._mapping)
 
     def get_pending_review(self, operation_id: str) -> PendingReview:
         """Return the pending review of an operation, or raise NotFound."""
@@ -264,14 +353,22 @@ class OrchestratorStore:
             row = conn.execute(sa.select(pending_reviews).where(pending_reviews.c.operation_id == operation_id)).first()
         if row is None:
             raise NotFound("pending review", operation_id)
-        return PendingReview(
-            row.operation_id,
-            row.workflow_name,
-            row.workflow_version,
-            row.graph_signature,
-            row.checkpoint_id,
-            _must(row.created_at),
-            row.retired_checkpoint_id,
+        return _review_from(row._mapping)
+
+    def decision_inputs(self, operation_id: str) -> DecisionInputs:
+        """Return the operation (with any recorded decision), its proposal, the case's current operation id
+        and the pending review with its still-sealed checkpoint, read together; raise NotFound."""
+        with self._read() as conn:
+            row = conn.execute(_DECISION_INPUTS, {"b_operation_id": operation_id}).first()
+        if row is None:
+            raise NotFound("operation", operation_id)
+        m = row._mapping
+        return DecisionInputs(
+            operation=self._operation_from_row(row),
+            proposal=_proposal_from(m, "p_"),
+            current_operation_id=m["current_operation_id"],
+            review=None if m["r_operation_id"] is None else _review_from(m, "r_"),
+            checkpoint=None if m["k_checkpoint_id"] is None else sealed_checkpoint(m, "k_"),
         )
 
     # The decision ledger and the effect record.
@@ -285,20 +382,20 @@ class OrchestratorStore:
         try:
             with self._begin() as conn:
                 conn.execute(
-                    decisions.insert().values(
-                        operation_id=decided.operation_id,
-                        decision=decided.decision.value,
-                        reviewer=decided.reviewer,
-                        decided_at=decided.decided_at,
-                    )
+                    decisions.insert(),
+                    {
+                        "operation_id": decided.operation_id,
+                        "decision": decided.decision.value,
+                        "reviewer": decided.reviewer,
+                        "decided_at": decided.decided_at,
+                    },
                 )
-                current = self._current_txn(conn, case_id, lock=True)
+                current = conn.execute(_CURRENT_FOR_UPDATE, {"b_case_id": case_id}).scalar_one_or_none()
                 if current != decided.operation_id:
                     raise StaleProposal(decided.operation_id, current or "")
                 conn.execute(
-                    operations.update()
-                    .where(operations.c.operation_id == decided.operation_id)
-                    .values(state=state.value, state_changed_at=decided.decided_at)
+                    _DECIDE,
+                    {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at},
                 )
                 self.checkpoints.insert_txn(conn, saved)
         except IntegrityError as exc:
@@ -323,21 +420,10 @@ class OrchestratorStore:
         """
         with self._begin() as conn:
             updated = conn.execute(
-                operations.update()
-                .where(operations.c.operation_id == operation_id, operations.c.state.in_(_OPEN))
-                .values(
-                    state=State.UNKNOWN.value,
-                    state_changed_at=sa.case(
-                        (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=now
-                    ),
-                    attempts=operations.c.attempts + 1,
-                    first_attempt_at=sa.func.coalesce(operations.c.first_attempt_at, now),
-                    last_attempt_at=now,
-                    payload=sa.func.coalesce(operations.c.payload, payload),
-                    payload_digest=sa.func.coalesce(operations.c.payload_digest, digest),
-                )
+                _RECORD_ATTEMPT,
+                {"b_operation_id": operation_id, "b_now": now, "b_payload": payload, "b_digest": digest},
             ).rowcount
-        operation = self.get_operation(operation_id)
+            operation = self._operation_txn(conn, operation_id)
         if updated != 1:
             raise NotRedrivable(operation_id, operation.state.value)
         return operation
@@ -346,16 +432,15 @@ class OrchestratorStore:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
         with self._begin() as conn:
             conn.execute(
-                operations.update()
-                .where(operations.c.operation_id == operation_id, operations.c.state.in_(_OPEN))
-                .values(
-                    state=State.COMMITTED.value,
-                    state_changed_at=now,
-                    receipt_id=receipt.receipt_id,
-                    receipt_applied_at=receipt.applied_at,
-                )
+                _RECORD_RECEIPT,
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_receipt_id": receipt.receipt_id,
+                    "b_applied_at": receipt.applied_at,
+                },
             )
-        return self.get_operation(operation_id)
+            return self._operation_txn(conn, operation_id)
 
     def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
         """Move an open operation to REJECTED: the receiver definitely refused the effect."""
@@ -378,24 +463,16 @@ class OrchestratorStore:
     def get_operation(self, operation_id: str) -> Operation:
         """Return the operation with that id (SUPERSEDED when pending and no longer current), or raise NotFound."""
         with self._read() as conn:
-            row = conn.execute(self._operation_query().where(operations.c.operation_id == operation_id)).first()
+            return self._operation_txn(conn, operation_id)
+
+    def _operation_txn(self, conn: sa.Connection, operation_id: str) -> Operation:
+        row = conn.execute(_OPERATION_BY_ID, {"b_operation_id": operation_id}).first()
         if row is None:
             raise NotFound("operation", operation_id)
         return self._operation_from_row(row)
 
     def _operation_query(self) -> sa.Select[tuple[object, ...]]:
-        return (
-            sa.select(
-                operations,
-                decisions.c.decision,
-                decisions.c.reviewer,
-                decisions.c.decided_at,
-                cases.c.current_operation_id,
-            )
-            .select_from(operations)
-            .outerjoin(decisions, decisions.c.operation_id == operations.c.operation_id)
-            .outerjoin(cases, cases.c.case_id == operations.c.case_id)
-        )
+        return _OPERATIONS
 
     def _operation_from_row(self, row: sa.Row[tuple[object, ...]]) -> Operation:
         m = row._mapping
