@@ -5,6 +5,7 @@ secrets really start a TLS + token-authenticated server."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -86,55 +87,107 @@ def test_mounted_secrets_are_made_by_the_script() -> None:
         assert filename in script, f"{filename} is mounted but deploy/make-secrets.sh does not write it"
 
 
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _local(environment: dict[str, Any], secrets: Path) -> dict[str, str]:
+    # The compose environment with the mounted secrets folder mapped to the local copy.
+    return {
+        key: str(value).replace("/run/decisionflow", str(secrets))
+        for key, value in environment.items()
+        if key.startswith(("DECISIONFLOW_CREDENTIALS", "DECISIONFLOW_TLS", "DECISIONFLOW_RECEIVER_CA"))
+        or key.endswith("TOKEN_FILE")
+    }
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets")
-def test_secrets_start_a_tls_authenticated_receiver(tmp_path: Path) -> None:
+def test_compose_secrets_run_the_topology_over_tls(tmp_path: Path) -> None:
+    """make-secrets output + the compose environment: receiver, orchestrator, client commands and the
+    reconciler all talk TLS with bearer tokens; plaintext is refused."""
     secrets = tmp_path / "secrets"
-    env = dict(os.environ, DECISIONFLOW=str(Path(sys.executable).with_name("decisionflow")))
     made = subprocess.run(
         ["bash", str(ROOT / "deploy" / "make-secrets.sh"), str(secrets)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        env=env,
+        env=dict(os.environ, DECISIONFLOW=_tool("decisionflow")),
     )
     assert made.returncode == 0, made.stderr
-    environment: dict[str, Any] = COMPOSE["services"]["receiver"]["environment"]
-    local = {
-        key: str(value).replace("/run/decisionflow", str(secrets))
-        for key, value in environment.items()
-        if key.startswith(("DECISIONFLOW_CREDENTIALS", "DECISIONFLOW_TLS"))
-    }
+    services = COMPOSE["services"]
     receiver = spawn(
         "effect_receiver.main",
         ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{tmp_path / 'receiver.db'}"],
         tmp_path,
         "receiver",
-        env=local,
+        env=_local(services["receiver"]["environment"], secrets),
     )
+    orchestrator = None
     try:
-        health = subprocess.run(
+        checkpoint_key = (secrets / "checkpoint.env").read_text().strip().split("=", 1)[1]
+        orchestrator_env = _local(services["orchestrator-1"]["environment"], secrets)
+        orchestrator_env.update(
+            DECISIONFLOW_CHECKPOINT_KEYS=checkpoint_key, DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}"
+        )
+        orchestrator = spawn(
+            "orchestrator.main",
+            ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{tmp_path / 'orchestrator.db'}"],
+            tmp_path,
+            "orchestrator",
+            env=orchestrator_env,
+        )
+        ca = str(secrets / "ca.pem")
+        health = _run([_tool("decisionflow"), "health", "--target", f"localhost:{receiver.port}", "--ca-file", ca])
+        assert health.returncode == 0 and health.stdout.strip() == "SERVING", health.stderr
+        plaintext = _run([_tool("decisionflow"), "health", "--target", f"127.0.0.1:{receiver.port}"])
+        assert plaintext.returncode == 1
+
+        proposal = tmp_path / "T-7.json"
+        proposal.write_text(
+            '{"case_id": "T-7", "action": "record_support_review", "body": "Known firmware issue.", '
+            '"evidence": [{"source_id": "HOLD-7", "version": 4, "quotation": "Firmware 4.2.0 may hold."}], '
+            '"policy": {"name": "support-replies", "version_label": "2026-10", "allowance_units": 9, "rules": {}}}'
+        )
+        client = [_tool("decisionflow")]
+        common = ["--target", f"localhost:{orchestrator.port}", "--ca-file", ca]
+        started = _run([*client, "start", str(proposal), *common, "--token-file", str(secrets / "author.token")])
+        assert started.returncode == 0, started.stderr
+        op = json.loads(started.stdout)["operation_id"]
+        approved = _run([*client, "approve", op, *common, "--token-file", str(secrets / "reviewer.token")])
+        assert approved.returncode == 0, approved.stderr
+        assert json.loads(approved.stdout)["state"] == "COMMITTED"
+        refused = _run([*client, "approve", op, *common])  # no token
+        assert refused.returncode == 3
+
+        reconciler_env = _local(services["reconciler"]["environment"], secrets)
+        reconciled = subprocess.run(
             [
-                str(Path(sys.executable).with_name("decisionflow")),
-                "health",
-                "--target",
+                _tool("decisionflow-reconciler"),
+                "--once",
+                "--json",
+                "--orchestrator-target",
+                f"localhost:{orchestrator.port}",
+                "--receiver-target",
                 f"localhost:{receiver.port}",
                 "--ca-file",
-                str(secrets / "ca.pem"),
+                ca,
+                "--token-file",
+                reconciler_env["DECISIONFLOW_RECONCILER_TOKEN_FILE"],
             ],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=60,
             check=False,
+            env={k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")},
         )
-        assert health.returncode == 0 and health.stdout.strip() == "SERVING", health.stderr
-        plaintext = subprocess.run(
-            [str(Path(sys.executable).with_name("decisionflow")), "health", "--target", f"127.0.0.1:{receiver.port}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert plaintext.returncode == 1
+        assert reconciled.returncode == 0, reconciled.stderr
     finally:
+        if orchestrator is not None:
+            assert orchestrator.stop() == 0
         assert receiver.stop() == 0

@@ -11,16 +11,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from decisionflow.auth import bearer_metadata
-from decisionflow.channels import insecure_channel
+from decisionflow.channels import insecure_channel, secure_channel
 from decisionflow.cli.command import CommandError
 from decisionflow.client import ReviewClient
 from decisionflow.retry import CLIENT_DEFAULT
 from decisionflow.settings import Setting, resolve
+from decisionflow.tls import channel_credentials
 
 CONNECTION_SETTINGS: tuple[Setting, ...] = (
     Setting("target", "DECISIONFLOW_ORCHESTRATOR_TARGET", "host:port of the orchestrator", "127.0.0.1:50051"),
     Setting("token_file", "DECISIONFLOW_TOKEN_FILE", "file holding the bearer token to present"),
     Setting("timeout", "DECISIONFLOW_TIMEOUT", "seconds the command may take, retries included", "10"),
+    Setting("ca_file", "DECISIONFLOW_CA_FILE", "CA bundle (PEM) of the orchestrator's certificate: connect over TLS"),
 )
 
 
@@ -59,7 +61,10 @@ def review_client(args: argparse.Namespace) -> Iterator[ReviewClient]:
             raise CommandError(f"token file {values['token_file']!r}: {exc}") from None
     # The whole command, retries included, ends within --timeout.
     policy = dataclasses.replace(CLIENT_DEFAULT, name="cli", max_total_seconds=timeout)
-    channel = insecure_channel(target)
+    ca_file = values["ca_file"]
+    if ca_file and not Path(ca_file).is_file():
+        raise CommandError(f"--ca-file {ca_file!r} is not a readable file")
+    channel = secure_channel(target, channel_credentials(Path(ca_file))) if ca_file else insecure_channel(target)
     try:
         yield ReviewClient(channel, timeout=timeout, policy=policy, metadata=metadata)
     finally:
