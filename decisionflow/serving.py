@@ -8,12 +8,13 @@ import inspect
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -141,6 +142,36 @@ async def serve_until_signal(running: RunningServer, grace: float) -> None:
     await running.stop(grace)
     serving.cancel()
     stopping.cancel()
+
+
+async def _cancel_remaining_tasks() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
+    """Run a server's serve() coroutine to its end, then end the process with status 0 at once.
+
+    A call cancelled when the grace period runs out can leave its database work running in a worker
+    thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run, then the
+    interpreter, would wait for that thread without bound. The work is one atomic transaction, so
+    ending the process rolls it back; an exception from serve() propagates as usual.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(serve)
+        loop.run_until_complete(_cancel_remaining_tasks())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()  # unlike asyncio.run, does not wait for the default executor's threads
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def announce_listening(service: str, port: int, port_file: Path | None) -> None:

@@ -21,7 +21,7 @@ import grpc
 from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import server_parts
-from decisionflow.serving import RunningServer, announce_listening, serve_until_signal, start_server
+from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
 from decisionflow.settings import add_settings, resolve
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
@@ -205,11 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
     logs.configure(config.log_level)
     try:
-        asyncio.run(serve(config))
+        run_server(serve(config))
     except Exception:
         logger.exception("orchestrator failed", extra={"service": "orchestrator"})
         return 1
-    return 0
 
 
 if __name__ == "__main__":
