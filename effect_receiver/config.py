@@ -11,6 +11,7 @@ from pathlib import Path
 
 from decisionflow import server_security
 from decisionflow.failpoints import Failpoints
+from decisionflow.faults import FaultPlan
 from decisionflow.server_security import ServerSecurity
 from decisionflow.settings import Setting, add_settings, resolve
 from effect_receiver.service import FAILPOINT_NAMES
@@ -45,6 +46,13 @@ SETTINGS: tuple[Setting, ...] = (
         "",
     ),
     Setting(
+        "faults",
+        "DECISIONFLOW_RECEIVER_FAULTS",
+        "seeded fault injection for fault campaigns: after a call commits, lose its reply or hold it past the "
+        "caller's deadline, e.g. lose_reply=0.1,delay=0.1,seed=7 (unset: off)",
+        "",
+    ),
+    Setting(
         "shutdown_grace_seconds",
         "DECISIONFLOW_RECEIVER_SHUTDOWN_GRACE_SECONDS",
         "on SIGTERM/SIGINT, how long calls in flight may finish",
@@ -67,6 +75,7 @@ class ReceiverConfig:
     replica_database_url: str | None = None
     key_retention: timedelta | None = None
     failpoints: str = ""
+    faults: FaultPlan = field(default_factory=FaultPlan)
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
     port_file: Path | None = None
@@ -109,6 +118,10 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
         Failpoints(failpoints, FAILPOINT_NAMES)  # refuse a typo now, not at the first Apply
     except ValueError as exc:
         cli.error(str(exc))
+    try:
+        faults = FaultPlan.parse(values["faults"] or "")
+    except ValueError as exc:
+        cli.error(str(exc))
     address, database_url = values["address"], values["database_url"]
     assert address is not None and database_url is not None  # both have defaults
     port_file = values["port_file"]
@@ -122,6 +135,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
         replica_database_url=values["replica_database_url"] or None,
         key_retention=retention,
         failpoints=failpoints,
+        faults=faults,
         shutdown_grace_seconds=grace,
         log_level=log_level,
         port_file=Path(port_file) if port_file else None,

@@ -8,11 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import grpc
 from sqlalchemy.engine import Engine
 
 from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
+from decisionflow.faults import FaultInterceptor
 from decisionflow.server_security import server_parts
 from decisionflow.serving import RunningServer, announce_listening, serve_until_signal, start_server
 from effect_receiver.config import ReceiverConfig, load
@@ -28,6 +31,7 @@ class ReceiverServer(RunningServer):
     """A running receiver: the gRPC server and the database engines it releases when stopped."""
 
     engines: tuple[Engine, ...] = field(default=())
+    faults: FaultInterceptor | None = None  # set only when fault injection is configured
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
@@ -56,14 +60,17 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
             key_retention=config.key_retention,
         )
+        faults = FaultInterceptor(config.faults) if config.faults.enabled else None
+        # Faults come after authentication: a refused caller gets its refusal, never an injected fault.
+        interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [auth] if faults is None else [auth, faults]
         running = await start_server(
-            config.address, register(EffectReceiverServicer(service)), interceptors=[auth], credentials=tls
+            config.address, register(EffectReceiverServicer(service)), interceptors=interceptors, credentials=tls
         )
     except BaseException:
         for engine in engines:
             engine.dispose()
         raise
-    return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines))
+    return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines), faults)
 
 
 async def serve(config: ReceiverConfig) -> None:
@@ -76,6 +83,8 @@ async def serve(config: ReceiverConfig) -> None:
         config.failpoints or "none",
         extra={"service": "effect_receiver"},
     )
+    if config.faults.enabled:
+        logger.warning("fault injection on: %s", config.faults, extra={"service": "effect_receiver"})
     await serve_until_signal(running, config.shutdown_grace_seconds)
     logger.info("stopped", extra={"service": "effect_receiver"})
 
