@@ -153,13 +153,11 @@ async def _cancel_remaining_tasks() -> None:
 
 
 def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
-    """Run a server's serve() coroutine to its end, then end the process with status 0 at once.
-
-    A call cancelled when the grace period runs out can leave its database work running in a worker
-    thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run, then the
-    interpreter, would wait for that thread without bound. The work is one atomic transaction, so
-    ending the process rolls it back; an exception from serve() propagates as usual.
-    """
+    """Run serve() to its end, then end the process with status 0 at once; an exception propagates."""
+    # A call cancelled when the grace period runs out can leave its database work running in a
+    # worker thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run,
+    # then the interpreter, would wait for that thread without bound. The work is one atomic
+    # transaction, so ending the process rolls it back.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
