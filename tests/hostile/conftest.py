@@ -1,0 +1,71 @@
+"""A receiver and an orchestrator on loopback with authentication off, one pending proposal, and raw
+channels that send bytes exactly as given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.v1 import effect_receiver_pb2, review_pb2
+from tests.orchestrator.conftest import Stack, start_request
+from tests.security.dbstate import Snapshot, snapshot
+from tests.support.servers import LoopThread
+
+
+@dataclass
+class Target:
+    """The servers under attack and the id of the pending proposal they hold."""
+
+    stack: Stack
+    operation_id: str
+    _channels: dict[bool, grpc.Channel] = field(default_factory=dict)
+
+    def channel(self, receiver: bool) -> grpc.Channel:
+        """A raw loopback channel to the receiver or the orchestrator (allowed to send oversize frames)."""
+        if receiver not in self._channels:
+            port = self.stack.receiver_port if receiver else self.stack.orchestrator_port
+            self._channels[receiver] = grpc.insecure_channel(
+                f"127.0.0.1:{port}",
+                options=[("grpc.enable_retries", 0), ("grpc.max_send_message_length", 8 * MAX_MESSAGE_BYTES)],
+            )
+        return self._channels[receiver]
+
+    def states(self) -> tuple[Snapshot, Snapshot]:
+        """Every row of both databases."""
+        return snapshot(self.stack.orchestrator_url), snapshot(self.stack.receiver_url)
+
+    def assert_serving(self) -> None:
+        """Both servers still answer an ordinary call correctly."""
+        found = self.stack.review().GetOperation(
+            review_pb2.GetOperationRequest(operation_id=self.operation_id), timeout=10
+        )
+        assert found.operation.operation_id == self.operation_id
+        lookup = self.stack.receiver().Lookup(
+            effect_receiver_pb2.LookupRequest(operation_id=self.operation_id), timeout=10
+        )
+        assert lookup.result.operation_id == self.operation_id
+
+    def close(self) -> None:
+        """Close the raw channels and stop both servers."""
+        for channel in self._channels.values():
+            channel.close()
+        self.stack.close()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """Servers shared by one test module; every test checks they hold the same rows before and after."""
+    directory = tmp_path_factory.mktemp("hostile")
+    stack = Stack(f"sqlite:///{directory / 'receiver.db'}", f"sqlite:///{directory / 'orchestrator.db'}", LoopThread())
+    stack.start_receiver()
+    stack.start_orchestrator()
+    started = stack.review().StartReview(start_request(), timeout=15)
+    attacked = Target(stack, started.proposal.operation_id)
+    try:
+        yield attacked
+    finally:
+        attacked.close()

@@ -1,0 +1,70 @@
+"""An effect writer's payload carries text the receiver stores in its business record: values the
+database cannot hold are refused with INVALID_ARGUMENT on SQLite and on PostgreSQL alike, never
+answered UNKNOWN by a failed commit, and nothing is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from effect_receiver.config import ReceiverConfig
+from effect_receiver.main import create_server as create_receiver
+from tests.security.contract import apply_request
+from tests.security.dbstate import snapshot
+from tests.support.servers import LoopThread
+
+HOSTILE_PAYLOADS = {
+    "NUL in body": {"body": "a\x00b"},
+    "unpaired surrogate in body": {"body": "\ud800"},
+    "NUL in reviewer": {"reviewer": "ri\x00ta"},
+    "reviewer longer than the record holds": {"reviewer": "r" * 257},
+    "decided_at past year 9999 in UTC": {"decided_at": "9999-12-31T23:59:59-05:00"},
+    "decided_at before year 1 in UTC": {"decided_at": "0001-01-01T00:00:00+05:00"},
+}
+
+
+@pytest.fixture
+def receiver(database_url: str) -> Iterator[tuple[effect_receiver_pb2_grpc.EffectReceiverServiceStub, str]]:
+    """A receiver on each kind of database, and a stub to it."""
+    loop = LoopThread()
+    server = loop.run(create_receiver(ReceiverConfig(address="127.0.0.1:0", database_url=database_url)))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel), database_url
+    finally:
+        channel.close()
+        loop.run(server.stop(1.0))
+        loop.close()
+
+
+def _apply(changes: dict[str, str]) -> effect_receiver_pb2.ApplyRequest:
+    request = apply_request()
+    assert isinstance(request, effect_receiver_pb2.ApplyRequest)
+    document = json.loads(request.payload)
+    document.update(changes)
+    # ensure_ascii keeps an unpaired surrogate as a \\ud800 escape: valid JSON, invalid text.
+    payload = json.dumps(document, sort_keys=True).encode()
+    request.payload, request.payload_digest = payload, hashlib.sha256(payload).hexdigest()
+    return request
+
+
+def test_payload_text_the_record_cannot_hold_is_refused(
+    receiver: tuple[effect_receiver_pb2_grpc.EffectReceiverServiceStub, str],
+) -> None:
+    stub, database_url = receiver
+    before = snapshot(database_url)
+    for what, changes in HOSTILE_PAYLOADS.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Apply(_apply(changes), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (what, refused.value.details())
+    assert snapshot(database_url) == before
+    # SQL metacharacters are text like any other, and the receiver still writes.
+    answer = stub.Apply(_apply({"body": "'); DROP TABLE effects; --", "reviewer": "o'brien"}), timeout=10)
+    assert answer.result == effect_receiver_pb2.APPLY_RESULT_CREATED
+    listed = stub.ListEffects(effect_receiver_pb2.ListEffectsRequest(case_id="T-7001"), timeout=10)
+    assert [(e.body, e.reviewer) for e in listed.effects] == [("'); DROP TABLE effects; --", "o'brien")]

@@ -1,0 +1,103 @@
+"""Real orchestrator and receiver servers with authentication on: a credentials file made with
+issue_token, one principal per role (and one holding two), and raw channels to call them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from decisionflow.auth import Role, bearer_metadata, issue_token
+from decisionflow.server_security import ServerSecurity
+from effect_receiver.config import ReceiverConfig
+from effect_receiver.main import create_server as create_receiver
+from tests.orchestrator.conftest import Stack
+from tests.support.servers import LoopThread
+
+PRINCIPALS: Mapping[str, frozenset[Role]] = {
+    "rita": frozenset({Role.REVIEWER}),
+    "arthur": frozenset({Role.AUTHOR}),
+    "olga": frozenset({Role.OPERATOR}),
+    "walter": frozenset({Role.EFFECT_WRITER}),
+    "edna": frozenset({Role.EFFECT_READER}),
+    "sam": frozenset({Role.REVIEWER, Role.AUTHOR}),
+}
+SINGLE_ROLE_PRINCIPALS = ("rita", "arthur", "olga", "walter", "edna")
+
+
+@dataclass
+class SecureStack:
+    """A receiver and an orchestrator that both require credentials, and the token of each principal."""
+
+    stack: Stack
+    credentials_file: Path
+    tokens: dict[str, str]
+    _channels: list[grpc.Channel] = field(default_factory=list)
+
+    def channel(self, receiver: bool) -> grpc.Channel:
+        """A plaintext loopback channel to the receiver or the orchestrator."""
+        port = self.stack.receiver_port if receiver else self.stack.orchestrator_port
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.enable_retries", 0)])
+        self._channels.append(channel)
+        return channel
+
+    def as_(self, principal: str) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying principal's bearer token."""
+        return bearer_metadata(self.tokens[principal])
+
+    def close(self) -> None:
+        """Close the channels and stop both servers."""
+        for channel in self._channels:
+            channel.close()
+        self.stack.close()
+
+
+def start_secure_stack(directory: Path, orchestrator_url: str | None = None, **orchestrator: Any) -> SecureStack:
+    """Issue the principals' tokens into the credentials file and start both servers with it."""
+    credentials = directory / "credentials.json"
+    tokens = {name: issue_token(credentials, name, roles) for name, roles in PRINCIPALS.items()}
+    security = ServerSecurity(credentials_file=credentials)
+    stack = Stack(
+        f"sqlite:///{directory / 'receiver.db'}",
+        orchestrator_url or f"sqlite:///{directory / 'orchestrator.db'}",
+        LoopThread(),
+    )
+    secure = SecureStack(stack, credentials, tokens)
+    try:
+        receiver = stack.loop.run(
+            create_receiver(ReceiverConfig(address="127.0.0.1:0", database_url=stack.receiver_url, security=security))
+        )
+        stack.receiver_server, stack.receiver_port = receiver, receiver.port
+        stack.start_orchestrator(security=security, receiver_token=tokens["walter"], **orchestrator)
+    except BaseException:
+        secure.close()
+        raise
+    return secure
+
+
+def raw_call(
+    channel: grpc.Channel, path: str, request: bytes, metadata: Sequence[tuple[str, str]] = ()
+) -> tuple[grpc.StatusCode, bytes]:
+    """Send request bytes to path; return the status code and the response bytes (empty on failure)."""
+    # No serializers: the bytes go on the wire exactly as given, parsed or not.
+    call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    try:
+        response = call(request, metadata=tuple(metadata), timeout=15)
+    except grpc.RpcError as error:
+        return error.code(), b""
+    assert isinstance(response, bytes)
+    return grpc.StatusCode.OK, response
+
+
+@pytest.fixture
+def secure_stack(tmp_path: Path) -> Iterator[SecureStack]:
+    """A secure stack with default orchestrator settings, for one test."""
+    secure = start_secure_stack(tmp_path)
+    try:
+        yield secure
+    finally:
+        secure.close()
