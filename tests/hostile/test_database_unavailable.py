@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
 import pytest
+from psycopg import sql
 
 from decisionflow.v1 import common_pb2, review_pb2
-from tests.conftest import _postgres_base_url
 from tests.orchestrator.conftest import Stack, approve, count, start_request
 from tests.security.dbstate import snapshot
 from tests.support.servers import LoopThread
@@ -47,13 +48,21 @@ def postgres_stack(postgres_url: str, tmp_path: Path) -> Iterator[tuple[Stack, s
         stack.close()
 
 
-def _admin(sql: str, name: str) -> None:
-    with psycopg.connect(_postgres_base_url(), autocommit=True) as admin:
-        admin.execute(sql.replace("{name}", name))  # name is a generated test database name
+def _admin(url: str) -> psycopg.Connection[Any]:
+    """An autocommit session on the server of url, in its maintenance database."""
+    return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
 
 
-def _terminate_sessions(name: str) -> None:
-    _admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'", name)
+def _alter(url: str, statement: str) -> None:
+    """Run statement ("ALTER DATABASE {} ..." or the like) on url's database, named safely."""
+    with _admin(url) as admin:
+        admin.execute(sql.SQL(statement).format(sql.Identifier(url.rsplit("/", 1)[1])))
+
+
+def _terminate_sessions(url: str) -> None:
+    with _admin(url) as admin:
+        name = url.rsplit("/", 1)[1]
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
 
 
 def _codes(stack: Stack, operation_id: str) -> dict[str, grpc.StatusCode]:
@@ -84,15 +93,14 @@ def test_postgres_refusing_connections_answers_unavailable_then_recovers(
     postgres_stack: tuple[Stack, str],
 ) -> None:
     stack, url = postgres_stack
-    name = url.rsplit("/", 1)[1]
     operation_id = _begin(stack)
     before = snapshot(url)
-    _admin('ALTER DATABASE "{name}" ALLOW_CONNECTIONS false', name)
+    _alter(url, "ALTER DATABASE {} ALLOW_CONNECTIONS false")
     try:
-        _terminate_sessions(name)
+        _terminate_sessions(url)
         assert _codes(stack, operation_id) == dict.fromkeys(CALLS, grpc.StatusCode.UNAVAILABLE)
     finally:
-        _admin('ALTER DATABASE "{name}" ALLOW_CONNECTIONS true', name)
+        _alter(url, "ALTER DATABASE {} ALLOW_CONNECTIONS true")
     assert snapshot(url) == before  # UNAVAILABLE here means nothing was committed
     assert stack.effects() == 0
     # Once the database is back, the same calls succeed: nothing was left half done.
@@ -105,7 +113,7 @@ def test_postgres_refusing_connections_answers_unavailable_then_recovers(
 def test_postgres_database_dropped_answers_unavailable(postgres_stack: tuple[Stack, str]) -> None:
     stack, url = postgres_stack
     operation_id = _begin(stack)
-    _admin('DROP DATABASE "{name}" WITH (FORCE)', url.rsplit("/", 1)[1])
+    _alter(url, "DROP DATABASE {} WITH (FORCE)")
     assert _codes(stack, operation_id) == dict.fromkeys(CALLS, grpc.StatusCode.UNAVAILABLE)
     assert stack.effects() == 0
 
@@ -115,14 +123,13 @@ def test_postgres_sessions_terminated_mid_call_answer_ok_only_for_committed_work
     postgres_stack: tuple[Stack, str],
 ) -> None:
     stack, url = postgres_stack
-    name = url.rsplit("/", 1)[1]
     review = stack.review()
     pending = [review.StartReview(start_request(case_id=f"T-30{i:02d}"), timeout=15) for i in range(8)]
     stop = threading.Event()
 
     def terminate_until_stopped() -> None:
         while not stop.is_set():
-            _terminate_sessions(name)
+            _terminate_sessions(url)
             time.sleep(0.05)
 
     def start(index: int) -> tuple[str, grpc.StatusCode, object]:
@@ -185,8 +192,9 @@ def test_postgres_sessions_terminated_mid_call_answer_ok_only_for_committed_work
     )
 
 
-def _waiting_backend(name: str, deadline: float) -> int:
-    with psycopg.connect(_postgres_base_url(), autocommit=True) as admin:
+def _waiting_backend(url: str, deadline: float) -> int:
+    name = url.rsplit("/", 1)[1]
+    with _admin(url) as admin:
         while time.monotonic() < deadline:
             row = admin.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'", (name,)
@@ -209,7 +217,6 @@ def test_postgres_session_terminated_while_a_call_waits_answers_unavailable(
     postgres_stack: tuple[Stack, str], table: str, mode: str
 ) -> None:
     stack, url = postgres_stack
-    name = url.rsplit("/", 1)[1]
     operation_id = _begin(stack)
     review = stack.review()
     # The call waits on the lock at one step of Approve, and its session is terminated there.
@@ -217,7 +224,7 @@ def test_postgres_session_terminated_while_a_call_waits_answers_unavailable(
         blocker.execute(f"LOCK TABLE {table} IN {mode} MODE")
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(review.Approve, approve(operation_id), timeout=15)
-            _terminate_backend(_waiting_backend(name, time.monotonic() + 10))
+            _terminate_backend(url, _waiting_backend(url, time.monotonic() + 10))
             with pytest.raises(grpc.RpcError) as refused:
                 waiting.result()
         blocker.rollback()
@@ -226,8 +233,8 @@ def test_postgres_session_terminated_while_a_call_waits_answers_unavailable(
     assert review.Approve(approve(operation_id), timeout=15).outcome == common_pb2.OUTCOME_COMMITTED
 
 
-def _terminate_backend(pid: int) -> None:
-    with psycopg.connect(_postgres_base_url(), autocommit=True) as admin:
+def _terminate_backend(url: str, pid: int) -> None:
+    with _admin(url) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
