@@ -9,6 +9,8 @@ Saves made during one request are collected by ``RunCheckpoints`` and written in
 transaction as the request's own rows (the proposal and its pending review, or the
 decision), so a checkpoint write that fails fails the request and nothing is
 half-recorded, and one request costs one durable write instead of one per superstep.
+Checkpoints the framework takes after the decision is recorded are not kept: a decided
+operation is never resumed (a repeated Approve replays the recorded decision).
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ class RunCheckpoints:
         self._clock = clock
         self._before_save = before_save
         self._pending: list[SealedCheckpoint] = []
+        self._keeping = True
         self._verified: dict[str, Any] = {}
         self.save_error: BaseException | None = None
         self.saved_bytes = 0
@@ -185,6 +188,16 @@ class RunCheckpoints:
         """Hand over the checkpoints saved since the last call, for the caller's transaction."""
         pending, self._pending = self._pending, []
         return pending
+
+    def take_final(self) -> list[SealedCheckpoint]:
+        """Hand over the checkpoints saved so far and keep none saved later.
+
+        Called when the decision is recorded: from then on the operation is answered by
+        replaying the recorded decision and its workflow is never resumed, so checkpoints
+        taken after that point would be written only to be pruned.
+        """
+        self._keeping = False
+        return self.take_pending()
 
     def load_verified(self, checkpoint_id: str) -> Any:
         """Return the checkpoint with that id after verifying its seal (NotFound → None)."""
@@ -208,7 +221,9 @@ class RunCheckpoints:
     # The CheckpointStorage protocol of agent_framework.
 
     async def save(self, checkpoint: Any) -> str:
-        """Seal the checkpoint and keep it for the request's transaction."""
+        """Seal the checkpoint and keep it for the request's transaction (after take_final: acknowledge only)."""
+        if not self._keeping:
+            return str(checkpoint.checkpoint_id)
         try:
             self._before_save()
             state = pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL)

@@ -49,7 +49,7 @@ from orchestrator.errors import (
 )
 from orchestrator.store import DecisionAlreadyRecorded, OrchestratorStore, Settlement
 from orchestrator.validation import check_case_id, check_content, check_operation_id
-from orchestrator.workflow import ReviewAnswer, ReviewTask, ReviewWorkflow
+from orchestrator.workflow import ReviewAnswer, ReviewRequest, ReviewTask, ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
 
@@ -269,24 +269,28 @@ class OrchestratorService:
             )
         run = self._run_checkpoints(operation_id)
         # Verified before the framework sees it: a tampered row is refused here, never unpickled.
-        if run.admit(inputs.checkpoint) is None:
+        checkpoint = run.admit(inputs.checkpoint)
+        if checkpoint is None:
             raise CheckpointIntegrity(review.checkpoint_id, "the pending review's checkpoint is missing")
+
+        def check_request(request: ReviewRequest) -> None:
+            if request.operation_id != operation_id:
+                raise WorkflowProtocolError(
+                    f"checkpoint {review.checkpoint_id} re-emitted a request for {request.operation_id}"
+                )
+            logger.info(
+                "review request re-emitted from checkpoint %s",
+                review.checkpoint_id,
+                extra={"operation_id": operation_id, "case_id": proposal.case_id, "principal": reviewer},
+            )
 
         async def commit(answer: ReviewAnswer) -> DecisionResult:
             return await self._commit(proposal, answer, run, deadline)
 
-        resumed = await self._workflow.resume(review.checkpoint_id, run, commit)
-        if resumed.request.operation_id != operation_id:
-            raise WorkflowProtocolError(
-                f"checkpoint {review.checkpoint_id} re-emitted a request for {resumed.request.operation_id}"
-            )
-        logger.info(
-            "review request re-emitted from checkpoint %s",
-            review.checkpoint_id,
-            extra={"operation_id": operation_id, "case_id": proposal.case_id, "principal": reviewer},
+        answer = ReviewAnswer(operation_id, decision.value, reviewer)
+        result: DecisionResult = await self._workflow.resume_and_answer(
+            review.checkpoint_id, checkpoint, answer, run, check_request, commit
         )
-        result: DecisionResult = await resumed.answer(ReviewAnswer(operation_id, decision.value, reviewer), run)
-        await asyncio.to_thread(self._store.write_checkpoints, run.take_pending())
         return result
 
     async def _commit(
@@ -296,7 +300,7 @@ class OrchestratorService:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
         decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
         try:
-            await asyncio.to_thread(self._store.record_decision, decided, proposal.case_id, run.take_pending())
+            await asyncio.to_thread(self._store.record_decision, decided, proposal.case_id, run.take_final())
         except DecisionAlreadyRecorded as race:
             return await self._replay(race.recorded, decided.decision, deadline)
         self._failpoints.hit(AFTER_DECISION)

@@ -452,12 +452,6 @@ class OrchestratorStore:
             )
         return self.get_operation(operation_id)
 
-    def write_checkpoints(self, saved: Sequence[SealedCheckpoint]) -> None:
-        """Store checkpoints written after the request's main transaction."""
-        if saved:
-            with self._begin() as conn:
-                self.checkpoints.insert_txn(conn, saved)
-
     # Reading operations.
 
     def get_operation(self, operation_id: str) -> Operation:

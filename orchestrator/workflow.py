@@ -1,11 +1,13 @@
 """The review workflow on Microsoft Agent Framework: ``prepare`` → ``review`` (a human review
 request answered through ``@response_handler``) → ``commit``.
 
-This is the only module that imports the framework. The service sees three calls:
-``open`` (run until the review request is pending and checkpointed), ``resume`` (restore
-a pending review from its checkpoint; the framework re-emits the request) and
-``ResumedReview.answer`` (deliver the decision; the ``commit`` executor calls the
-service's commit function, the only step with a side effect).
+This is the only module that imports the framework. The service sees two calls: ``open``
+(run until the review request is pending and checkpointed) and ``resume_and_answer``
+(restore the pending review from its checkpoint and, in the same run, answer the request
+the framework re-emits; the service sees that request before the answer is delivered,
+and the ``commit`` executor calls the service's commit function, the only step with a
+side effect). Restoring and answering in one run, as the framework allows, spares a
+second run and the checkpoint it would take.
 """
 
 from __future__ import annotations
@@ -56,13 +58,19 @@ class ReviewAnswer:
 
 
 CommitFn = Callable[[ReviewAnswer], Awaitable[Any]]
+RequestCheck = Callable[[ReviewRequest], None]
+
+
+def _accept_any(request: ReviewRequest) -> None:
+    return None
 
 
 class _CommitSlot:
     """Carries the commit result (or its exception) out of the workflow without pickling it."""
 
-    def __init__(self, commit: CommitFn) -> None:
+    def __init__(self, commit: CommitFn, check_request: RequestCheck = _accept_any) -> None:
         self.commit = commit
+        self.check_request = check_request
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -75,6 +83,10 @@ class _Prepare(Executor):
 
 
 class _Review(Executor):
+    def __init__(self, slot: _CommitSlot) -> None:
+        super().__init__(id=REVIEW)
+        self._slot = slot
+
     @handler
     async def run(self, request: ReviewRequest, ctx: WorkflowContext) -> None:
         # A fixed request id per operation: a re-emitted request is recognisable as the same one.
@@ -84,6 +96,12 @@ class _Review(Executor):
     async def on_answer(
         self, original: ReviewRequest, answer: ReviewAnswer, ctx: WorkflowContext[ReviewAnswer]
     ) -> None:
+        try:
+            # original is the request the framework re-emitted from the restored checkpoint.
+            self._slot.check_request(original)
+        except BaseException as exc:  # handed back to the service, which re-raises it
+            self._slot.error = exc
+            return
         if answer.operation_id != original.operation_id:
             raise WorkflowProtocolError(
                 f"answer for {answer.operation_id} delivered to the review of {original.operation_id}"
@@ -130,25 +148,6 @@ class WorkflowIdentity:
         return f"{self.name}@{self.version}/{self.graph_signature[:12]}"
 
 
-class ResumedReview:
-    """A pending review restored from its checkpoint, with the re-emitted request."""
-
-    def __init__(self, workflow: Any, slot: _CommitSlot, request: ReviewRequest, request_id: str) -> None:
-        self._workflow = workflow
-        self._slot = slot
-        self.request = request
-        self._request_id = request_id
-
-    async def answer(self, answer: ReviewAnswer, storage: Any) -> Any:
-        """Deliver the answer; the commit step runs and its result (or exception) is returned (raised)."""
-        await self._workflow.run(responses={self._request_id: answer}, checkpoint_storage=storage)
-        if self._slot.error is not None:
-            raise self._slot.error
-        if not self._slot.done:
-            raise WorkflowProtocolError(f"the commit step did not run for {answer.operation_id}")
-        return self._slot.result
-
-
 class ReviewWorkflow:
     """Builds the review workflow graph; ``variant`` exists so a graph change can be exercised."""
 
@@ -161,7 +160,7 @@ class ReviewWorkflow:
         self.identity = WorkflowIdentity(WORKFLOW_NAME, version, str(probe.graph_signature_hash))
 
     def _build(self, slot: _CommitSlot) -> Any:
-        prepare, review, commit = _Prepare(id=PREPARE), _Review(id=REVIEW), _Commit(slot)
+        prepare, review, commit = _Prepare(id=PREPARE), _Review(slot), _Commit(slot)
         builder = WorkflowBuilder(name=WORKFLOW_NAME, start_executor=prepare)
         if self._variant == "audited":
             audit = _Audit(id="audit")
@@ -184,12 +183,28 @@ class ReviewWorkflow:
             raise WorkflowProtocolError("no checkpoint was written for the pending review")
         return str(checkpoint_id)
 
-    async def resume(self, checkpoint_id: str, storage: Any, commit: CommitFn) -> ResumedReview:
-        """Restore the pending review from checkpoint_id and return the request the framework re-emits."""
-        slot = _CommitSlot(commit)
+    async def resume_and_answer(
+        self,
+        checkpoint_id: str,
+        checkpoint: Any,
+        answer: ReviewAnswer,
+        storage: Any,
+        check_request: RequestCheck,
+        commit: CommitFn,
+    ) -> Any:
+        """Restore the pending review from checkpoint_id (already verified and decoded as checkpoint) and
+        answer the request it re-emits in the same run: check_request sees that request first, then the
+        commit step runs; its result is returned (its exception, or check_request's, raised)."""
+        pending = list(checkpoint.pending_request_info_events.values())
+        if len(pending) != 1 or not isinstance(pending[0].data, ReviewRequest):
+            raise WorkflowProtocolError(f"checkpoint {checkpoint_id} does not hold one pending review request")
+        slot = _CommitSlot(commit, check_request)
         workflow = self._build(slot)
-        result = await workflow.run(checkpoint_id=checkpoint_id, checkpoint_storage=storage)
-        requests = result.get_request_info_events()
-        if len(requests) != 1 or not isinstance(requests[0].data, ReviewRequest):
-            raise WorkflowProtocolError(f"checkpoint {checkpoint_id} did not re-emit one review request")
-        return ResumedReview(workflow, slot, requests[0].data, requests[0].request_id)
+        await workflow.run(
+            responses={pending[0].request_id: answer}, checkpoint_id=checkpoint_id, checkpoint_storage=storage
+        )
+        if slot.error is not None:
+            raise slot.error
+        if not slot.done:
+            raise WorkflowProtocolError(f"the commit step did not run for {answer.operation_id}")
+        return slot.result
