@@ -61,11 +61,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """Servers shared by one test module; every test checks they hold the same rows before and after."""
     directory = tmp_path_factory.mktemp("hostile")
     stack = Stack(f"sqlite:///{directory / 'receiver.db'}", f"sqlite:///{directory / 'orchestrator.db'}", LoopThread())
-    stack.start_receiver()
-    stack.start_orchestrator()
-    started = stack.review().StartReview(start_request(), timeout=15)
-    attacked = Target(stack, started.proposal.operation_id)
+    attacked = Target(stack, "")
     try:
+        stack.start_receiver()
+        stack.start_orchestrator()
+        attacked.operation_id = stack.review().StartReview(start_request(), timeout=15).proposal.operation_id
         yield attacked
     finally:
         attacked.close()

@@ -42,7 +42,7 @@ def _field_id(item: tuple[MethodDescriptor, StringPath]) -> str:
     return f"{item[0].name}:{show(item[1])}"
 
 
-def _base(method: MethodDescriptor, path: StringPath, target: Target) -> Message:
+def _base(method: MethodDescriptor, target: Target) -> Message:
     if method_path(method) == "/decisionflow.v1.ReviewService/GetProposal":
         return review_pb2.GetProposalRequest()  # exactly one of its two ids may be set: the one under test
     return request_for(method, target.operation_id)
@@ -67,7 +67,7 @@ def _assert_invalid(target: Target, method: MethodDescriptor, request: Message) 
 @pytest.mark.parametrize(("method", "path"), FIELDS, ids=[_field_id(f) for f in FIELDS])
 def test_sql_metacharacters_and_nul_are_refused(target: Target, method: MethodDescriptor, path: StringPath) -> None:
     before = target.states()
-    _assert_invalid(target, method, with_string(_base(method, path, target), path, SQL_AND_NUL))
+    _assert_invalid(target, method, with_string(_base(method, target), path, SQL_AND_NUL))
     assert target.states() == before
     target.assert_serving()
 
@@ -77,7 +77,7 @@ BOUNDED_FIELDS = [(method, path) for method, path in FIELDS if path[-1] not in T
 
 @pytest.mark.parametrize(("method", "path"), BOUNDED_FIELDS, ids=[_field_id(f) for f in BOUNDED_FIELDS])
 def test_a_megabyte_of_unicode_is_refused(target: Target, method: MethodDescriptor, path: StringPath) -> None:
-    request = with_string(_base(method, path, target), path, MEGABYTE_OF_UNICODE)
+    request = with_string(_base(method, target), path, MEGABYTE_OF_UNICODE)
     assert MAX_MESSAGE_BYTES - 64 * 1024 < request.ByteSize() < MAX_MESSAGE_BYTES
     before = target.states()
     _assert_invalid(target, method, request)
@@ -117,7 +117,7 @@ def test_ids_of_the_wrong_shape_are_refused(target: Target, method: MethodDescri
     shapes = CASE_ID_SHAPES if "case_id" in path else OPERATION_ID_SHAPES
     before = target.states()
     for shape in shapes:
-        _assert_invalid(target, method, with_string(_base(method, path, target), path, shape))
+        _assert_invalid(target, method, with_string(_base(method, target), path, shape))
     assert target.states() == before
     target.assert_serving()
 
