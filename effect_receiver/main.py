@@ -17,7 +17,7 @@ from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.server_security import server_parts
-from decisionflow.serving import RunningServer, announce_listening, serve_until_signal, start_server
+from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
 from effect_receiver.config import ReceiverConfig, load
 from effect_receiver.grpc_api import EffectReceiverServicer, register
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
@@ -94,11 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load(sys.argv[1:] if argv is None else argv, os.environ)
     logs.configure(config.log_level)
     try:
-        asyncio.run(serve(config))
+        run_server(serve(config))
     except Exception:
         logger.exception("receiver failed", extra={"service": "effect_receiver"})
         return 1
-    return 0
 
 
 if __name__ == "__main__":
