@@ -23,6 +23,7 @@ from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from tests.orchestrator.conftest import CHECKPOINT_KEY, approve, start_request
+from tests.security.contract import apply_request
 from tests.support.servers import LoopThread, ServiceProcess, spawn
 
 pytestmark = pytest.mark.slow
@@ -182,3 +183,41 @@ def _assert_consistent(
             assert answer.outcome == common_pb2.OUTCOME_COMMITTED
             row = operations[answer.operation.operation_id]
             assert (row.state, row.receipt_id) == ("committed", answer.operation.receipt.receipt_id)
+
+
+def test_receiver_exits_within_its_grace_period_while_writes_wait_on_a_lock(tmp_path: Path) -> None:
+    database = tmp_path / "receiver.db"
+    grace = 1.0
+    receiver = spawn(
+        "effect_receiver.main",
+        ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{database}", "--shutdown-grace-seconds", str(grace)],
+        tmp_path,
+        "receiver",
+    )
+    channel = grpc.insecure_channel(receiver.target, options=[("grpc.enable_retries", 0)])
+    try:
+        apply = channel.unary_unary(
+            "/decisionflow.v1.EffectReceiverService/Apply", request_serializer=None, response_deserializer=None
+        )
+        with ThreadPoolExecutor(IN_FLIGHT) as pool, _write_locked(database):
+            requests = [
+                apply_request(operation_id=f"op-v1-{i:064x}", case_id="T-5000").SerializeToString()
+                for i in range(IN_FLIGHT)
+            ]
+            calls = [pool.submit(_call, apply, request) for request in requests]
+            time.sleep(1.0)
+            assert not any(call.done() for call in calls)
+            receiver.process.terminate()
+            terminated_at = time.monotonic()
+            status = receiver.process.wait(grace + 15)
+            exited_after = time.monotonic() - terminated_at
+            codes = {call.result(10)[0] for call in calls}
+        assert status == 0, receiver.stderr()[-3000:]
+        assert exited_after < grace + EXIT_MARGIN_SECONDS, exited_after
+        assert codes <= CLEAN_ENDINGS - {grpc.StatusCode.OK}
+        # Every write that waited was abandoned whole: nothing half written, nothing at all.
+        assert _rows(database, "SELECT count(*) AS n FROM effects")[0].n == 0
+        assert _rows(database, "SELECT count(*) AS n FROM support_review_records")[0].n == 0
+    finally:
+        channel.close()
+        receiver.kill()
