@@ -1,0 +1,100 @@
+"""The measured calls, each checking its answer: a call that does not do what it should counts as failed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from bench import _workload
+from bench._load import Call, Sample, drive
+from decisionflow.channels import aio_insecure_channel
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2, review_pb2_grpc
+
+CALL_TIMEOUT_SECONDS = 30.0
+
+
+class UnexpectedAnswer(Exception):
+    """A measured call succeeded at the transport but did not answer as the benchmark expected."""
+
+
+class Clients:
+    """grpc.aio stubs to the orchestrator, the receiver and the baseline chain, one channel each."""
+
+    def __init__(self, orchestrator: str, receiver: str, baseline: str) -> None:
+        self._channels = [aio_insecure_channel(t) for t in (orchestrator, receiver, baseline)]
+        self.review = review_pb2_grpc.ReviewServiceStub(self._channels[0])
+        self.receiver = effect_receiver_pb2_grpc.EffectReceiverServiceStub(self._channels[1])
+        self.baseline = review_pb2_grpc.ReviewServiceStub(self._channels[2])
+
+    async def close(self) -> None:
+        """Close every channel."""
+        await asyncio.gather(*(channel.close(None) for channel in self._channels))
+
+
+async def baseline(clients: Clients, calls: int, in_flight: int) -> Sample:
+    """Approve through the bare chain calls times."""
+    request = _workload.sample_approve_request()
+
+    async def call() -> None:
+        await clients.baseline.Approve(request, timeout=CALL_TIMEOUT_SECONDS)
+
+    return await drive([call] * calls, in_flight)
+
+
+async def start_reviews(clients: Clients, tags: Sequence[str], in_flight: int) -> tuple[Sample, list[str]]:
+    """StartReview for a fresh case per tag; return the sample and the operation ids (in tag order)."""
+    operation_ids = [""] * len(tags)
+
+    def one(index: int) -> Call:
+        request = _workload.start_review_request(tags[index])
+
+        async def call() -> None:
+            response = await clients.review.StartReview(request, timeout=CALL_TIMEOUT_SECONDS)
+            if not response.created:
+                raise UnexpectedAnswer(f"StartReview {tags[index]}: created=false")
+            operation_ids[index] = response.proposal.operation_id
+
+        return call
+
+    sample = await drive([one(i) for i in range(len(tags))], in_flight)
+    return sample, operation_ids
+
+
+async def approvals(clients: Clients, operation_ids: Sequence[str], in_flight: int, *, replay: bool) -> Sample:
+    """Approve each operation; every answer must be COMMITTED, and a replay exactly when replay is True."""
+
+    def one(operation_id: str) -> Call:
+        request = review_pb2.ApproveRequest(operation_id=operation_id, decision=common_pb2.DECISION_APPROVE)
+
+        async def call() -> None:
+            response = await clients.review.Approve(request, timeout=CALL_TIMEOUT_SECONDS)
+            if response.outcome != common_pb2.OUTCOME_COMMITTED or response.replay != replay:
+                raise UnexpectedAnswer(f"Approve {operation_id}: outcome {response.outcome}, replay {response.replay}")
+
+        return call
+
+    return await drive([one(op) for op in operation_ids if op], in_flight)
+
+
+def apply_requests(tags: Sequence[str]) -> list[effect_receiver_pb2.ApplyRequest]:
+    """Apply requests as the orchestrator would send them for approvals of these tags' proposals."""
+    now = datetime.now(UTC)
+    return [_workload.apply_request(tag, now) for tag in tags]
+
+
+async def applies(
+    clients: Clients, requests: Sequence[effect_receiver_pb2.ApplyRequest], in_flight: int, *, replay: bool
+) -> Sample:
+    """Apply each request at the receiver; the result must be CREATED, or REPLAYED when replay is True."""
+    expected = effect_receiver_pb2.APPLY_RESULT_REPLAYED if replay else effect_receiver_pb2.APPLY_RESULT_CREATED
+
+    def one(request: effect_receiver_pb2.ApplyRequest) -> Call:
+        async def call() -> None:
+            response = await clients.receiver.Apply(request, timeout=CALL_TIMEOUT_SECONDS)
+            if response.result != expected:
+                raise UnexpectedAnswer(f"Apply {request.operation_id}: result {response.result}")
+
+        return call
+
+    return await drive([one(r) for r in requests], in_flight)

@@ -1,0 +1,159 @@
+"""The reconciler settling a backlog of Unknowns: seeding the backlog, then one timed pass.
+
+Seeding approving operations one by one through a receiver that loses its replies would take minutes
+for 10,000 operations, so the backlog is written directly: the orchestrator's rows (proposal, case,
+decision, and the operation in UNKNOWN with its stored payload, exactly as the commit step leaves
+them after a lost reply) in one transaction through the orchestrator's store engine and schema, and
+the matching effects at the receiver through its real Apply RPC with the same payload bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench import _workload
+from bench._calls import Clients, applies
+from bench._processes import ServerProcess
+from decisionflow import db
+from orchestrator.domain import Decision, State, evidence_to_json, policy_to_json
+from orchestrator.schema import cases, decisions, operations, proposals
+from orchestrator.store import OrchestratorStore
+
+SEED_METHOD = (
+    "orchestrator rows (proposal, case, decision, operation UNKNOWN with its payload) written directly "
+    "through the orchestrator store's engine and schema; matching receiver effects written with Apply over gRPC"
+)
+SEED_IN_FLIGHT = 64
+_INSERT_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """One reconciler pass over the seeded backlog."""
+
+    backlog: int
+    settled: int
+    pass_seconds: float
+    wall_seconds: float
+    seed_seconds: float
+    summary: dict[str, object]
+
+    @property
+    def settle_rps(self) -> float:
+        """Operations settled per second of the pass, as the reconciler timed it."""
+        return self.settled / self.pass_seconds if self.pass_seconds > 0 else 0.0
+
+
+def _seed_orchestrator(database_url: str, tags: Sequence[str], decided_at: datetime) -> None:
+    engine = db.create_engine(database_url, pool_size=1)
+    try:
+        store = OrchestratorStore(engine)
+        rows: dict[str, list[dict[str, object]]] = {"proposals": [], "cases": [], "decisions": [], "operations": []}
+        for tag in tags:
+            proposal = _workload.proposal(tag, decided_at)
+            request = _workload.apply_request(tag, decided_at)
+            content = proposal.content
+            rows["proposals"].append(
+                {
+                    "operation_id": proposal.operation_id,
+                    "case_id": content.case_id,
+                    "action": content.action,
+                    "body": content.body,
+                    "evidence_json": evidence_to_json(content.evidence),
+                    "evidence_id": proposal.evidence_id,
+                    "policy_json": policy_to_json(content.policy),
+                    "policy_id": proposal.policy_id,
+                    "human_edited": False,
+                    "parent_operation_id": None,
+                    "created_by": _workload.REVIEWER,
+                    "created_at": decided_at,
+                }
+            )
+            rows["cases"].append(
+                {"case_id": content.case_id, "current_operation_id": proposal.operation_id, "updated_at": decided_at}
+            )
+            rows["decisions"].append(
+                {
+                    "operation_id": proposal.operation_id,
+                    "decision": Decision.APPROVE.value,
+                    "reviewer": _workload.REVIEWER,
+                    "decided_at": decided_at,
+                }
+            )
+            rows["operations"].append(
+                {
+                    "operation_id": proposal.operation_id,
+                    "case_id": content.case_id,
+                    "state": State.UNKNOWN.value,
+                    "state_changed_at": decided_at,
+                    "attempts": 1,
+                    "first_attempt_at": decided_at,
+                    "last_attempt_at": decided_at,
+                    "payload": request.payload,
+                    "payload_digest": request.payload_digest,
+                }
+            )
+        with store.engine.begin() as conn:
+            for table in (proposals, cases, decisions, operations):
+                batch = rows[table.name]
+                for start in range(0, len(batch), _INSERT_CHUNK):
+                    conn.execute(table.insert(), batch[start : start + _INSERT_CHUNK])
+    finally:
+        engine.dispose()
+
+
+async def seed(clients: Clients, orchestrator_url: str, backlog: int, run_tag: str) -> float:
+    """Write backlog Unknowns whose effects the receiver holds; return the seconds it took."""
+    started = time.perf_counter()
+    tags = [f"{run_tag}-u{i:06d}" for i in range(backlog)]
+    # Decided a minute ago: old enough for any grace period, far younger than the alert threshold.
+    decided_at = datetime.now(UTC) - timedelta(minutes=1)
+    _seed_orchestrator(orchestrator_url, tags, decided_at)
+    requests = [_workload.apply_request(tag, decided_at) for tag in tags]
+    sample = await applies(clients, requests, SEED_IN_FLIGHT, replay=False)
+    if sample.failures:
+        raise RuntimeError(f"seeding the receiver failed {sample.failures} times: {sample.first_failure}")
+    return time.perf_counter() - started
+
+
+def run_pass(
+    orchestrator: ServerProcess, receiver: ServerProcess, workdir: Path, backlog: int, seed_seconds: float
+) -> ReconcileResult:
+    """Run ``decisionflow-reconciler --once --json`` once and return what it reports."""
+    command = [
+        sys.executable,
+        "-m",
+        "reconciler.main",
+        "--once",
+        "--json",
+        "--orchestrator-target",
+        orchestrator.target,
+        "--receiver-target",
+        receiver.target,
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    started = time.perf_counter()
+    with (workdir / "reconciler.stderr").open("ab") as err:
+        finished = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, env=env, check=False, timeout=600)
+    wall = time.perf_counter() - started
+    lines = [line for line in finished.stdout.decode().splitlines() if line.startswith("{")]
+    if finished.returncode not in (0, 1) or not lines:
+        tail = (workdir / "reconciler.stderr").read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise RuntimeError(f"reconciler exited with {finished.returncode}:\n{tail}")
+    summary = json.loads(lines[-1])
+    return ReconcileResult(
+        backlog=backlog,
+        settled=int(summary["settled"]),
+        pass_seconds=float(summary["duration_seconds"]),
+        wall_seconds=wall,
+        seed_seconds=seed_seconds,
+        summary=summary,
+    )
