@@ -36,6 +36,20 @@ from orchestrator.workflow import ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
 
+# Agent Framework logs every restore, superstep and graph validation at INFO: about ten
+# records per Approve, each formatted as JSON and written to stderr. The orchestrator logs
+# what an operator needs (operation, case, principal, outcome) itself, so the framework is
+# heard from at WARNING and above unless the orchestrator runs at debug.
+FRAMEWORK_LOGGER = "agent_framework"
+
+
+def configure_logging(level: str) -> None:
+    """Send JSON logs to stderr at level; the framework's step-by-step INFO records only at debug."""
+    logs.configure(level)
+    if level != "debug":
+        logging.getLogger(FRAMEWORK_LOGGER).setLevel(logging.WARNING)
+
+
 Closer = Callable[[], Awaitable[None]]
 
 
@@ -140,7 +154,7 @@ def _housekeeping(command: str, args: list[str]) -> int:
     cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     ns = cli.parse_args(args)
     values = resolve(ns, settings, os.environ)
-    logs.configure(values["log_level"] or "info")
+    configure_logging(values["log_level"] or "info")
     engine = db.create_engine(values["database_url"] or "")
     try:
         migrate(engine)
@@ -203,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     configuration.add_to(cli)
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
-    logs.configure(config.log_level)
+    configure_logging(config.log_level)
     try:
         run_server(serve(config))
     except Exception:
