@@ -1,7 +1,7 @@
 """Writes (or checks) the configuration reference in README.md from the services' settings.
 
-    python tools/config_reference.py --write   # regenerate the section between the markers
-    python tools/config_reference.py --check   # exit 1 when README.md is stale
+python tools/config_reference.py --write   # regenerate the section between the markers
+python tools/config_reference.py --check   # exit 1 when README.md is stale
 """
 
 from __future__ import annotations
