@@ -52,12 +52,12 @@ class ReconcileResult:
         return self.settled / self.pass_seconds if self.pass_seconds > 0 else 0.0
 
 
-def _seed_orchestrator(database_url: str, tags: Sequence[str], decided_at: datetime) -> None:
+def _seed_orchestrator(database_url: str, seeds: Sequence[tuple[str, datetime]]) -> None:
     engine = db.create_engine(database_url, pool_size=1)
     try:
         store = OrchestratorStore(engine)
         rows: dict[str, list[dict[str, object]]] = {"proposals": [], "cases": [], "decisions": [], "operations": []}
-        for tag in tags:
+        for tag, decided_at in seeds:
             proposal = _workload.proposal(tag, decided_at)
             request = _workload.apply_request(tag, decided_at)
             content = proposal.content
@@ -113,11 +113,13 @@ def _seed_orchestrator(database_url: str, tags: Sequence[str], decided_at: datet
 async def seed(clients: Clients, orchestrator_url: str, backlog: int, run_tag: str) -> float:
     """Write backlog Unknowns whose effects the receiver holds; return the seconds it took."""
     started = time.perf_counter()
-    tags = [f"{run_tag}-u{i:06d}" for i in range(backlog)]
-    # Decided a minute ago: old enough for any grace period, far younger than the alert threshold.
-    decided_at = datetime.now(UTC) - timedelta(minutes=1)
-    _seed_orchestrator(orchestrator_url, tags, decided_at)
-    requests = [_workload.apply_request(tag, decided_at) for tag in tags]
+    # Decided over the two minutes before the last minute, a few milliseconds apart as real
+    # decisions would be: old enough for any grace period, far younger than the alert threshold.
+    start = datetime.now(UTC) - timedelta(minutes=3)
+    spacing = timedelta(minutes=2) / max(1, backlog)
+    seeds = [(f"{run_tag}-u{i:06d}", start + i * spacing) for i in range(backlog)]
+    _seed_orchestrator(orchestrator_url, seeds)
+    requests = [_workload.apply_request(tag, decided_at) for tag, decided_at in seeds]
     sample = await applies(clients, requests, SEED_IN_FLIGHT, replay=False)
     if sample.failures:
         raise RuntimeError(f"seeding the receiver failed {sample.failures} times: {sample.first_failure}")

@@ -163,6 +163,7 @@ def document(results: Results, table: dict[str, Figure], machine_info: dict[str,
             "baseline": "median of its rounds, each taken just before the real round at the same concurrency",
         },
         "failed_calls": failures,
+        "reconciler_summary": None if results.reconcile is None else results.reconcile.summary,
         "seconds": round(results.seconds, 1),
     }
 
