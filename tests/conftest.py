@@ -3,6 +3,9 @@
 PostgreSQL tests use ``DECISIONFLOW_TEST_POSTGRES_URL`` (default: the local ``test``
 database). Without a reachable server they skip with the reason, unless
 ``DECISIONFLOW_REQUIRE_POSTGRES=1`` (as in CI), where they fail instead.
+
+The fault campaigns' options live here because pytest reads ``pytest_addoption`` only from
+the root conftest; ``tests/campaigns`` reads them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,18 @@ import psycopg
 import pytest
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The fault campaigns' sizes (CI runs the defaults) and the seed that replays one failure."""
+    group = parser.getgroup("campaigns", "fault campaigns (tests/campaigns)")
+    group.addoption("--schedules", type=int, default=50, help="seeded random kill schedules to run (default 50)")
+    group.addoption(
+        "--campaign-ops", type=int, default=1000, help="operations in the lost-reply campaign (default 1000)"
+    )
+    group.addoption("--crash-repetitions", type=int, default=3, help="repetitions of each crash point (default 3)")
+    group.addoption("--race-reviews", type=int, default=200, help="reviews raced by 8 approvers (default 200)")
+    group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
 
 
 def free_port() -> int:
