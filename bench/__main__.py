@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("--postgres-url", help="run both services on fresh PostgreSQL databases made next to this one")
     cli.add_argument("--rounds", type=int, help="interleaved rounds (default: 3, quick: 2)")
     cli.add_argument("--calls", type=int, help="calls per measurement per round at every concurrency")
-    cli.add_argument("--backlog", type=int, help="Unknowns for the reconciler to settle (default: 10000, quick: 600)")
+    cli.add_argument("--backlog", type=int, help="Unknowns for the reconciler to settle (default: 10000, quick: 400)")
     cli.add_argument("--workdir", type=Path, help="keep databases and server logs here (default: a temporary dir)")
     cli.add_argument("--out", type=Path, help="JSON output path (default: $BENCH_OUT or bench/out/latest.json)")
     cli.add_argument(

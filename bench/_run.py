@@ -44,7 +44,7 @@ class Plan:
 
 
 FULL = Plan(quick=False, rounds=3, calls={1: 100, 16: 480, 64: 640}, backlog=10_000)
-QUICK = Plan(quick=True, rounds=2, calls={1: 16, 16: 64, 64: 96}, backlog=600)
+QUICK = Plan(quick=True, rounds=2, calls={1: 12, 16: 48, 64: 64}, backlog=400)
 
 
 @dataclass
