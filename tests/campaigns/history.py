@@ -122,10 +122,8 @@ class Completion:
         self.history.record(Event(**{**asdict(event), **fields}))
 
     def answered(self, result: ApproveResult) -> None:
-        """Record a decision's answer: UNKNOWN is indeterminate, the other outcomes are relied on.
-
-        An answer (not a conflict) tells the client that its own decision is the recorded one.
-        """
+        """Record a decision's answer: UNKNOWN is indeterminate, the other outcomes are relied on."""
+        # An answer, unlike a conflict, tells the client that its own decision is the recorded one.
         decision = "APPROVE" if self.call == "approve" else "DECLINE"
         kind: EventType = "info" if result.outcome is Outcome.UNKNOWN else "ok"
         if result.outcome is Outcome.REJECTED:

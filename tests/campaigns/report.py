@@ -45,5 +45,4 @@ def store(path: Path, campaign: str, figures: Mapping[str, Figure], line: str) -
 
 def replay_hint(nodeid: str, seed: int) -> str:
     """How to run one failing seed again."""
-    path = nodeid.split("::", 1)[0]
-    return f"seed {seed}; replay with: .venv/bin/pytest '{nodeid}' --seed {seed} -s   (file {path})"
+    return f"seed {seed}; replay with: .venv/bin/pytest '{nodeid}' --seed {seed} -s"

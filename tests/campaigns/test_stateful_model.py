@@ -12,7 +12,6 @@ Each rule also checks the answer it got against the model (replay, conflict, sta
 from __future__ import annotations
 
 import itertools
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,8 +221,7 @@ class ReviewModel(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_stateful_model(campaign: CampaignOptions, tmp_path: Path, history: History) -> None:
     """Random sequences of rules; every invariant holds after every step (bounded for CI)."""
-    workdir = Path(tempfile.mkdtemp(dir=tmp_path))
-    stack = InProcessStack(workdir)
+    stack = InProcessStack(tmp_path)
     stack.start_receiver()
     stack.start_orchestrator()
     ReviewModel.stack, ReviewModel.history = stack, history
