@@ -1,4 +1,4 @@
-"""Client channels with the project's fixed options (DESIGN.md sections 7 and 8).
+"""Client channels with the project's fixed options (docs/errors.md, docs/security.md).
 
 Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) is the only
 retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in

@@ -1,4 +1,4 @@
-"""Operation, evidence and policy identities over canonical framed bytes (DESIGN.md section 3).
+"""Operation, evidence and policy identities over canonical framed bytes (docs/identities.md).
 
 Each field is normalised (CRLF and lone CR become LF, nothing else changes), encoded as
 UTF-8 and prefixed by its byte length as a 4-byte big-endian unsigned integer. An

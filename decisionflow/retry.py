@@ -1,4 +1,4 @@
-"""Named retry policies for gRPC calls, built on tenacity (DESIGN.md section 7).
+"""Named retry policies for gRPC calls, built on tenacity (docs/errors.md).
 
 Only transient failures are retried: UNAVAILABLE and DEADLINE_EXCEEDED, plus
 RESOURCE_EXHAUSTED with a real back-off. Waits are jittered exponential ("full jitter",

@@ -1,8 +1,5 @@
-"""Domain errors and their rich gRPC status (google.rpc.Status with ErrorInfo and BadRequest).
-
-    DomainError                      base: every refusal a service reports on the wire
-    ├── InvalidRequest               INVALID_ARGUMENT with field violations
-    └── (service errors.py subclasses)
+"""Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo
+and BadRequest.
 
 Each server maps its domain errors to a status code in exactly one table
 (``StatusTable``); ``guard`` applies that table at the servicer boundary, so service code
@@ -12,8 +9,7 @@ never calls ``context.abort``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -21,45 +17,9 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
+
 ERROR_DOMAIN = "decisionflow.v1"
-
-
-@dataclass(frozen=True, slots=True)
-class FieldViolation:
-    """One bad field: its path (for example ``evidence[2].source_id``) and why."""
-
-    field: str
-    description: str
-
-
-class DomainError(Exception):
-    """A refusal with a machine-readable reason and metadata (google.rpc.ErrorInfo)."""
-
-    reason: str = ""
-
-    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.metadata: dict[str, str] = dict(metadata or {})
-
-
-class InvalidRequest(DomainError):
-    """The request is malformed; nothing was written."""
-
-    reason = "INVALID_ARGUMENT"
-
-    def __init__(self, violations: Sequence[FieldViolation], *, reason: str | None = None) -> None:
-        summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
-        super().__init__(f"invalid request: {summary}")
-        self.violations = list(violations)
-        if reason is not None:
-            self.reason = reason
-
-
-class Unavailable(DomainError):
-    """A dependency (database, shutdown in progress) is unavailable; retry with the same key."""
-
-    reason = "UNAVAILABLE"
 
 
 StatusTable = Mapping[type[DomainError], grpc.StatusCode]

@@ -21,7 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from decisionflow.rpc_errors import FieldViolation, InvalidRequest, rich_status
+from decisionflow.errors import FieldViolation, InvalidRequest
+from decisionflow.rpc_errors import rich_status
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 

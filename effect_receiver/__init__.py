@@ -1,1 +1,1 @@
-"""The EffectReceiver: writes one effect per operation id and answers whether it happened (DESIGN.md §5)."""
+"""The EffectReceiver: writes one effect per operation id and answers whether it happened (docs/effect-receiver.md)."""

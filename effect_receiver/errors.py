@@ -1,18 +1,18 @@
 """The receiver's refusals. Each maps to one status in ``grpc_api.STATUS_TABLE``.
 
-    DomainError                      decisionflow.rpc_errors: every refusal on the wire
+    DomainError                      decisionflow.errors: every refusal on the wire
     ├── InvalidRequest               INVALID_ARGUMENT, field violations; nothing was written
     ├── IdempotencyKeyReused         FAILED_PRECONDITION; the stored effect is unchanged; never retry
     └── Unavailable                  UNAVAILABLE; the database cannot be reached; retry with the same key
         └── ReplyLost                UNAVAILABLE (failpoint): the effect committed, the reply was withheld
 
-``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow.rpc_errors``.
+``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow.errors``.
 """
 
 from __future__ import annotations
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import DomainError, FieldViolation, InvalidRequest, Unavailable
+from decisionflow.errors import DomainError, FieldViolation, InvalidRequest, Unavailable
 
 __all__ = [
     "DomainError",

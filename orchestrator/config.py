@@ -13,7 +13,7 @@ from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import ServerSecurity
 from decisionflow.settings import Setting, add_settings, resolve
 from orchestrator.checkpoints import MIN_KEY_BYTES
-from orchestrator.service import FAILPOINTS
+from orchestrator.failpoints import FAILPOINTS
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(

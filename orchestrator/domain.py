@@ -25,7 +25,7 @@ class Decision(enum.StrEnum):
 
 
 class State(enum.StrEnum):
-    """Where an operation stands (DESIGN.md section 4)."""
+    """Where an operation stands (docs/review-protocol.md)."""
 
     PENDING_REVIEW = "pending_review"
     APPROVED = "approved"

@@ -1,6 +1,6 @@
 """Orchestrator refusals. Each maps to one status in grpc_api.STATUS_TABLE.
 
-DomainError (decisionflow.rpc_errors)
+DomainError (decisionflow.errors)
 ├── InvalidRequest             bad fields, decision omitted          INVALID_ARGUMENT
 ├── Unavailable                database down, shutting down          UNAVAILABLE
 └── OrchestratorError
@@ -17,7 +17,7 @@ DomainError (decisionflow.rpc_errors)
 from __future__ import annotations
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import DomainError
+from decisionflow.errors import DomainError
 
 
 class OrchestratorError(DomainError):
@@ -65,7 +65,7 @@ class DecisionConflict(OrchestratorError):
 class NotRedrivable(OrchestratorError):
     """Only an APPROVED or UNKNOWN operation can be re-driven."""
 
-    reason = "NOT_REDRIVABLE"
+    reason = reasons.NOT_REDRIVABLE
 
     def __init__(self, operation_id: str, state: str) -> None:
         super().__init__(
@@ -105,4 +105,4 @@ class CheckpointSaveFailed(OrchestratorError):
 class WorkflowProtocolError(OrchestratorError):
     """The workflow did not behave as the service requires (for example a request for another operation)."""
 
-    reason = "WORKFLOW_PROTOCOL"
+    reason = reasons.WORKFLOW_PROTOCOL

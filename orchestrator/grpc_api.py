@@ -16,8 +16,9 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow.auth import AUTH_STATUS, current_principal
+from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
-from decisionflow.rpc_errors import FieldViolation, InvalidRequest, StatusTable, Unavailable, guard
+from decisionflow.rpc_errors import StatusTable, guard
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import errors
 from orchestrator.domain import Consistency, LookupStatus, Receipt, State

@@ -28,9 +28,10 @@ from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
+from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
-from orchestrator.service import FAILPOINTS, EffectPort, OrchestratorService
+from orchestrator.service import EffectPort, OrchestratorService
 from orchestrator.store import OrchestratorStore, migrate
 from orchestrator.workflow import ReviewWorkflow
 

@@ -1,4 +1,4 @@
-"""Orchestrator use cases: start, edit, decide, re-drive, settle (DESIGN.md sections 4 and 6).
+"""Orchestrator use cases: start, edit, decide, re-drive, settle (docs/review-protocol.md, docs/reconciler.md).
 
 Approve checks, in order: a decision is given; (authentication happened at the boundary);
 a recorded decision wins (same → replay, different → conflict); the operation must be the
@@ -18,9 +18,9 @@ from typing import Protocol
 
 from decisionflow import reasons
 from decisionflow.auth import check_four_eyes
+from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
 from decisionflow.failpoints import Failpoints
 from decisionflow.identity import EvidenceItem, PolicyRef, identities, normalise
-from decisionflow.rpc_errors import DomainError, FieldViolation, InvalidRequest
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import (
     OPEN_STATES,
@@ -47,17 +47,12 @@ from orchestrator.errors import (
     WorkflowProtocolError,
     WorkflowVersionMismatch,
 )
+from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK, CHECKPOINT_SAVE
 from orchestrator.store import DecisionAlreadyRecorded, OrchestratorStore, Settlement
 from orchestrator.validation import check_case_id, check_content, check_operation_id
 from orchestrator.workflow import ReviewAnswer, ReviewRequest, ReviewTask, ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
-
-AFTER_DECISION = "orchestrator.after_decision"
-AFTER_ATTEMPT = "orchestrator.after_attempt"
-AFTER_RECEIVER_OK = "orchestrator.after_receiver_ok"
-CHECKPOINT_SAVE = "orchestrator.checkpoint_save"
-FAILPOINTS = (AFTER_DECISION, AFTER_ATTEMPT, AFTER_RECEIVER_OK, CHECKPOINT_SAVE)
 
 
 class EffectRefused(Exception):

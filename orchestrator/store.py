@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from decisionflow import db
-from decisionflow.rpc_errors import Unavailable
+from decisionflow.errors import Unavailable
 from orchestrator.checkpoints import CheckpointTable, SealedCheckpoint, sealed_checkpoint
 from orchestrator.domain import (
     OPEN_STATES,

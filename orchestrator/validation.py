@@ -1,12 +1,12 @@
-"""Input bounds (DESIGN.md section 8): every refusal names the field, and nothing is written."""
+"""Input bounds (docs/security.md): every refusal names the field, and nothing is written."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
+from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
-from decisionflow.rpc_errors import FieldViolation, InvalidRequest
 from orchestrator.domain import SUPPORTED_ACTIONS
 
 CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")

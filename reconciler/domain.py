@@ -1,4 +1,4 @@
-"""The reconciler's rules (DESIGN.md section 6): what one lookup at the receiver allows it to do.
+"""The reconciler's rules (docs/reconciler.md): what one lookup at the receiver allows it to do.
 
 Pure functions over frozen dataclasses; no gRPC, no clock of its own (``now`` is passed in).
 

@@ -1,6 +1,6 @@
 """Authentication and authorization refusals.
 
-    DomainError                      (decisionflow.rpc_errors)
+    DomainError                      (decisionflow.errors)
     └── AuthError                    base of every refusal made here
         ├── Unauthenticated          UNAUTHENTICATED: no credentials, or none that are recognised
         └── PermissionDenied         PERMISSION_DENIED: authenticated, but not allowed
@@ -14,7 +14,8 @@ from __future__ import annotations
 import grpc
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import DomainError, StatusTable
+from decisionflow.errors import DomainError
+from decisionflow.rpc_errors import StatusTable
 
 
 class AuthError(DomainError):

@@ -1,4 +1,4 @@
-"""``decisionflow demo``: the end-to-end story of DESIGN.md section 10 with real, separate processes.
+"""``decisionflow demo``: the end-to-end story of docs/demo.md with real, separate processes.
 
 The receiver, two orchestrators one after the other, the reconciler and the ``decisionflow``
 review commands all run as child processes over SQLite files in a fresh state directory (or

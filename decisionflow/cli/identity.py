@@ -1,4 +1,4 @@
-"""``decisionflow identity``: framed bytes and the identities of a proposal (DESIGN.md section 3).
+"""``decisionflow identity``: framed bytes and the identities of a proposal (docs/identities.md).
 
 ``proposal_from_json`` is the strict reader of a proposal's identity-bearing content: exactly
 the known fields at every level, strings that are Unicode text, non-negative integers that are
@@ -60,7 +60,7 @@ def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "identity",
         help="compute framed bytes and identities",
-        description="Compute the canonical framed bytes and identities of DESIGN.md section 3.",
+        description="Compute the canonical framed bytes and identities described in docs/identities.md.",
     )
     commands = parser.add_subparsers(dest="identity_command", metavar="SUBCOMMAND", required=True)
 

@@ -29,7 +29,8 @@ import grpc
 
 from decisionflow import reasons
 from decisionflow.client.views import Decision
-from decisionflow.rpc_errors import FieldViolation, error_info
+from decisionflow.errors import FieldViolation
+from decisionflow.rpc_errors import error_info
 
 DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
     {

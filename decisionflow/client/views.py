@@ -29,7 +29,7 @@ class Decision(enum.StrEnum):
 
 
 class OperationState(enum.StrEnum):
-    """Where an operation stands (DESIGN.md section 4)."""
+    """Where an operation stands (docs/review-protocol.md)."""
 
     UNSPECIFIED = "UNSPECIFIED"
     PENDING_REVIEW = "PENDING_REVIEW"

@@ -1,4 +1,4 @@
-"""The end-to-end demo of DESIGN.md section 10 (``decisionflow demo``).
+"""The end-to-end demo described in docs/demo.md (``decisionflow demo``).
 
 workspace.py  the state directory: databases, credentials and tokens, checkpoint key, input files
 children.py   child processes: services announcing a port, commands run to completion; stopping them

@@ -76,7 +76,7 @@ def _uninterruptible() -> Iterator[None]:
 
 
 def run_demo(options: DemoOptions) -> int:
-    """Run DESIGN.md section 10 end to end; the last line written is the JSON verdict. Return the exit status."""
+    """Run the demo of docs/demo.md end to end; the last line written is the JSON verdict. Return the exit status."""
     begun = time.monotonic()
     out = options.out or sys.stdout
     try:

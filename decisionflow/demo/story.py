@@ -1,4 +1,4 @@
-"""The five steps of DESIGN.md section 10, each driving real processes and recording what it observed.
+"""The five steps of docs/demo.md, each driving real processes and recording what it observed.
 
 Between steps only ids and file paths are kept here; every service state lives in the databases
 of processes that are stopped and started again.
@@ -29,7 +29,7 @@ EXIT_UNKNOWN, EXIT_REFUSED = 42, 3
 
 @dataclass
 class Observations:
-    """What the demo saw; ``failed()`` names every check that did not come out as DESIGN.md section 10 says."""
+    """What the demo saw; ``failed()`` names every check that did not come out as docs/demo.md says."""
 
     operation_id: str = ""
     checkpoint_id: str = ""

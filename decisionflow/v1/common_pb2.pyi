@@ -70,7 +70,7 @@ class _OperationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Operat
     """Still pending, but a newer proposal is the case's current one."""
 
 class OperationState(_OperationState, metaclass=_OperationStateEnumTypeWrapper):
-    """Where an operation stands. See DESIGN.md section 4."""
+    """Where an operation stands. See docs/review-protocol.md."""
 
 OPERATION_STATE_UNSPECIFIED: OperationState.ValueType  # 0
 """Never used on the wire."""

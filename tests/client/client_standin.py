@@ -21,7 +21,8 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
-from decisionflow.rpc_errors import DomainError, rich_status
+from decisionflow.errors import DomainError
+from decisionflow.rpc_errors import rich_status
 from decisionflow.v1 import effect_receiver_pb2, operations_pb2, review_pb2
 
 SERVICES = (

@@ -11,7 +11,7 @@ from decisionflow import reasons
 from decisionflow.channels import insecure_channel
 from decisionflow.client import errors
 from decisionflow.client.views import Decision
-from decisionflow.rpc_errors import DomainError, FieldViolation, InvalidRequest
+from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 
 from .client_standin import Fail, StandIn, standin

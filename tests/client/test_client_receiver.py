@@ -26,8 +26,8 @@ from decisionflow.client import (
     ReceiverClient,
     errors,
 )
+from decisionflow.errors import DomainError
 from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER, RetryPolicy
-from decisionflow.rpc_errors import DomainError
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 
 from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin

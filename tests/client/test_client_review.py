@@ -26,10 +26,10 @@ from decisionflow.client import (
     Unavailable,
     errors,
 )
+from decisionflow.errors import DomainError, FieldViolation
+from decisionflow.errors import InvalidRequest as InvalidRequestRefusal
 from decisionflow.identity import identities
 from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
-from decisionflow.rpc_errors import DomainError, FieldViolation
-from decisionflow.rpc_errors import InvalidRequest as InvalidRequestRefusal
 from decisionflow.v1 import common_pb2, review_pb2
 
 from .client_standin import Fail, Sleeps, StandIn, standin

@@ -1,4 +1,4 @@
-"""A second implementation of the identities, written from DESIGN.md section 3 alone.
+"""A second implementation of the identities, written from docs/identities.md alone.
 
 It shares no code with decisionflow.identity: its own line-ending rule (a regular expression),
 length prefixes by struct, code point order by comparing UTF-8 bytes (which sort like code

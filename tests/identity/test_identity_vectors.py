@@ -1,4 +1,4 @@
-"""DESIGN.md section 3 framing vectors and the consequences the design says tests must show."""
+"""The framing vectors of docs/identities.md and the consequences the design says tests must show."""
 
 from __future__ import annotations
 

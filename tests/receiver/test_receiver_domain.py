@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow.rpc_errors import InvalidRequest
+from decisionflow.errors import InvalidRequest
 from effect_receiver.config import load
 from effect_receiver.domain import MAX_PAYLOAD_BYTES, Effect, batch_violations, check_effect
 from effect_receiver.service import decode_page_token, encode_page_token
