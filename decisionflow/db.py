@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Dialect, Engine
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _READ_ONLY = "decisionflow_read_only"
@@ -113,3 +114,30 @@ def migrate(engine: Engine, script_location: Path, version_table: str) -> None:
             connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:table))"), {"table": version_table})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back as an aware UTC datetime, on every backend.
+
+    The SQL type is ``DateTime(timezone=True)``, as the migrations create it; SQLite keeps no
+    zone, so the UTC wall clock is stored there and the zone re-attached on the way out.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Store value as UTC; a naive time is refused since its zone cannot be known."""
+        if value is None:
+            return None
+        if value.utcoffset() is None:
+            raise ValueError("naive datetime refused: give a timezone")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Return the stored time as an aware UTC datetime."""
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

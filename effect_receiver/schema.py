@@ -6,36 +6,11 @@ makes an effect happen once per key. ``sequence`` orders a case's effects for pa
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
+
+from decisionflow.db import UtcDateTime
 
 VERSION_TABLE = "alembic_version_receiver"
-
-
-class UtcDateTime(sa.types.TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp on every backend (SQLite stores none, so it is re-attached)."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Store value as UTC; a naive time is refused since its zone cannot be known."""
-        if value is None:
-            return None
-        if value.utcoffset() is None:
-            raise ValueError("naive datetime refused: give a timezone")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        """Return the stored time as an aware UTC datetime."""
-        if value is None:
-            return None
-        assert isinstance(value, datetime)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = sa.MetaData()

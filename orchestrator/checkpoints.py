@@ -17,35 +17,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import pickle  # only ever applied to bytes whose HMAC was verified first
+
+# Unpickles only bytes whose HMAC was verified first, or that this process pickled and sealed itself.
+import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-
-from decisionflow import db
+from orchestrator.domain import SealedCheckpoint
 from orchestrator.errors import CheckpointIntegrity
-from orchestrator.schema import checkpoints
 
 _MAC_DOMAIN = b"decisionflow.checkpoint.v1"
 MIN_KEY_BYTES = 32
-
-
-@dataclass(frozen=True, slots=True)
-class SealedCheckpoint:
-    """One checkpoint as stored: identifying columns, the seal and the pickled state."""
-
-    checkpoint_id: str
-    workflow_name: str
-    graph_signature: str
-    operation_id: str
-    created_at: datetime
-    key_id: str
-    mac: str
-    state: bytes
 
 
 def _key_id(key: bytes) -> str:
@@ -105,51 +88,12 @@ class CheckpointSealer:
         return pickle.loads(sealed.state)  # noqa: S301  # verified above
 
 
-def sealed_checkpoint(row: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
-    """Return the sealed checkpoint in a row of the checkpoints table (columns named prefix + column)."""
-    return SealedCheckpoint(
-        row[prefix + "checkpoint_id"],
-        row[prefix + "workflow_name"],
-        row[prefix + "graph_signature"],
-        row[prefix + "operation_id"],
-        row[prefix + "created_at"],
-        row[prefix + "key_id"],
-        row[prefix + "mac"],
-        bytes(row[prefix + "state"]),
-    )
-
-
-class CheckpointTable:
-    """SQL access to the checkpoints table."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def insert_txn(self, conn: sa.Connection, rows: Sequence[SealedCheckpoint]) -> None:
-        """Insert sealed checkpoints inside the caller's transaction."""
-        if rows:
-            conn.execute(
-                checkpoints.insert(),
-                [
-                    {
-                        "checkpoint_id": r.checkpoint_id,
-                        "workflow_name": r.workflow_name,
-                        "graph_signature": r.graph_signature,
-                        "operation_id": r.operation_id,
-                        "created_at": r.created_at,
-                        "key_id": r.key_id,
-                        "mac": r.mac,
-                        "state": r.state,
-                    }
-                    for r in rows
-                ],
-            )
+class CheckpointSource(Protocol):
+    """Where a run reads checkpoints saved by earlier requests (the store's checkpoint table)."""
 
     def get(self, checkpoint_id: str) -> SealedCheckpoint | None:
         """Return the stored checkpoint with that id, still sealed."""
-        with db.reading(self._engine) as conn:
-            row = conn.execute(sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)).first()
-        return None if row is None else sealed_checkpoint(row._mapping)
+        ...
 
 
 class RunCheckpoints:
@@ -162,7 +106,7 @@ class RunCheckpoints:
 
     def __init__(
         self,
-        table: CheckpointTable,
+        table: CheckpointSource,
         sealer: CheckpointSealer,
         operation_id: str,
         clock: Callable[[], datetime],
@@ -177,12 +121,6 @@ class RunCheckpoints:
         self._keeping = True
         self._verified: dict[str, Any] = {}
         self.save_error: BaseException | None = None
-        self.saved_bytes = 0
-
-    @property
-    def last_checkpoint_id(self) -> str | None:
-        """Id of the newest checkpoint saved in this run."""
-        return self._pending[-1].checkpoint_id if self._pending else None
 
     def take_pending(self) -> list[SealedCheckpoint]:
         """Hand over the checkpoints saved since the last call, for the caller's transaction."""
@@ -240,7 +178,6 @@ class RunCheckpoints:
             self.save_error = exc
             raise
         self._pending.append(sealed)
-        self.saved_bytes += len(state)
         return str(checkpoint.checkpoint_id)
 
     async def load(self, checkpoint_id: str) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.identity import EvidenceItem, PolicyRef, normalise
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
 
@@ -74,6 +74,31 @@ class ProposalContent:
     body: str
     evidence: tuple[EvidenceItem, ...]
     policy: PolicyRef
+
+
+def proposal_content(
+    case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
+) -> ProposalContent:
+    """Return content in the form its identity is computed from: body normalised, evidence by source_id."""
+    ordered = tuple(sorted(evidence, key=lambda e: e.source_id))
+    return ProposalContent(case_id, action, normalise(body), ordered, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalEdit:
+    """What an edit replaces in the case's current proposal (validated; normalised when applied).
+
+    The case and the action stay those of the proposal being edited.
+    """
+
+    expected_operation_id: str
+    body: str
+    evidence: tuple[EvidenceItem, ...]
+    policy: PolicyRef
+
+    def applied_to(self, parent: ProposalContent) -> ProposalContent:
+        """Return the parent's content with this edit's body, evidence and policy."""
+        return proposal_content(parent.case_id, parent.action, self.body, self.evidence, self.policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +177,52 @@ class Operation:
     last_lookup: LookupNote | None
     payload: bytes | None
     payload_digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalView:
+    """A proposal, its operation, and whether it is still the case's current proposal (one snapshot)."""
+
+    proposal: Proposal
+    operation: Operation
+    current: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SealedCheckpoint:
+    """One workflow checkpoint as stored: identifying columns, the seal and the pickled state."""
+
+    checkpoint_id: str
+    workflow_name: str
+    graph_signature: str
+    operation_id: str
+    created_at: datetime
+    key_id: str
+    mac: str
+    state: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionInputs:
+    """What Approve reads before deciding, from one snapshot."""
+
+    operation: Operation
+    proposal: Proposal
+    current_operation_id: str | None
+    review: PendingReview | None
+    checkpoint: SealedCheckpoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What one lookup at the receiver showed, to be recorded for an operation."""
+
+    operation_id: str
+    status: LookupStatus
+    consistency: Consistency
+    receipt: Receipt | None
+    error: str
+    looked_up_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from decisionflow.channels import aio_insecure_channel, aio_secure_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError
 from decisionflow.tls import channel_credentials
 from orchestrator.domain import Receipt
-from orchestrator.service import EffectIndeterminate, EffectRefused
+from orchestrator.ports import EffectIndeterminate, EffectRefused
 
 
 class ReceiverEffects:

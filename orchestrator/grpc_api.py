@@ -1,7 +1,9 @@
 """gRPC servicers of the orchestrator: ReviewService and OperationsService.
 
-Proto ↔ domain only. Domain errors become statuses through STATUS_TABLE, the one table of
-this server; the reviewer is the authenticated principal, never a request field.
+Proto ↔ domain only: every request is parsed into validated domain values here (wire.py and
+validation.py), and a refusal names the field and writes nothing. Domain errors become
+statuses through STATUS_TABLE, the one table of this server; the reviewer is the
+authenticated principal, never a request field.
 """
 
 from __future__ import annotations
@@ -21,21 +23,21 @@ from decisionflow.identity import is_operation_id
 from decisionflow.rpc_errors import StatusTable, guard
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import errors
-from orchestrator.domain import Consistency, LookupStatus, Receipt, State
+from orchestrator.domain import Consistency, LookupStatus, ProposalView, Receipt, Settlement, State
 from orchestrator.service import OrchestratorService
-from orchestrator.store import Settlement
+from orchestrator.validation import check_case_id, check_operation_id
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
-    DECISION_FROM_PB,
     OUTCOME_TO_PB,
     STATE_FROM_PB,
-    evidence_from_pb,
+    decision_from_pb,
+    edit_from_pb,
     from_timestamp,
     operation_to_pb,
-    policy_from_pb,
     proposal_to_pb,
     review_to_pb,
     settle_result_to_pb,
+    start_from_pb,
 )
 
 STATUS_TABLE: StatusTable = {
@@ -75,22 +77,16 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
     """decisionflow.v1.ReviewService over the orchestrator's use cases."""
 
     def __init__(self, service: OrchestratorService) -> None:
-        self._service = service
+        self._proposals = service.proposals
+        self._decisions = service.decisions
 
     @guard(STATUS_TABLE)
     async def StartReview(
         self, request: review_pb2.StartReviewRequest, context: Context
     ) -> review_pb2.StartReviewResponse:
         """Record a proposal and open its pending review."""
-        started = await self._service.start_review(
-            request.case_id,
-            request.action,
-            request.body,
-            evidence_from_pb(list(request.evidence)),
-            policy_from_pb(request),
-            current_principal().name,
-        )
-        current = started.created or (await self._service.get_proposal(started.proposal.operation_id, None))[2]
+        started = await self._proposals.start_review(start_from_pb(request), current_principal().name)
+        current = started.created or (await self._proposals.get_proposal(started.proposal.operation_id)).current
         return review_pb2.StartReviewResponse(
             proposal=proposal_to_pb(started.proposal, current),
             created=started.created,
@@ -102,9 +98,18 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self, request: review_pb2.GetProposalRequest, context: Context
     ) -> review_pb2.GetProposalResponse:
         """Return a proposal by operation id, or a case's current proposal."""
-        proposal, operation, current = await self._service.get_proposal(request.operation_id, request.case_id)
+        if bool(request.operation_id) == bool(request.case_id):
+            raise InvalidRequest([FieldViolation("operation_id", "set exactly one of operation_id and case_id")])
+        view: ProposalView
+        if request.case_id:
+            violations = check_case_id(request.case_id)
+            if violations:
+                raise InvalidRequest(violations)
+            view = await self._proposals.current_proposal(request.case_id)
+        else:
+            view = await self._proposals.get_proposal(check_operation_id(request.operation_id))
         return review_pb2.GetProposalResponse(
-            proposal=proposal_to_pb(proposal, current), operation=operation_to_pb(operation)
+            proposal=proposal_to_pb(view.proposal, view.current), operation=operation_to_pb(view.operation)
         )
 
     @guard(STATUS_TABLE)
@@ -112,13 +117,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self, request: review_pb2.EditProposalRequest, context: Context
     ) -> review_pb2.EditProposalResponse:
         """Replace the case's current proposal, or refuse as stale."""
-        edited = await self._service.edit_proposal(
-            request.expected_operation_id,
-            request.body,
-            evidence_from_pb(list(request.evidence)),
-            policy_from_pb(request),
-            current_principal().name,
-        )
+        edited = await self._proposals.edit_proposal(edit_from_pb(request), current_principal().name)
         return review_pb2.EditProposalResponse(
             proposal=proposal_to_pb(edited.proposal, True), pending_review=review_to_pb(edited.review)
         )
@@ -126,12 +125,9 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
     @guard(STATUS_TABLE)
     async def Approve(self, request: review_pb2.ApproveRequest, context: Context) -> review_pb2.ApproveResponse:
         """Record the authenticated reviewer's decision; the outcome may be Unknown."""
-        decision = DECISION_FROM_PB.get(request.decision)
-        if decision is None and request.decision != common_pb2.DECISION_UNSPECIFIED:
-            raise InvalidRequest([FieldViolation("decision", f"unknown decision value {request.decision}")])
-        result = await self._service.decide(
-            request.operation_id, decision, current_principal().name, _deadline(context)
-        )
+        decision = decision_from_pb(request.decision)  # checked first: an omitted decision is not consent
+        operation_id = check_operation_id(request.operation_id)
+        result = await self._decisions.decide(operation_id, decision, current_principal().name, _deadline(context))
         return review_pb2.ApproveResponse(
             operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome], replay=result.replay
         )
@@ -141,7 +137,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self, request: review_pb2.GetOperationRequest, context: Context
     ) -> review_pb2.GetOperationResponse:
         """Return one operation."""
-        operation = await self._service.get_operation(request.operation_id)
+        operation = await self._proposals.get_operation(check_operation_id(request.operation_id))
         return review_pb2.GetOperationResponse(operation=operation_to_pb(operation))
 
 
@@ -161,7 +157,10 @@ def _parse_page_token(token: str) -> tuple[datetime, str] | None:
         at, operation_id = json.loads(base64.urlsafe_b64decode(token.encode()))
         if not is_operation_id(operation_id):
             raise ValueError("page token names no operation id")  # a NUL in it fails on PostgreSQL
-        return datetime.fromisoformat(at), str(operation_id)
+        changed_at = datetime.fromisoformat(at)
+        if changed_at.utcoffset() is None:
+            raise ValueError("page token time has no UTC offset")  # issued tokens always carry one
+        return changed_at, str(operation_id)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
 
@@ -202,7 +201,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
     """decisionflow.v1.OperationsService: the reconciler's view of open operations."""
 
     def __init__(self, service: OrchestratorService, clock: Any) -> None:
-        self._service = service
+        self._operations = service.operations
         self._clock = clock
 
     @guard(STATUS_TABLE)
@@ -230,7 +229,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             # Beyond the bound, now - min_age would fall outside the dates the database can hold.
             raise InvalidRequest([FieldViolation("min_age", "must be 0 to 100 years")])
         limit = request.page_size or DEFAULT_PAGE
-        page = await self._service.list_operations(states, min_age, limit, _parse_page_token(request.page_token))
+        page = await self._operations.list_operations(states, min_age, limit, _parse_page_token(request.page_token))
         token = _page_token(page[-1].state_changed_at, page[-1].operation_id) if len(page) == limit else ""
         return operations_pb2.ListOperationsResponse(
             operations=[operation_to_pb(op) for op in page], next_page_token=token
@@ -238,7 +237,10 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
 
     async def _settle(self, messages: list[operations_pb2.Settlement]) -> list[operations_pb2.SettleOperationResponse]:
         now = self._clock()
-        results = await self._service.settle([_settlement(i, m, now) for i, m in enumerate(messages)])
+        settlements = [_settlement(i, m, now) for i, m in enumerate(messages)]
+        for i, s in enumerate(settlements):
+            check_operation_id(s.operation_id, f"settlements[{i}].operation_id")
+        results = await self._operations.settle(settlements)
         out = []
         for message, (operation, settled) in zip(messages, results, strict=True):
             if operation is None:
@@ -270,7 +272,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         self, request: operations_pb2.RedriveOperationRequest, context: Context
     ) -> operations_pb2.RedriveOperationResponse:
         """Call Apply again with the same key and the stored payload."""
-        result = await self._service.redrive(request.operation_id, _deadline(context))
+        result = await self._operations.redrive(check_operation_id(request.operation_id), _deadline(context))
         return operations_pb2.RedriveOperationResponse(
             operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome]
         )

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview
-from orchestrator.store import Housekeeping, OrchestratorStore
+from orchestrator.store import OrchestratorStore
 from orchestrator.workflow import ReviewTask, ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -33,7 +33,7 @@ class ReopenReport:
 
 def prune_checkpoints(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:
     """Delete (or count, on a dry run) checkpoints of operations settled more than older_than ago."""
-    return Housekeeping(store).prune_checkpoints(now - older_than, dry_run=dry_run)
+    return store.housekeeping.prune_checkpoints(now - older_than, dry_run=dry_run)
 
 
 async def reopen_reviews(
@@ -46,7 +46,7 @@ async def reopen_reviews(
 ) -> ReopenReport:
     """Re-open every undecided pending review recorded under another workflow graph, under this one."""
     running = workflow.identity
-    housekeeping = Housekeeping(store)
+    housekeeping = store.housekeeping
     found = await asyncio.to_thread(
         housekeeping.reviews_outside, running.name, running.version, running.graph_signature
     )

@@ -31,7 +31,8 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
-from orchestrator.service import EffectPort, OrchestratorService
+from orchestrator.ports import EffectPort
+from orchestrator.service import OrchestratorService
 from orchestrator.store import OrchestratorStore, migrate
 from orchestrator.workflow import ReviewWorkflow
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from decisionflow.db import UtcDateTime
+
 metadata = sa.MetaData()
 
-_ts = sa.DateTime(timezone=True)
+# Stored in UTC, always read back aware (SQL type: timestamp with time zone, as migrated).
+_ts = UtcDateTime()
 
 cases = sa.Table(
     "cases",
@@ -94,8 +97,8 @@ checkpoints = sa.Table(
     sa.Column("graph_signature", sa.String(128), nullable=False),
     sa.Column("operation_id", sa.String(70), nullable=False, index=True),
     sa.Column("created_at", _ts, nullable=False),
-    # HMAC-SHA256 over (checkpoint_id, workflow_name, operation_id, state) under key_id;
-    # verified before the state is unpickled.
+    # HMAC-SHA256 over (checkpoint_id, workflow_name, graph_signature, operation_id, state)
+    # under key_id; verified before the state is unpickled.
     sa.Column("key_id", sa.String(16), nullable=False),
     sa.Column("mac", sa.String(64), nullable=False),
     sa.Column("state", sa.LargeBinary, nullable=False),

@@ -1,4 +1,7 @@
-"""Input bounds (docs/security.md): every refusal names the field, and nothing is written."""
+"""Input bounds (docs/security.md): every refusal names the field, and nothing is written.
+
+The gRPC edge runs these checks and hands the service validated domain values only.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Sequence
 
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
-from orchestrator.domain import SUPPORTED_ACTIONS
+from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, proposal_content
 
 CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
@@ -27,10 +30,11 @@ def _text(violations: list[FieldViolation], name: str, value: str, max_bytes: in
         violations.append(FieldViolation(name, "contains a NUL character"))
 
 
-def check_operation_id(value: str, name: str = "operation_id") -> None:
-    """Refuse a value that is not shaped like an operation id."""
+def check_operation_id(value: str, name: str = "operation_id") -> str:
+    """Return value if it is shaped like an operation id; refuse it otherwise."""
     if not is_operation_id(value):
         raise InvalidRequest([FieldViolation(name, "must be op-v1- followed by 64 lowercase hex digits")])
+    return value
 
 
 def check_case_id(value: str, name: str = "case_id") -> list[FieldViolation]:
@@ -40,10 +44,31 @@ def check_case_id(value: str, name: str = "case_id") -> list[FieldViolation]:
     return []
 
 
-def check_content(
+def start_content(
+    case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
+) -> ProposalContent:
+    """Return the content of a new proposal, normalised; refuse it (naming every bad field) outside the bounds."""
+    violations = content_violations(case_id, action, body, evidence, policy)
+    if violations or policy is None:  # a missing policy is among the violations
+        raise InvalidRequest(violations)
+    return proposal_content(case_id, action, body, evidence, policy)
+
+
+def edit_content(
+    expected_operation_id: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
+) -> ProposalEdit:
+    """Return an edit of the proposal expected_operation_id; refuse it (naming every bad field) outside the bounds."""
+    check_operation_id(expected_operation_id, "expected_operation_id")
+    violations = content_violations(None, None, body, evidence, policy)
+    if violations or policy is None:  # a missing policy is among the violations
+        raise InvalidRequest(violations)
+    return ProposalEdit(expected_operation_id, body, tuple(evidence), policy)
+
+
+def content_violations(
     case_id: str | None, action: str | None, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
-) -> None:
-    """Refuse proposal content outside the bounds; case_id and action are None when they are not given (edits)."""
+) -> list[FieldViolation]:
+    """Return the violations of proposal content; case_id and action are None when not given (edits)."""
     violations: list[FieldViolation] = []
     if case_id is not None:
         violations += check_case_id(case_id)
@@ -77,5 +102,4 @@ def check_content(
         for key, value in policy.rules.items():
             _text(violations, "policy.rules key", key, 64)
             _text(violations, f"policy.rules[{key[:64]!r}]", value, 1024, required=False)
-    if violations:
-        raise InvalidRequest(violations)
+    return violations

@@ -1,4 +1,8 @@
-"""Conversions between protobuf messages and orchestrator domain objects (nothing else)."""
+"""Conversions between protobuf messages and orchestrator domain objects.
+
+Requests are parsed into validated domain values here (``orchestrator.validation``), so the
+service never sees an unchecked field.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from decisionflow import reasons
+from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from orchestrator.domain import (
@@ -16,9 +22,12 @@ from orchestrator.domain import (
     Outcome,
     PendingReview,
     Proposal,
+    ProposalContent,
+    ProposalEdit,
     Receipt,
     State,
 )
+from orchestrator.validation import edit_content, start_content
 
 STATE_TO_PB = {
     State.PENDING_REVIEW: common_pb2.OPERATION_STATE_PENDING_REVIEW,
@@ -83,6 +92,33 @@ def policy_from_pb(request: review_pb2.StartReviewRequest | review_pb2.EditPropo
         return None
     p = request.policy
     return PolicyRef(p.name, p.version_label, p.allowance_units, dict(p.rules))
+
+
+def start_from_pb(request: review_pb2.StartReviewRequest) -> ProposalContent:
+    """Return the validated, normalised content of a StartReview request."""
+    return start_content(
+        request.case_id, request.action, request.body, evidence_from_pb(list(request.evidence)), policy_from_pb(request)
+    )
+
+
+def edit_from_pb(request: review_pb2.EditProposalRequest) -> ProposalEdit:
+    """Return the validated edit of an EditProposal request."""
+    return edit_content(
+        request.expected_operation_id, request.body, evidence_from_pb(list(request.evidence)), policy_from_pb(request)
+    )
+
+
+def decision_from_pb(value: common_pb2.Decision.ValueType) -> Decision:
+    """Return the decision of an Approve request; an omitted decision is refused, never taken as consent."""
+    decision = DECISION_FROM_PB.get(value)
+    if decision is None:
+        if value != common_pb2.DECISION_UNSPECIFIED:
+            raise InvalidRequest([FieldViolation("decision", f"unknown decision value {value}")])
+        raise InvalidRequest(
+            [FieldViolation("decision", "required: an omitted decision is not consent")],
+            reason=reasons.DECISION_REQUIRED,
+        )
+    return decision
 
 
 def proposal_to_pb(proposal: Proposal, current: bool) -> review_pb2.Proposal:

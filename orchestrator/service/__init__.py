@@ -1,0 +1,52 @@
+"""Orchestrator use cases: start, edit, decide, re-drive, settle (docs/review-protocol.md, docs/reconciler.md).
+
+The service receives validated domain values only; the gRPC edge parses and checks every field.
+
+Approve checks, in order (docs/review-protocol.md): a decision is given (at the edge);
+(authentication happened at the boundary); a recorded decision wins (same → replay,
+different → conflict); the operation must be the case's current proposal; the pending
+review must come from the running workflow graph; then the workflow resumes from its
+checkpoint and the ``commit`` step records the decision once, records the attempt, and
+calls the receiver with the operation id as key.
+
+Parts: ``_proposals`` (start, edit, read), ``_decisions`` (decide, commit, replay, drive),
+``_operations`` (the reconciler's API), ``_runs`` (workflow runs and their checkpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from decisionflow.failpoints import Failpoints
+from orchestrator.checkpoints import CheckpointSealer
+from orchestrator.ports import EffectPort
+from orchestrator.service._decisions import DecisionService
+from orchestrator.service._operations import OperationService
+from orchestrator.service._proposals import ProposalService, StartedReview
+from orchestrator.service._runs import ReviewRuns
+from orchestrator.store import AsyncOrchestratorStore, OrchestratorStore
+from orchestrator.workflow import ReviewWorkflow
+
+__all__ = ["DecisionService", "OperationService", "OrchestratorService", "ProposalService", "StartedReview"]
+
+
+class OrchestratorService:
+    """The orchestrator's use cases over one store, the review workflow and the receiver."""
+
+    def __init__(
+        self,
+        store: OrchestratorStore,
+        workflow: ReviewWorkflow,
+        sealer: CheckpointSealer,
+        effects: EffectPort,
+        failpoints: Failpoints,
+        clock: Callable[[], datetime],
+        *,
+        four_eyes: bool = False,
+    ) -> None:
+        async_store = AsyncOrchestratorStore(store)
+        runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
+        self.proposals = ProposalService(async_store, runs, clock)
+        self.decisions = DecisionService(async_store, runs, effects, failpoints, clock, four_eyes=four_eyes)
+        self.operations = OperationService(async_store, self.decisions, clock)

@@ -1,0 +1,40 @@
+"""Operations: the reconciler's API (list open operations, settle them by lookup, re-drive them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State
+from orchestrator.errors import NotRedrivable
+from orchestrator.service._decisions import DecisionService
+from orchestrator.store import AsyncOrchestratorStore
+
+
+class OperationService:
+    """ListOperations, SettleOperation/BatchSettleOperations and RedriveOperation over validated input."""
+
+    def __init__(
+        self, store: AsyncOrchestratorStore, decisions: DecisionService, clock: Callable[[], datetime]
+    ) -> None:
+        self._store = store
+        self._decisions = decisions
+        self._clock = clock
+
+    async def redrive(self, operation_id: str, deadline: float | None) -> DecisionResult:
+        """Call Apply again with the same key and the stored payload (APPROVED or UNKNOWN only)."""
+        operation = await self._store.get_operation(operation_id)
+        if operation.state not in OPEN_STATES or operation.decision is None:
+            raise NotRedrivable(operation_id, operation.state.value)
+        proposal = await self._store.get_proposal(operation_id)
+        return await self._decisions.drive(proposal, operation.decision, deadline, replay=False)
+
+    async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
+        """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted."""
+        return await self._store.settle(settlements)
+
+    async def list_operations(
+        self, states: Sequence[State], min_age: timedelta, limit: int, after: tuple[datetime, str] | None
+    ) -> list[Operation]:
+        """Return operations in states for at least min_age, oldest first."""
+        return await self._store.list_operations(states, self._clock() - min_age, limit, after)

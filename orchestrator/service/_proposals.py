@@ -1,0 +1,90 @@
+"""Proposals: start a review, edit the current proposal, read proposals and operations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from decisionflow.identity import identities
+from orchestrator.domain import Operation, PendingReview, Proposal, ProposalContent, ProposalEdit, ProposalView
+from orchestrator.errors import NotFound, StaleProposal
+from orchestrator.service._runs import ReviewRuns
+from orchestrator.store import AsyncOrchestratorStore
+
+logger = logging.getLogger("decisionflow.orchestrator")
+
+
+@dataclass(frozen=True, slots=True)
+class StartedReview:
+    """A proposal with its pending review; created is False when the same content existed."""
+
+    proposal: Proposal
+    review: PendingReview
+    created: bool
+
+
+class ProposalService:
+    """StartReview, EditProposal, GetProposal and GetOperation over validated input."""
+
+    def __init__(self, store: AsyncOrchestratorStore, runs: ReviewRuns, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._runs = runs
+        self._clock = clock
+
+    def _proposal(self, content: ProposalContent, parent: str | None, author: str) -> Proposal:
+        ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
+        return Proposal(
+            ids.operation_id, content, ids.evidence_id, ids.policy_id, parent is not None, parent, author, self._clock()
+        )
+
+    async def start_review(self, content: ProposalContent, author: str) -> StartedReview:
+        """Record a proposal and open its pending review; the same content again returns the first proposal."""
+        proposal = self._proposal(content, None, author)
+        existing = await self._store.find_proposal(proposal.operation_id)
+        if existing is not None:
+            return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)
+        review, run = await self._runs.open_review(proposal)
+        stored, created = await self._store.create_proposal(proposal, review, run.take_pending())
+        if not created:
+            review = await self._store.get_pending_review(stored.operation_id)
+        logger.info(
+            "review started" if created else "review exists",
+            extra={"operation_id": stored.operation_id, "case_id": content.case_id, "principal": author},
+        )
+        return StartedReview(stored, review, created)
+
+    async def edit_proposal(self, edit: ProposalEdit, editor: str) -> StartedReview:
+        """Replace the case's current proposal if edit.expected_operation_id is still current; else refuse as stale."""
+        expected = edit.expected_operation_id
+        parent = await self._store.get_proposal(expected)
+        current = await self._store.current_operation_id(parent.case_id)
+        if current != expected:
+            raise StaleProposal(expected, current or "")
+        proposal = self._proposal(edit.applied_to(parent.content), expected, editor)
+        if proposal.operation_id == expected:
+            return StartedReview(parent, await self._store.get_pending_review(expected), False)
+        review, run = await self._runs.open_review(proposal)
+        stored = await self._store.create_edit(proposal, expected, review, run.take_pending())
+        review = await self._store.get_pending_review(stored.operation_id)
+        logger.info(
+            "proposal edited",
+            extra={"operation_id": stored.operation_id, "case_id": parent.case_id, "principal": editor},
+        )
+        return StartedReview(stored, review, stored.operation_id == proposal.operation_id)
+
+    async def get_proposal(self, operation_id: str) -> ProposalView:
+        """Return the proposal with that operation id, its operation and whether it is the case's current one."""
+        return await self._store.proposal_view(operation_id)
+
+    async def current_proposal(self, case_id: str) -> ProposalView:
+        """Return the case's current proposal with its operation; raise NotFound for an unknown case."""
+        current = await self._store.current_operation_id(case_id)
+        if current is None:
+            raise NotFound("case", case_id)
+        return await self._store.proposal_view(current)
+
+    async def get_operation(self, operation_id: str) -> Operation:
+        """Return the operation's state, decision, receipt and last lookup."""
+        return await self._store.get_operation(operation_id)

@@ -1,0 +1,37 @@
+"""The orchestrator's database (SQLAlchemy Core). Each public method is one transaction with
+its read-back inside it; helpers ending in ``_txn`` join the caller's. Rows leave as frozen
+domain dataclasses.
+
+Once-per-key rules are constraints: a proposal per operation id (primary key), a decision
+per operation id (primary key), and the case's current proposal moves only by
+compare-and-set. A duplicate key is told from any other constraint failure by reading the
+winner in the same transaction.
+
+Parts: ``_transactions`` (write turn, Unavailable), ``_statements`` (prebuilt statements),
+``_rows`` (row → domain), ``_proposals``, ``_ledger`` (decisions), ``_operations`` (reads,
+listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
+``_housekeeping``, ``_store`` (the sync store) and ``_async`` (its async facade).
+"""
+
+from __future__ import annotations
+
+from orchestrator.store._async import AsyncOrchestratorStore
+from orchestrator.store._checkpoints import CheckpointTable
+from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
+from orchestrator.store._ledger import DecisionAlreadyRecorded
+from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
+from orchestrator.store._store import OrchestratorStore
+from orchestrator.store._transactions import Transactions
+
+__all__ = [
+    "MIGRATIONS",
+    "SETTLED_STATES",
+    "VERSION_TABLE",
+    "AsyncOrchestratorStore",
+    "CheckpointTable",
+    "DecisionAlreadyRecorded",
+    "Housekeeping",
+    "OrchestratorStore",
+    "Transactions",
+    "migrate",
+]

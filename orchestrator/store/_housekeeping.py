@@ -1,0 +1,87 @@
+"""Operator maintenance on the orchestrator database: pruning checkpoints and re-opening reviews.
+
+Each method is one transaction. Proposals, decisions and receipts are never deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from orchestrator.domain import PendingReview, SealedCheckpoint, State
+from orchestrator.schema import checkpoints, decisions, operations, pending_reviews
+from orchestrator.store._checkpoints import CheckpointTable
+from orchestrator.store._rows import review_from
+from orchestrator.store._transactions import Transactions
+
+SETTLED_STATES = (State.COMMITTED, State.DECLINED, State.REJECTED)
+
+
+class Housekeeping:
+    """Pruning and re-opening, on the store's transactions."""
+
+    def __init__(self, transactions: Transactions, checkpoint_table: CheckpointTable) -> None:
+        self._transactions = transactions
+        self._checkpoints = checkpoint_table
+
+    def prune_checkpoints(self, cutoff: datetime, *, dry_run: bool) -> int:
+        """Delete (or count, on a dry run) the checkpoints of operations settled before cutoff.
+
+        Checkpoints of pending reviews (any operation not settled) are never touched.
+        """
+        settled = sa.select(operations.c.operation_id).where(
+            operations.c.state.in_([s.value for s in SETTLED_STATES]), operations.c.state_changed_at < cutoff
+        )
+        of_settled = checkpoints.c.operation_id.in_(settled)
+        with self._transactions.write() as conn:
+            if dry_run:
+                return int(
+                    conn.execute(sa.select(sa.func.count()).select_from(checkpoints).where(of_settled)).scalar_one()
+                )
+            return int(conn.execute(checkpoints.delete().where(of_settled)).rowcount)
+
+    def reviews_outside(self, name: str, version: str, graph_signature: str) -> list[PendingReview]:
+        """Return undecided pending reviews recorded under another workflow name, version or graph."""
+        query = (
+            sa.select(pending_reviews)
+            .join(operations, operations.c.operation_id == pending_reviews.c.operation_id)
+            .where(
+                operations.c.state == State.PENDING_REVIEW.value,
+                sa.or_(
+                    pending_reviews.c.workflow_name != name,
+                    pending_reviews.c.workflow_version != version,
+                    pending_reviews.c.graph_signature != graph_signature,
+                ),
+            )
+            .order_by(pending_reviews.c.created_at)
+        )
+        with self._transactions.read() as conn:
+            return [review_from(r._mapping) for r in conn.execute(query)]
+
+    def reopen(self, old: PendingReview, new: PendingReview, saved: Sequence[SealedCheckpoint]) -> bool:
+        """Point an undecided pending review at a checkpoint of the running workflow; retire the old one.
+
+        Returns False (and changes nothing) if the review was decided or re-opened meanwhile.
+        """
+        with self._transactions.write() as conn:
+            moved = conn.execute(
+                pending_reviews.update()
+                .where(
+                    pending_reviews.c.operation_id == old.operation_id,
+                    pending_reviews.c.checkpoint_id == old.checkpoint_id,
+                    ~sa.exists().where(decisions.c.operation_id == old.operation_id),
+                )
+                .values(
+                    workflow_name=new.workflow_name,
+                    workflow_version=new.workflow_version,
+                    graph_signature=new.graph_signature,
+                    checkpoint_id=new.checkpoint_id,
+                    retired_checkpoint_id=old.checkpoint_id,
+                )
+            ).rowcount
+            if moved != 1:
+                return False
+            self._checkpoints.insert_txn(conn, saved)
+        return True

@@ -1,0 +1,92 @@
+"""Operations: reads, the reconciler's listing, and settling by lookup (joining a caller's transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from orchestrator.domain import LookupStatus, Operation, Settlement, State
+from orchestrator.errors import NotFound
+from orchestrator.schema import operations
+from orchestrator.store import _statements as q
+from orchestrator.store._rows import operation_from
+
+
+def operation_txn(conn: sa.Connection, operation_id: str) -> Operation:
+    """Return the operation (SUPERSEDED when pending and no longer current), or raise NotFound."""
+    row = conn.execute(q.OPERATION_BY_ID, {"b_operation_id": operation_id}).first()
+    if row is None:
+        raise NotFound("operation", operation_id)
+    return operation_from(row)
+
+
+def list_operations_txn(
+    conn: sa.Connection,
+    states: Sequence[State],
+    changed_before: datetime,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[Operation]:
+    """Return operations in states that entered them before changed_before, oldest first, after a page key."""
+    query = q.OPERATIONS.where(
+        operations.c.state.in_([s.value for s in states]), operations.c.state_changed_at <= changed_before
+    )
+    if after is not None:
+        at, op = after
+        query = query.where(
+            sa.or_(
+                operations.c.state_changed_at > at,
+                sa.and_(operations.c.state_changed_at == at, operations.c.operation_id > op),
+            )
+        )
+    query = query.order_by(operations.c.state_changed_at, operations.c.operation_id).limit(limit)
+    return [operation_from(row) for row in conn.execute(query)]
+
+
+def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
+    """Record lookups: APPLIED with a receipt commits an open operation; every lookup is noted.
+
+    Returns, per settlement, the operation as it now stands (None if unknown) and whether it settled.
+    """
+    ids = sorted({s.operation_id for s in settlements})
+    # Lock the rows first, in one order, so concurrent reconcilers cannot both count the
+    # same operation as settled (PostgreSQL re-checks the state after waiting) and cannot
+    # deadlock on rows taken in different orders. SQLite's BEGIN IMMEDIATE serialises anyway.
+    open_ids = set(
+        conn.execute(
+            sa.select(operations.c.operation_id)
+            .where(operations.c.operation_id.in_(ids), operations.c.state.in_(q.OPEN))
+            .order_by(operations.c.operation_id)
+            .with_for_update()
+        ).scalars()
+    )
+    commits: list[dict[str, object]] = []
+    notes: list[dict[str, object]] = []
+    settled_flags: list[bool] = []
+    for s in settlements:
+        values: dict[str, object] = {
+            "b_operation_id": s.operation_id,
+            "b_last_lookup_at": s.looked_up_at,
+            "b_last_lookup_status": s.status.value,
+            "b_last_lookup_consistency": s.consistency.value,
+            "b_last_lookup_error": s.error or None,
+        }
+        receipt = s.receipt if s.status is LookupStatus.APPLIED else None
+        settled = receipt is not None and s.operation_id in open_ids
+        if receipt is not None and settled:
+            open_ids.discard(s.operation_id)
+            commits.append({**values, "b_receipt_id": receipt.receipt_id, "b_receipt_applied_at": receipt.applied_at})
+        else:
+            notes.append(values)
+        settled_flags.append(settled)
+    # One statement per kind, executed with many parameter sets: building a statement per
+    # row cost more than the database work (a reconciler settles thousands per second).
+    if commits:
+        conn.execute(q.COMMIT_BY_LOOKUP, commits)
+    if notes:
+        conn.execute(q.NOTE_LOOKUP, notes)
+    rows = conn.execute(q.OPERATIONS.where(operations.c.operation_id.in_(ids))).all()
+    by_id = {r._mapping["operation_id"]: operation_from(r) for r in rows}
+    return [(by_id.get(s.operation_id), flag) for s, flag in zip(settlements, settled_flags, strict=True)]

@@ -1,0 +1,106 @@
+"""Proposals, their pending reviews and the case's current-proposal pointer (joining a caller's transaction).
+
+A proposal is inserted once per operation id (the primary key); the case's current pointer
+moves only by compare-and-set.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from orchestrator.domain import PendingReview, Proposal, State, evidence_to_json, policy_to_json
+from orchestrator.errors import NotFound
+from orchestrator.schema import cases, operations, pending_reviews, proposals
+from orchestrator.store._rows import proposal_from, review_from
+
+
+def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> None:
+    """Insert the proposal's own row; an IntegrityError here may mean the operation id exists."""
+    content = proposal.content
+    conn.execute(
+        proposals.insert().values(
+            operation_id=proposal.operation_id,
+            case_id=content.case_id,
+            action=content.action,
+            body=content.body,
+            evidence_json=evidence_to_json(content.evidence),
+            evidence_id=proposal.evidence_id,
+            policy_json=policy_to_json(content.policy),
+            policy_id=proposal.policy_id,
+            human_edited=proposal.human_edited,
+            parent_operation_id=proposal.parent_operation_id,
+            created_by=proposal.created_by,
+            created_at=proposal.created_at,
+        )
+    )
+
+
+def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, review: PendingReview) -> None:
+    """Insert the new proposal's operation (PENDING_REVIEW) and its pending review."""
+    conn.execute(
+        operations.insert().values(
+            operation_id=proposal.operation_id,
+            case_id=proposal.case_id,
+            state=State.PENDING_REVIEW.value,
+            state_changed_at=proposal.created_at,
+            attempts=0,
+        )
+    )
+    conn.execute(
+        pending_reviews.insert().values(
+            operation_id=review.operation_id,
+            workflow_name=review.workflow_name,
+            workflow_version=review.workflow_version,
+            graph_signature=review.graph_signature,
+            checkpoint_id=review.checkpoint_id,
+            created_at=review.created_at,
+        )
+    )
+
+
+def set_current_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
+    """Make operation_id the case's current proposal (creating the case on its first proposal)."""
+    updated = conn.execute(
+        cases.update().where(cases.c.case_id == case_id).values(current_operation_id=operation_id, updated_at=now)
+    ).rowcount
+    if updated == 0:
+        conn.execute(cases.insert().values(case_id=case_id, current_operation_id=operation_id, updated_at=now))
+
+
+def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:
+    """Move the case's current pointer from expected to operation_id; False when expected is not current."""
+    moved = conn.execute(
+        cases.update()
+        .where(cases.c.case_id == case_id, cases.c.current_operation_id == expected)
+        .values(current_operation_id=operation_id, updated_at=now)
+    ).rowcount
+    return bool(moved == 1)
+
+
+def current_txn(conn: sa.Connection, case_id: str) -> str | None:
+    """Return the operation id of the case's current proposal, if the case exists."""
+    return conn.execute(sa.select(cases.c.current_operation_id).where(cases.c.case_id == case_id)).scalar_one_or_none()
+
+
+def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None:
+    """Return the proposal with that operation id, if there is one."""
+    row = conn.execute(sa.select(proposals).where(proposals.c.operation_id == operation_id)).first()
+    return None if row is None else proposal_from(row._mapping)
+
+
+def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
+    """Return the proposal with that operation id, or raise NotFound."""
+    proposal = find_proposal_txn(conn, operation_id)
+    if proposal is None:
+        raise NotFound("operation", operation_id)
+    return proposal
+
+
+def review_txn(conn: sa.Connection, operation_id: str) -> PendingReview:
+    """Return the pending review of an operation, or raise NotFound."""
+    row = conn.execute(sa.select(pending_reviews).where(pending_reviews.c.operation_id == operation_id)).first()
+    if row is None:
+        raise NotFound("pending review", operation_id)
+    return review_from(row._mapping)

@@ -1,0 +1,114 @@
+"""Rows to frozen domain values. Column names may carry a prefix (a label in a joined select).
+
+Timestamps arrive as aware UTC datetimes from the column type, on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from orchestrator.domain import (
+    Consistency,
+    Decision,
+    LookupNote,
+    LookupStatus,
+    Operation,
+    PendingReview,
+    Proposal,
+    ProposalContent,
+    Receipt,
+    RecordedDecision,
+    SealedCheckpoint,
+    State,
+    evidence_from_json,
+    policy_from_json,
+)
+
+
+def proposal_from(m: sa.RowMapping, prefix: str = "") -> Proposal:
+    """Return the proposal in a row of the proposals table."""
+    return Proposal(
+        operation_id=m[prefix + "operation_id"],
+        content=ProposalContent(
+            m[prefix + "case_id"],
+            m[prefix + "action"],
+            m[prefix + "body"],
+            evidence_from_json(m[prefix + "evidence_json"]),
+            policy_from_json(m[prefix + "policy_json"]),
+        ),
+        evidence_id=m[prefix + "evidence_id"],
+        policy_id=m[prefix + "policy_id"],
+        human_edited=bool(m[prefix + "human_edited"]),
+        parent_operation_id=m[prefix + "parent_operation_id"],
+        created_by=m[prefix + "created_by"],
+        created_at=m[prefix + "created_at"],
+    )
+
+
+def review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:
+    """Return the pending review in a row of the pending_reviews table."""
+    return PendingReview(
+        m[prefix + "operation_id"],
+        m[prefix + "workflow_name"],
+        m[prefix + "workflow_version"],
+        m[prefix + "graph_signature"],
+        m[prefix + "checkpoint_id"],
+        m[prefix + "created_at"],
+        m[prefix + "retired_checkpoint_id"],
+    )
+
+
+def decision_from(m: sa.RowMapping) -> RecordedDecision:
+    """Return the recorded decision in a row holding the decisions table's columns."""
+    return RecordedDecision(m["operation_id"], Decision(m["decision"]), m["reviewer"], m["decided_at"])
+
+
+def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
+    """Return the still-sealed checkpoint in a row of the checkpoints table."""
+    return SealedCheckpoint(
+        m[prefix + "checkpoint_id"],
+        m[prefix + "workflow_name"],
+        m[prefix + "graph_signature"],
+        m[prefix + "operation_id"],
+        m[prefix + "created_at"],
+        m[prefix + "key_id"],
+        m[prefix + "mac"],
+        bytes(m[prefix + "state"]),
+    )
+
+
+def operation_from(row: sa.Row[Any]) -> Operation:
+    """Return the operation in a row of the operations select (with decision and current proposal)."""
+    m = row._mapping
+    state = State(m["state"])
+    # SUPERSEDED is not stored: a pending review whose case has moved on to a newer proposal.
+    if state is State.PENDING_REVIEW and m["current_operation_id"] != m["operation_id"]:
+        state = State.SUPERSEDED
+    decision = None if m["decision"] is None else decision_from(m)
+    receipt = None
+    if m["receipt_id"] is not None:
+        receipt = Receipt(m["receipt_id"], m["receipt_applied_at"])
+    lookup = None
+    if m["last_lookup_at"] is not None:
+        lookup = LookupNote(
+            m["last_lookup_at"],
+            LookupStatus(m["last_lookup_status"]),
+            Consistency(m["last_lookup_consistency"]),
+            m["last_lookup_error"] or "",
+        )
+    return Operation(
+        operation_id=m["operation_id"],
+        case_id=m["case_id"],
+        state=state,
+        state_changed_at=m["state_changed_at"],
+        decision=decision,
+        attempts=int(m["attempts"]),
+        first_attempt_at=m["first_attempt_at"],
+        receipt=receipt,
+        rejection_reason=m["rejection_reason"],
+        last_lookup=lookup,
+        payload=None if m["payload"] is None else bytes(m["payload"]),
+        payload_digest=m["payload_digest"],
+    )

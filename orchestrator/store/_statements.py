@@ -1,0 +1,99 @@
+"""Statements of the hot paths (Approve, settle), built once.
+
+A statement built per call is compiled from the cache but still pays for its construction
+and cache key, which cost more than SQLite's work.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from decisionflow.db import UtcDateTime
+from orchestrator.domain import OPEN_STATES, State
+from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
+
+OPEN = [s.value for s in OPEN_STATES]
+
+# Typed binds: a bare bindparam inside case() or coalesce() would reach the driver untyped.
+_NOW = sa.bindparam("b_now", type_=UtcDateTime())
+_OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
+
+OPERATIONS = (
+    sa.select(
+        operations,
+        decisions.c.decision,
+        decisions.c.reviewer,
+        decisions.c.decided_at,
+        cases.c.current_operation_id,
+    )
+    .select_from(operations)
+    .outerjoin(decisions, decisions.c.operation_id == operations.c.operation_id)
+    .outerjoin(cases, cases.c.case_id == operations.c.case_id)
+)
+OPERATION_BY_ID = OPERATIONS.where(operations.c.operation_id == _OPERATION_ID)
+
+# Everything Approve reads before deciding, in one statement: the operation with any recorded
+# decision and the case's current proposal, the proposal, the pending review and its checkpoint.
+DECISION_INPUTS = (
+    OPERATIONS.add_columns(
+        *(c.label(f"p_{c.name}") for c in proposals.c),
+        *(c.label(f"r_{c.name}") for c in pending_reviews.c),
+        *(c.label(f"k_{c.name}") for c in checkpoints.c),
+    )
+    .join(proposals, proposals.c.operation_id == operations.c.operation_id)
+    .outerjoin(pending_reviews, pending_reviews.c.operation_id == operations.c.operation_id)
+    .outerjoin(checkpoints, checkpoints.c.checkpoint_id == pending_reviews.c.checkpoint_id)
+    .where(operations.c.operation_id == _OPERATION_ID)
+)
+CURRENT_FOR_UPDATE = (
+    sa.select(cases.c.current_operation_id).where(cases.c.case_id == sa.bindparam("b_case_id")).with_for_update()
+)
+DECIDE = (
+    operations.update()
+    .where(operations.c.operation_id == _OPERATION_ID)
+    .values(state=sa.bindparam("b_state"), state_changed_at=_NOW)
+)
+_OPEN_ONLY = (operations.c.operation_id == _OPERATION_ID, operations.c.state.in_(OPEN))
+RECORD_ATTEMPT = (
+    operations.update()
+    .where(*_OPEN_ONLY)
+    .values(
+        state=State.UNKNOWN.value,
+        state_changed_at=sa.case(
+            (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=_NOW
+        ),
+        attempts=operations.c.attempts + 1,
+        first_attempt_at=sa.func.coalesce(operations.c.first_attempt_at, _NOW, type_=UtcDateTime()),
+        last_attempt_at=_NOW,
+        payload=sa.func.coalesce(operations.c.payload, sa.bindparam("b_payload")),
+        payload_digest=sa.func.coalesce(operations.c.payload_digest, sa.bindparam("b_digest")),
+    )
+)
+RECORD_RECEIPT = (
+    operations.update()
+    .where(*_OPEN_ONLY)
+    .values(
+        state=State.COMMITTED.value,
+        state_changed_at=_NOW,
+        receipt_id=sa.bindparam("b_receipt_id"),
+        receipt_applied_at=sa.bindparam("b_applied_at"),
+    )
+)
+
+_LOOKUP_NOTE_VALUES: dict[str, sa.BindParameter[object]] = {
+    name: sa.bindparam(f"b_{name}")
+    for name in ("last_lookup_at", "last_lookup_status", "last_lookup_consistency", "last_lookup_error")
+}
+# Executed with many parameter sets by settle(); rows are locked and known open beforehand.
+NOTE_LOOKUP = operations.update().where(operations.c.operation_id == _OPERATION_ID).values(_LOOKUP_NOTE_VALUES)
+COMMIT_BY_LOOKUP = (
+    operations.update()
+    .where(operations.c.operation_id == _OPERATION_ID)
+    .values(
+        state=State.COMMITTED.value,
+        state_changed_at=sa.bindparam("b_last_lookup_at"),
+        receipt_id=sa.bindparam("b_receipt_id"),
+        receipt_applied_at=sa.bindparam("b_receipt_applied_at"),
+        **_LOOKUP_NOTE_VALUES,
+    )
+)

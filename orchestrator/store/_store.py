@@ -1,0 +1,246 @@
+"""OrchestratorStore: each public method is one transaction, its read-back inside it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from orchestrator.domain import (
+    Decision,
+    DecisionInputs,
+    Operation,
+    PendingReview,
+    Proposal,
+    ProposalView,
+    Receipt,
+    RecordedDecision,
+    SealedCheckpoint,
+    Settlement,
+    State,
+)
+from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
+from orchestrator.schema import operations
+from orchestrator.store import _ledger, _operations, _proposals
+from orchestrator.store import _statements as q
+from orchestrator.store._checkpoints import CheckpointTable
+from orchestrator.store._housekeeping import Housekeeping
+from orchestrator.store._ledger import DecisionAlreadyRecorded
+from orchestrator.store._rows import operation_from, proposal_from, review_from, sealed_checkpoint_from
+from orchestrator.store._transactions import Transactions
+
+MAX_REJECTION_REASON_CHARS = 2000
+
+
+class OrchestratorStore:
+    """Proposals, pending reviews, the decision ledger, operation states and checkpoints."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.transactions = Transactions(engine)
+        self.checkpoints = CheckpointTable(self.transactions)
+        self.housekeeping = Housekeeping(self.transactions, self.checkpoints)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this store runs its transactions on."""
+        return self.transactions.engine
+
+    # Proposals and pending reviews.
+
+    def create_proposal(
+        self, proposal: Proposal, review: PendingReview, saved: Sequence[SealedCheckpoint]
+    ) -> tuple[Proposal, bool]:
+        """Record a new proposal, its pending review and checkpoints, and make it the case's current one.
+
+        Returns the stored proposal and whether this call created it; the same content
+        started twice returns the first proposal unchanged. Any other constraint failure is raised.
+        """
+        with self.transactions.write() as conn:
+            try:
+                with self.transactions.savepoint_txn(conn):
+                    _proposals.insert_proposal_row_txn(conn, proposal)
+            except IntegrityError:
+                # Read committed: after losing the race on the primary key, this sees the winner.
+                existing = _proposals.find_proposal_txn(conn, proposal.operation_id)
+                if existing is None:
+                    raise  # some other constraint failed; not a duplicate operation id
+                return existing, False
+            _proposals.insert_operation_and_review_txn(conn, proposal, review)
+            self.checkpoints.insert_txn(conn, saved)
+            _proposals.set_current_txn(conn, proposal.case_id, proposal.operation_id, proposal.created_at)
+        return proposal, True
+
+    def create_edit(
+        self,
+        proposal: Proposal,
+        expected_operation_id: str,
+        review: PendingReview,
+        saved: Sequence[SealedCheckpoint],
+    ) -> Proposal:
+        """Record an edited proposal and move the case's current pointer from expected to it (or refuse as stale).
+
+        When the edited content already exists as a proposal, that proposal becomes current again.
+        """
+        with self.transactions.write() as conn:
+            created = True
+            try:
+                with self.transactions.savepoint_txn(conn):
+                    _proposals.insert_proposal_row_txn(conn, proposal)
+            except IntegrityError:
+                if _proposals.find_proposal_txn(conn, proposal.operation_id) is None:
+                    raise  # some other constraint failed; not a duplicate operation id
+                created = False
+            if created:
+                _proposals.insert_operation_and_review_txn(conn, proposal, review)
+                self.checkpoints.insert_txn(conn, saved)
+            if not _proposals.move_current_txn(
+                conn, proposal.case_id, expected_operation_id, proposal.operation_id, proposal.created_at
+            ):
+                current = _proposals.current_txn(conn, proposal.case_id)
+                raise StaleProposal(expected_operation_id, current or "")
+            return _proposals.proposal_txn(conn, proposal.operation_id)
+
+    def current_operation_id(self, case_id: str) -> str | None:
+        """Return the operation id of the case's current proposal, if the case exists."""
+        with self.transactions.read() as conn:
+            return _proposals.current_txn(conn, case_id)
+
+    def get_proposal(self, operation_id: str) -> Proposal:
+        """Return the proposal with that operation id, or raise NotFound."""
+        with self.transactions.read() as conn:
+            return _proposals.proposal_txn(conn, operation_id)
+
+    def find_proposal(self, operation_id: str) -> Proposal | None:
+        """Return the proposal with that operation id, or None when there is none."""
+        with self.transactions.read() as conn:
+            return _proposals.find_proposal_txn(conn, operation_id)
+
+    def get_pending_review(self, operation_id: str) -> PendingReview:
+        """Return the pending review of an operation, or raise NotFound."""
+        with self.transactions.read() as conn:
+            return _proposals.review_txn(conn, operation_id)
+
+    def proposal_view(self, operation_id: str) -> ProposalView:
+        """Return the proposal, its operation and whether it is the case's current proposal; raise NotFound."""
+        with self.transactions.read() as conn:
+            proposal = _proposals.proposal_txn(conn, operation_id)
+            operation = _operations.operation_txn(conn, operation_id)
+            current = _proposals.current_txn(conn, proposal.case_id)
+        return ProposalView(proposal, operation, current == operation_id)
+
+    def decision_inputs(self, operation_id: str) -> DecisionInputs:
+        """Return the operation (with any recorded decision), its proposal, the case's current operation id
+        and the pending review with its still-sealed checkpoint, read together; raise NotFound."""
+        with self.transactions.read() as conn:
+            row = conn.execute(q.DECISION_INPUTS, {"b_operation_id": operation_id}).first()
+        if row is None:
+            raise NotFound("operation", operation_id)
+        m = row._mapping
+        return DecisionInputs(
+            operation=operation_from(row),
+            proposal=proposal_from(m, "p_"),
+            current_operation_id=m["current_operation_id"],
+            review=None if m["r_operation_id"] is None else review_from(m, "r_"),
+            checkpoint=None if m["k_checkpoint_id"] is None else sealed_checkpoint_from(m, "k_"),
+        )
+
+    # The decision ledger and the effect record.
+
+    def record_decision(
+        self, decided: RecordedDecision, case_id: str, saved: Sequence[SealedCheckpoint]
+    ) -> RecordedDecision:
+        """Insert the decision once; raise DecisionAlreadyRecorded when one exists, StaleProposal when the
+        operation is no longer the case's current proposal (an existing decision wins over staleness)."""
+        state = State.APPROVED if decided.decision is Decision.APPROVE else State.DECLINED
+        with self.transactions.write() as conn:
+            try:
+                with self.transactions.savepoint_txn(conn):
+                    _ledger.insert_decision_txn(conn, decided)
+            except IntegrityError as exc:
+                recorded = _ledger.decision_txn(conn, decided.operation_id)
+                if recorded is None:
+                    raise  # some other constraint failed (an unknown operation); not a second decision
+                raise DecisionAlreadyRecorded(recorded) from exc
+            current = conn.execute(q.CURRENT_FOR_UPDATE, {"b_case_id": case_id}).scalar_one_or_none()
+            if current != decided.operation_id:
+                raise StaleProposal(decided.operation_id, current or "")
+            conn.execute(
+                q.DECIDE, {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at}
+            )
+            self.checkpoints.insert_txn(conn, saved)
+        return decided
+
+    def get_decision(self, operation_id: str) -> RecordedDecision | None:
+        """Return the recorded decision of an operation, if any."""
+        with self.transactions.read() as conn:
+            return _ledger.decision_txn(conn, operation_id)
+
+    def record_attempt(self, operation_id: str, payload: bytes, digest: str, now: datetime) -> Operation:
+        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers); raise
+        NotRedrivable unless the operation is APPROVED or UNKNOWN.
+
+        The payload is stored on the first attempt and reused by every later one.
+        """
+        with self.transactions.write() as conn:
+            updated = conn.execute(
+                q.RECORD_ATTEMPT,
+                {"b_operation_id": operation_id, "b_now": now, "b_payload": payload, "b_digest": digest},
+            ).rowcount
+            operation = _operations.operation_txn(conn, operation_id)
+            if updated != 1:
+                raise NotRedrivable(operation_id, operation.state.value)
+            return operation
+
+    def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
+        """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
+        with self.transactions.write() as conn:
+            conn.execute(
+                q.RECORD_RECEIPT,
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_receipt_id": receipt.receipt_id,
+                    "b_applied_at": receipt.applied_at,
+                },
+            )
+            return _operations.operation_txn(conn, operation_id)
+
+    def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
+        """Move an open operation to REJECTED: the receiver definitely refused the effect."""
+        with self.transactions.write() as conn:
+            conn.execute(
+                operations.update()
+                .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
+                .values(
+                    state=State.REJECTED.value,
+                    state_changed_at=now,
+                    rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
+                )
+            )
+            return _operations.operation_txn(conn, operation_id)
+
+    # Reading and settling operations.
+
+    def get_operation(self, operation_id: str) -> Operation:
+        """Return the operation with that id (SUPERSEDED when pending and no longer current), or raise NotFound."""
+        with self.transactions.read() as conn:
+            return _operations.operation_txn(conn, operation_id)
+
+    def list_operations(
+        self,
+        states: Sequence[State],
+        changed_before: datetime,
+        limit: int,
+        after: tuple[datetime, str] | None,
+    ) -> list[Operation]:
+        """Return operations in states that entered them before changed_before, oldest first, after a page key."""
+        with self.transactions.read() as conn:
+            return _operations.list_operations_txn(conn, states, changed_before, limit, after)
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
+        """Record lookups in one transaction: APPLIED with a receipt commits an open operation; every
+        lookup is noted. Returns, per settlement, the operation (None if unknown) and whether it settled."""
+        with self.transactions.write() as conn:
+            return _operations.settle_txn(conn, settlements)
