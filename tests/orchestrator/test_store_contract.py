@@ -1,0 +1,335 @@
+"""Orchestrator store contract: every case runs on SQLite and on PostgreSQL with the same outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy.exc import IntegrityError
+
+from decisionflow import db
+from decisionflow.identity import EvidenceItem, PolicyRef, identities
+from orchestrator.domain import (
+    Consistency,
+    Decision,
+    LookupStatus,
+    PendingReview,
+    Proposal,
+    Receipt,
+    RecordedDecision,
+    SealedCheckpoint,
+    Settlement,
+    State,
+    proposal_content,
+)
+from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
+from orchestrator.schema import metadata
+from orchestrator.store import VERSION_TABLE, DecisionAlreadyRecorded, OrchestratorStore, migrate
+
+T0 = datetime(2026, 11, 29, 21, 0, 0, 250000, tzinfo=UTC)
+POLICY = PolicyRef("support-replies", "2026-10", 9, {})
+EVIDENCE = (EvidenceItem("KB-12", 1, "Update to 4.2.1."),)
+ACTION = "record_support_review"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OrchestratorStore]:
+    """A migrated orchestrator database of each kind, behind its store."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    engine = db.create_engine(url)
+    migrate(engine)
+    migrate(engine)  # a second run is a no-op: every replica runs it at start
+    try:
+        yield OrchestratorStore(engine)
+    finally:
+        engine.dispose()
+
+
+def proposal(
+    case_id: str = "T-1",
+    body: str = "Please update to 4.2.1.",
+    *,
+    parent: str | None = None,
+    author: str = "alex@example.com",
+    at: datetime = T0,
+) -> Proposal:
+    content = proposal_content(case_id, ACTION, body, EVIDENCE, POLICY)
+    ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
+    return Proposal(ids.operation_id, content, ids.evidence_id, ids.policy_id, parent is not None, parent, author, at)
+
+
+def review(p: Proposal, checkpoint_id: str | None = None, version: str = "1") -> PendingReview:
+    checkpoint = checkpoint_id or f"cp-{p.operation_id[-12:]}"
+    return PendingReview(p.operation_id, "decisionflow.review", version, "graph", checkpoint, p.created_at)
+
+
+def checkpoint(p: Proposal, checkpoint_id: str | None = None) -> SealedCheckpoint:
+    checkpoint = checkpoint_id or f"cp-{p.operation_id[-12:]}"
+    return SealedCheckpoint(checkpoint, "decisionflow.review", "graph", p.operation_id, T0, "key", "0" * 64, b"state")
+
+
+def started(store: OrchestratorStore, p: Proposal) -> Proposal:
+    stored, created = store.create_proposal(p, review(p), [checkpoint(p)])
+    assert created
+    return stored
+
+
+def decided(p: Proposal, decision: Decision = Decision.APPROVE, at: datetime = T0) -> RecordedDecision:
+    return RecordedDecision(p.operation_id, decision, "rita@example.com", at)
+
+
+def approved(store: OrchestratorStore, p: Proposal, at: datetime = T0) -> Proposal:
+    started(store, p)
+    store.record_decision(decided(p, at=at), p.case_id, [])
+    return p
+
+
+def rows(store: OrchestratorStore, sql: str, **params: object) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.text(sql), params).scalar_one())
+
+
+def test_the_migrated_schema_is_the_tables_the_store_uses(store: OrchestratorStore) -> None:
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        assert compare_metadata(context, metadata) == []
+
+
+def test_the_same_content_twice_is_created_once(store: OrchestratorStore) -> None:
+    first = proposal()
+    assert store.create_proposal(first, review(first), [checkpoint(first)]) == (first, True)
+    again = proposal(author="sam@example.com", at=T0 + timedelta(minutes=1))
+    stored, created = store.create_proposal(again, review(again, "cp-other"), [checkpoint(again, "cp-other")])
+    assert (stored, created) == (first, False)
+    assert rows(store, "SELECT count(*) FROM proposals") == 1
+    assert rows(store, "SELECT count(*) FROM checkpoints") == 1
+    assert store.current_operation_id("T-1") == first.operation_id
+
+
+def test_another_constraint_failure_is_not_reported_as_an_existing_proposal(store: OrchestratorStore) -> None:
+    first = started(store, proposal())
+    other = proposal(case_id="T-2")
+    # The new proposal's checkpoint id is taken: a constraint failure that is no duplicate operation id.
+    with pytest.raises(IntegrityError):
+        store.create_proposal(other, review(other, "cp-taken"), [checkpoint(other, review(first).checkpoint_id)])
+    assert store.find_proposal(other.operation_id) is None
+    assert store.current_operation_id("T-2") is None
+    assert rows(store, "SELECT count(*) FROM operations") == 1
+
+
+def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: OrchestratorStore) -> None:
+    first = started(store, proposal())
+    edit = proposal(body="Please update to 4.2.2.", parent=first.operation_id)
+    stored = store.create_edit(edit, first.operation_id, review(edit), [checkpoint(edit)])
+    assert stored == edit and stored.human_edited and stored.parent_operation_id == first.operation_id
+    assert store.current_operation_id("T-1") == edit.operation_id
+    assert store.get_pending_review(edit.operation_id) == review(edit)
+
+    stale = proposal(body="Please update to 4.2.3.", parent=first.operation_id)
+    with pytest.raises(StaleProposal) as refused:
+        store.create_edit(stale, first.operation_id, review(stale), [checkpoint(stale)])
+    assert refused.value.current_operation_id == edit.operation_id
+    assert store.find_proposal(stale.operation_id) is None
+    assert rows(store, "SELECT count(*) FROM checkpoints") == 2
+
+    # Editing back to content that exists makes that proposal current again; nothing is added.
+    back = proposal(parent=edit.operation_id)
+    assert store.create_edit(back, edit.operation_id, review(back, "cp-back"), []) == first
+    assert store.current_operation_id("T-1") == first.operation_id
+    assert rows(store, "SELECT count(*) FROM proposals") == 2
+
+
+def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
+    p = started(store, proposal())
+    assert store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")]) == decided(p)
+    assert store.get_operation(p.operation_id).state is State.APPROVED
+    with pytest.raises(DecisionAlreadyRecorded) as again:
+        store.record_decision(decided(p, Decision.DECLINE, T0 + timedelta(seconds=1)), p.case_id, [])
+    assert again.value.recorded == decided(p)
+    assert store.get_decision(p.operation_id) == decided(p)
+    assert store.get_operation(p.operation_id).state is State.APPROVED
+
+
+def test_a_decision_on_a_proposal_no_longer_current_is_stale(store: OrchestratorStore) -> None:
+    first = started(store, proposal())
+    edit = proposal(body="Please update to 4.2.2.", parent=first.operation_id)
+    store.create_edit(edit, first.operation_id, review(edit), [checkpoint(edit)])
+    with pytest.raises(StaleProposal) as refused:
+        store.record_decision(decided(first), first.case_id, [checkpoint(first, "cp-final")])
+    assert refused.value.current_operation_id == edit.operation_id
+    assert store.get_decision(first.operation_id) is None
+    assert rows(store, "SELECT count(*) FROM checkpoints WHERE checkpoint_id = 'cp-final'") == 0
+    assert store.get_operation(first.operation_id).state is State.SUPERSEDED
+
+
+def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_payload(
+    store: OrchestratorStore,
+) -> None:
+    pending = started(store, proposal(case_id="T-2"))
+    with pytest.raises(NotRedrivable) as refused:
+        store.record_attempt(pending.operation_id, b"p0", "d0", T0)
+    assert refused.value.metadata["state"] == State.PENDING_REVIEW.value
+    assert store.get_operation(pending.operation_id).attempts == 0
+
+    p = approved(store, proposal())
+    first = store.record_attempt(p.operation_id, b"p1", "d1", T0 + timedelta(seconds=1))
+    assert (first.state, first.attempts, first.payload, first.payload_digest) == (State.UNKNOWN, 1, b"p1", "d1")
+    second = store.record_attempt(p.operation_id, b"p2", "d2", T0 + timedelta(seconds=2))
+    assert (second.attempts, second.payload, second.payload_digest) == (2, b"p1", "d1")
+    assert second.first_attempt_at == T0 + timedelta(seconds=1)
+    assert second.state_changed_at == T0 + timedelta(seconds=1)  # still UNKNOWN since the first attempt
+
+    store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=3))
+    with pytest.raises(NotRedrivable) as settled:
+        store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4))
+    assert settled.value.metadata["state"] == State.COMMITTED.value
+    assert store.get_operation(p.operation_id).attempts == 2
+
+
+def test_a_receipt_commits_an_open_operation_once(store: OrchestratorStore) -> None:
+    p = approved(store, proposal())
+    store.record_attempt(p.operation_id, b"p1", "d1", T0)
+    committed = store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=1))
+    assert (committed.state, committed.receipt) == (State.COMMITTED, Receipt("rcpt-1", T0))
+    later = store.record_receipt(p.operation_id, Receipt("rcpt-2", T0), T0 + timedelta(seconds=2))
+    assert later.receipt == Receipt("rcpt-1", T0) and later.state_changed_at == T0 + timedelta(seconds=1)
+    assert store.record_rejection(p.operation_id, "too late", T0).state is State.COMMITTED
+
+
+def test_a_rejection_settles_an_open_operation(store: OrchestratorStore) -> None:
+    p = approved(store, proposal())
+    store.record_attempt(p.operation_id, b"p1", "d1", T0)
+    rejected = store.record_rejection(p.operation_id, "x" * 3000, T0 + timedelta(seconds=1))
+    assert rejected.state is State.REJECTED
+    assert rejected.rejection_reason == "x" * 2000
+    assert store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0).state is State.REJECTED
+    with pytest.raises(NotFound):
+        store.record_rejection("op-v1-" + "0" * 64, "unknown", T0)
+
+
+def test_settle_commits_open_operations_and_notes_every_lookup(store: OrchestratorStore) -> None:
+    applied = approved(store, proposal(case_id="T-1"))
+    missing = approved(store, proposal(case_id="T-2"))
+    declined = started(store, proposal(case_id="T-3"))
+    store.record_decision(decided(declined, Decision.DECLINE), declined.case_id, [])
+    unknown = "op-v1-" + "f" * 64
+    looked = T0 + timedelta(minutes=1)
+
+    def lookup(op: str, status: LookupStatus, receipt: Receipt | None = None) -> Settlement:
+        return Settlement(op, status, Consistency.STRONG, receipt, "", looked)
+
+    results = store.settle(
+        [
+            lookup(applied.operation_id, LookupStatus.APPLIED, Receipt("rcpt-1", T0)),
+            lookup(missing.operation_id, LookupStatus.NOT_FOUND),
+            lookup(declined.operation_id, LookupStatus.APPLIED, Receipt("rcpt-3", T0)),
+            lookup(unknown, LookupStatus.NOT_FOUND),
+        ]
+    )
+    assert [settled for _, settled in results] == [True, False, False, False]
+    committed, noted, still_declined, absent = (operation for operation, _ in results)
+    assert absent is None
+    assert committed is not None and committed.state is State.COMMITTED
+    assert committed.receipt == Receipt("rcpt-1", T0) and committed.state_changed_at == looked
+    assert noted is not None and noted.state is State.APPROVED
+    assert noted.last_lookup is not None and noted.last_lookup.status is LookupStatus.NOT_FOUND
+    assert noted.last_lookup.looked_up_at == looked
+    assert still_declined is not None and still_declined.state is State.DECLINED and still_declined.receipt is None
+    assert store.get_operation(applied.operation_id) == committed
+
+
+def test_list_operations_pages_oldest_first_and_shows_superseded_reviews(store: OrchestratorStore) -> None:
+    ops = [approved(store, proposal(case_id=f"T-{i}"), at=T0 + timedelta(seconds=i)) for i in range(5)]
+    newest = approved(store, proposal(case_id="T-9"), at=T0 + timedelta(hours=1))
+    before = T0 + timedelta(minutes=1)
+    seen: list[str] = []
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = store.list_operations([State.APPROVED], before, 2, after)
+        seen += [op.operation_id for op in page]
+        if len(page) < 2:
+            break
+        after = (page[-1].state_changed_at, page[-1].operation_id)
+    assert seen == [p.operation_id for p in ops]
+    assert newest.operation_id not in seen
+
+    first = started(store, proposal(case_id="T-E", at=T0))
+    edit = proposal(case_id="T-E", body="Please update to 4.2.2.", parent=first.operation_id, at=T0)
+    store.create_edit(edit, first.operation_id, review(edit), [])
+    pending = store.list_operations([State.PENDING_REVIEW], before, 10, None)
+    assert {op.operation_id: op.state for op in pending} == {
+        first.operation_id: State.SUPERSEDED,
+        edit.operation_id: State.PENDING_REVIEW,
+    }
+
+
+def test_prune_deletes_only_settled_operations_checkpoints(store: OrchestratorStore) -> None:
+    settled = started(store, proposal(case_id="T-1"))
+    store.record_decision(decided(settled, Decision.DECLINE), settled.case_id, [checkpoint(settled, "cp-final")])
+    pending = started(store, proposal(case_id="T-2"))
+    housekeeping = store.housekeeping
+    assert housekeeping.prune_checkpoints(T0, dry_run=True) == 0  # settled at T0, not before
+    cutoff = T0 + timedelta(seconds=1)
+    assert housekeeping.prune_checkpoints(cutoff, dry_run=True) == 2
+    assert rows(store, "SELECT count(*) FROM checkpoints") == 3
+    assert housekeeping.prune_checkpoints(cutoff, dry_run=False) == 2
+    left = rows(store, "SELECT count(*) FROM checkpoints WHERE operation_id = :op", op=pending.operation_id)
+    assert left == 1 and rows(store, "SELECT count(*) FROM checkpoints") == 1
+    assert store.get_decision(settled.operation_id) is not None
+    assert store.get_proposal(settled.operation_id) == settled
+
+
+def test_reopen_moves_an_undecided_review_to_the_running_workflow_once(store: OrchestratorStore) -> None:
+    old_graph = started(store, proposal(case_id="T-1"))
+    decided_old = started(store, proposal(case_id="T-2"))
+    store.record_decision(decided(decided_old), decided_old.case_id, [])
+    housekeeping = store.housekeeping
+    found = housekeeping.reviews_outside("decisionflow.review", "2", "graph")
+    assert [r.operation_id for r in found] == [old_graph.operation_id]
+
+    old = found[0]
+    new = PendingReview(old.operation_id, "decisionflow.review", "2", "graph", "cp-new", T0)
+    assert housekeeping.reopen(old, new, [checkpoint(old_graph, "cp-new")])
+    reopened = store.get_pending_review(old.operation_id)
+    assert (reopened.checkpoint_id, reopened.retired_checkpoint_id) == ("cp-new", old.checkpoint_id)
+    assert not housekeeping.reopen(old, new, [checkpoint(old_graph, "cp-newer")])
+    assert rows(store, "SELECT count(*) FROM checkpoints WHERE checkpoint_id = 'cp-newer'") == 0
+    assert housekeeping.reviews_outside("decisionflow.review", "2", "graph") == []
+    decided_review = store.get_pending_review(decided_old.operation_id)
+    assert not housekeeping.reopen(decided_review, new, [])
+
+
+def test_timestamps_come_back_as_aware_utc(store: OrchestratorStore) -> None:
+    elsewhere = timezone(timedelta(hours=2))
+    at = datetime(2026, 11, 29, 23, 0, 0, 250000, tzinfo=elsewhere)
+    p = started(store, proposal(at=at))
+    store.record_decision(decided(p, at=at), p.case_id, [])
+    store.record_attempt(p.operation_id, b"p1", "d1", at)
+    operation = store.record_receipt(p.operation_id, Receipt("rcpt-1", at), at)
+    inputs = store.decision_inputs(p.operation_id)
+    assert inputs.checkpoint is not None and inputs.review is not None
+    assert operation.decision is not None and operation.receipt is not None
+    stamps = [
+        store.get_proposal(p.operation_id).created_at,
+        inputs.proposal.created_at,
+        inputs.review.created_at,
+        inputs.checkpoint.created_at,
+        operation.state_changed_at,
+        operation.first_attempt_at,
+        operation.decision.decided_at,
+        operation.receipt.applied_at,
+    ]
+    for stamp in stamps:
+        assert stamp is not None and stamp.tzinfo is UTC
+    assert all(stamp == at for stamp in stamps[:3] + stamps[4:])
+    assert inputs.checkpoint.created_at == T0
+    with pytest.raises(sa.exc.StatementError):
+        store.record_rejection(p.operation_id, "naive", datetime(2026, 11, 29))
