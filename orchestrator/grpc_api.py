@@ -1,9 +1,7 @@
 """gRPC servicers of the orchestrator: ReviewService and OperationsService.
 
-Proto ↔ domain only: every request is parsed into validated domain values here (wire.py and
-validation.py), and a refusal names the field and writes nothing. Domain errors become
-statuses through STATUS_TABLE, the one table of this server; the reviewer is the
-authenticated principal, never a request field.
+Proto ↔ domain only. Domain errors become statuses through STATUS_TABLE, the one table of
+this server; the reviewer is the authenticated principal, never a request field.
 """
 
 from __future__ import annotations
