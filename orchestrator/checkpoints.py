@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-
-# Unpickles only bytes whose HMAC was verified first, or that this process pickled and sealed itself.
-import pickle
+import pickle  # loads only bytes whose HMAC was verified, or that this process pickled and sealed itself
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
