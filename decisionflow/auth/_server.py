@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
+from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
@@ -100,7 +101,7 @@ class AuthInterceptor(_ServerInterceptor):
             required = ",".join(sorted(role.value for role in allowed))
             raise PermissionDenied(
                 f"{principal.name!r} may not call {method} (needs one of: {required})",
-                metadata={"rpc": method, "principal": principal.name, "required_roles": required},
+                metadata={"rpc": method, reasons.PRINCIPAL: principal.name, "required_roles": required},
             )
         return principal
 
@@ -136,7 +137,7 @@ class AuthInterceptor(_ServerInterceptor):
                     "rpc": method,
                     "reason": error.reason,
                     "outcome": "refused",
-                    "principal": error.metadata.get("principal"),
+                    "principal": error.metadata.get(reasons.PRINCIPAL),
                 },
             )
             # Answered by the server's status table (decisionflow.rpc_errors.RefusalsAsStatus).
