@@ -21,7 +21,14 @@ CHECKPOINT_INTEGRITY = "CHECKPOINT_INTEGRITY"
 CHECKPOINT_SAVE_FAILED = "CHECKPOINT_SAVE_FAILED"
 REPLY_LOST = "REPLY_LOST"
 
-# ErrorInfo metadata keys.
+# ErrorInfo metadata keys. An operation is always named by OPERATION_ID; enum values are spelled
+# as the proto spells them (DECISION_APPROVE, OPERATION_STATE_COMMITTED).
+OPERATION_ID = "operation_id"
+CASE_ID = "case_id"
 CURRENT_OPERATION_ID = "current_operation_id"
 RECORDED_DECISION = "recorded_decision"
-OPERATION_ID = "operation_id"
+STATE = "state"
+RECORDED = "recorded"
+RUNNING = "running"
+CHECKPOINT_ID = "checkpoint_id"
+PRINCIPAL = "principal"

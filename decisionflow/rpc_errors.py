@@ -1,16 +1,16 @@
 """Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo
 and BadRequest.
 
-Each server maps its domain errors to a status code in exactly one table
-(``StatusTable``); ``guard`` applies that table at the servicer boundary, so service code
-never calls ``context.abort``.
+Each server maps its domain errors to a status code in exactly one table (``StatusTable``);
+``RefusalsAsStatus``, installed once when the server is built (``decisionflow.serving``),
+applies that table to every call, so neither servicers nor interceptors call ``context.abort``.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -18,6 +18,13 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
+
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+    _Context = grpc.aio.ServicerContext[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+    _Context = grpc.aio.ServicerContext
 
 ERROR_DOMAIN = "decisionflow.v1"
 
@@ -85,23 +92,63 @@ def error_info(call_error: grpc.RpcError) -> tuple[str, dict[str, str], list[Fie
     return reason, metadata, violations
 
 
-_Method = TypeVar("_Method", bound=Callable[..., Awaitable[Any]])
+class RefusalsAsStatus(_ServerInterceptor):
+    """Answers a DomainError raised by any method, or by an interceptor inside this one, with the
+    rich status its server's table assigns."""
 
+    def __init__(self, table: StatusTable) -> None:
+        self._table = table
 
-def guard(table: StatusTable) -> Callable[[_Method], _Method]:
-    """Decorate an aio servicer method so a DomainError aborts the call with its mapped rich status."""
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Return the method's handler with its domain errors turned into rich statuses."""
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        if handler.request_streaming and handler.response_streaming:
+            behaviour, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
+        elif handler.request_streaming:
+            behaviour, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
+        elif handler.response_streaming:
+            behaviour, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
+        else:
+            behaviour, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+        if inspect.isasyncgenfunction(behaviour):
+            answered = self._streamed(behaviour)
+        elif inspect.iscoroutinefunction(behaviour):
+            answered = self._unary(behaviour)
+        else:
+            return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
+        return factory(
+            answered,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
-    def decorate(method: _Method) -> _Method:
-        @functools.wraps(method)
-        async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def _refuse(self, error: DomainError, context: _Context) -> None:
+        await context.abort_with_status(rich_status(code_for(self._table, error), error))  # type: ignore[attr-defined]
+
+    def _unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def answered(request: Any, context: _Context) -> Any:
             try:
-                return await method(self, request, context)
+                return await behaviour(request, context)
             except DomainError as error:
-                await context.abort_with_status(rich_status(code_for(table, error), error))  # type: ignore[attr-defined]
+                await self._refuse(error, context)
 
-        return wrapper  # type: ignore[return-value]
+        return answered
 
-    return decorate
+    def _streamed(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def answered(request: Any, context: _Context) -> AsyncIterator[Any]:
+            try:
+                async for response in behaviour(request, context):
+                    yield response
+            except DomainError as error:
+                await self._refuse(error, context)
+
+        return answered
 
 
 assert code_pb2.OK == 0  # the google.rpc code numbering matches grpc.StatusCode's

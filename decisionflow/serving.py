@@ -1,5 +1,5 @@
-"""gRPC server bootstrap shared by the services: message limits, health, reflection and a
-graceful shutdown (health NOT_SERVING first, then drain calls in flight)."""
+"""gRPC server bootstrap shared by the services: message limits, the server's status table, health,
+reflection and a graceful shutdown (health NOT_SERVING first, then drain calls in flight)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf import descriptor_pool
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from decisionflow.errors import FieldViolation, InvalidRequest
-from decisionflow.rpc_errors import rich_status
+from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 
@@ -56,9 +58,14 @@ def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
         raise ExposureRefused(f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication")
 
 
+# The status details a refusal carries; reflection serves their files so that a reflection client
+# (grpcurl, buf curl) can decode the details, not only the request and response messages.
+STATUS_DETAIL_FILES = (status_pb2.DESCRIPTOR, error_details_pb2.DESCRIPTOR)
+
+
 class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Parses each unary request inside the call, so bytes that are not the request message are
-    refused with INVALID_ARGUMENT (gRPC itself answers UNKNOWN when its deserializer raises)."""
+    refused as an InvalidRequest (gRPC itself answers UNKNOWN when its deserializer raises)."""
 
     async def intercept_service(
         self,
@@ -80,9 +87,8 @@ class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         async def parsed(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 message = parse(request)
-            except Exception:  # whatever the parser raises, the bytes are not a request
-                refusal = InvalidRequest([FieldViolation("request", "not a well-formed request message")])
-                await context.abort_with_status(rich_status(grpc.StatusCode.INVALID_ARGUMENT, refusal))  # type: ignore[attr-defined]
+            except Exception as exc:  # whatever the parser raises, the bytes are not a request
+                raise InvalidRequest([FieldViolation("request", "not a well-formed request message")]) from exc
             return await behaviour(message, context)
 
         return grpc.unary_unary_rpc_method_handler(parsed, response_serializer=handler.response_serializer)
@@ -107,19 +113,28 @@ async def start_server(
     address: str,
     register: Callable[[grpc.aio.Server], Sequence[str]],
     *,
+    status_table: StatusTable,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
-    returns their full service names, which health and reflection then announce."""
-    # Innermost, so a caller is authenticated before its bytes are parsed.
-    server = grpc.aio.server(interceptors=[*interceptors, DecodeRequests()], options=list(SERVER_OPTIONS))
+    returns their full service names, which health and reflection then announce. Every domain
+    error raised in a call, by a servicer or an interceptor, is answered through status_table."""
+    # The status mapping is outermost, so it also answers the refusals of the interceptors
+    # (authentication, request parsing); parsing is innermost, so a caller is authenticated
+    # before its bytes are parsed.
+    server = grpc.aio.server(
+        interceptors=[RefusalsAsStatus(status_table), *interceptors, DecodeRequests()], options=list(SERVER_OPTIONS)
+    )
     service_names = tuple(register(server))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    # The default pool holds every generated module imported so far: the services' own files and
+    # STATUS_DETAIL_FILES, imported above.
     reflection.enable_server_reflection(
         (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
+        pool=descriptor_pool.Default(),
     )
     port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     if port == 0:

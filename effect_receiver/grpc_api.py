@@ -10,7 +10,8 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from decisionflow.rpc_errors import StatusTable, guard
+from decisionflow.auth import AUTH_STATUS
+from decisionflow.rpc_errors import StatusTable
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc
 from effect_receiver.domain import AppliedEffect, ApplyOutcome, Consistency, LookupAnswer, Receipt
 from effect_receiver.errors import IdempotencyKeyReused, InvalidRequest, ReplyLost, Unavailable
@@ -19,6 +20,7 @@ from effect_receiver.service import ReceiverService
 SERVICE_NAME = effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name
 
 STATUS_TABLE: StatusTable = {
+    **AUTH_STATUS,
     InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
     IdempotencyKeyReused: grpc.StatusCode.FAILED_PRECONDITION,
     ReplyLost: grpc.StatusCode.UNAVAILABLE,
@@ -91,7 +93,6 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         if self._retention is not None:
             response.key_retention.CopyFrom(self._retention)
 
-    @guard(STATUS_TABLE)
     async def Apply(
         self, request: effect_receiver_pb2.ApplyRequest, context: Context
     ) -> effect_receiver_pb2.ApplyResponse:
@@ -110,7 +111,6 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self._advertise(response)
         return response
 
-    @guard(STATUS_TABLE)
     async def Lookup(
         self, request: effect_receiver_pb2.LookupRequest, context: Context
     ) -> effect_receiver_pb2.LookupResponse:
@@ -120,7 +120,6 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self._advertise(response)
         return response
 
-    @guard(STATUS_TABLE)
     async def BatchLookup(
         self, request: effect_receiver_pb2.BatchLookupRequest, context: Context
     ) -> effect_receiver_pb2.BatchLookupResponse:
@@ -130,7 +129,6 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self._advertise(response)
         return response
 
-    @guard(STATUS_TABLE)
     async def ListEffects(
         self, request: effect_receiver_pb2.ListEffectsRequest, context: Context
     ) -> effect_receiver_pb2.ListEffectsResponse:

@@ -19,7 +19,7 @@ from decisionflow.faults import FaultInterceptor
 from decisionflow.server_security import server_parts
 from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
 from effect_receiver.config import ReceiverConfig, load
-from effect_receiver.grpc_api import EffectReceiverServicer, register
+from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
 from effect_receiver.store import EffectStore, migrate
 
@@ -64,7 +64,11 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         # Faults come after authentication: a refused caller gets its refusal, never an injected fault.
         interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [auth] if faults is None else [auth, faults]
         running = await start_server(
-            config.address, register(EffectReceiverServicer(service)), interceptors=interceptors, credentials=tls
+            config.address,
+            register(EffectReceiverServicer(service)),
+            status_table=STATUS_TABLE,
+            interceptors=interceptors,
+            credentials=tls,
         )
     except BaseException:
         for engine in engines:

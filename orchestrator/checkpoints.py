@@ -72,7 +72,9 @@ class CheckpointSealer:
         """Verify the seal, then (and only then) unpickle and return the state."""
         key = self._keys.get(sealed.key_id)
         if key is None:
-            raise CheckpointIntegrity(sealed.checkpoint_id, f"sealed under unknown key {sealed.key_id}")
+            raise CheckpointIntegrity(
+                sealed.checkpoint_id, f"sealed under unknown key {sealed.key_id}", operation_id=sealed.operation_id
+            )
         expected = self._mac(
             key,
             sealed.checkpoint_id,
@@ -82,7 +84,9 @@ class CheckpointSealer:
             sealed.state,
         )
         if not hmac.compare_digest(expected, sealed.mac):
-            raise CheckpointIntegrity(sealed.checkpoint_id, "HMAC does not match; the row was altered")
+            raise CheckpointIntegrity(
+                sealed.checkpoint_id, "HMAC does not match; the row was altered", operation_id=sealed.operation_id
+            )
         return pickle.loads(sealed.state)  # noqa: S301  # verified above
 
 
@@ -149,7 +153,11 @@ class RunCheckpoints:
         if stored is None:
             return None
         if stored.operation_id != self._operation_id:
-            raise CheckpointIntegrity(stored.checkpoint_id, f"belongs to another operation ({stored.operation_id})")
+            raise CheckpointIntegrity(
+                stored.checkpoint_id,
+                f"belongs to another operation ({stored.operation_id})",
+                operation_id=self._operation_id,
+            )
         checkpoint = self._sealer.open(stored)
         self._verified[stored.checkpoint_id] = checkpoint
         return checkpoint

@@ -1,5 +1,9 @@
 """Orchestrator refusals. Each maps to one status in grpc_api.STATUS_TABLE.
 
+Metadata names the operation ``operation_id`` (a case ``case_id``) and spells enum values as
+the proto does (``DECISION_APPROVE``, ``OPERATION_STATE_COMMITTED``); the attributes keep the
+domain's own types.
+
 DomainError (decisionflow.errors)
 ├── InvalidRequest             bad fields, decision omitted          INVALID_ARGUMENT
 ├── Unavailable                database down, shutting down          UNAVAILABLE
@@ -18,6 +22,12 @@ from __future__ import annotations
 
 from decisionflow import reasons
 from decisionflow.errors import DomainError
+from decisionflow.v1 import common_pb2
+from orchestrator.domain import Decision, State
+from orchestrator.wire import DECISION_TO_PB, STATE_TO_PB
+
+# What a NotFound names: a case by its case id; an operation, proposal or pending review by its operation id.
+_ID_KEYS = {"case": reasons.CASE_ID}
 
 
 class OrchestratorError(DomainError):
@@ -30,7 +40,8 @@ class NotFound(OrchestratorError):
     reason = reasons.NOT_FOUND
 
     def __init__(self, what: str, ident: str) -> None:
-        super().__init__(f"{what} {ident} not found", metadata={"id": ident})
+        super().__init__(f"{what} {ident} not found", metadata={_ID_KEYS.get(what, reasons.OPERATION_ID): ident})
+        self.what = what
         self.ident = ident
 
 
@@ -53,13 +64,17 @@ class DecisionConflict(OrchestratorError):
 
     reason = reasons.DECISION_CONFLICT
 
-    def __init__(self, operation_id: str, recorded: str) -> None:
+    def __init__(self, operation_id: str, recorded: Decision | str) -> None:
+        decision = Decision(recorded)
         super().__init__(
-            f"operation {operation_id} was already decided: {recorded}",
-            metadata={reasons.OPERATION_ID: operation_id, reasons.RECORDED_DECISION: recorded},
+            f"operation {operation_id} was already decided: {decision.value}",
+            metadata={
+                reasons.OPERATION_ID: operation_id,
+                reasons.RECORDED_DECISION: common_pb2.Decision.Name(DECISION_TO_PB[decision]),
+            },
         )
         self.operation_id = operation_id
-        self.recorded = recorded
+        self.recorded = decision
 
 
 class NotRedrivable(OrchestratorError):
@@ -67,11 +82,17 @@ class NotRedrivable(OrchestratorError):
 
     reason = reasons.NOT_REDRIVABLE
 
-    def __init__(self, operation_id: str, state: str) -> None:
+    def __init__(self, operation_id: str, state: State | str) -> None:
+        current = State(state)
         super().__init__(
-            f"operation {operation_id} is {state}; only approved or unknown operations are re-driven",
-            metadata={reasons.OPERATION_ID: operation_id, "state": state},
+            f"operation {operation_id} is {current.value}; only approved or unknown operations are re-driven",
+            metadata={
+                reasons.OPERATION_ID: operation_id,
+                reasons.STATE: common_pb2.OperationState.Name(STATE_TO_PB[current]),
+            },
         )
+        self.operation_id = operation_id
+        self.state = current
 
 
 class WorkflowVersionMismatch(OrchestratorError):
@@ -83,8 +104,11 @@ class WorkflowVersionMismatch(OrchestratorError):
         super().__init__(
             f"pending review of {operation_id} was recorded under workflow {recorded}; this process runs "
             f"{running}; re-open it with `decisionflow-orchestrator reopen-reviews`",
-            metadata={reasons.OPERATION_ID: operation_id, "recorded": recorded, "running": running},
+            metadata={reasons.OPERATION_ID: operation_id, reasons.RECORDED: recorded, reasons.RUNNING: running},
         )
+        self.operation_id = operation_id
+        self.recorded = recorded
+        self.running = running
 
 
 class CheckpointIntegrity(OrchestratorError):
@@ -92,8 +116,13 @@ class CheckpointIntegrity(OrchestratorError):
 
     reason = reasons.CHECKPOINT_INTEGRITY
 
-    def __init__(self, checkpoint_id: str, why: str) -> None:
-        super().__init__(f"checkpoint {checkpoint_id} refused: {why}", metadata={"checkpoint_id": checkpoint_id})
+    def __init__(self, checkpoint_id: str, why: str, *, operation_id: str = "") -> None:
+        super().__init__(
+            f"checkpoint {checkpoint_id} refused: {why}",
+            metadata={reasons.OPERATION_ID: operation_id, reasons.CHECKPOINT_ID: checkpoint_id},
+        )
+        self.operation_id = operation_id
+        self.checkpoint_id = checkpoint_id
 
 
 class CheckpointSaveFailed(OrchestratorError):

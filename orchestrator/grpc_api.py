@@ -18,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow.auth import AUTH_STATUS, current_principal
 from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
-from decisionflow.rpc_errors import StatusTable, guard
+from decisionflow.rpc_errors import StatusTable
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import errors
 from orchestrator.domain import Consistency, LookupStatus, ProposalView, Receipt, Settlement, State
@@ -78,7 +78,6 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self._proposals = service.proposals
         self._decisions = service.decisions
 
-    @guard(STATUS_TABLE)
     async def StartReview(
         self, request: review_pb2.StartReviewRequest, context: Context
     ) -> review_pb2.StartReviewResponse:
@@ -91,7 +90,6 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             pending_review=review_to_pb(started.review),
         )
 
-    @guard(STATUS_TABLE)
     async def GetProposal(
         self, request: review_pb2.GetProposalRequest, context: Context
     ) -> review_pb2.GetProposalResponse:
@@ -110,7 +108,6 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             proposal=proposal_to_pb(view.proposal, view.current), operation=operation_to_pb(view.operation)
         )
 
-    @guard(STATUS_TABLE)
     async def EditProposal(
         self, request: review_pb2.EditProposalRequest, context: Context
     ) -> review_pb2.EditProposalResponse:
@@ -120,7 +117,6 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             proposal=proposal_to_pb(edited.proposal, True), pending_review=review_to_pb(edited.review)
         )
 
-    @guard(STATUS_TABLE)
     async def Approve(self, request: review_pb2.ApproveRequest, context: Context) -> review_pb2.ApproveResponse:
         """Record the authenticated reviewer's decision; the outcome may be Unknown."""
         decision = decision_from_pb(request.decision)  # checked first: an omitted decision is not consent
@@ -130,7 +126,6 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome], replay=result.replay
         )
 
-    @guard(STATUS_TABLE)
     async def GetOperation(
         self, request: review_pb2.GetOperationRequest, context: Context
     ) -> review_pb2.GetOperationResponse:
@@ -202,7 +197,6 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         self._operations = service.operations
         self._clock = clock
 
-    @guard(STATUS_TABLE)
     async def ListOperations(
         self, request: operations_pb2.ListOperationsRequest, context: Context
     ) -> operations_pb2.ListOperationsResponse:
@@ -246,7 +240,6 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             out.append(settle_result_to_pb(operation, settled))
         return out
 
-    @guard(STATUS_TABLE)
     async def SettleOperation(
         self, request: operations_pb2.SettleOperationRequest, context: Context
     ) -> operations_pb2.SettleOperationResponse:
@@ -256,7 +249,6 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         (result,) = await self._settle([request.settlement])
         return result
 
-    @guard(STATUS_TABLE)
     async def BatchSettleOperations(
         self, request: operations_pb2.BatchSettleOperationsRequest, context: Context
     ) -> operations_pb2.BatchSettleOperationsResponse:
@@ -265,7 +257,6 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             raise InvalidRequest([FieldViolation("settlements", f"must hold 1 to {MAX_BATCH} items")])
         return operations_pb2.BatchSettleOperationsResponse(results=await self._settle(list(request.settlements)))
 
-    @guard(STATUS_TABLE)
     async def RedriveOperation(
         self, request: operations_pb2.RedriveOperationRequest, context: Context
     ) -> operations_pb2.RedriveOperationResponse:

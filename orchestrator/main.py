@@ -29,7 +29,7 @@ from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
-from orchestrator.grpc_api import OperationsServicer, ReviewServicer
+from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
@@ -124,7 +124,9 @@ async def create_server(
                 operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             ]
 
-        running = await start_server(config.address, register, interceptors=[auth], credentials=tls)
+        running = await start_server(
+            config.address, register, status_table=STATUS_TABLE, interceptors=[auth], credentials=tls
+        )
     except BaseException:
         await _close_all(closers)
         raise

@@ -21,10 +21,10 @@ from itertools import islice
 from decisionflow.client import (
     DecisionflowError,
     LookupAnswer,
+    NotRedrivable,
     OperationState,
     OperationView,
     Outcome,
-    PreconditionFailed,
     Settlement,
 )
 from reconciler.domain import (
@@ -249,13 +249,16 @@ class Reconciler:
     def _redrive(self, operation: OpenOperation) -> RedriveOutcome:
         try:
             result = self._operations.redrive_operation(operation.operation_id)
-        except PreconditionFailed as error:
-            # The orchestrator refuses a re-drive once the operation left APPROVED/UNKNOWN:
-            # another reconciler or a replayed approval settled it between our listing and now.
-            logger.info("re-drive of %s refused, already closed: %s", operation.operation_id, error.message)
+        except NotRedrivable as error:
+            # The operation left APPROVED/UNKNOWN: another reconciler or a replayed approval
+            # settled it between our listing and now.
+            logger.info("re-drive of %s refused, already %s", operation.operation_id, error.state.value)
             return RedriveOutcome.ALREADY_SETTLED
         except DecisionflowError as error:
-            logger.warning("re-drive of %s failed: %s", operation.operation_id, error)
+            # Any other refusal, a precondition included, says nothing about the effect: the
+            # operation stays open and the failure is counted.
+            reason = f" ({error.reason})" if error.reason else ""
+            logger.warning("re-drive of %s failed%s: %s", operation.operation_id, reason, error)
             return RedriveOutcome.FAILED
         return {
             Outcome.COMMITTED: RedriveOutcome.COMMITTED,

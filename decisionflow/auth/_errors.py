@@ -6,7 +6,8 @@
         └── PermissionDenied         PERMISSION_DENIED: authenticated, but not allowed
             └── FourEyesViolation    PERMISSION_DENIED, reason FOUR_EYES: the author cannot approve
 
-``AUTH_STATUS`` maps them to status codes; a server merges it into its own ``StatusTable``.
+``AUTH_STATUS`` maps them to status codes; every server merges it into its own ``StatusTable``,
+through which ``AuthInterceptor``'s refusals are answered like any other domain error.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class FourEyesViolation(PermissionDenied):
     def __init__(self, principal: str) -> None:
         super().__init__(
             f"four-eyes rule: {principal!r} authored this proposal and cannot decide it",
-            metadata={"principal": principal},
+            metadata={reasons.PRINCIPAL: principal},
         )
         self.principal = principal
 

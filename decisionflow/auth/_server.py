@@ -13,14 +13,14 @@ import contextvars
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
+from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
-from decisionflow.auth._errors import AUTH_STATUS, AuthError, PermissionDenied, Unauthenticated
+from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
-from decisionflow.rpc_errors import code_for, rich_status
 
 if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -47,10 +47,6 @@ def current_principal() -> Principal:
     except LookupError:
         # Fail closed: a server wired without AuthInterceptor refuses instead of guessing a caller.
         raise Unauthenticated("no authenticated principal for this call") from None
-
-
-class _AbortsWithStatus(Protocol):
-    async def abort_with_status(self, status: grpc.Status) -> NoReturn: ...
 
 
 def _bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
@@ -105,7 +101,7 @@ class AuthInterceptor(_ServerInterceptor):
             required = ",".join(sorted(role.value for role in allowed))
             raise PermissionDenied(
                 f"{principal.name!r} may not call {method} (needs one of: {required})",
-                metadata={"rpc": method, "principal": principal.name, "required_roles": required},
+                metadata={"rpc": method, reasons.PRINCIPAL: principal.name, "required_roles": required},
             )
         return principal
 
@@ -129,7 +125,7 @@ class AuthInterceptor(_ServerInterceptor):
             return principal
         raise Unauthenticated("credentials required: 'authorization: Bearer <token>' or a client certificate")
 
-    async def _admit_call(self, method: str, context: _Context) -> Principal:
+    def _admit_call(self, method: str, context: _Context) -> Principal:
         try:
             return self.admit(method, context.invocation_metadata() or (), context.auth_context())
         except AuthError as error:
@@ -139,12 +135,13 @@ class AuthInterceptor(_ServerInterceptor):
                 error.message,
                 extra={
                     "rpc": method,
-                    "code": code_for(AUTH_STATUS, error).name,
+                    "reason": error.reason,
                     "outcome": "refused",
-                    "principal": error.metadata.get("principal"),
+                    "principal": error.metadata.get(reasons.PRINCIPAL),
                 },
             )
-            await cast(_AbortsWithStatus, context).abort_with_status(rich_status(code_for(AUTH_STATUS, error), error))
+            # Answered by the server's status table (decisionflow.rpc_errors.RefusalsAsStatus).
+            raise
 
     async def intercept_service(
         self,
@@ -157,19 +154,19 @@ class AuthInterceptor(_ServerInterceptor):
         if handler is None or method.startswith(EXEMPT_METHOD_PREFIXES):
             return handler  # None: no such method, the server answers UNIMPLEMENTED
 
-        async def admit(context: _Context) -> Principal:
-            return await self._admit_call(method, context)
+        def admit(context: _Context) -> Principal:
+            return self._admit_call(method, context)
 
         return _wrap_handler(handler, admit, method)
 
 
-_Admit = Callable[[_Context], Awaitable[Principal]]
+_Admit = Callable[[_Context], Principal]
 _Behaviour = Callable[[Any, _Context], Any]
 
 
 def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
     async def admitted(request: Any, context: _Context) -> Any:
-        principal = await admit(context)
+        principal = admit(context)
         reset = _principal.set(principal)
         try:
             return await behaviour(request, context)
@@ -181,7 +178,7 @@ def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
 
 def _wrap_async_generator(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
     async def admitted(request: Any, context: _Context) -> AsyncIterator[Any]:
-        principal = await admit(context)
+        principal = admit(context)
         reset = _principal.set(principal)
         try:
             async for response in behaviour(request, context):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from decisionflow.auth._credentials import Credentials, parse_credentials, token_sha256
+from decisionflow.auth._errors import AUTH_STATUS
 from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods
 from decisionflow.auth._roles import Principal, Role
 from decisionflow.auth._server import AuthInterceptor, current_principal
@@ -123,6 +124,7 @@ async def serve(
     running = await start_server(
         "127.0.0.1:0",
         register,
+        status_table=AUTH_STATUS,
         interceptors=[AuthInterceptor(credentials, policy)],
         credentials=server_credentials,
     )

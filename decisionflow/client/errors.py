@@ -2,33 +2,41 @@
 
     DecisionflowError                  base: code, reason, message, metadata, violations, definite
     ├── InvalidRequest                 INVALID_ARGUMENT; field violations; nothing was written
-    ├── NotFound                       NOT_FOUND; unknown case or operation
+    │   └── DecisionRequired           DECISION_REQUIRED: the decision was omitted
+    ├── NotFound                       NOT_FOUND; operation_id or case_id
     ├── Unauthenticated                UNAUTHENTICATED; no or bad credentials
-    ├── PermissionDenied               PERMISSION_DENIED; role missing (or four-eyes rule)
+    ├── PermissionDenied               PERMISSION_DENIED; role missing
+    │   └── FourEyes                   FOUR_EYES: the author cannot decide; principal
     ├── PreconditionFailed             FAILED_PRECONDITION; any reason, including those below
-    │   ├── StaleProposal              STALE_PROPOSAL; current_operation_id
+    │   ├── StaleProposal              STALE_PROPOSAL; operation_id, current_operation_id
+    │   ├── NotRedrivable              NOT_REDRIVABLE; operation_id, state (already settled)
     │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED; operation_id
-    │   └── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH
-    ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT; recorded_decision
-    ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY
+    │   └── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
+    ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT; operation_id, recorded_decision
+    ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY; operation_id, checkpoint_id
     ├── Unavailable                    UNAVAILABLE or RESOURCE_EXHAUSTED, after the retries ran out
+    │   ├── CheckpointSaveFailed       CHECKPOINT_SAVE_FAILED: retry with the same request
+    │   └── ReplyLost                  REPLY_LOST: the effect committed, its reply was withheld; operation_id
     ├── DeadlineExceeded               DEADLINE_EXCEEDED, after the retries ran out
     └── ServerError                    anything else (INTERNAL, UNKNOWN, CANCELLED, ...)
+        └── WorkflowProtocolError      INTERNAL, WORKFLOW_PROTOCOL: the workflow broke an invariant
 
 ``definite`` is True only when the request certainly had no effect: a refusal with
 INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED or
-NOT_FOUND. Everything else is indeterminate: the server may have acted before the reply was
-lost, so the outcome must be settled by a lookup or a retry with the same operation id.
+NOT_FOUND, or a checkpoint refused as tampered (it needs an operator, not a retry). Everything
+else is indeterminate: the server may have acted before the reply was lost, so the outcome must
+be settled by a lookup or a retry with the same operation id. docs/errors.md lists every reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import grpc
 
 from decisionflow import reasons
-from decisionflow.client.views import Decision
+from decisionflow.client.views import Decision, OperationState
 from decisionflow.errors import FieldViolation
 from decisionflow.rpc_errors import error_info
 
@@ -52,6 +60,9 @@ _CALLER_DEPENDENT_CODES: frozenset[grpc.StatusCode] = frozenset(
 class DecisionflowError(Exception):
     """A call failed; the attributes carry the status, the ErrorInfo and whether it is definite."""
 
+    # True for a class whose refusal is definite whatever its status code says (None: by the code).
+    always_definite: ClassVar[bool | None] = None
+
     def __init__(
         self,
         code: grpc.StatusCode,
@@ -70,15 +81,31 @@ class DecisionflowError(Exception):
         self.metadata: dict[str, str] = dict(metadata or {})
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
         self.attempts = attempts
-        self.definite: bool = code in DEFINITE_CODES if definite is None else definite
+        if definite is None:
+            definite = self.always_definite if self.always_definite is not None else code in DEFINITE_CODES
+        self.definite: bool = definite
+
+    @property
+    def operation_id(self) -> str:
+        """The operation the server named in its refusal ("" when it named none)."""
+        return self.metadata.get(reasons.OPERATION_ID, "")
 
 
 class InvalidRequest(DecisionflowError):
     """The request was malformed (violations name the fields); nothing was written."""
 
 
+class DecisionRequired(InvalidRequest):
+    """The decision was omitted (or unspecified): an omitted decision is never taken as consent."""
+
+
 class NotFound(DecisionflowError):
-    """The case or operation does not exist."""
+    """The case or operation does not exist; operation_id or case_id names it."""
+
+    @property
+    def case_id(self) -> str:
+        """The case that was not found ("" when the refusal named an operation)."""
+        return self.metadata.get(reasons.CASE_ID, "")
 
 
 class Unauthenticated(DecisionflowError):
@@ -86,7 +113,16 @@ class Unauthenticated(DecisionflowError):
 
 
 class PermissionDenied(DecisionflowError):
-    """The authenticated principal lacks the role (reason FOUR_EYES: it authored the proposal)."""
+    """The authenticated principal lacks a role the method requires."""
+
+
+class FourEyes(PermissionDenied):
+    """The four-eyes rule: the principal authored the proposal and cannot decide it."""
+
+    @property
+    def principal(self) -> str:
+        """The principal that was refused."""
+        return self.metadata.get(reasons.PRINCIPAL, "")
 
 
 class PreconditionFailed(DecisionflowError):
@@ -102,17 +138,32 @@ class StaleProposal(PreconditionFailed):
         return self.metadata.get(reasons.CURRENT_OPERATION_ID, "")
 
 
-class IdempotencyKeyReused(PreconditionFailed):
-    """An effect exists under this operation id with another payload; it was left unchanged."""
+class NotRedrivable(PreconditionFailed):
+    """The operation is no longer APPROVED or UNKNOWN, so a re-drive has nothing to do: it is settled."""
 
     @property
-    def operation_id(self) -> str:
-        """The operation id (idempotency key) that was reused ("" when not reported)."""
-        return self.metadata.get(reasons.OPERATION_ID, "")
+    def state(self) -> OperationState:
+        """The state the operation is in (UNSPECIFIED when the server did not name one this client knows)."""
+        name = self.metadata.get(reasons.STATE, "").removeprefix("OPERATION_STATE_")
+        return OperationState.__members__.get(name, OperationState.UNSPECIFIED)
+
+
+class IdempotencyKeyReused(PreconditionFailed):
+    """An effect exists under this operation id with another payload; it was left unchanged."""
 
 
 class WorkflowVersionMismatch(PreconditionFailed):
     """The pending review was checkpointed by a workflow graph the server no longer runs."""
+
+    @property
+    def recorded(self) -> str:
+        """The workflow (name@version) the pending review was recorded under."""
+        return self.metadata.get(reasons.RECORDED, "")
+
+    @property
+    def running(self) -> str:
+        """The workflow (name@version) the server runs."""
+        return self.metadata.get(reasons.RUNNING, "")
 
 
 class DecisionConflict(DecisionflowError):
@@ -125,11 +176,26 @@ class DecisionConflict(DecisionflowError):
 
 
 class CheckpointIntegrity(DecisionflowError):
-    """The stored checkpoint failed its integrity check and was refused, never decoded."""
+    """The stored checkpoint failed its integrity check and was refused, never decoded; an operator must act."""
+
+    always_definite = True
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The checkpoint that was refused."""
+        return self.metadata.get(reasons.CHECKPOINT_ID, "")
 
 
 class Unavailable(DecisionflowError):
     """The server stayed unavailable (or overloaded) through every retry; the outcome is not known."""
+
+
+class CheckpointSaveFailed(Unavailable):
+    """The orchestrator could not store a checkpoint, so the request was not recorded; retry it as it was."""
+
+
+class ReplyLost(Unavailable):
+    """The receiver committed the effect but withheld the reply (fault switch); a lookup shows it."""
 
 
 class DeadlineExceeded(DecisionflowError):
@@ -140,24 +206,38 @@ class ServerError(DecisionflowError):
     """Any other failure (internal error, cancelled call, unexpected status)."""
 
 
-_BY_REASON: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
+class WorkflowProtocolError(ServerError):
+    """The orchestrator's workflow broke one of the service's invariants (a server fault)."""
+
+
+# The one mapping from (status, ErrorInfo reason) to class; reason "" matches any reason of that
+# status, so a reason this client does not know still gets its status's class.
+_CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
+    (grpc.StatusCode.INVALID_ARGUMENT, ""): InvalidRequest,
+    (grpc.StatusCode.INVALID_ARGUMENT, reasons.DECISION_REQUIRED): DecisionRequired,
+    (grpc.StatusCode.NOT_FOUND, ""): NotFound,
+    (grpc.StatusCode.UNAUTHENTICATED, ""): Unauthenticated,
+    (grpc.StatusCode.PERMISSION_DENIED, ""): PermissionDenied,
+    (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES): FourEyes,
+    (grpc.StatusCode.FAILED_PRECONDITION, ""): PreconditionFailed,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL): StaleProposal,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE): NotRedrivable,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED): IdempotencyKeyReused,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,
     (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT): DecisionConflict,
     (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY): CheckpointIntegrity,
+    (grpc.StatusCode.UNAVAILABLE, ""): Unavailable,
+    (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED): CheckpointSaveFailed,
+    (grpc.StatusCode.UNAVAILABLE, reasons.REPLY_LOST): ReplyLost,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, ""): Unavailable,
+    (grpc.StatusCode.DEADLINE_EXCEEDED, ""): DeadlineExceeded,
+    (grpc.StatusCode.INTERNAL, reasons.WORKFLOW_PROTOCOL): WorkflowProtocolError,
 }
 
-_BY_CODE: Mapping[grpc.StatusCode, type[DecisionflowError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.FAILED_PRECONDITION: PreconditionFailed,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-}
+
+def error_class(code: grpc.StatusCode, reason: str) -> type[DecisionflowError]:
+    """Return the class a failure with this status code and ErrorInfo reason is raised as."""
+    return _CLASSES.get((code, reason)) or _CLASSES.get((code, ""), ServerError)
 
 
 def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError:
@@ -178,8 +258,10 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         # No trailing metadata, or a status detail that contradicts the call's code:
         # the code alone still classifies the failure.
         reason, metadata, violations = "", {}, []
-    cls = _BY_REASON.get((code, reason)) or _BY_CODE.get(code, ServerError)
-    definite = code in DEFINITE_CODES and not (attempts > 1 and code in _CALLER_DEPENDENT_CODES)
+    cls = error_class(code, reason)
+    definite: bool | None = None
+    if attempts > 1 and code in _CALLER_DEPENDENT_CODES:
+        definite = False
     return cls(
         code,
         message,

@@ -14,7 +14,7 @@ import grpc
 from decisionflow import reasons
 from decisionflow.auth import bearer_metadata
 from decisionflow.channels import insecure_channel
-from decisionflow.client import map_rpc_error
+from decisionflow.client import Decision, map_rpc_error
 from decisionflow.demo import workspace as ws
 from decisionflow.demo.children import DemoError, Finished, Service
 from decisionflow.demo.control import NaiveAttempt, run_naive_client
@@ -180,9 +180,11 @@ class Story:
         self.seen.conflict_refused = declined.exit_code == EXIT_REFUSED and self._reason(declined) == (
             reasons.DECISION_CONFLICT
         )
-        recorded = str((declined.document.get("error") or {}).get("metadata", {}).get(reasons.RECORDED_DECISION))
+        recorded = Decision.parse(
+            str((declined.document.get("error") or {}).get("metadata", {}).get(reasons.RECORDED_DECISION, ""))
+        )
         self.say.line(
-            f"-> refused, exit {declined.exit_code}: {self._reason(declined)} (recorded decision: {recorded.upper()})"
+            f"-> refused, exit {declined.exit_code}: {self._reason(declined)} (recorded decision: {recorded.value})"
         )
         self._stale_tab()
         self._omitted_decision()

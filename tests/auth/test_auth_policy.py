@@ -94,16 +94,36 @@ def test_every_method_times_every_identity_on_a_real_server() -> None:
     assert sorted((method, p.name) for method, p in recorder.calls) == sorted(admitted)
 
 
-def test_four_eyes_refuses_the_author_as_reviewer_only_when_enabled() -> None:
-    check_four_eyes("arthur", "rita", enabled=True)
-    check_four_eyes("arthur", "arthur", enabled=False)
-    with pytest.raises(FourEyesViolation) as refused:
-        check_four_eyes("arthur", "arthur", enabled=True)
-    assert refused.value.reason == reasons.FOUR_EYES
-    assert refused.value.metadata == {"principal": "arthur"}
-    assert isinstance(refused.value, PermissionDenied)
-    assert code_for(AUTH_STATUS, refused.value) == grpc.StatusCode.PERMISSION_DENIED
+def _four_eyes_refusal(author: str, reviewer: str, enabled: bool) -> FourEyesViolation | None:
+    """Return the refusal check_four_eyes raises, or None when it admits the reviewer."""
+    try:
+        check_four_eyes(author, reviewer, enabled)
+    except FourEyesViolation as refused:
+        return refused
+    return None
 
 
-def test_four_eyes_compares_principal_names_exactly() -> None:
-    check_four_eyes("arthur", "Arthur", enabled=True)  # distinct principals in the credentials file
+@pytest.mark.parametrize(
+    ("author", "reviewer", "enabled", "refused"),
+    [
+        ("arthur", "rita", True, False),
+        ("arthur", "arthur", False, False),
+        ("arthur", "arthur", True, True),
+        # Names are compared exactly: these are distinct principals in the credentials file.
+        ("arthur", "Arthur", True, False),
+        ("arthur", "arthur ", True, False),
+    ],
+)
+def test_four_eyes_refuses_only_the_author_and_only_when_enabled(
+    author: str, reviewer: str, enabled: bool, refused: bool
+) -> None:
+    refusal = _four_eyes_refusal(author, reviewer, enabled)
+    assert (refusal is not None) is refused
+    if refusal is not None:
+        assert (refusal.reason, refusal.metadata) == (reasons.FOUR_EYES, {reasons.PRINCIPAL: reviewer})
+
+
+def test_a_four_eyes_refusal_is_a_permission_denied() -> None:
+    refusal = _four_eyes_refusal("arthur", "arthur", enabled=True)
+    assert isinstance(refusal, PermissionDenied)
+    assert code_for(AUTH_STATUS, refusal) == grpc.StatusCode.PERMISSION_DENIED

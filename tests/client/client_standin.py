@@ -136,12 +136,15 @@ def _handlers(script: Script) -> list[grpc.GenericRpcHandler[Any, Any]]:
 
 
 @contextmanager
-def standin() -> Iterator[StandIn]:
-    """Run a stand-in server on a free loopback port for the duration of the block."""
+def standin(credentials: grpc.ServerCredentials | None = None) -> Iterator[StandIn]:
+    """Run a stand-in server on a free loopback port (TLS with credentials) for the duration of the block."""
     script = Script()
     server = grpc.server(ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers(_handlers(script))
-    port = server.add_insecure_port("127.0.0.1:0")
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
     server.start()
     try:
         yield StandIn(f"127.0.0.1:{port}", script)

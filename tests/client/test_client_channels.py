@@ -15,6 +15,7 @@ from decisionflow.client import ReviewClient, Unavailable
 from decisionflow.retry import RetryPolicy
 from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from tests.security.pki import Pki, make_pki
 
 from .client_standin import Fail, Sleeps, StandIn, standin
 
@@ -156,13 +157,42 @@ def test_aio_channels_take_interceptors_and_fixed_options(server: StandIn) -> No
     assert len(server.script.calls("Approve")) == 1
 
 
-def test_secure_channels_are_built_with_the_same_options() -> None:
-    credentials = grpc.ssl_channel_credentials()
-    with channels.secure_channel("127.0.0.1:1", credentials):
-        pass
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A throwaway CA and a server certificate for 127.0.0.1."""
+    return make_pki(tmp_path_factory.mktemp("pki"), clients=())
 
-    async def run() -> None:
-        async with channels.aio_secure_channel("127.0.0.1:1", credentials):
-            pass
 
-    asyncio.run(run())
+def test_secure_channels_are_built_with_the_same_options(pki: Pki) -> None:
+    server_credentials = grpc.ssl_server_credentials(
+        [(pki.key("server").read_bytes(), pki.cert("server").read_bytes())]
+    )
+    credentials = grpc.ssl_channel_credentials(pki.cert("ca").read_bytes())
+    too_big = review_pb2.StartReviewRequest(body="x" * MAX_MESSAGE_BYTES)
+    options = [("grpc.service_config", GRPC_RETRY_CONFIG)]
+
+    with standin(server_credentials) as server:
+        server.script.then("Approve", *[Fail(grpc.StatusCode.UNAVAILABLE)] * 20)
+        with channels.secure_channel(server.target, credentials, options=options) as ch:
+            _approve_once(ch)
+            with pytest.raises(grpc.RpcError) as raised:
+                review_pb2_grpc.ReviewServiceStub(ch).StartReview(too_big, timeout=5)
+            assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        # gRPC did not retry under the service config, and the oversized request never left.
+        assert len(server.script.calls("Approve")) == 1
+        assert server.script.calls("StartReview") == []
+
+        async def run() -> grpc.StatusCode:
+            async with channels.aio_secure_channel(server.target, credentials, options=options) as ch:
+                stub = review_pb2_grpc.ReviewServiceStub(ch)
+                with pytest.raises(grpc.RpcError):
+                    await stub.Approve(review_pb2.ApproveRequest(), timeout=5)
+                try:
+                    await stub.StartReview(too_big, timeout=5)
+                except grpc.aio.AioRpcError as error:
+                    return error.code()
+            raise AssertionError("the oversized request was sent")
+
+        assert asyncio.run(run()) is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert len(server.script.calls("Approve")) == 2
+        assert server.script.calls("StartReview") == []

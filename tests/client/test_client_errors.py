@@ -1,4 +1,5 @@
-"""map_rpc_error: rich statuses from a real server become typed errors with their attributes."""
+"""map_rpc_error: rich statuses from a real server become typed errors with their attributes; every
+reason of the contract has its own class, and the services' refusals arrive with their metadata typed."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import grpc
 import pytest
 
 from decisionflow import reasons
+from decisionflow.auth import FourEyesViolation
 from decisionflow.channels import insecure_channel
 from decisionflow.client import errors
-from decisionflow.client.views import Decision
+from decisionflow.client.views import Decision, OperationState
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
+from decisionflow.rpc_errors import code_for
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from effect_receiver import errors as receiver_errors
+from effect_receiver.grpc_api import STATUS_TABLE as RECEIVER_STATUS
+from orchestrator import errors as orchestrator_errors
+from orchestrator.domain import Decision as DomainDecision
+from orchestrator.domain import State
+from orchestrator.grpc_api import STATUS_TABLE as ORCHESTRATOR_STATUS
 
 from .client_standin import Fail, StandIn, standin
 
@@ -94,13 +103,24 @@ def test_idempotency_key_reused_names_the_key(server: StandIn) -> None:
     ("code", "reason", "expected", "definite"),
     [
         (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH, errors.WorkflowVersionMismatch, True),
-        (grpc.StatusCode.FAILED_PRECONDITION, "NOT_REDRIVABLE", errors.PreconditionFailed, True),
-        (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY, errors.CheckpointIntegrity, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE, errors.NotRedrivable, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL, errors.StaleProposal, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED, errors.IdempotencyKeyReused, True),
+        (grpc.StatusCode.FAILED_PRECONDITION, "SOME_NEW_PRECONDITION", errors.PreconditionFailed, True),
+        (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT, errors.DecisionConflict, True),
+        # Tampered: no retry can help, an operator must act.
+        (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY, errors.CheckpointIntegrity, True),
+        (grpc.StatusCode.DATA_LOSS, "SOMETHING_ELSE", errors.ServerError, False),
         (grpc.StatusCode.NOT_FOUND, reasons.NOT_FOUND, errors.NotFound, True),
-        (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES, errors.PermissionDenied, True),
+        (grpc.StatusCode.INVALID_ARGUMENT, reasons.INVALID_ARGUMENT, errors.InvalidRequest, True),
+        (grpc.StatusCode.INVALID_ARGUMENT, reasons.DECISION_REQUIRED, errors.DecisionRequired, True),
+        (grpc.StatusCode.PERMISSION_DENIED, reasons.PERMISSION_DENIED, errors.PermissionDenied, True),
+        (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES, errors.FourEyes, True),
         (grpc.StatusCode.UNAUTHENTICATED, reasons.UNAUTHENTICATED, errors.Unauthenticated, True),
-        (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED, errors.Unavailable, False),
-        (grpc.StatusCode.INTERNAL, "WORKFLOW_PROTOCOL", errors.ServerError, False),
+        (grpc.StatusCode.UNAVAILABLE, reasons.UNAVAILABLE, errors.Unavailable, False),
+        (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED, errors.CheckpointSaveFailed, False),
+        (grpc.StatusCode.UNAVAILABLE, reasons.REPLY_LOST, errors.ReplyLost, False),
+        (grpc.StatusCode.INTERNAL, reasons.WORKFLOW_PROTOCOL, errors.WorkflowProtocolError, False),
         (grpc.StatusCode.ALREADY_EXISTS, "SOMETHING_ELSE", errors.ServerError, True),
     ],
 )
@@ -169,3 +189,102 @@ def test_decisions_parse_leniently() -> None:
     assert Decision.parse(" decline ") is Decision.DECLINE
     assert Decision.parse("") is Decision.UNSPECIFIED
     assert Decision.parse("MAYBE") is Decision.UNSPECIFIED
+
+
+# The error contract: each reason, the status it travels with, and the class the client raises.
+CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
+    reasons.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidRequest),
+    reasons.DECISION_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, errors.DecisionRequired),
+    reasons.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, errors.NotFound),
+    reasons.STALE_PROPOSAL: (grpc.StatusCode.FAILED_PRECONDITION, errors.StaleProposal),
+    reasons.DECISION_CONFLICT: (grpc.StatusCode.ALREADY_EXISTS, errors.DecisionConflict),
+    reasons.NOT_REDRIVABLE: (grpc.StatusCode.FAILED_PRECONDITION, errors.NotRedrivable),
+    reasons.WORKFLOW_VERSION_MISMATCH: (grpc.StatusCode.FAILED_PRECONDITION, errors.WorkflowVersionMismatch),
+    reasons.IDEMPOTENCY_KEY_REUSED: (grpc.StatusCode.FAILED_PRECONDITION, errors.IdempotencyKeyReused),
+    reasons.CHECKPOINT_INTEGRITY: (grpc.StatusCode.DATA_LOSS, errors.CheckpointIntegrity),
+    reasons.CHECKPOINT_SAVE_FAILED: (grpc.StatusCode.UNAVAILABLE, errors.CheckpointSaveFailed),
+    reasons.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, errors.Unavailable),
+    reasons.REPLY_LOST: (grpc.StatusCode.UNAVAILABLE, errors.ReplyLost),
+    reasons.WORKFLOW_PROTOCOL: (grpc.StatusCode.INTERNAL, errors.WorkflowProtocolError),
+    reasons.UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, errors.Unauthenticated),
+    reasons.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied),
+    reasons.FOUR_EYES: (grpc.StatusCode.PERMISSION_DENIED, errors.FourEyes),
+}
+
+
+def test_every_reason_has_a_class_of_its_own() -> None:
+    # Reasons are the upper-case values of decisionflow.reasons (metadata keys are lower case).
+    declared = {value for name, value in vars(reasons).items() if name.isupper() and str(value).isupper()}
+    assert set(CONTRACT) == declared
+    classes = [cls for _, cls in CONTRACT.values()]
+    assert len(set(classes)) == len(classes)
+    for reason, (code, cls) in CONTRACT.items():
+        assert errors.error_class(code, reason) is cls, reason
+        assert cls.__doc__ and "\n" not in cls.__doc__.strip(), f"{cls.__name__} needs a one-line docstring"
+
+
+@pytest.mark.parametrize(
+    ("refusal", "metadata", "attributes"),
+    [
+        (
+            orchestrator_errors.NotFound("operation", OP),
+            {reasons.OPERATION_ID: OP},
+            {"operation_id": OP, "case_id": ""},
+        ),
+        (
+            orchestrator_errors.NotFound("pending review", OP),
+            {reasons.OPERATION_ID: OP},
+            {"operation_id": OP, "case_id": ""},
+        ),
+        (orchestrator_errors.NotFound("case", "T-1"), {reasons.CASE_ID: "T-1"}, {"case_id": "T-1", "operation_id": ""}),
+        (
+            orchestrator_errors.StaleProposal(OP, CURRENT),
+            {reasons.OPERATION_ID: OP, reasons.CURRENT_OPERATION_ID: CURRENT},
+            {"operation_id": OP, "current_operation_id": CURRENT},
+        ),
+        (
+            orchestrator_errors.DecisionConflict(OP, DomainDecision.APPROVE.value),
+            {reasons.OPERATION_ID: OP, reasons.RECORDED_DECISION: "DECISION_APPROVE"},
+            {"operation_id": OP, "recorded_decision": Decision.APPROVE},
+        ),
+        (
+            orchestrator_errors.DecisionConflict(OP, DomainDecision.DECLINE),
+            {reasons.OPERATION_ID: OP, reasons.RECORDED_DECISION: "DECISION_DECLINE"},
+            {"operation_id": OP, "recorded_decision": Decision.DECLINE},
+        ),
+        (
+            orchestrator_errors.NotRedrivable(OP, State.COMMITTED.value),
+            {reasons.OPERATION_ID: OP, reasons.STATE: "OPERATION_STATE_COMMITTED"},
+            {"operation_id": OP, "state": OperationState.COMMITTED},
+        ),
+        (
+            orchestrator_errors.NotRedrivable(OP, State.PENDING_REVIEW),
+            {reasons.OPERATION_ID: OP, reasons.STATE: "OPERATION_STATE_PENDING_REVIEW"},
+            {"operation_id": OP, "state": OperationState.PENDING_REVIEW},
+        ),
+        (
+            orchestrator_errors.WorkflowVersionMismatch(OP, "review@1", "review@2"),
+            {reasons.OPERATION_ID: OP, reasons.RECORDED: "review@1", reasons.RUNNING: "review@2"},
+            {"operation_id": OP, "recorded": "review@1", "running": "review@2"},
+        ),
+        (
+            orchestrator_errors.CheckpointIntegrity("ckpt-9", "HMAC does not match", operation_id=OP),
+            {reasons.OPERATION_ID: OP, reasons.CHECKPOINT_ID: "ckpt-9"},
+            {"operation_id": OP, "checkpoint_id": "ckpt-9", "definite": True},
+        ),
+        (receiver_errors.IdempotencyKeyReused(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP}),
+        (receiver_errors.ReplyLost(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP, "definite": False}),
+        (FourEyesViolation("sam"), {reasons.PRINCIPAL: "sam"}, {"principal": "sam"}),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, DomainError) else "",
+)
+def test_server_refusals_arrive_with_their_metadata_as_typed_attributes(
+    server: StandIn, refusal: DomainError, metadata: dict[str, str], attributes: dict[str, object]
+) -> None:
+    table = {**ORCHESTRATOR_STATUS, **RECEIVER_STATUS}
+    code = code_for(table, refusal)
+    error = errors.map_rpc_error(raw_failure(server, Fail(code, refusal)))
+
+    assert type(error) is CONTRACT[refusal.reason][1]
+    assert (error.code, error.reason, error.metadata) == (CONTRACT[refusal.reason][0], refusal.reason, metadata)
+    assert {name: getattr(error, name) for name in attributes} == attributes

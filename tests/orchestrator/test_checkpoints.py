@@ -57,7 +57,13 @@ def test_altered_checkpoint_is_refused_and_never_unpickled(make_stack: Callable[
     )
     refused = _refusal(lambda: review.Approve(approve(started.proposal.operation_id), timeout=10))
     assert refused.code() == grpc.StatusCode.DATA_LOSS
-    assert error_info(refused)[0] == reasons.CHECKPOINT_INTEGRITY
+    assert error_info(refused)[:2] == (
+        reasons.CHECKPOINT_INTEGRITY,
+        {
+            reasons.OPERATION_ID: started.proposal.operation_id,
+            reasons.CHECKPOINT_ID: started.pending_review.checkpoint_id,
+        },
+    )
     assert not sentinel.exists()
     assert stack.decisions() == 0 and stack.effects() == 0
 

@@ -61,7 +61,7 @@ def test_begin_in_a_approve_in_b_replay_in_c(tmp_path: Path) -> None:
             review.Approve(decline(op), timeout=15)
         assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
         reason, metadata, _ = error_info(conflict.value)
-        assert reason == reasons.DECISION_CONFLICT and metadata[reasons.RECORDED_DECISION] == "approve"
+        assert reason == reasons.DECISION_CONFLICT and metadata[reasons.RECORDED_DECISION] == "DECISION_APPROVE"
         state = review.GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5).operation
         assert state.decision == common_pb2.DECISION_APPROVE and state.state == common_pb2.OPERATION_STATE_COMMITTED
 

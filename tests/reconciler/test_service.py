@@ -11,12 +11,14 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
+from decisionflow import reasons
 from decisionflow.client import (
     Consistency,
     Decision,
     LookupAnswer,
     LookupBatch,
     LookupStatus,
+    NotRedrivable,
     OperationState,
     OperationView,
     Outcome,
@@ -27,6 +29,7 @@ from decisionflow.client import (
     SettleResult,
     Unavailable,
 )
+from decisionflow.client.errors import error_class
 from reconciler.service import PassSettings, Reconciler
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
@@ -58,6 +61,11 @@ def view(
         last_lookup=None,
         updated_at=at,
     )
+
+
+# Re-drive refusals that are preconditions but not NOT_REDRIVABLE: one the contract names, one a
+# newer orchestrator might add.
+PRECONDITIONS = {"version": reasons.WORKFLOW_VERSION_MISMATCH, "novel": "SOME_NEW_PRECONDITION"}
 
 
 @dataclass
@@ -98,7 +106,17 @@ class Orchestrator:
     def redrive_operation(self, operation_id: str) -> RedriveResult:
         how = self.redrive_as.get(operation_id, "commit")
         if how == "refuse":
-            raise PreconditionFailed(grpc.StatusCode.FAILED_PRECONDITION, "committed", reason="NOT_REDRIVABLE")
+            raise NotRedrivable(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "committed",
+                reason=reasons.NOT_REDRIVABLE,
+                metadata={reasons.OPERATION_ID: operation_id, reasons.STATE: "OPERATION_STATE_COMMITTED"},
+            )
+        if how in PRECONDITIONS:
+            # A refusal as map_rpc_error builds it: the class by status and reason, never NotRedrivable.
+            refused = error_class(grpc.StatusCode.FAILED_PRECONDITION, PRECONDITIONS[how])
+            assert refused is not NotRedrivable and issubclass(refused, PreconditionFailed)
+            raise refused(grpc.StatusCode.FAILED_PRECONDITION, f"refused: {how}", reason=PRECONDITIONS[how])
         if how == "fail":
             raise Unavailable(grpc.StatusCode.UNAVAILABLE, "receiver unreachable from the orchestrator", attempts=5)
         outcome, state = {
@@ -163,6 +181,26 @@ def test_every_redrive_outcome_is_counted_and_what_stays_open_is_aged() -> None:
     # Left open: the one still unknown after its re-drive (2 min) and the one whose re-drive failed (5 min).
     assert (summary.still_unknown, summary.oldest_unknown_age_seconds, summary.unknown_older_than_alert) == (2, 300, 1)
     assert summary.alerting
+
+
+def test_a_precondition_other_than_not_redrivable_is_a_failed_redrive_never_settled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    operations = {op_id(n): view(n, age=timedelta(minutes=n)) for n in range(1, 4)}
+    scripted = {op_id(1): "version", op_id(2): "novel", op_id(3): "refuse"}
+    orchestrator = Orchestrator(operations, redrive_as=scripted)
+    with caplog.at_level("WARNING", logger="decisionflow.reconciler"), reconciler(orchestrator, Receiver()) as r:
+        summary = r.run_pass()
+    counts = summary.redriven
+    assert (counts.already_settled, counts.failed, counts.committed) == (1, 2, 0)
+    # The two refused for another precondition stay open, aged from their decision (1 and 2 minutes).
+    assert (summary.still_unknown, summary.oldest_unknown_age_seconds) == (2, 120)
+    assert orchestrator.operations[op_id(1)].state is OperationState.UNKNOWN
+    assert orchestrator.operations[op_id(2)].state is OperationState.UNKNOWN
+    failures = [record.getMessage() for record in caplog.records if "failed" in record.getMessage()]
+    assert len(failures) == 2
+    assert any(op_id(1) in line and reasons.WORKFLOW_VERSION_MISMATCH in line for line in failures)
+    assert any(op_id(2) in line and "SOME_NEW_PRECONDITION" in line for line in failures)
 
 
 def test_a_receiver_down_is_retried_once_per_pass_then_tried_once_per_batch() -> None:
