@@ -90,7 +90,9 @@ class DecisionService:
         # Verified before the framework sees it: a tampered row is refused here, never unpickled.
         checkpoint = run.admit(inputs.checkpoint)
         if checkpoint is None:
-            raise CheckpointIntegrity(review.checkpoint_id, "the pending review's checkpoint is missing")
+            raise CheckpointIntegrity(
+                review.checkpoint_id, "the pending review's checkpoint is missing", operation_id=operation_id
+            )
 
         def check_request(request: ReviewRequest) -> None:
             if request.operation_id != operation_id:
