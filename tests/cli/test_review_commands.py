@@ -225,8 +225,8 @@ def test_connection_settings_come_from_the_environment(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["approve", "op-v1-x", "--timeout", "0"], "--timeout must be positive"),
-        (["approve", "op-v1-x", "--timeout", "soon"], "--timeout must be a number"),
+        (["approve", "op-v1-x", "--timeout", "0"], "--timeout (env DECISIONFLOW_TIMEOUT): expected a positive number of seconds"),
+        (["approve", "op-v1-x", "--timeout", "soon"], "--timeout (env DECISIONFLOW_TIMEOUT): expected a positive number of seconds"),
         (["approve", "op-v1-x", "--token-file", "/nonexistent/token"], "cannot read token file"),
         (["start", "/nonexistent/proposal.json"], "cannot read input"),
         (["show"], "one of the arguments"),
