@@ -80,7 +80,7 @@ METRICS_ADDRESS = Setting(
     "DECISIONFLOW_RECONCILER_METRICS_ADDRESS",
     "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
     "127.0.0.1",
-    parse=settings.target,
+    parse=settings.non_empty,
 )
 LOG_LEVEL = Setting(
     "log_level",
