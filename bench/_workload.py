@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
+from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from orchestrator.domain import (
     Decision,
@@ -137,6 +138,4 @@ def sample_approve_response() -> review_pb2.ApproveResponse:
 
 
 def _stamp() -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(_SAMPLE_TIME)
-    return stamp
+    return to_timestamp(_SAMPLE_TIME)

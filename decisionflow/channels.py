@@ -2,8 +2,11 @@
 
 Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) is the only
 retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in
-both directions. Interceptors (for example one that adds credentials metadata) are applied
-in the order given.
+both directions. Interceptors are applied in the order given.
+
+``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
+CA file, and a bearer token attached to every call by the auth interceptors (call credentials
+would need TLS, and loopback deployments run without it).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import grpc
 
+from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor
 from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.tls import StrPath, channel_credentials
 
 if TYPE_CHECKING:
     ClientInterceptor: TypeAlias = (
@@ -100,3 +105,33 @@ def aio_secure_channel(
         options=channel_options(options),
         interceptors=cast("Sequence[grpc.aio.ClientInterceptor]", list(interceptors)) or None,
     )
+
+
+def open_channel(
+    target: str,
+    *,
+    ca_file: StrPath | None = None,
+    token: str | None = None,
+    options: Sequence[ChannelOption] = (),
+) -> grpc.Channel:
+    """Return a channel to target with the fixed options: TLS trusting ca_file when given (plaintext
+    otherwise), and ``authorization: Bearer <token>`` on every call when token is given."""
+    interceptors = [SyncBearerTokenInterceptor(token)] if token is not None else []
+    if ca_file is None:
+        return insecure_channel(target, interceptors=interceptors, options=options)
+    return secure_channel(target, channel_credentials(ca_file), interceptors=interceptors, options=options)
+
+
+def open_aio_channel(
+    target: str,
+    *,
+    ca_file: StrPath | None = None,
+    token: str | None = None,
+    options: Sequence[ChannelOption] = (),
+) -> grpc.aio.Channel:
+    """Return an asyncio channel to target with the fixed options: TLS trusting ca_file when given
+    (plaintext otherwise), and ``authorization: Bearer <token>`` on every call when token is given."""
+    interceptors = [BearerTokenInterceptor(token)] if token is not None else []
+    if ca_file is None:
+        return aio_insecure_channel(target, interceptors=interceptors, options=options)
+    return aio_secure_channel(target, channel_credentials(ca_file), interceptors=interceptors, options=options)

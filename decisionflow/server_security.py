@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,20 +9,23 @@ import grpc
 
 from decisionflow.auth import RPC_ROLES, AuthInterceptor, load_credentials
 from decisionflow.serving import check_exposure
-from decisionflow.settings import Setting
+from decisionflow.settings import Setting, SettingError, SettingValues, path
 from decisionflow.tls import server_credentials
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "credentials_file",
-        "DECISIONFLOW_CREDENTIALS_FILE",
-        "JSON file of token hashes and certificate principals with their roles (unset: authentication off, "
-        "loopback only)",
-    ),
-    Setting("tls_cert", "DECISIONFLOW_TLS_CERT", "server certificate (PEM); with --tls-key enables TLS"),
-    Setting("tls_key", "DECISIONFLOW_TLS_KEY", "server private key (PEM)"),
-    Setting("tls_client_ca", "DECISIONFLOW_TLS_CLIENT_CA", "CA bundle for client certificates (enables mTLS)"),
+CREDENTIALS_FILE = Setting(
+    "credentials_file",
+    "DECISIONFLOW_CREDENTIALS_FILE",
+    "JSON file of token hashes and certificate principals with their roles (unset: authentication off, loopback only)",
+    parse=path,
 )
+TLS_CERT = Setting(
+    "tls_cert", "DECISIONFLOW_TLS_CERT", "server certificate (PEM); with --tls-key enables TLS", parse=path
+)
+TLS_KEY = Setting("tls_key", "DECISIONFLOW_TLS_KEY", "server private key (PEM)", parse=path)
+TLS_CLIENT_CA = Setting(
+    "tls_client_ca", "DECISIONFLOW_TLS_CLIENT_CA", "CA bundle for client certificates (enables mTLS)", parse=path
+)
+SETTINGS: tuple[Setting[Path], ...] = (CREDENTIALS_FILE, TLS_CERT, TLS_KEY, TLS_CLIENT_CA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +38,13 @@ class ServerSecurity:
     tls_client_ca: Path | None = None
 
 
-def from_values(values: Mapping[str, str | None]) -> ServerSecurity:
-    """Return the security settings from resolved setting values; raise ValueError when inconsistent."""
-    paths = {key: Path(values[key] or "") if values.get(key) else None for key in (s.key for s in SETTINGS)}
-    security = ServerSecurity(**paths)
+def from_values(values: SettingValues) -> ServerSecurity:
+    """Return the security settings from parsed setting values; raise SettingError when inconsistent."""
+    security = ServerSecurity(values[CREDENTIALS_FILE], values[TLS_CERT], values[TLS_KEY], values[TLS_CLIENT_CA])
     if (security.tls_cert is None) != (security.tls_key is None):
-        raise ValueError("tls_cert and tls_key must be given together")
+        raise SettingError(f"{TLS_CERT.names} and {TLS_KEY.names} must be given together")
     if security.tls_client_ca is not None and security.tls_cert is None:
-        raise ValueError("tls_client_ca needs tls_cert and tls_key")
+        raise SettingError(f"{TLS_CLIENT_CA.names} needs {TLS_CERT.flag} and {TLS_KEY.flag}")
     return security
 
 

@@ -1,52 +1,255 @@
 """Configuration settings: one declaration per setting gives its flag, environment variable,
-default and help text, so the command line, the environment and the README's configuration
-reference cannot drift apart."""
+default, help text and typed parser, so the command line, the environment, the README's
+configuration reference and the checks on each value cannot drift apart.
+
+A value comes from the flag if given, else the environment, else the default. A setting with no
+default that is unset, or set to the empty string, is None. Every other value goes through the
+setting's parser; a parser raises ValueError saying what it accepts, and ``parse_settings`` turns
+that into a SettingError naming the flag and the environment variable, which each command reports
+as a usage error (exit status 2).
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar, cast
+
+from decisionflow.auth import bearer_metadata
+
+T = TypeVar("T")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+class SettingError(ValueError):
+    """A setting's value is unusable; the message names the flag, the environment variable and the accepted form."""
+
+
+def text(value: str) -> str:
+    """Return value unchanged: any text is accepted."""
+    return value
+
+
+def _seconds(value: str, *, positive: bool) -> float:
+    form = "a positive" if positive else "a non-negative"
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expected {form} number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise ValueError(f"expected {form} number of seconds, not {value!r}")
+    return seconds
+
+
+def seconds(value: str) -> float:
+    """Return a finite, non-negative number of seconds (0 allowed)."""
+    return _seconds(value, positive=False)
+
+
+def positive_seconds(value: str) -> float:
+    """Return a finite number of seconds greater than zero."""
+    return _seconds(value, positive=True)
+
+
+def boolean(value: str) -> bool:
+    """Return True for true/yes/on/1 and False for false/no/off/0 (any case)."""
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}, not {value!r}")
+
+
+def log_level(value: str) -> str:
+    """Return one of debug, info, warning or error (any case in, lower case out)."""
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, not {value!r}")
+    return level
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """Return a parser of whole numbers from low to high inclusive."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"expected a whole number from {low} to {high}, not {value!r}") from None
+        if not low <= number <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, not {value!r}")
+        return number
+
+    return parse
+
+
+port = integer(0, 65535)
+
+
+def non_empty(value: str) -> str:
+    """Return value, which must not be empty or only whitespace."""
+    if not value.strip():
+        raise ValueError("expected a value, not an empty one")
+    return value
+
+
+def target(value: str) -> str:
+    """Return a non-empty address to listen on or to call (``host:port`` or a gRPC target)."""
+    if not value.strip():
+        raise ValueError("expected host:port, not an empty value")
+    return value
+
+
+def path(value: str) -> Path:
+    """Return value as a path (checked when the file is used)."""
+    return Path(value)
+
+
+def readable_file(value: str) -> Path:
+    """Return the path of an existing, readable regular file."""
+    file = Path(value)
+    try:
+        with file.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"expected a readable file, not {value!r} ({exc.strerror or exc})") from None
+    if not file.is_file():
+        raise ValueError(f"expected a readable file, not {value!r} (not a regular file)")
+    return file
+
+
+def token_file(value: str) -> str:
+    """Return the bearer token held in the file at value: UTF-8, surrounding whitespace stripped,
+    non-empty printable text without spaces."""
+    try:
+        token = Path(value).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read token file {value!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"token file {value!r} is not UTF-8 text") from None
+    try:
+        bearer_metadata(token)
+    except ValueError as exc:
+        raise ValueError(f"token file {value!r}: {exc}") from None
+    return token
+
+
+def checkpoint_keys(min_bytes: int) -> Callable[[str], tuple[bytes, ...]]:
+    """Return a parser of comma-separated HMAC keys, each at least min_bytes bytes (UTF-8) after
+    stripping; at least one key."""
+
+    def parse(value: str) -> tuple[bytes, ...]:
+        keys = tuple(key.strip().encode() for key in value.split(",") if key.strip())
+        if not keys:
+            raise ValueError(f"expected comma-separated keys of at least {min_bytes} bytes each, not an empty list")
+        short = [index for index, key in enumerate(keys, 1) if len(key) < min_bytes]
+        if short:
+            # The keys are secrets: name their positions, never their text.
+            raise ValueError(f"every key must be at least {min_bytes} bytes; key {short[0]} of {len(keys)} is shorter")
+        return keys
+
+    return parse
+
+
+# A setting declared without a parser keeps its text as given (its type is then Any to mypy).
+_AS_GIVEN: Callable[[str], Any] = text
 
 
 @dataclass(frozen=True, slots=True)
-class Setting:
-    """One configuration value: ``--flag`` on the command line or ``env`` in the environment."""
+class Setting(Generic[T]):
+    """One configuration value: ``--flag`` on the command line or ``env`` in the environment,
+    turned into its type by ``parse``."""
 
     key: str
     env: str
     help: str
     default: str | None = None
-    flag_only: bool = False  # switches such as --once: no environment variable
+    flag_only: bool = False  # no environment variable: given on the command line or not at all
+    parse: Callable[[str], T] = _AS_GIVEN
+    switch: bool = False  # a flag without a value, such as --once; implies flag_only
 
     @property
     def flag(self) -> str:
         """The command-line flag for this setting."""
         return "--" + self.key.replace("_", "-")
 
+    @property
+    def names(self) -> str:
+        """The flag and (unless flag-only) the environment variable, as error messages name them."""
+        return self.flag if self.flag_only or self.switch else f"{self.flag} (env {self.env})"
 
-def add_settings(parser: argparse.ArgumentParser, settings: Sequence[Setting]) -> None:
+
+def add_settings(parser: argparse.ArgumentParser, settings: Sequence[Setting[Any]]) -> None:
     """Add one option per setting; its value defaults to None so the environment can fill it."""
     for setting in settings:
+        if setting.switch:
+            parser.add_argument(
+                setting.flag, dest=setting.key, action="store_const", const="true", default=None, help=setting.help
+            )
+            continue
         env_note = "" if setting.flag_only else f" [env {setting.env}]"
         default_note = "" if setting.default is None else f" (default: {setting.default})"
         parser.add_argument(setting.flag, dest=setting.key, default=None, help=setting.help + env_note + default_note)
 
 
 def resolve(
-    namespace: argparse.Namespace, settings: Sequence[Setting], environ: Mapping[str, str]
+    namespace: argparse.Namespace, settings: Sequence[Setting[Any]], environ: Mapping[str, str]
 ) -> dict[str, str | None]:
-    """Return each setting's value: the flag if given, else the environment, else the default."""
+    """Return each setting's text: the flag if given, else the environment, else the default."""
     values: dict[str, str | None] = {}
     for setting in settings:
         value = getattr(namespace, setting.key, None)
-        if value is None and not setting.flag_only:
+        if value is None and not (setting.flag_only or setting.switch):
             value = environ.get(setting.env)
         values[setting.key] = setting.default if value is None else value
     return values
 
 
-def markdown_table(title: str, settings: Sequence[Setting]) -> str:
+class SettingValues:
+    """The parsed value of each setting, looked up by its declaration so the type follows."""
+
+    def __init__(self, values: Mapping[str, object]) -> None:
+        self._values = dict(values)
+
+    def __getitem__(self, setting: Setting[T]) -> T | None:
+        """Return the setting's parsed value, None when it is unset and has no default."""
+        return cast("T | None", self._values[setting.key])
+
+    def required(self, setting: Setting[T]) -> T:
+        """Return the setting's parsed value; raise SettingError when it is unset."""
+        value = self[setting]
+        if value is None:
+            raise SettingError(f"{setting.names} is required")
+        return value
+
+
+def parse_settings(
+    namespace: argparse.Namespace, settings: Sequence[Setting[Any]], environ: Mapping[str, str]
+) -> SettingValues:
+    """Return every setting parsed by its own parser; raise SettingError naming the first bad one."""
+    parsed: dict[str, object] = {}
+    for setting in settings:
+        raw = resolve(namespace, (setting,), environ)[setting.key]
+        if setting.switch:
+            parsed[setting.key] = raw is not None
+        elif raw is None or (raw == "" and setting.default is None):
+            parsed[setting.key] = None
+        else:
+            try:
+                parsed[setting.key] = setting.parse(raw)
+            except ValueError as exc:
+                raise SettingError(f"{setting.names}: {exc}") from None
+    return SettingValues(parsed)
+
+
+def markdown_table(title: str, settings: Sequence[Setting[Any]]) -> str:
     """Return the settings as a Markdown table for the README's configuration reference."""
     lines = [f"#### {title}", "", "| flag | environment | default | meaning |", "|---|---|---|---|"]
     for s in settings:

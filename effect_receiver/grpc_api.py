@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import duration_pb2
 
 from decisionflow.auth import AUTH_STATUS
 from decisionflow.rpc_errors import StatusTable
+from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc
 from effect_receiver.domain import AppliedEffect, ApplyOutcome, Consistency, LookupAnswer, Receipt
 from effect_receiver.errors import IdempotencyKeyReused, InvalidRequest, ReplyLost, Unavailable
@@ -39,18 +39,12 @@ _CONSISTENCIES = {
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _timestamp(moment: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
-
-
 def receipt_message(receipt: Receipt) -> common_pb2.Receipt:
     """Return the wire form of a receipt."""
     return common_pb2.Receipt(
         receipt_id=receipt.receipt_id,
         operation_id=receipt.operation_id,
-        applied_at=_timestamp(receipt.applied_at),
+        applied_at=to_timestamp(receipt.applied_at),
     )
 
 
@@ -59,7 +53,7 @@ def _lookup_result(answer: LookupAnswer) -> effect_receiver_pb2.LookupResult:
         operation_id=answer.operation_id,
         status=common_pb2.LOOKUP_STATUS_APPLIED if answer.applied else common_pb2.LOOKUP_STATUS_NOT_FOUND,
         consistency=_CONSISTENCIES[answer.consistency],
-        observed_at=_timestamp(answer.observed_at),
+        observed_at=to_timestamp(answer.observed_at),
     )
     if answer.receipt is not None:
         result.receipt.CopyFrom(receipt_message(answer.receipt))

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from decisionflow.auth import BearerTokenInterceptor
-from decisionflow.channels import aio_insecure_channel, aio_secure_channel
+from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError
-from decisionflow.tls import channel_credentials
 from orchestrator.domain import Receipt
 from orchestrator.ports import EffectIndeterminate, EffectRefused
 
@@ -28,11 +26,7 @@ class ReceiverEffects:
     def connect(cls, target: str, *, token: str | None, timeout: float, ca_file: Path | None = None) -> ReceiverEffects:
         """Open an aio channel to the receiver (gRPC's own retries off; TLS when ca_file is given)
         presenting token if given."""
-        interceptors = [BearerTokenInterceptor(token)] if token else []
-        if ca_file is not None:
-            channel = aio_secure_channel(target, channel_credentials(ca_file), interceptors=interceptors)
-        else:
-            channel = aio_insecure_channel(target, interceptors=interceptors)
+        channel = open_aio_channel(target, ca_file=ca_file, token=token)
         return cls(AsyncReceiverClient(channel, timeout=timeout), channel, timeout)
 
     async def close(self) -> None:

@@ -22,7 +22,7 @@ from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import server_parts
 from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
-from decisionflow.settings import add_settings, resolve
+from decisionflow.settings import SettingError, add_settings, parse_settings
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
@@ -149,17 +149,21 @@ async def serve(config: OrchestratorConfig) -> None:
 
 def _housekeeping(command: str, args: list[str]) -> int:
     cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
-    settings = [s for s in configuration.SETTINGS if s.key in ("database_url", "checkpoint_keys", "log_level")]
-    add_settings(cli, settings)
+    add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
     if command == "prune-checkpoints":
         cli.add_argument(
             "--older-than-days", type=float, required=True, help="retention of settled operations' checkpoints"
         )
     cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     ns = cli.parse_args(args)
-    values = resolve(ns, settings, os.environ)
-    configure_logging(values["log_level"] or "info")
-    engine = db.create_engine(values["database_url"] or "")
+    try:
+        values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
+        # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
+        keys = values.required(configuration.CHECKPOINT_KEYS) if command == "reopen-reviews" else ()
+    except SettingError as error:
+        cli.error(str(error))
+    configure_logging(values.required(configuration.LOG_LEVEL))
+    engine = db.create_engine(values.required(configuration.DATABASE_URL))
     try:
         migrate(engine)
         store = OrchestratorStore(engine)
@@ -174,9 +178,6 @@ def _housekeeping(command: str, args: list[str]) -> int:
                 file=sys.stderr,
             )
             return 0
-        keys = tuple(k.strip().encode() for k in (values["checkpoint_keys"] or "").split(",") if k.strip())
-        if not keys:
-            cli.error("checkpoint_keys is required to re-open reviews")
         report = asyncio.run(
             reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
         )

@@ -11,7 +11,7 @@ Receiver down for the whole pass: every lookup fails, so nothing is settled and 
 re-driven; each examined operation stays as it was (UNKNOWN or APPROVED) with the failed
 lookup and its error noted on the operation (SettleOperation with status unspecified). The
 summary counts them as lookup failures and as still unknown, and the exit status is 1 if any
-of them was decided longer ago than --alert-after, else 0 -- so an alert fires only
+of them was decided longer ago than --alert-after-seconds, else 0 -- so an alert fires only
 once the backlog is old, whatever the cause. After the first batch whose lookup failed through
 all its retries, later batches of the same pass are tried once each, so a dead receiver does
 not stretch the pass.

@@ -1,84 +1,120 @@
-"""The reconciler's configuration: each setting from its flag, else its environment variable, else its default."""
+"""The reconciler's configuration: each setting from its flag, else its environment variable, else its
+default, parsed by the setting's own parser."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
-from decisionflow.auth import bearer_metadata
-from decisionflow.settings import Setting, add_settings, resolve
+from decisionflow import settings
+from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 
 MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "orchestrator_target",
-        "DECISIONFLOW_ORCHESTRATOR_TARGET",
-        "host:port of the orchestrator (OperationsService)",
-        "127.0.0.1:50051",
-    ),
-    Setting("receiver_target", "DECISIONFLOW_RECEIVER_TARGET", "host:port of the EffectReceiver", "127.0.0.1:50061"),
-    Setting(
-        "token_file",
-        "DECISIONFLOW_RECONCILER_TOKEN_FILE",
-        "file holding the bearer token presented to both services (roles operator and effect_reader)",
-    ),
-    Setting(
-        "ca_file",
-        "DECISIONFLOW_RECONCILER_CA_FILE",
-        "CA bundle (PEM): talk TLS to both services, trusting this CA (unset: plaintext, loopback use)",
-    ),
-    Setting(
-        "grace_seconds",
-        "DECISIONFLOW_RECONCILER_GRACE_SECONDS",
-        "APPROVED operations older than this are re-driven (younger ones may still be in their own commit step)",
-        "30",
-    ),
-    Setting(
-        "alert_after",
-        "DECISIONFLOW_RECONCILER_ALERT_AFTER_SECONDS",
-        "seconds: exit 1 when an operation decided longer ago than this is still not confirmed after the pass",
-        "300",
-    ),
-    Setting(
-        "batch_size",
-        "DECISIONFLOW_RECONCILER_BATCH_SIZE",
-        f"operations per ListOperations page, BatchLookup and BatchSettleOperations call (1 to {MAX_BATCH_SIZE})",
-        "500",
-    ),
-    Setting(
-        "timeout_seconds",
-        "DECISIONFLOW_RECONCILER_TIMEOUT_SECONDS",
-        "deadline of each call attempt (transient failures are retried within the client policy)",
-        "10",
-    ),
-    Setting(
-        "metrics_port",
-        "DECISIONFLOW_RECONCILER_METRICS_PORT",
-        "serve Prometheus metrics at this port (with --interval only; 0 picks a free one)",
-    ),
-    Setting(
-        "metrics_address",
-        "DECISIONFLOW_RECONCILER_METRICS_ADDRESS",
-        "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
-        "127.0.0.1",
-    ),
-    Setting("log_level", "DECISIONFLOW_RECONCILER_LOG_LEVEL", "debug, info, warning or error", "warning"),
-    Setting("interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True),
+ORCHESTRATOR_TARGET = Setting(
+    "orchestrator_target",
+    "DECISIONFLOW_ORCHESTRATOR_TARGET",
+    "host:port of the orchestrator (OperationsService)",
+    "127.0.0.1:50051",
+    parse=settings.target,
+)
+RECEIVER_TARGET = Setting(
+    "receiver_target",
+    "DECISIONFLOW_RECEIVER_TARGET",
+    "host:port of the EffectReceiver",
+    "127.0.0.1:50061",
+    parse=settings.target,
+)
+TOKEN_FILE = Setting(
+    "token_file",
+    "DECISIONFLOW_RECONCILER_TOKEN_FILE",
+    "file holding the bearer token presented to both services (roles operator and effect_reader)",
+    parse=settings.token_file,
+)
+CA_FILE = Setting(
+    "ca_file",
+    "DECISIONFLOW_RECONCILER_CA_FILE",
+    "CA bundle (PEM): talk TLS to both services, trusting this CA (unset: plaintext, loopback use)",
+    parse=settings.readable_file,
+)
+GRACE_SECONDS = Setting(
+    "grace_seconds",
+    "DECISIONFLOW_RECONCILER_GRACE_SECONDS",
+    "APPROVED operations older than this are re-driven (younger ones may still be in their own commit step)",
+    "30",
+    parse=settings.seconds,
+)
+ALERT_AFTER_SECONDS = Setting(
+    "alert_after_seconds",
+    "DECISIONFLOW_RECONCILER_ALERT_AFTER_SECONDS",
+    "exit 1 when an operation decided longer ago than this is still not confirmed after the pass",
+    "300",
+    parse=settings.seconds,
+)
+BATCH_SIZE = Setting(
+    "batch_size",
+    "DECISIONFLOW_RECONCILER_BATCH_SIZE",
+    f"operations per ListOperations page, BatchLookup and BatchSettleOperations call (1 to {MAX_BATCH_SIZE})",
+    "500",
+    parse=settings.integer(1, MAX_BATCH_SIZE),
+)
+TIMEOUT_SECONDS = Setting(
+    "timeout_seconds",
+    "DECISIONFLOW_RECONCILER_TIMEOUT_SECONDS",
+    "deadline of each call attempt (transient failures are retried within the client policy)",
+    "10",
+    parse=settings.positive_seconds,
+)
+METRICS_PORT = Setting(
+    "metrics_port",
+    "DECISIONFLOW_RECONCILER_METRICS_PORT",
+    "serve Prometheus metrics at this port (with --interval only; 0 picks a free one)",
+    parse=settings.port,
+)
+METRICS_ADDRESS = Setting(
+    "metrics_address",
+    "DECISIONFLOW_RECONCILER_METRICS_ADDRESS",
+    "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
+    "127.0.0.1",
+    parse=settings.non_empty,
+)
+LOG_LEVEL = Setting(
+    "log_level",
+    "DECISIONFLOW_RECONCILER_LOG_LEVEL",
+    "debug, info, warning or error",
+    "warning",
+    parse=settings.log_level,
+)
+INTERVAL = Setting(
+    "interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True, parse=settings.positive_seconds
+)
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    ORCHESTRATOR_TARGET,
+    RECEIVER_TARGET,
+    TOKEN_FILE,
+    CA_FILE,
+    GRACE_SECONDS,
+    ALERT_AFTER_SECONDS,
+    BATCH_SIZE,
+    TIMEOUT_SECONDS,
+    METRICS_PORT,
+    METRICS_ADDRESS,
+    LOG_LEVEL,
+    INTERVAL,
 )
 
 # Switches: present or absent, never read from the environment.
-SWITCHES: tuple[Setting, ...] = (
-    Setting("once", "", "run one pass and exit with its status", flag_only=True),
-    Setting("no_redrive", "", "never re-drive: only settle and note lookups", flag_only=True),
-    Setting("json", "", "print each pass's summary as one JSON object", flag_only=True),
+ONCE = Setting("once", "", "run one pass and exit with its status", switch=True, parse=settings.boolean)
+NO_REDRIVE = Setting(
+    "no_redrive", "", "never re-drive: only settle and note lookups", switch=True, parse=settings.boolean
 )
-
-_LOG_LEVELS = ("debug", "info", "warning", "error")
+JSON = Setting("json", "", "print each pass's summary as one JSON object", switch=True, parse=settings.boolean)
+SWITCHES: tuple[Setting[Any], ...] = (ONCE, NO_REDRIVE, JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,60 +153,14 @@ class ReconcilerConfig:
         return timedelta(seconds=self.timeout_seconds)
 
 
-def _seconds(cli: argparse.ArgumentParser, name: str, text: str | None, *, zero_ok: bool) -> float:
-    try:
-        value = float(text or "")
-    except ValueError:
-        cli.error(f"{name} must be a number of seconds, not {text!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        cli.error(f"{name} must be {'non-negative' if zero_ok else 'positive'}, not {text!r}")
-    return value
-
-
-def _integer(cli: argparse.ArgumentParser, name: str, text: str | None, low: int, high: int) -> int:
-    try:
-        value = int(text or "")
-    except ValueError:
-        cli.error(f"{name} must be a whole number, not {text!r}")
-    if not low <= value <= high:
-        cli.error(f"{name} must be {low} to {high}, not {value}")
-    return value
-
-
-def _token(cli: argparse.ArgumentParser, path: str | None) -> str | None:
-    if not path:
-        return None
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeError) as exc:
-        cli.error(f"cannot read token_file: {exc}")
-    try:
-        bearer_metadata(token)
-    except ValueError as exc:
-        cli.error(f"token_file {path}: {exc}")
-    return token
-
-
-def _ca_file(cli: argparse.ArgumentParser, path: str | None) -> Path | None:
-    if not path:
-        return None
-    if not Path(path).is_file():
-        cli.error(f"ca_file {path} is not a readable file")
-    return Path(path)
-
-
 def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-reconciler."""
     cli = argparse.ArgumentParser(
         prog="decisionflow-reconciler",
         description="Settle operations whose outcome is Unknown by asking the EffectReceiver. Exit status: "
-        "0 nothing older than --alert-after is left unconfirmed, 1 something is, 2 could not run.",
+        "0 nothing older than --alert-after-seconds is left unconfirmed, 1 something is, 2 could not run.",
     )
-    add_settings(cli, SETTINGS)
-    for switch in SWITCHES:
-        cli.add_argument(
-            switch.flag, dest=switch.key, action="store_const", const="true", default=None, help=switch.help
-        )
+    add_settings(cli, (*SETTINGS, *SWITCHES))
     return cli
 
 
@@ -178,35 +168,30 @@ def from_namespace(
     cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]
 ) -> ReconcilerConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
-    values = resolve(ns, (*SETTINGS, *SWITCHES), environ)
-    once = values["once"] == "true"
-    interval = values["interval"]
-    if once == (interval is not None):
-        cli.error("give exactly one of --once and --interval SECONDS")
-    log_level = (values["log_level"] or "").lower()
-    if log_level not in _LOG_LEVELS:
-        cli.error(f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {log_level!r}")
-    for target in ("orchestrator_target", "receiver_target"):
-        if not values[target]:
-            cli.error(f"{target} must not be empty")
-    metrics_text = values["metrics_port"]
-    return ReconcilerConfig(
-        once=once,
-        interval_seconds=None if interval is None else _seconds(cli, "interval", interval, zero_ok=False),
-        orchestrator_target=values["orchestrator_target"] or "",
-        receiver_target=values["receiver_target"] or "",
-        token=_token(cli, values["token_file"]),
-        ca_file=_ca_file(cli, values["ca_file"]),
-        grace_seconds=_seconds(cli, "grace_seconds", values["grace_seconds"], zero_ok=True),
-        alert_after_seconds=_seconds(cli, "alert_after_seconds", values["alert_after"], zero_ok=True),
-        batch_size=_integer(cli, "batch_size", values["batch_size"], 1, MAX_BATCH_SIZE),
-        timeout_seconds=_seconds(cli, "timeout_seconds", values["timeout_seconds"], zero_ok=False),
-        metrics_port=_integer(cli, "metrics_port", metrics_text, 0, 65535) if metrics_text else None,
-        metrics_address=values["metrics_address"] or "127.0.0.1",
-        no_redrive=values["no_redrive"] == "true",
-        json=values["json"] == "true",
-        log_level=log_level,
-    )
+    try:
+        values = parse_settings(ns, (*SETTINGS, *SWITCHES), environ)
+        once, interval = values.required(ONCE), values[INTERVAL]
+        if once == (interval is not None):
+            raise SettingError(f"give exactly one of {ONCE.flag} and {INTERVAL.flag} SECONDS")
+        return ReconcilerConfig(
+            once=once,
+            interval_seconds=interval,
+            orchestrator_target=values.required(ORCHESTRATOR_TARGET),
+            receiver_target=values.required(RECEIVER_TARGET),
+            token=values[TOKEN_FILE],
+            ca_file=values[CA_FILE],
+            grace_seconds=values.required(GRACE_SECONDS),
+            alert_after_seconds=values.required(ALERT_AFTER_SECONDS),
+            batch_size=values.required(BATCH_SIZE),
+            timeout_seconds=values.required(TIMEOUT_SECONDS),
+            metrics_port=values[METRICS_PORT],
+            metrics_address=values.required(METRICS_ADDRESS),
+            no_redrive=values.required(NO_REDRIVE),
+            json=values.required(JSON),
+            log_level=values.required(LOG_LEVEL),
+        )
+    except SettingError as error:
+        cli.error(str(error))
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReconcilerConfig:

@@ -23,11 +23,9 @@ from typing import TextIO
 import grpc
 
 from decisionflow import logs
-from decisionflow.auth import SyncBearerTokenInterceptor
-from decisionflow.channels import insecure_channel, secure_channel
+from decisionflow.channels import open_channel
 from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
-from decisionflow.tls import channel_credentials
 from reconciler import config as configuration
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary
@@ -88,14 +86,8 @@ def _stderr_line(text: str) -> None:
 @contextmanager
 def open_channels(config: ReconcilerConfig) -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
     """Yield channels to the orchestrator and the receiver (TLS with a CA file, the token on every call)."""
-    interceptors = [SyncBearerTokenInterceptor(config.token)] if config.token else []
-    if config.ca_file is None:
-        orchestrator = insecure_channel(config.orchestrator_target, interceptors=interceptors)
-        receiver = insecure_channel(config.receiver_target, interceptors=interceptors)
-    else:
-        tls = channel_credentials(config.ca_file)
-        orchestrator = secure_channel(config.orchestrator_target, tls, interceptors=interceptors)
-        receiver = secure_channel(config.receiver_target, tls, interceptors=interceptors)
+    orchestrator = open_channel(config.orchestrator_target, ca_file=config.ca_file, token=config.token)
+    receiver = open_channel(config.receiver_target, ca_file=config.ca_file, token=config.token)
     try:
         yield orchestrator, receiver
     finally:

@@ -1,5 +1,6 @@
 """Client side: bearer-token metadata, added to every call by an interceptor. Call credentials
-would need TLS; the interceptors also work over insecure loopback channels."""
+would need TLS; the interceptors also work over insecure loopback channels.
+``decisionflow.channels.open_channel`` and ``open_aio_channel`` install them."""
 
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.channels import insecure_channel, secure_channel
+from decisionflow.channels import open_channel
 from decisionflow.cli.command import CommandError, Subparsers
-from decisionflow.tls import channel_credentials
 
 
 def register(subparsers: Subparsers) -> None:
@@ -45,11 +44,7 @@ def _health(args: argparse.Namespace) -> int:
             return 1
         sys.stdout.write(("SERVING" if healthy else "NOT_SERVING") + "\n")
         return 0 if healthy else 1
-    channel = (
-        secure_channel(args.target, channel_credentials(args.ca_file))
-        if args.ca_file
-        else insecure_channel(args.target)
-    )
+    channel = open_channel(args.target, ca_file=args.ca_file)
     try:
         stub = health_pb2_grpc.HealthStub(channel)
         answer = stub.Check(health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from decisionflow.client import views
 from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
 
 _E = TypeVar("_E", bound=enum.Enum)
@@ -29,7 +30,7 @@ def _time(message: Any, field: str) -> datetime | None:
     if not message.HasField(field):
         return None
     stamp: timestamp_pb2.Timestamp = getattr(message, field)
-    return stamp.ToDatetime(tzinfo=UTC)
+    return from_timestamp(stamp)
 
 
 def _retention(message: Any) -> timedelta | None:
@@ -40,11 +41,7 @@ def _retention(message: Any) -> timedelta | None:
 
 
 def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
-    if value is None:
-        return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+    return None if value is None else to_timestamp(value)
 
 
 def decision_to_pb(decision: views.Decision) -> common_pb2.Decision.ValueType:

@@ -153,7 +153,7 @@ class Cluster:
         child = self.launcher.start(
             f"reconciler-once-{self.reconciler_runs}",
             "reconciler.main",
-            ["--once", "--json", "--alert-after", "0", *self._reconciler_argv(orchestrator)],
+            ["--once", "--json", "--alert-after-seconds", "0", *self._reconciler_argv(orchestrator)],
         )
         exitcode = child.wait(RECONCILER_TIMEOUT_SECONDS)
         if exitcode is None:

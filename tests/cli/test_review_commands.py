@@ -222,11 +222,14 @@ def test_connection_settings_come_from_the_environment(
     assert json.loads(capsys.readouterr().out)["state"] == "PENDING_REVIEW"
 
 
+TIMEOUT_REFUSED = "--timeout (env DECISIONFLOW_TIMEOUT): expected a positive number of seconds"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["approve", "op-v1-x", "--timeout", "0"], "--timeout must be positive"),
-        (["approve", "op-v1-x", "--timeout", "soon"], "--timeout must be a number"),
+        (["approve", "op-v1-x", "--timeout", "0"], TIMEOUT_REFUSED),
+        (["approve", "op-v1-x", "--timeout", "soon"], TIMEOUT_REFUSED),
         (["approve", "op-v1-x", "--token-file", "/nonexistent/token"], "cannot read token file"),
         (["start", "/nonexistent/proposal.json"], "cannot read input"),
         (["show"], "one of the arguments"),

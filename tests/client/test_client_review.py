@@ -30,6 +30,7 @@ from decisionflow.errors import DomainError, FieldViolation
 from decisionflow.errors import InvalidRequest as InvalidRequestRefusal
 from decisionflow.identity import identities
 from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
+from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, review_pb2
 
 from .client_standin import Fail, Sleeps, StandIn, standin
@@ -54,9 +55,7 @@ class Refusal(DomainError):
 
 
 def stamp(when: datetime) -> timestamp_pb2.Timestamp:
-    message = timestamp_pb2.Timestamp()
-    message.FromDatetime(when)
-    return message
+    return to_timestamp(when)
 
 
 def operation_pb(

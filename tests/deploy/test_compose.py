@@ -25,7 +25,7 @@ from tests.support.servers import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-SETTINGS_BY_SCRIPT: dict[str, tuple[Setting, ...]] = {
+SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,

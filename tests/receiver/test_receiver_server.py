@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from decisionflow import reasons
 from decisionflow.rpc_errors import error_info
 from decisionflow.serving import ExposureRefused
+from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.domain import MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import SERVICE_NAME
@@ -122,7 +123,7 @@ def test_lookup_before_and_after(start_receiver: StartReceiver) -> None:
         applied.receipt,
         common_pb2.CONSISTENCY_STRONG,
     )
-    assert abs(after.observed_at.ToDatetime().timestamp() - time.time()) < 60
+    assert abs(from_timestamp(after.observed_at).timestamp() - time.time()) < 60
     with pytest.raises(grpc.RpcError) as refused:
         lookup(receiver, "op-v1-short")
     assert refusal(refused)[0::3] == (grpc.StatusCode.INVALID_ARGUMENT, {"operation_id"})

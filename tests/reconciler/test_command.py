@@ -88,7 +88,7 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     down = targets(stack, receiver_port=closed_port())
 
     # Receiver down for the whole pass, nothing older than the threshold: noted, exit 0.
-    calm = run_reconciler(["--once", "--json", *down, "--alert-after", "3600"])
+    calm = run_reconciler(["--once", "--json", *down, "--alert-after-seconds", "3600"])
     assert calm.returncode == 0, calm.stderr
     assert set(calm.summary) == SUMMARY_FIELDS
     assert (calm.summary["lookup_failures"], calm.summary["still_unknown"], calm.summary["settled"]) == (3, 3, 0)
@@ -96,13 +96,13 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert calm.summary["oldest_unknown_age_seconds"] >= 60
 
     # Same, with a threshold the operations are older than: exit 1, so a cron job alerts.
-    alarm = run_reconciler(["--once", "--json", *down, "--alert-after", "30"])
+    alarm = run_reconciler(["--once", "--json", *down, "--alert-after-seconds", "30"])
     assert alarm.returncode == 1, alarm.stderr
     assert alarm.summary["unknown_older_than_alert"] == 3
     assert open_count(stack.orchestrator_url) == 3
 
     # Receiver back: everything settles, human summary, exit 0.
-    healed = run_reconciler(["--once", *targets(stack), "--alert-after", "30"])
+    healed = run_reconciler(["--once", *targets(stack), "--alert-after-seconds", "30"])
     assert healed.returncode == 0, healed.stderr
     assert "settled:       3 committed by lookup" in healed.stdout
     assert "re-driven:     0" in healed.stdout
@@ -124,7 +124,7 @@ def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
         ["--once", "--batch-size", "5000"],
         ["--once", "--batch-size", "0"],
         ["--once", "--grace-seconds", "soon"],
-        ["--once", "--alert-after", "-1"],
+        ["--once", "--alert-after-seconds", "-1"],
         ["--once", "--interval", "5"],
         ["--interval", "0"],
         [],
