@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.campaigns.processes import Child, Launcher
-from tests.orchestrator.conftest import CHECKPOINT_KEY
+from tests.support.stack import CHECKPOINT_KEY
 
 RECONCILER_TIMEOUT_SECONDS = 60.0
 

@@ -17,8 +17,8 @@ from orchestrator.main import create_server as create_orchestrator
 from reconciler.domain import PassSummary
 from reconciler.service import PassSettings, Reconciler
 from tests.campaigns.workload import channel
-from tests.orchestrator.conftest import CHECKPOINT_KEY
 from tests.support.servers import LoopThread
+from tests.support.stack import CHECKPOINT_KEY
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from decisionflow.v1 import common_pb2
 from orchestrator.workflow import ReviewWorkflow
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack, approve, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
 
 
 def _run(*args: str) -> dict[str, object]:

@@ -25,8 +25,7 @@ from decisionflow.serving import ExposureRefused
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.domain import MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import SERVICE_NAME
-
-from .conftest import (
+from tests.support.receiver import (
     CASE_ID,
     InProcessReceiver,
     StartReceiver,

@@ -22,20 +22,20 @@ import sqlalchemy as sa
 
 from decisionflow import db
 from decisionflow.auth import Role, issue_token
+from decisionflow.processes import child_environment as command_env
+from decisionflow.processes import free_port
 from reconciler.config import load
 from reconciler.main import main
-from tests.conftest import free_port
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack
-from tests.reconciler.conftest import (
+from tests.support.reconciling import (
     ROOT,
     closed_port,
-    command_env,
     count,
     reconciler_command,
     run_reconciler,
 )
-from tests.reconciler.seeding import seed_effects, seed_operations
+from tests.support.seeding import seed_effects, seed_operations
 from tests.support.servers import spawn
+from tests.support.stack import CHECKPOINT_KEY, Stack
 
 SUMMARY_FIELDS = {
     "examined",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import spawn_orchestrator, spawn_receiver
-from tests.reconciler.conftest import count, run_reconciler
-from tests.reconciler.seeding import seed_effects, seed_operations
+from tests.support.reconciling import count, run_reconciler
+from tests.support.seeding import seed_effects, seed_operations
+from tests.support.stack import spawn_orchestrator, spawn_receiver
 
 OPERATIONS = 10_000
 

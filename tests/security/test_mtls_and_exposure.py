@@ -22,10 +22,10 @@ from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from orchestrator.config import OrchestratorConfig
 from orchestrator.main import create_server as create_orchestrator
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack, approve, start_request
 from tests.security.dbstate import snapshot
 from tests.security.pki import Pki, make_pki
 from tests.support.servers import LoopThread
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, start_request
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command line")
 

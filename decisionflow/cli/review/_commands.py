@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
+from decisionflow import strict_json
 from decisionflow.cli.command import CommandError
 from decisionflow.cli.identity import ProposalFormatError, proposal_from_json
 from decisionflow.cli.review._connection import read_input, review_client
@@ -55,20 +55,11 @@ def run_start(args: argparse.Namespace) -> int:
 def edit_from_json(text: str) -> tuple[str, tuple[EvidenceItem, ...], PolicyRef]:
     """Parse edit JSON {body, evidence, policy} as strictly as a proposal; return (body, evidence, policy)."""
 
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        # json.loads keeps the last of two equal keys; which value was meant would be a guess.
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen:
-                raise ProposalFormatError(f"duplicate JSON key {key!r}")
-            seen[key] = value
-        return seen
-
     try:
-        document = json.loads(text, object_pairs_hook=unique)
-    except ProposalFormatError:
-        raise
-    except (ValueError, RecursionError) as exc:
+        document = strict_json.loads(text)
+    except strict_json.StrictJSONError as exc:
+        if exc.duplicate_key is not None:
+            raise ProposalFormatError(str(exc)) from exc
         raise ProposalFormatError(f"not JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise ProposalFormatError("edit: must be an object with body, evidence and policy")

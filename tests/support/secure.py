@@ -15,8 +15,8 @@ from decisionflow.auth import Role, bearer_metadata, issue_token
 from decisionflow.server_security import ServerSecurity
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
-from tests.orchestrator.conftest import Stack
 from tests.support.servers import LoopThread
+from tests.support.stack import Stack
 
 PRINCIPALS: Mapping[str, frozenset[Role]] = {
     "rita": frozenset({Role.REVIEWER}),
