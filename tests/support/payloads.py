@@ -23,7 +23,7 @@ def new_operation_id() -> str:
     return "op-v1-" + hashlib.sha256(uuid.uuid4().bytes).hexdigest()
 
 
-def sample_payload(operation_id: str, case_id: str = CASE_ID, **changes: Any) -> EffectPayload:
+def sample_payload(operation_id: str, case_id: str = CASE_ID, /, **changes: Any) -> EffectPayload:
     """A valid payload for operation_id, as the orchestrator would build it; changes replace fields."""
     payload = EffectPayload(
         operation_id=operation_id,
