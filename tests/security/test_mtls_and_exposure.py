@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +25,6 @@ from tests.security.dbstate import snapshot
 from tests.security.pki import Pki, make_pki
 from tests.support.servers import LoopThread
 from tests.support.stack import CHECKPOINT_KEY, Stack, approve, start_request
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command line")
 
 CLIENTS = ("author-console", "review-console", "intruder")
 
