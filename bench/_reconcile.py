@@ -10,7 +10,6 @@ with the same payload bytes.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from bench import _workload
 from bench._calls import Clients, applies
 from bench._processes import ServerProcess
+from decisionflow.processes import child_environment
 from orchestrator.store import OrchestratorStore
 from tests.support.seeding import seed_decided, seeding_engine
 
@@ -91,7 +91,7 @@ def run_pass(
         "--receiver-target",
         receiver.target,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    env = child_environment()
     started = time.perf_counter()
     with (workdir / "reconciler.stderr").open("ab") as err:
         finished = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, env=env, check=False, timeout=600)

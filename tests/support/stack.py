@@ -88,6 +88,8 @@ class Stack:
     receiver_port: int = 0
     orchestrator_port: int = 0
     receiver_server: Any = None
+    # Seconds a stopped server drains calls in flight (0: cut them, as a crash would).
+    stop_grace: float = 1.0
 
     def review(self) -> review_pb2_grpc.ReviewServiceStub:
         """A ReviewService stub on a fresh channel to the orchestrator."""
@@ -131,13 +133,13 @@ class Stack:
     def stop_orchestrator(self) -> None:
         """Stop the newest in-process orchestrator."""
         server = self.servers.pop()
-        self.loop.run(server.stop(1.0))
+        self.loop.run(server.stop(self.stop_grace))
 
     def start_receiver(self, failpoints: str = "", **overrides: Any) -> None:
         """(Re)start the in-process receiver on the same database with ReceiverConfig overrides (as
         start_orchestrator takes OrchestratorConfig ones); orchestrators started later dial it."""
         if self.receiver_server is not None:
-            self.loop.run(self.receiver_server.stop(1.0))
+            self.loop.run(self.receiver_server.stop(self.stop_grace))
         config = ReceiverConfig(address="127.0.0.1:0", database_url=self.receiver_url, failpoints=failpoints)
         self.receiver_server = self.loop.run(create_receiver(replace(config, **overrides)))
         self.receiver_port = self.receiver_server.port
@@ -147,9 +149,9 @@ class Stack:
         for channel in self.channels:
             channel.close()
         for server in reversed(self.servers):
-            self.loop.run(server.stop(1.0))
+            self.loop.run(server.stop(self.stop_grace))
         if self.receiver_server is not None:
-            self.loop.run(self.receiver_server.stop(1.0))
+            self.loop.run(self.receiver_server.stop(self.stop_grace))
         self.loop.close()
 
 
