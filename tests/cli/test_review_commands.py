@@ -275,6 +275,7 @@ def test_every_command_documents_its_exit_status(capsys: pytest.CaptureFixture[s
         assert "3 refused" in help_text and "1 error" in help_text
 
 
+@pytest.mark.slow
 def test_the_command_runs_as_a_separate_process(make_cli: Callable[..., Cli], tmp_path: Path) -> None:
     cli = make_cli(receiver_failpoints=LOSE_EVERY_REPLY)
     op = str(cli("start", str(proposal_file(tmp_path)), principal="ava").document["operation_id"])

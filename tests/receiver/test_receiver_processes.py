@@ -21,6 +21,8 @@ from tests.support.receiver import ReceiverProcess, apply_request, count_rows, n
 CREATED = effect_receiver_pb2.APPLY_RESULT_CREATED
 REPLAYED = effect_receiver_pb2.APPLY_RESULT_REPLAYED
 
+pytestmark = pytest.mark.slow  # every test here starts receiver processes
+
 
 def spawn_together(tmp_path: Path, database_url: str, count: int) -> list[ReceiverProcess]:
     """Start count receivers at once, so their start-up migrations race as they would in a deploy."""

@@ -81,6 +81,7 @@ def open_count(url: str) -> int:
     return count(url, "SELECT count(*) FROM operations WHERE state IN ('approved', 'unknown')")
 
 
+@pytest.mark.slow
 def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     seeded = seed_operations(stack.orchestrator_url, 3)  # decided a minute ago
@@ -111,6 +112,7 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert open_count(stack.orchestrator_url) == 0
 
 
+@pytest.mark.slow
 def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
     down = run_reconciler(["--once", *unreachable, "--timeout-seconds", "1"])
@@ -277,6 +279,7 @@ def test_two_reconcilers_at_once_settle_everything_once(make_stack: Callable[...
     )
 
 
+@pytest.mark.slow
 def test_interval_mode_outlives_an_unreachable_orchestrator(tmp_path: Path) -> None:
     stderr_path = tmp_path / "reconciler.stderr"
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
