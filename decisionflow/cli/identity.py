@@ -46,7 +46,7 @@ class ProposalContent(NamedTuple):
 
 def proposal_from_json(text: str) -> ProposalContent:
     """Parse proposal JSON strictly; raise ProposalFormatError naming the first field that is wrong."""
-    proposal = _object(_load(text), "proposal", _PROPOSAL_FIELDS)
+    proposal = _object(load_json(text), "proposal", _PROPOSAL_FIELDS)
     return ProposalContent(
         case_id=_text(proposal["case_id"], "case_id"),
         action=_text(proposal["action"], "action"),
@@ -117,7 +117,8 @@ def _read_text(path: str) -> str:
         raise CommandError(f"{name} is not UTF-8 (byte {exc.start})") from exc
 
 
-def _load(text: str) -> object:
+def load_json(text: str) -> object:
+    """Parse text as strict JSON; raise ProposalFormatError saying why it is not."""
     try:
         return strict_json.loads(text)
     except strict_json.StrictJSONError as exc:

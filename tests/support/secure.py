@@ -12,18 +12,13 @@ import grpc
 import pytest
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
+from decisionflow.auth.testing import ROLES
 from decisionflow.server_security import ServerSecurity
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack
 
-PRINCIPALS: Mapping[str, frozenset[Role]] = {
-    "rita": frozenset({Role.REVIEWER}),
-    "arthur": frozenset({Role.AUTHOR}),
-    "olga": frozenset({Role.OPERATOR}),
-    "walter": frozenset({Role.EFFECT_WRITER}),
-    "edna": frozenset({Role.EFFECT_READER}),
-    "sam": frozenset({Role.REVIEWER, Role.AUTHOR}),
-}
+# The auth tests' principals: one per role, and sam holding two.
+PRINCIPALS: Mapping[str, frozenset[Role]] = ROLES
 SINGLE_ROLE_PRINCIPALS = ("rita", "arthur", "olga", "walter", "edna")
 
 
