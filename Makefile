@@ -1,10 +1,11 @@
 # The two commands a newcomer runs: `make demo` and `make test`.
+# `make check` is the fast lane while editing: lint, typecheck and the tests not marked slow or campaign.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck proto-check unit bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit bench clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,9 @@ unit: setup
 	$(VENV)/bin/pytest -n $(or $(JOBS),2) $(PYTEST_ARGS)
 
 test: lint typecheck proto-check unit
+
+check: lint typecheck
+	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)

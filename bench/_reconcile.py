@@ -1,16 +1,15 @@
 """The reconciler settling a backlog of Unknowns: seeding the backlog, then one timed pass.
 
-Seeding approving operations one by one through a receiver that loses its replies would take minutes
-for 10,000 operations, so the backlog is written directly: the orchestrator's rows (proposal, case,
-decision, and the operation in UNKNOWN with its stored payload, exactly as the commit step leaves
-them after a lost reply) in one transaction through the orchestrator's store engine and schema, and
-the matching effects at the receiver through its real Apply RPC with the same payload bytes.
+Approving operations one by one through a receiver that loses its replies would take minutes for
+10,000 operations, so the backlog is seeded through the orchestrator store's own methods (proposal,
+approval, one recorded attempt with its payload: the operation UNKNOWN, exactly as the commit step
+leaves it after a lost reply), and the matching effects at the receiver through its real Apply RPC
+with the same payload bytes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,17 +21,15 @@ from pathlib import Path
 from bench import _workload
 from bench._calls import Clients, applies
 from bench._processes import ServerProcess
-from decisionflow import db
-from orchestrator.domain import Decision, State, evidence_to_json, policy_to_json
-from orchestrator.schema import cases, decisions, operations, proposals
+from decisionflow.processes import child_environment
 from orchestrator.store import OrchestratorStore
+from tests.support.seeding import seed_decided, seeding_engine
 
 SEED_METHOD = (
-    "orchestrator rows (proposal, case, decision, operation UNKNOWN with its payload) written directly "
-    "through the orchestrator store's engine and schema; matching receiver effects written with Apply over gRPC"
+    "orchestrator rows (proposal, decision, one attempt with its payload: UNKNOWN) recorded through the "
+    "orchestrator store's methods; matching receiver effects written with Apply over gRPC"
 )
 SEED_IN_FLIGHT = 64
-_INSERT_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,59 +50,12 @@ class ReconcileResult:
 
 
 def _seed_orchestrator(database_url: str, seeds: Sequence[tuple[str, datetime]]) -> None:
-    engine = db.create_engine(database_url, pool_size=1)
+    engine = seeding_engine(database_url)
     try:
         store = OrchestratorStore(engine)
-        rows: dict[str, list[dict[str, object]]] = {"proposals": [], "cases": [], "decisions": [], "operations": []}
         for tag, decided_at in seeds:
             proposal = _workload.proposal(tag, decided_at)
-            request = _workload.apply_request(tag, decided_at)
-            content = proposal.content
-            rows["proposals"].append(
-                {
-                    "operation_id": proposal.operation_id,
-                    "case_id": content.case_id,
-                    "action": content.action,
-                    "body": content.body,
-                    "evidence_json": evidence_to_json(content.evidence),
-                    "evidence_id": proposal.evidence_id,
-                    "policy_json": policy_to_json(content.policy),
-                    "policy_id": proposal.policy_id,
-                    "human_edited": False,
-                    "parent_operation_id": None,
-                    "created_by": _workload.REVIEWER,
-                    "created_at": decided_at,
-                }
-            )
-            rows["cases"].append(
-                {"case_id": content.case_id, "current_operation_id": proposal.operation_id, "updated_at": decided_at}
-            )
-            rows["decisions"].append(
-                {
-                    "operation_id": proposal.operation_id,
-                    "decision": Decision.APPROVE.value,
-                    "reviewer": _workload.REVIEWER,
-                    "decided_at": decided_at,
-                }
-            )
-            rows["operations"].append(
-                {
-                    "operation_id": proposal.operation_id,
-                    "case_id": content.case_id,
-                    "state": State.UNKNOWN.value,
-                    "state_changed_at": decided_at,
-                    "attempts": 1,
-                    "first_attempt_at": decided_at,
-                    "last_attempt_at": decided_at,
-                    "payload": request.payload,
-                    "payload_digest": request.payload_digest,
-                }
-            )
-        with store.engine.begin() as conn:
-            for table in (proposals, cases, decisions, operations):
-                batch = rows[table.name]
-                for start in range(0, len(batch), _INSERT_CHUNK):
-                    conn.execute(table.insert(), batch[start : start + _INSERT_CHUNK])
+            seed_decided(store, proposal, decided_at, reviewer=_workload.REVIEWER, attempted_at=decided_at)
     finally:
         engine.dispose()
 
@@ -141,7 +91,7 @@ def run_pass(
         "--receiver-target",
         receiver.target,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    env = child_environment()
     started = time.perf_counter()
     with (workdir / "reconciler.stderr").open("ab") as err:
         finished = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, env=env, check=False, timeout=600)

@@ -19,8 +19,9 @@ from pathlib import Path
 from bench import _calls, _identity, _reconcile
 from bench._databases import Databases, fresh_databases
 from bench._load import Series
-from bench._processes import ServerProcess, spawn, spawn_orchestrator, spawn_receiver
+from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
 from bench._profile import Profiler
+from decisionflow.stack import ProcessStack
 
 BASELINE = "baseline_chain"
 APPLY_CREATED = "receiver_apply"
@@ -83,12 +84,11 @@ class _Servers:
 
 @contextmanager
 def _servers(workdir: Path, databases: Databases) -> Iterator[_Servers]:
+    stack = ProcessStack(workdir, databases.receiver_url, databases.orchestrator_url, CHECKPOINT_KEY)
     started: list[ServerProcess] = []
     try:
-        receiver = spawn_receiver(workdir, databases.receiver_url)
-        started.append(receiver)
-        orchestrator = spawn_orchestrator(workdir, databases.orchestrator_url, receiver)
-        started.append(orchestrator)
+        receiver = stack.start_receiver()
+        orchestrator = stack.start_orchestrator()
         hop_b = spawn("bench._baseline", ["b"], workdir, "baseline_b")
         started.append(hop_b)
         hop_a = spawn("bench._baseline", ["a", "--downstream", hop_b.target], workdir, "baseline_a")
@@ -97,6 +97,7 @@ def _servers(workdir: Path, databases: Databases) -> Iterator[_Servers]:
     finally:
         for process in reversed(started):
             process.stop()
+        stack.close()
 
 
 async def _real_round(clients: _calls.Clients, results: Results, in_flight: int, calls: int, tag: str) -> None:

@@ -9,15 +9,13 @@ case and action, digest equal to SHA-256 of the bytes) and takes the business re
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 from decisionflow.identity import OPERATION_ID_PATTERN
+from decisionflow.payload import EffectPayload, PayloadError, payload_digest
 
 RECORD_SUPPORT_REVIEW = "record_support_review"
 KINDS = frozenset({RECORD_SUPPORT_REVIEW})
@@ -26,17 +24,6 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_REVIEWER_CHARS = 256  # the width of support_review_records.reviewer
 CASE_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 DIGEST_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
-REQUIRED_PAYLOAD_KEYS = (
-    "operation_id",
-    "case_id",
-    "action",
-    "body",
-    "evidence_id",
-    "policy_id",
-    "reviewer",
-    "decision",
-    "decided_at",
-)
 MAX_BATCH_LOOKUP = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -132,11 +119,6 @@ class EffectPage:
     next_after: int | None
 
 
-def payload_digest(payload: bytes) -> str:
-    """Return the lowercase hex SHA-256 of payload, the digest an Apply must carry."""
-    return hashlib.sha256(payload).hexdigest()
-
-
 def operation_id_violations(operation_id: str, field: str = "operation_id") -> list[Violation]:
     """Return why operation_id is not a well-formed operation id (empty when it is)."""
     if OPERATION_ID_PATTERN.match(operation_id):
@@ -168,58 +150,12 @@ def page_size_violations(page_size: int) -> list[Violation]:
     return [Violation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")]
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # json.loads keeps the last of two equal keys; two readers of the same bytes could then
-    # disagree about what was approved, so such a payload is refused.
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
-    return result
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _parse_payload(payload: bytes) -> tuple[dict[str, Any] | None, list[Violation]]:
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, [Violation("payload", "must be UTF-8")]
-    try:
-        document = json.loads(text, object_pairs_hook=_object_without_duplicates, parse_constant=_refuse_constant)
-    except _DuplicateKey as exc:
-        return None, [Violation("payload", f"JSON object has the key {exc.args[0]!r} twice")]
-    except ValueError as exc:
-        return None, [Violation("payload", f"must be a JSON object: {exc}")]
-    if not isinstance(document, dict):
-        return None, [Violation("payload", "must be a JSON object")]
-    return document, []
-
-
 def _storable_text(value: str) -> bool:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return "\x00" not in value
-
-
-def _parse_decided_at(value: str) -> datetime | None:
-    try:
-        moment = datetime.fromisoformat(value)
-        if moment.utcoffset() is None:
-            return None
-        moment.astimezone(UTC)  # stored in UTC: a time that leaves years 1 to 9999 there cannot be
-    except (ValueError, OverflowError):
-        return None
-    return moment
 
 
 def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, digest: str) -> Effect | list[Violation]:
@@ -234,38 +170,23 @@ def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, dig
     if len(payload) > MAX_PAYLOAD_BYTES:
         violations.append(Violation("payload", f"must be at most {MAX_PAYLOAD_BYTES} bytes, not {len(payload)}"))
         return violations
-    document, payload_violations = _parse_payload(payload)
-    violations += payload_violations
-    if document is None:
-        return violations
-    for key in REQUIRED_PAYLOAD_KEYS:
-        if key not in document:
-            violations.append(Violation(f"payload.{key}", "is required"))
-        elif not isinstance(document[key], str):
-            violations.append(Violation(f"payload.{key}", "must be a string"))
+    try:
+        decoded = EffectPayload.decode(payload)
+    except PayloadError as exc:
+        return violations + [Violation(problem.field, problem.description) for problem in exc.problems]
     for key, expected in (("operation_id", operation_id), ("case_id", case_id), ("action", kind)):
-        value = document.get(key)
-        if isinstance(value, str) and value != expected:
+        if getattr(decoded, key) != expected:
             request_field = "kind" if key == "action" else key
             violations.append(Violation(f"payload.{key}", f"must equal the request's {request_field}"))
-    if document.get("reviewer") == "":
-        violations.append(Violation("payload.reviewer", "must not be empty"))
     # The business record stores these as text: refuse what the database cannot hold (PostgreSQL
     # rejects NUL, UTF-8 has no unpaired surrogates, reviewer is VARCHAR(256)) instead of failing
     # the commit with an unexpected error.
     for key in ("body", "reviewer"):
-        value = document.get(key)
-        if isinstance(value, str) and not _storable_text(value):
+        if not _storable_text(getattr(decoded, key)):
             violations.append(Violation(f"payload.{key}", "contains a NUL or an unpaired surrogate"))
-    reviewer = document.get("reviewer")
-    if isinstance(reviewer, str) and len(reviewer) > MAX_REVIEWER_CHARS:
+    if len(decoded.reviewer) > MAX_REVIEWER_CHARS:
         violations.append(Violation("payload.reviewer", f"longer than {MAX_REVIEWER_CHARS} characters"))
-    decided_at = None
-    if isinstance(document.get("decided_at"), str):
-        decided_at = _parse_decided_at(document["decided_at"])
-        if decided_at is None:
-            violations.append(Violation("payload.decided_at", "must be an ISO 8601 time with a UTC offset"))
-    if violations or decided_at is None:
+    if violations:
         return violations
     return Effect(
         operation_id=operation_id,
@@ -273,7 +194,7 @@ def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, dig
         kind=kind,
         payload=payload,
         payload_digest=digest,
-        body=document["body"],
-        reviewer=document["reviewer"],
-        decided_at=decided_at,
+        body=decoded.body,
+        reviewer=decoded.reviewer,
+        decided_at=decoded.decided_at,
     )

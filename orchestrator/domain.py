@@ -6,13 +6,13 @@ Frozen dataclasses and pure rules only; no gRPC, no SQLAlchemy.
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
+from decisionflow.payload import EffectPayload
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
 
@@ -245,19 +245,18 @@ def outcome_of(state: State) -> Outcome:
 
 def effect_payload(proposal: Proposal, decision: RecordedDecision) -> tuple[bytes, str]:
     """Return the canonical receiver payload and its SHA-256 digest, built from stored rows only."""
-    document = {
-        "operation_id": proposal.operation_id,
-        "case_id": proposal.case_id,
-        "action": proposal.content.action,
-        "body": proposal.content.body,
-        "evidence_id": proposal.evidence_id,
-        "policy_id": proposal.policy_id,
-        "reviewer": decision.reviewer,
-        "decision": decision.decision.value,
-        "decided_at": decision.decided_at.isoformat(timespec="microseconds"),
-    }
-    payload = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return payload, hashlib.sha256(payload).hexdigest()
+    payload = EffectPayload(
+        operation_id=proposal.operation_id,
+        case_id=proposal.case_id,
+        action=proposal.content.action,
+        body=proposal.content.body,
+        evidence_id=proposal.evidence_id,
+        policy_id=proposal.policy_id,
+        reviewer=decision.reviewer,
+        decision=decision.decision.value,
+        decided_at=decision.decided_at,
+    )
+    return payload.encode(), payload.digest()
 
 
 def evidence_to_json(evidence: Sequence[EvidenceItem]) -> str:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +57,7 @@ def _shell_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.slow
 def test_every_documented_command_and_flag_exists() -> None:
     commands = _shell_commands()
     assert len(commands) >= 4

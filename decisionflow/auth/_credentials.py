@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from decisionflow import strict_json
 from decisionflow.auth._roles import Principal, Role, parse_role
 
 StrPath = str | os.PathLike[str]
@@ -158,27 +159,18 @@ def parse_credentials(document: object, source: str = "credentials") -> Credenti
     return Credentials(tuple(tokens), tuple(certificates))
 
 
-def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # json.loads keeps the last of two equal keys; which roles were meant would then be a guess.
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise CredentialsError(f"duplicate JSON key {key!r}")
-        result[key] = value
-    return result
-
-
 def _read_document(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CredentialsError(f"{path}: cannot read credentials file: {exc.strerror}") from exc
     try:
-        return json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
-    except json.JSONDecodeError as exc:
+        return strict_json.loads(text)
+    except strict_json.StrictJSONError as exc:
+        # A repeated key would leave which roles were meant to a guess.
+        if exc.duplicate_key is not None:
+            raise CredentialsError(f"{path}: {exc}") from None
         raise CredentialsError(f"{path}: not valid JSON: {exc}") from None
-    except CredentialsError as exc:
-        raise CredentialsError(f"{path}: {exc}") from None
 
 
 def load_credentials(path: StrPath) -> Credentials:

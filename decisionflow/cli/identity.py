@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from decisionflow import strict_json
 from decisionflow.cli.command import CommandError, Subparsers
 from decisionflow.identity import (
     EvidenceItem,
@@ -45,7 +46,7 @@ class ProposalContent(NamedTuple):
 
 def proposal_from_json(text: str) -> ProposalContent:
     """Parse proposal JSON strictly; raise ProposalFormatError naming the first field that is wrong."""
-    proposal = _object(_load(text), "proposal", _PROPOSAL_FIELDS)
+    proposal = _object(load_json(text), "proposal", _PROPOSAL_FIELDS)
     return ProposalContent(
         case_id=_text(proposal["case_id"], "case_id"),
         action=_text(proposal["action"], "action"),
@@ -116,42 +117,14 @@ def _read_text(path: str) -> str:
         raise CommandError(f"{name} is not UTF-8 (byte {exc.start})") from exc
 
 
-def _load(text: str) -> object:
+def load_json(text: str) -> object:
+    """Parse text as strict JSON; raise ProposalFormatError saying why it is not."""
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_refuse_constant,
-            parse_int=_integer,
-        )
-    except ProposalFormatError:
-        raise
-    except RecursionError as exc:
-        raise ProposalFormatError("not JSON: nested too deeply") from exc
-    except ValueError as exc:
+        return strict_json.loads(text)
+    except strict_json.StrictJSONError as exc:
+        if exc.duplicate_key is not None:
+            raise ProposalFormatError(str(exc)) from exc
         raise ProposalFormatError(f"not JSON: {exc}") from exc
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    # json.loads keeps the last of two equal keys; which value was reviewed would then be a guess.
-    result: dict[str, object] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ProposalFormatError(f"duplicate JSON key {key!r}")
-        result[key] = value
-    return result
-
-
-def _refuse_constant(name: str) -> object:
-    raise ProposalFormatError(f"not JSON: {name} is not a JSON number")
-
-
-def _integer(literal: str) -> int:
-    try:
-        return int(literal)
-    except ValueError as exc:
-        # Python refuses to convert integer literals beyond its digit limit.
-        raise ProposalFormatError(f"not JSON: integer of {len(literal)} characters is too long") from exc
 
 
 def _json_type(value: object) -> str:

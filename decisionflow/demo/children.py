@@ -6,11 +6,7 @@ stops them in order: SIGTERM (graceful shutdown), then SIGKILL for any that outl
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from decisionflow.processes import (
+    ServiceProcess,
+    ServiceStartError,
+    child_environment,
+    free_port,
+    launch,
+    terminate,
+)
+
+__all__ = ["Children", "DemoError", "Finished", "Service", "child_environment", "free_port"]
 
 
 class DemoError(Exception):
@@ -28,28 +35,8 @@ class DemoError(Exception):
         self.exit_code = exit_code
 
 
-@dataclass
-class Service:
-    """A running service process, the port it announced and its log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def target(self) -> str:
-        """host:port to dial."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        return self.process.pid
-
-    def log(self) -> str:
-        """Everything the service logged so far (JSON lines on stderr)."""
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+# A running service process of the demo: the shared launcher's type.
+Service = ServiceProcess
 
 
 @dataclass(frozen=True)
@@ -80,14 +67,6 @@ class Finished:
         return lines[-1] if lines else ""
 
 
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 @dataclass
 class Children:
     """Every child process the demo started; close() stops those still running."""
@@ -104,21 +83,17 @@ class Children:
 
     def launch(self, name: str, module: str, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> Service:
         """Start ``python -m module args --port-file F``; wait_ready() then waits for its port."""
-        slug = name.replace(" ", "-")
-        port_file = self.logs / f"{slug}.port"
-        port_file.unlink(missing_ok=True)
-        log_path = self.logs / f"{slug}.log"
-        with (self.logs / f"{slug}.stdout").open("ab") as out, log_path.open("ab") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", module, *args, "--port-file", str(port_file)],
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=self._env(env),
-                cwd=self.cwd,
-                start_new_session=True,
-            )
-        service = Service(name, process, 0, log_path)
+        service = launch(
+            module,
+            args,
+            self.logs,
+            name,
+            env=env,
+            base_env=self.env,
+            cwd=self.cwd,
+            own_session=True,
+            log_suffix=".log",
+        )
         self.services.append(service)
         return service
 
@@ -126,25 +101,17 @@ class Children:
         """Wait until every service has written its port; stop one that exits or takes too long."""
         deadline = time.monotonic() + self.start_timeout
         for service in services:
-            port_file = self.logs / f"{service.name.replace(' ', '-')}.port"
-            while not port_file.exists():
-                if service.process.poll() is not None:
-                    self.stop(service)
-                    raise DemoError(
-                        f"{service.name} exited with status {service.process.returncode} at start:\n"
-                        f"{_tail(service.log_path)}"
-                    )
-                if time.monotonic() > deadline:
-                    self.stop(service)
-                    raise DemoError(f"{service.name} did not announce its port within {self.start_timeout:.0f} s")
-                time.sleep(0.02)
-            service.port = int(port_file.read_text(encoding="ascii"))
+            try:
+                service.wait_ready(max(0.0, deadline - time.monotonic()))
+            except ServiceStartError as exc:
+                self.stop(service)
+                raise DemoError(str(exc)) from None
 
     def stop(self, service: Service) -> int:
         """SIGTERM service, SIGKILL it after stop_timeout, and return its exit status."""
         if service in self.services:
             self.services.remove(service)
-        return _terminate([service.process], self.stop_timeout)[0]
+        return terminate([service.process], self.stop_timeout)[0]
 
     def run(
         self, module: str, args: Sequence[str], *, timeout: float = 60, env: Mapping[str, str] | None = None
@@ -175,35 +142,4 @@ class Children:
         """Stop every service still running (all SIGTERMed at once, then SIGKILL after stop_timeout)."""
         processes = [service.process for service in self.services]
         self.services.clear()
-        _terminate(processes, self.stop_timeout)
-
-
-def _terminate(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[int]:
-    for process in processes:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    statuses: list[int] = []
-    for process in processes:
-        try:
-            statuses.append(process.wait(max(0.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            statuses.append(process.wait())
-    return statuses
-
-
-def free_port() -> int:
-    """Return a loopback TCP port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return this process's environment without DECISIONFLOW_ settings (the demo sets its own), plus extra."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DECISIONFLOW_")}
-    env.update(extra or {})
-    return env
+        terminate(processes, self.stop_timeout)

@@ -7,8 +7,6 @@ effect to the receiver, and one approval becomes two records.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ import tenacity
 
 from decisionflow.channels import insecure_channel
 from decisionflow.client import ReceiverClient, Unavailable
+from decisionflow.payload import APPROVE, EffectPayload
 from decisionflow.retry import NO_RETRY
 
 
@@ -33,19 +32,18 @@ def _random_operation_id() -> str:
     return "op-v1-" + secrets.token_hex(32)
 
 
-def _payload(operation_id: str, case_id: str, kind: str, body: str, reviewer: str) -> bytes:
-    document = {
-        "operation_id": operation_id,
-        "case_id": case_id,
-        "action": kind,
-        "body": body,
-        "evidence_id": "",
-        "policy_id": "",
-        "reviewer": reviewer,
-        "decision": "APPROVE",
-        "decided_at": datetime.now(UTC).isoformat(),
-    }
-    return json.dumps(document, sort_keys=True).encode("utf-8")
+def _payload(operation_id: str, case_id: str, kind: str, body: str, reviewer: str) -> EffectPayload:
+    return EffectPayload(
+        operation_id=operation_id,
+        case_id=case_id,
+        action=kind,
+        body=body,
+        evidence_id="",
+        policy_id="",
+        reviewer=reviewer,
+        decision=APPROVE,
+        decided_at=datetime.now(UTC),
+    )
 
 
 def run_naive_client(
@@ -73,9 +71,8 @@ def run_naive_client(
                 # The defect under test: the idempotency key is drawn per attempt, not per approval.
                 operation_id = _random_operation_id()
                 payload = _payload(operation_id, case_id, kind, body, "rita")
-                digest = hashlib.sha256(payload).hexdigest()
                 try:
-                    applied = receiver.apply(operation_id, case_id, kind, payload, digest)
+                    applied = receiver.apply(operation_id, case_id, kind, payload.encode(), payload.digest())
                 except Unavailable as lost:
                     sent.append(NaiveAttempt(operation_id, f"{lost.code.name} {lost.reason}".strip()))
                     on_attempt(sent[-1])

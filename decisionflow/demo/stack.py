@@ -14,7 +14,15 @@ from decisionflow.auth import bearer_metadata
 from decisionflow.channels import insecure_channel
 from decisionflow.client import ReceiverClient, ReviewClient
 from decisionflow.demo import workspace as ws
-from decisionflow.demo.children import Children, DemoError, Finished, Service, free_port
+from decisionflow.demo.children import Children, DemoError, Finished, Service
+from decisionflow.processes import free_port
+from decisionflow.stack import (
+    CHECKPOINT_KEYS_ENV,
+    ORCHESTRATOR_MODULE,
+    RECEIVER_MODULE,
+    orchestrator_args,
+    receiver_args,
+)
 
 
 def short(operation_id: str) -> str:
@@ -66,43 +74,33 @@ class DemoStack:
             old = self.receiver
             status = self.children.stop(old)
             self.say.line(f"receiver pid {old.pid} stopped (SIGTERM, exit {status})")
-        args = [
-            "--address",
-            f"127.0.0.1:{self.receiver_port}",
-            "--database-url",
+        args = receiver_args(
             self.ws.receiver_url,
-            "--credentials-file",
-            str(self.ws.credentials),
-            "--failpoints",
-            failpoints,
-            "--shutdown-grace-seconds",
-            "2",
-        ]
-        self.receiver = self.children.launch("receiver", "effect_receiver.main", args)
+            address=f"127.0.0.1:{self.receiver_port}",
+            failpoints=failpoints,
+            extra=["--credentials-file", str(self.ws.credentials), "--shutdown-grace-seconds", "2"],
+        )
+        self.receiver = self.children.launch("receiver", RECEIVER_MODULE, args)
         self.receiver_faults = failpoints
         return self.receiver
 
     def launch_orchestrator(self, name: str) -> Service:
         """Launch an orchestrator process called name, dialling the receiver's port with its own token."""
         keys = self.ws.checkpoint_keys.read_text(encoding="utf-8").strip()
-        args = [
-            "--address",
-            "127.0.0.1:0",
-            "--database-url",
+        args = orchestrator_args(
             self.ws.orchestrator_url,
-            "--receiver-target",
             f"127.0.0.1:{self.receiver_port}",
-            "--receiver-token-file",
-            str(self.ws.token_file(ws.ORCHESTRATOR)),
-            "--credentials-file",
-            str(self.ws.credentials),
-            "--shutdown-grace-seconds",
-            "2",
-        ]
-        # The key travels in the environment, not on the command line where ps shows it.
-        self.orchestrator = self.children.launch(
-            name, "orchestrator.main", args, env={"DECISIONFLOW_CHECKPOINT_KEYS": keys}
+            extra=[
+                "--receiver-token-file",
+                str(self.ws.token_file(ws.ORCHESTRATOR)),
+                "--credentials-file",
+                str(self.ws.credentials),
+                "--shutdown-grace-seconds",
+                "2",
+            ],
         )
+        # The key travels in the environment, not on the command line where ps shows it.
+        self.orchestrator = self.children.launch(name, ORCHESTRATOR_MODULE, args, env={CHECKPOINT_KEYS_ENV: keys})
         return self.orchestrator
 
     def ready(self, *services: Service) -> None:

@@ -1,15 +1,11 @@
 """decisionflow.tls on a real TLS server on 127.0.0.1: mutual TLS names the principal by its
-certificate; certificates come from a throwaway CA made with the openssl command line."""
+certificate; certificates come from a throwaway CA (tests/security/pki.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,60 +16,19 @@ from decisionflow.auth import Principal, Role
 from decisionflow.auth.testing import ContractRecorder, bearer, known_credentials, refusal, serve
 from decisionflow.tls import channel_credentials, server_credentials
 from decisionflow.v1 import review_pb2, review_pb2_grpc
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command line")
-
-
-@dataclass(frozen=True)
-class Pki:
-    """Paths of a CA and the certificates and keys it signed, plus a stranger signed by another CA."""
-
-    directory: Path
-
-    def pem(self, name: str) -> Path:
-        return self.directory / f"{name}.pem"
-
-    def key(self, name: str) -> Path:
-        return self.directory / f"{name}.key"
-
-
-def _openssl(directory: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=30)
-
-
-def _ca(directory: Path, name: str) -> None:
-    _openssl(
-        directory,
-        *("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-        *("-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}"),
-        *("-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"),
-    )
-
-
-def _leaf(directory: Path, ca: str, name: str, common_name: str, extensions: str, serial: int) -> None:
-    (directory / f"{name}.ext").write_text(extensions + "\nbasicConstraints=CA:FALSE\n")
-    _openssl(
-        directory,
-        *("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-        *("-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={common_name}"),
-    )
-    _openssl(
-        directory,
-        *("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key"),
-        *("-set_serial", str(serial), "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext"),
-    )
+from tests.security.pki import Pki, write_ca, write_leaf
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     directory = tmp_path_factory.mktemp("pki")
-    _ca(directory, "ca")
-    _ca(directory, "other-ca")
-    _leaf(directory, "ca", "server", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1", 1)
-    _leaf(directory, "ca", "console", "review-console", "extendedKeyUsage=clientAuth", 2)
-    _leaf(directory, "ca", "unlisted", "intruder", "extendedKeyUsage=clientAuth", 3)
-    _leaf(directory, "ca", "san-only", "not-listed-cn", "subjectAltName=DNS:review-console", 4)
-    _leaf(directory, "other-ca", "stranger", "review-console", "extendedKeyUsage=clientAuth", 5)
+    ca = write_ca(directory, "ca")
+    other = write_ca(directory, "other-ca")
+    write_leaf(directory, ca, "server", "localhost", "127.0.0.1")
+    write_leaf(directory, ca, "console", common_name="review-console")
+    write_leaf(directory, ca, "unlisted", common_name="intruder")
+    write_leaf(directory, ca, "san-only", "review-console", common_name="not-listed-cn")
+    write_leaf(directory, other, "stranger", common_name="review-console")
     return Pki(directory)
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decisionflow.stack import CHECKPOINT_KEYS_ENV
 from tests.campaigns.processes import Child, Launcher
-from tests.orchestrator.conftest import CHECKPOINT_KEY
+from tests.support.stack import CHECKPOINT_KEY
 
 RECONCILER_TIMEOUT_SECONDS = 60.0
 
@@ -114,7 +115,7 @@ class Cluster:
                         "--receiver-timeout-seconds",
                         str(receiver_timeout_seconds),
                     ],
-                    {"DECISIONFLOW_CHECKPOINT_KEYS": CHECKPOINT_KEY},
+                    {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
                 )
             )
         return cluster

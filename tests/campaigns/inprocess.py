@@ -1,4 +1,4 @@
-"""An in-process receiver and orchestrator on fixed ports, restartable in place, for the stateful model."""
+"""The test stack on fixed ports, each server restartable in place, for the stateful model."""
 
 from __future__ import annotations
 
@@ -8,17 +8,11 @@ from pathlib import Path
 
 from decisionflow.client import OperationsClient, ReceiverClient
 from decisionflow.retry import NO_RETRY
-from effect_receiver.config import ReceiverConfig
-from effect_receiver.main import ReceiverServer
-from effect_receiver.main import create_server as create_receiver
-from orchestrator.config import OrchestratorConfig
-from orchestrator.main import OrchestratorServer
-from orchestrator.main import create_server as create_orchestrator
 from reconciler.domain import PassSummary
 from reconciler.service import PassSettings, Reconciler
 from tests.campaigns.workload import channel
-from tests.orchestrator.conftest import CHECKPOINT_KEY
 from tests.support.servers import LoopThread
+from tests.support.stack import Stack
 
 
 @dataclass
@@ -27,48 +21,39 @@ class InProcessStack:
 
     workdir: Path
     receiver_timeout_seconds: float = 0.2
-    loop: LoopThread = field(default_factory=LoopThread)
-    receiver: ReceiverServer | None = None
-    orchestrator: OrchestratorServer | None = None
-    receiver_port: int = 0
-    orchestrator_port: int = 0
     receiver_failpoints: str = ""
+    stack: Stack = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stack = Stack(
+            f"sqlite:///{self.workdir / 'receiver.db'}",
+            f"sqlite:///{self.workdir / 'orchestrator.db'}",
+            LoopThread(),
+            stop_grace=0,
+        )
 
     @property
     def receiver_target(self) -> str:
         """host:port of the receiver."""
-        return f"127.0.0.1:{self.receiver_port}"
+        return f"127.0.0.1:{self.stack.receiver_port}"
 
     @property
     def orchestrator_target(self) -> str:
         """host:port of the orchestrator."""
-        return f"127.0.0.1:{self.orchestrator_port}"
+        return f"127.0.0.1:{self.stack.orchestrator_port}"
 
     def start_receiver(self, failpoints: str = "") -> None:
         """(Re)start the receiver with failpoints (empty: none)."""
-        if self.receiver is not None:
-            self.loop.run(self.receiver.stop(0))
-        config = ReceiverConfig(
-            address=f"127.0.0.1:{self.receiver_port}",
-            database_url=f"sqlite:///{self.workdir / 'receiver.db'}",
-            failpoints=failpoints,
-        )
-        self.receiver = self.loop.run(create_receiver(config))
-        self.receiver_port, self.receiver_failpoints = self.receiver.port, failpoints
+        self.stack.start_receiver(failpoints, address=self.receiver_target)
+        self.receiver_failpoints = failpoints
 
     def start_orchestrator(self) -> None:
         """(Re)start the orchestrator; nothing in memory survives, as after a crash."""
-        if self.orchestrator is not None:
-            self.loop.run(self.orchestrator.stop(0))
-        config = OrchestratorConfig(
-            checkpoint_keys=(CHECKPOINT_KEY.encode(),),
-            address=f"127.0.0.1:{self.orchestrator_port}",
-            database_url=f"sqlite:///{self.workdir / 'orchestrator.db'}",
-            receiver_target=self.receiver_target,
-            receiver_timeout_seconds=self.receiver_timeout_seconds,
+        if self.stack.servers:
+            self.stack.stop_orchestrator()
+        self.stack.start_orchestrator(
+            address=self.orchestrator_target, receiver_timeout_seconds=self.receiver_timeout_seconds
         )
-        self.orchestrator = self.loop.run(create_orchestrator(config))
-        self.orchestrator_port = self.orchestrator.port
 
     def reconcile(self) -> PassSummary:
         """One reconciler pass through the reconciler's service API, as the command wires it."""
@@ -88,7 +73,4 @@ class InProcessStack:
 
     def close(self) -> None:
         """Stop both servers and the loop."""
-        for server in (self.orchestrator, self.receiver):
-            if server is not None:
-                self.loop.run(server.stop(0))
-        self.loop.close()
+        self.stack.close()

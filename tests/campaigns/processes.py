@@ -21,6 +21,8 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+from decisionflow.processes import SETTINGS_PREFIX, wait_for_port_file
+
 PRELOAD = ("effect_receiver.main", "orchestrator.main", "reconciler.main")
 START_TIMEOUT_SECONDS = 30.0
 # A port freed by a SIGKILLed server can take a moment to be bindable again.
@@ -47,7 +49,7 @@ def run_child(module: str, argv: Sequence[str], env: Mapping[str, str], stdout: 
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    for key in [k for k in os.environ if k.startswith("DECISIONFLOW_")]:
+    for key in [k for k in os.environ if k.startswith(SETTINGS_PREFIX)]:
         del os.environ[key]
     os.environ.update(env)
     main: Any = importlib.import_module(module).main
@@ -135,11 +137,9 @@ class Launcher:
         for attempt in range(1, BIND_ATTEMPTS + 1):
             port_file.unlink(missing_ok=True)
             child = self.start(name, module, ["--address", address, *argv, "--port-file", str(port_file)], env)
-            deadline = time.monotonic() + START_TIMEOUT_SECONDS
-            while not port_file.exists() and child.alive and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if port_file.exists():
-                return child, int(port_file.read_text())
+            port = wait_for_port_file(port_file, child.process.is_alive, START_TIMEOUT_SECONDS, poll=0.01)
+            if port is not None:
+                return child, port
             child.kill()
             if attempt == BIND_ATTEMPTS or "bind" not in child.stderr().lower():
                 raise AssertionError(f"{name} did not start (exit {child.exitcode}):\n{child.stderr()[-4000:]}")

@@ -20,10 +20,10 @@ import pytest
 from decisionflow.client import Decision, LookupStatus, OperationsClient, OperationState, ReceiverClient
 from decisionflow.failpoints import EXIT_STATUS
 from tests.campaigns.cluster import Cluster, Server
-from tests.campaigns.conftest import CampaignOptions
 from tests.campaigns.history import History
 from tests.campaigns.report import publish, replay_hint
 from tests.campaigns.workload import ALL_STATES, Reviewer, channel, settle_and_check
+from tests.support.campaigns import CampaignOptions
 
 SIGKILL_MID_APPROVE = "sigkill.mid_approve"
 

@@ -13,7 +13,7 @@ import pytest
 from decisionflow.faults import Fault, FaultPlan
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.config import ReceiverConfig, load
-from tests.receiver.conftest import InProcessReceiver, apply_request, count_rows, new_operation_id
+from tests.support.receiver import InProcessReceiver, apply_request, count_rows, new_operation_id
 
 
 def test_plan_parses_probabilities_and_seed() -> None:

@@ -23,10 +23,10 @@ import pytest
 
 from decisionflow.client import Decision
 from tests.campaigns.cluster import Cluster
-from tests.campaigns.conftest import CampaignOptions
 from tests.campaigns.history import History
 from tests.campaigns.report import publish, replay_hint
 from tests.campaigns.workload import Reviewer, body_for, operation_id_of, settle_and_check
+from tests.support.campaigns import CampaignOptions
 
 RECONCILER = "reconciler"
 LOOP_INTERVAL_SECONDS = 0.2

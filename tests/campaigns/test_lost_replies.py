@@ -26,10 +26,10 @@ import pytest
 from decisionflow.client import ApproveResult, Decision, Outcome, ReviewClient
 from decisionflow.retry import NO_RETRY
 from tests.campaigns.cluster import Cluster
-from tests.campaigns.conftest import CampaignOptions
 from tests.campaigns.history import History, load
 from tests.campaigns.report import publish, replay_hint
 from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, settle_and_check
+from tests.support.campaigns import CampaignOptions
 
 FAULTS_ENV = "DECISIONFLOW_RECEIVER_FAULTS"
 LOSE_REPLY, DELAY = 0.1, 0.1

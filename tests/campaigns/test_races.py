@@ -22,10 +22,10 @@ import pytest
 from decisionflow import reasons
 from decisionflow.client import Decision, Outcome
 from tests.campaigns.cluster import Cluster
-from tests.campaigns.conftest import CampaignOptions
 from tests.campaigns.history import Event, History, load
 from tests.campaigns.report import publish, replay_hint
 from tests.campaigns.workload import Reviewer, settle_and_check
+from tests.support.campaigns import CampaignOptions
 
 APPROVERS = 8
 REVIEWS_AT_ONCE = 3

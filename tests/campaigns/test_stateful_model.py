@@ -42,11 +42,11 @@ from decisionflow.client import (
     StaleProposal,
 )
 from decisionflow.retry import NO_RETRY
-from tests.campaigns.conftest import CampaignOptions
 from tests.campaigns.history import History
 from tests.campaigns.inprocess import InProcessStack
 from tests.campaigns.report import publish
 from tests.campaigns.workload import Observed, Reviewer, check_history, observe
+from tests.support.campaigns import CampaignOptions
 
 LOSE_REPLIES = "receiver.commit_then_lose_reply=raise"
 OUTCOMES = {Decision.APPROVE: (Outcome.COMMITTED, Outcome.UNKNOWN), Decision.DECLINE: (Outcome.DECLINED,)}

@@ -14,10 +14,11 @@ from decisionflow.cli import main
 from decisionflow.cli.identity import ProposalFormatError, proposal_from_json
 from decisionflow.cli.review import edit_from_json
 from decisionflow.identity import identities
+from decisionflow.processes import free_port
 from decisionflow.v1 import effect_receiver_pb2
-from tests.cli.conftest import Cli, evidence, proposal_file
-from tests.conftest import free_port
-from tests.orchestrator.conftest import T1042_BODY, digest
+from tests.support.payloads import sample_payload
+from tests.support.review_cli import Cli, evidence, proposal_file
+from tests.support.stack import T1042_BODY
 
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
 
@@ -135,26 +136,14 @@ def test_an_effect_the_receiver_refuses_is_rejected_exit_3(make_cli: Callable[..
     file = proposal_file(tmp_path)
     op = identities(*proposal_from_json(file.read_text())).operation_id
     # Another payload already holds the key, so the receiver refuses the orchestrator's Apply for good.
-    squatter = json.dumps(
-        {
-            "operation_id": op,
-            "case_id": "T-1042",
-            "action": "record_support_review",
-            "body": "someone else's reply",
-            "evidence_id": "",
-            "policy_id": "",
-            "reviewer": "mallory",
-            "decision": "APPROVE",
-            "decided_at": "2026-01-01T00:00:00+00:00",
-        }
-    )
+    squatter = sample_payload(op, body="someone else's reply", evidence_id="", policy_id="", reviewer="mallory")
     cli.stack.receiver().Apply(
         effect_receiver_pb2.ApplyRequest(
             operation_id=op,
             case_id="T-1042",
             kind="record_support_review",
             payload=squatter.encode(),
-            payload_digest=digest(squatter),
+            payload_digest=squatter.digest(),
         ),
         timeout=5,
     )
@@ -289,6 +278,7 @@ def test_every_command_documents_its_exit_status(capsys: pytest.CaptureFixture[s
         assert "3 refused" in help_text and "1 error" in help_text
 
 
+@pytest.mark.slow
 def test_the_command_runs_as_a_separate_process(make_cli: Callable[..., Cli], tmp_path: Path) -> None:
     cli = make_cli(receiver_failpoints=LOSE_EVERY_REPLY)
     op = str(cli("start", str(proposal_file(tmp_path)), principal="ava").document["operation_id"])

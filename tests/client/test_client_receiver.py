@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,13 +28,14 @@ from decisionflow.client import (
 from decisionflow.errors import DomainError
 from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER, RetryPolicy
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
+from tests.support.payloads import sample_payload
 
 from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin
 
 OP = "op-v1-" + "3" * 64
 OP2 = "op-v1-" + "4" * 64
-PAYLOAD = b'{"case_id":"T-1042","decision":"APPROVE"}'
-DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
+PAYLOAD = sample_payload(OP).encode()
+DIGEST = sample_payload(OP).digest()
 SLACK = 0.05  # the grpc-timeout header is rounded up, so the server may see a little more
 
 

@@ -49,6 +49,7 @@ def test_every_service_has_a_healthcheck(name: str) -> None:
     assert check.get("test"), f"{name} has no healthcheck"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", OURS)
 def test_commands_and_flags_exist(name: str) -> None:
     service = COMPOSE["services"][name]

@@ -20,9 +20,9 @@ import pytest
 from psycopg import sql
 
 from decisionflow.v1 import common_pb2, review_pb2
-from tests.orchestrator.conftest import Stack, approve, count, start_request
 from tests.security.dbstate import snapshot
 from tests.support.servers import LoopThread
+from tests.support.stack import Stack, approve, count, start_request
 
 CALLS = ("StartReview", "Approve", "GetOperation")
 

@@ -22,9 +22,9 @@ from decisionflow import db
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
-from tests.orchestrator.conftest import CHECKPOINT_KEY, approve, start_request
 from tests.security.contract import apply_request
 from tests.support.servers import LoopThread, ServiceProcess, spawn
+from tests.support.stack import CHECKPOINT_KEY, approve, start_request
 
 pytestmark = pytest.mark.slow
 

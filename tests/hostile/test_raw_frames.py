@@ -15,9 +15,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from google.protobuf.message import DecodeError, Message
 
 from decisionflow.serving import MAX_MESSAGE_BYTES
-from tests.hostile.conftest import Target
-from tests.security.conftest import raw_call
 from tests.security.contract import contract_methods, method_path, request_class, request_for, served_by_receiver
+from tests.support.hostile import Target
+from tests.support.secure import raw_call
 
 METHODS = contract_methods()
 # Outcomes a request that parses may earn on its merits; never UNKNOWN, INTERNAL or UNAVAILABLE.

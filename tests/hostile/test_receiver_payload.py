@@ -5,7 +5,6 @@ answered UNKNOWN by a failed commit, and nothing is written."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 
 import grpc
@@ -16,6 +15,7 @@ from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from tests.security.contract import apply_request
 from tests.security.dbstate import snapshot
+from tests.support.payloads import tampered
 from tests.support.servers import LoopThread
 
 HOSTILE_PAYLOADS = {
@@ -45,10 +45,7 @@ def receiver(database_url: str) -> Iterator[tuple[effect_receiver_pb2_grpc.Effec
 def _apply(changes: dict[str, str]) -> effect_receiver_pb2.ApplyRequest:
     request = apply_request()
     assert isinstance(request, effect_receiver_pb2.ApplyRequest)
-    document = json.loads(request.payload)
-    document.update(changes)
-    # ensure_ascii keeps an unpaired surrogate as a \\ud800 escape: valid JSON, invalid text.
-    payload = json.dumps(document, sort_keys=True).encode()
+    payload = tampered(request.payload, **changes)
     request.payload, request.payload_digest = payload, hashlib.sha256(payload).hexdigest()
     return request
 

@@ -16,8 +16,6 @@ from google.protobuf.message import Message
 from decisionflow.rpc_errors import error_info
 from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
-from tests.hostile.conftest import Target
-from tests.orchestrator.conftest import start_request
 from tests.security.contract import (
     StringPath,
     contract_methods,
@@ -28,6 +26,8 @@ from tests.security.contract import (
     string_paths,
     with_string,
 )
+from tests.support.hostile import Target
+from tests.support.stack import start_request
 
 SQL_AND_NUL = "x'; DROP TABLE proposals; --\" OR 1=1 /* \\ % _ \x00 */"
 MEGABYTE_OF_UNICODE = "żółć🦉" * 83_000  # 996,000 UTF-8 bytes: the request still fits in 1 MiB

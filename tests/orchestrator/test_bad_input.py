@@ -11,7 +11,7 @@ import pytest
 
 from decisionflow.rpc_errors import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
-from tests.orchestrator.conftest import Stack, count, policy, start_request
+from tests.support.stack import Stack, count, policy, start_request
 
 TABLES = ("proposals", "operations", "pending_reviews", "checkpoints", "cases", "decisions")
 

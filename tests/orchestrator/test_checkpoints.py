@@ -15,7 +15,7 @@ from decisionflow import db, reasons
 from decisionflow.rpc_errors import error_info
 from decisionflow.v1 import review_pb2
 from orchestrator.workflow import ReviewWorkflow
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack, approve, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
 
 
 class _Sentinel:

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from tests.orchestrator.conftest import Stack, approve, count, spawn_orchestrator, spawn_receiver, start_request
+from tests.support.stack import Stack, approve, count, spawn_orchestrator, spawn_receiver, start_request
 
 APPROVERS = 16
 

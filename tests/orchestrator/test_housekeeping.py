@@ -8,9 +8,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from decisionflow.v1 import common_pb2
 from orchestrator.workflow import ReviewWorkflow
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack, approve, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
 
 
 def _run(*args: str) -> dict[str, object]:
@@ -29,6 +31,7 @@ def _run(*args: str) -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
 def test_prune_removes_only_settled_operations_checkpoints(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     review = stack.review()
@@ -56,6 +59,7 @@ def test_prune_removes_only_settled_operations_checkpoints(make_stack: Callable[
     assert review.Approve(approve(pending), timeout=10).outcome == common_pb2.OUTCOME_COMMITTED
 
 
+@pytest.mark.slow
 def test_reopen_after_a_graph_change_keeps_the_operation_id(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack(workflow=ReviewWorkflow("audited"))
     op = stack.review().StartReview(start_request(), timeout=10).proposal.operation_id

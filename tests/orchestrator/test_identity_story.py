@@ -11,7 +11,7 @@ import pytest
 from decisionflow import reasons
 from decisionflow.rpc_errors import error_info
 from decisionflow.v1 import common_pb2, review_pb2
-from tests.orchestrator.conftest import T1042_BODY, Stack, approve, policy, start_request
+from tests.support.stack import T1042_BODY, Stack, approve, policy, start_request
 
 
 def test_seed_identity_story(make_stack: Callable[..., Stack]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from tests.orchestrator.conftest import Stack, approve, start_request
+from tests.support.stack import Stack, approve, start_request
 
 
 def test_lost_reply_is_unknown_then_a_retry_settles_it_as_replay(make_stack: Callable[..., Stack]) -> None:

@@ -11,8 +11,8 @@ import pytest
 from decisionflow import reasons
 from decisionflow.rpc_errors import error_info
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from tests.orchestrator.conftest import approve, count, decline, spawn_orchestrator, spawn_receiver, start_request
 from tests.support.servers import ServiceProcess
+from tests.support.stack import approve, count, decline, spawn_orchestrator, spawn_receiver, start_request
 
 
 def _stub(process: ServiceProcess) -> tuple[grpc.Channel, review_pb2_grpc.ReviewServiceStub]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from decisionflow.v1 import common_pb2, review_pb2
-from tests.orchestrator.conftest import Stack, approve, start_request
+from tests.support.stack import Stack, approve, start_request
 
 
 def test_start_then_approve_commits_one_effect(make_stack: Callable[..., Stack]) -> None:

@@ -12,8 +12,7 @@ from decisionflow.errors import InvalidRequest
 from effect_receiver.config import load
 from effect_receiver.domain import MAX_PAYLOAD_BYTES, Effect, batch_violations, check_effect
 from effect_receiver.service import decode_page_token, encode_page_token
-
-from .conftest import BODY, CASE_ID, new_operation_id, payload_for
+from tests.support.receiver import BODY, CASE_ID, new_operation_id, payload_for
 
 KIND = "record_support_review"
 

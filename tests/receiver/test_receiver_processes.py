@@ -16,11 +16,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from decisionflow import db
 from decisionflow.failpoints import EXIT_STATUS
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
-
-from .conftest import ReceiverProcess, apply_request, count_rows, new_operation_id, spawn_receiver
+from tests.support.receiver import ReceiverProcess, apply_request, count_rows, new_operation_id, spawn_receiver
 
 CREATED = effect_receiver_pb2.APPLY_RESULT_CREATED
 REPLAYED = effect_receiver_pb2.APPLY_RESULT_REPLAYED
+
+pytestmark = pytest.mark.slow  # every test here starts receiver processes
 
 
 def spawn_together(tmp_path: Path, database_url: str, count: int) -> list[ReceiverProcess]:

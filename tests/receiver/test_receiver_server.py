@@ -26,8 +26,7 @@ from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.domain import MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import SERVICE_NAME
-
-from .conftest import (
+from tests.support.receiver import (
     CASE_ID,
     InProcessReceiver,
     StartReceiver,

@@ -15,8 +15,7 @@ from effect_receiver.domain import ApplyOutcome, Consistency, Effect, Receipt, c
 from effect_receiver.errors import IdempotencyKeyReused, Unavailable
 from effect_receiver.service import ReceiverService
 from effect_receiver.store import EffectStore, migrate
-
-from .conftest import CASE_ID, closed_port, new_operation_id, payload_for
+from tests.support.receiver import CASE_ID, closed_port, new_operation_id, payload_for
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, 250000, tzinfo=UTC)
 

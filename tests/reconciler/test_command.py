@@ -2,7 +2,7 @@
 --interval loop with its metrics and SIGTERM, and several reconcilers at once.
 
 Servers are real (in process via make_stack, or processes); the command always runs as its own
-process. Open operations here are seeded (see tests/reconciler/seeding.py): orchestrator rows
+process. Open operations here are seeded (see tests/support/seeding.py): orchestrator rows
 written with the orchestrator's tables and, for the "applied" ones, the matching effect written
 with the receiver's tables, exactly as a committed Apply whose reply was lost leaves them.
 """
@@ -22,20 +22,20 @@ import sqlalchemy as sa
 
 from decisionflow import db
 from decisionflow.auth import Role, issue_token
+from decisionflow.processes import child_environment as command_env
+from decisionflow.processes import free_port
 from reconciler.config import load
 from reconciler.main import main
-from tests.conftest import free_port
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack
-from tests.reconciler.conftest import (
+from tests.support.reconciling import (
     ROOT,
     closed_port,
-    command_env,
     count,
     reconciler_command,
     run_reconciler,
 )
-from tests.reconciler.seeding import seed_effects, seed_operations
+from tests.support.seeding import seed_effects, seed_operations
 from tests.support.servers import spawn
+from tests.support.stack import CHECKPOINT_KEY, Stack
 
 SUMMARY_FIELDS = {
     "examined",
@@ -81,6 +81,7 @@ def open_count(url: str) -> int:
     return count(url, "SELECT count(*) FROM operations WHERE state IN ('approved', 'unknown')")
 
 
+@pytest.mark.slow
 def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     seeded = seed_operations(stack.orchestrator_url, 3)  # decided a minute ago
@@ -111,6 +112,7 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert open_count(stack.orchestrator_url) == 0
 
 
+@pytest.mark.slow
 def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
     down = run_reconciler(["--once", *unreachable, "--timeout-seconds", "1"])
@@ -277,6 +279,7 @@ def test_two_reconcilers_at_once_settle_everything_once(make_stack: Callable[...
     )
 
 
+@pytest.mark.slow
 def test_interval_mode_outlives_an_unreachable_orchestrator(tmp_path: Path) -> None:
     stderr_path = tmp_path / "reconciler.stderr"
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]

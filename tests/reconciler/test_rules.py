@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from decisionflow.v1 import common_pb2
-from tests.orchestrator.conftest import Stack
-from tests.reconciler.conftest import (
+from tests.support.reconciling import (
     AFTER_ATTEMPT,
     AFTER_DECISION,
     LOST_REPLY,
@@ -38,6 +37,7 @@ from tests.reconciler.conftest import (
     reconcile,
     start_receiver,
 )
+from tests.support.stack import Stack
 
 UNKNOWN = common_pb2.OPERATION_STATE_UNKNOWN
 APPROVED = common_pb2.OPERATION_STATE_APPROVED

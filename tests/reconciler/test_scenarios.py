@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2, review_pb2_grpc
-from tests.orchestrator.conftest import approve, count, spawn_orchestrator, spawn_receiver, start_request
-from tests.reconciler.conftest import run_reconciler
+from tests.support.reconciling import run_reconciler
 from tests.support.servers import ServiceProcess
+from tests.support.stack import approve, count, spawn_orchestrator, spawn_receiver, start_request
 
 
 def _reconcile(orchestrator: ServiceProcess, receiver: ServiceProcess) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """Ten thousand Unknowns settle in one pass of the command, against receiver and orchestrator
 processes on SQLite.
 
-Seeded (see tests/reconciler/seeding.py): the 10,000 decided, attempted operations in the
+Seeded (see tests/support/seeding.py): the 10,000 decided, attempted operations in the
 orchestrator's database and their effects in the receiver's, as lost replies would leave them.
 Real: both servers as processes, and the decisionflow-reconciler command over gRPC. The rate
 is printed (pytest -s shows it); only outcomes are asserted, since the machine may be shared.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import spawn_orchestrator, spawn_receiver
-from tests.reconciler.conftest import count, run_reconciler
-from tests.reconciler.seeding import seed_effects, seed_operations
+from tests.support.reconciling import count, run_reconciler
+from tests.support.seeding import seed_effects, seed_operations
+from tests.support.stack import spawn_orchestrator, spawn_receiver
 
 OPERATIONS = 10_000
 

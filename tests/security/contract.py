@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import pkgutil
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import message_factory
@@ -20,7 +20,8 @@ from google.protobuf.message import Message
 
 import decisionflow.v1
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
-from tests.orchestrator.conftest import T1042_BODY, policy, start_request
+from tests.support.payloads import sample_payload
+from tests.support.stack import T1042_BODY, policy, start_request
 
 RECEIVER_SERVICE = "decisionflow.v1.EffectReceiverService"
 ORCHESTRATOR_SERVICES = ("decisionflow.v1.ReviewService", "decisionflow.v1.OperationsService")
@@ -64,19 +65,14 @@ FRESH_OPERATION_ID = "op-v1-" + hashlib.sha256(b"hostile-tests.fresh").hexdigest
 
 def apply_request(operation_id: str = FRESH_OPERATION_ID, case_id: str = "T-7001", body: str = "ok") -> Message:
     """A well-formed Apply whose payload matches its fields and digest."""
-    payload = json.dumps(
-        {
-            "operation_id": operation_id,
-            "case_id": case_id,
-            "action": "record_support_review",
-            "body": body,
-            "evidence_id": "ev-v1-" + "0" * 64,
-            "policy_id": "pol-v1-" + "0" * 64,
-            "reviewer": "rita",
-            "decision": "APPROVE",
-            "decided_at": "2026-01-01T00:00:00+00:00",
-        },
-        sort_keys=True,
+    payload = sample_payload(
+        operation_id,
+        case_id,
+        body=body,
+        evidence_id="ev-v1-" + "0" * 64,
+        policy_id="pol-v1-" + "0" * 64,
+        reviewer="rita",
+        decided_at=datetime(2026, 1, 1, tzinfo=UTC),
     ).encode()
     return effect_receiver_pb2.ApplyRequest(
         operation_id=operation_id,

@@ -1,10 +1,11 @@
-"""A throwaway certificate authority made with the openssl command line, for TLS tests."""
+"""A throwaway certificate authority for TLS tests (trustme): PEM files for servers and clients."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import trustme
 
 
 @dataclass(frozen=True)
@@ -17,44 +18,36 @@ class Pki:
         """The PEM certificate called name."""
         return self.directory / f"{name}.pem"
 
+    def pem(self, name: str) -> Path:
+        """The PEM certificate called name (the same file as cert)."""
+        return self.cert(name)
+
     def key(self, name: str) -> Path:
         """The PEM private key of the certificate called name."""
         return self.directory / f"{name}.key"
 
 
-def _openssl(directory: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=30)
+def write_ca(directory: Path, name: str) -> trustme.CA:
+    """Make a CA and write its certificate to directory/<name>.pem."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / f"{name}.pem"))
+    return ca
 
 
-def _ca(directory: Path, name: str) -> None:
-    _openssl(
-        directory,
-        *("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-        *("-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}"),
-        *("-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"),
-    )
-
-
-def _leaf(directory: Path, ca: str, name: str, extensions: str, serial: int) -> None:
-    (directory / f"{name}.ext").write_text(extensions + "\nbasicConstraints=CA:FALSE\n")
-    _openssl(
-        directory,
-        *("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-        *("-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}"),
-    )
-    _openssl(
-        directory,
-        *("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key"),
-        *("-set_serial", str(serial), "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext"),
-    )
+def write_leaf(directory: Path, ca: trustme.CA, name: str, *identities: str, common_name: str | None = None) -> None:
+    """Issue a certificate for identities (subject alternative names) and common_name, signed by ca;
+    write it to directory/<name>.pem and its key to directory/<name>.key."""
+    leaf = ca.issue_cert(*identities, common_name=common_name or name)
+    leaf.cert_chain_pems[0].write_to_path(str(directory / f"{name}.pem"))
+    leaf.private_key_pem.write_to_path(str(directory / f"{name}.key"))
 
 
 def make_pki(directory: Path, clients: tuple[str, ...]) -> Pki:
     """A CA, a localhost server certificate, a client certificate per name, and a foreign "stranger"."""
-    _ca(directory, "ca")
-    _ca(directory, "other-ca")
-    _leaf(directory, "ca", "server", "subjectAltName=DNS:localhost,IP:127.0.0.1", 1)
-    for serial, name in enumerate(clients, start=2):
-        _leaf(directory, "ca", name, "extendedKeyUsage=clientAuth", serial)
-    _leaf(directory, "other-ca", "stranger", "extendedKeyUsage=clientAuth", 99)
+    ca = write_ca(directory, "ca")
+    other = write_ca(directory, "other-ca")
+    write_leaf(directory, ca, "server", "localhost", "127.0.0.1")
+    for name in clients:
+        write_leaf(directory, ca, name)
+    write_leaf(directory, other, "stranger")
     return Pki(directory)

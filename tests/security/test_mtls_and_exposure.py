@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,12 +21,10 @@ from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from orchestrator.config import OrchestratorConfig
 from orchestrator.main import create_server as create_orchestrator
-from tests.orchestrator.conftest import CHECKPOINT_KEY, Stack, approve, start_request
 from tests.security.dbstate import snapshot
 from tests.security.pki import Pki, make_pki
 from tests.support.servers import LoopThread
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command line")
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, start_request
 
 CLIENTS = ("author-console", "review-console", "intruder")
 

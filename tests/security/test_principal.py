@@ -13,9 +13,9 @@ from decisionflow import reasons
 from decisionflow.auth import CredentialsError, Role, bearer_metadata, issue_token
 from decisionflow.rpc_errors import error_info
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from tests.orchestrator.conftest import approve, count, start_request
-from tests.security.conftest import SecureStack, start_secure_stack
 from tests.security.dbstate import snapshot
+from tests.support.secure import SecureStack, start_secure_stack
+from tests.support.stack import approve, count, start_request
 
 
 @pytest.fixture

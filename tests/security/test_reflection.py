@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from decisionflow import reasons
 from decisionflow.rpc_errors import ERROR_DOMAIN
-from tests.security.conftest import SecureStack, start_secure_stack
+from tests.support.secure import SecureStack, start_secure_stack
 
 BUF = Path(sys.executable).with_name("buf")
 

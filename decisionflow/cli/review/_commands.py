@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from decisionflow.cli.command import CommandError
-from decisionflow.cli.identity import ProposalFormatError, proposal_from_json
+from decisionflow.cli.identity import ProposalFormatError, load_json, proposal_from_json
 from decisionflow.cli.review._connection import read_input, review_client
 from decisionflow.cli.review._output import EXIT_DONE, EXIT_REFUSED, EXIT_UNKNOWN, emit, failed, say
 from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient
@@ -55,21 +54,7 @@ def run_start(args: argparse.Namespace) -> int:
 def edit_from_json(text: str) -> tuple[str, tuple[EvidenceItem, ...], PolicyRef]:
     """Parse edit JSON {body, evidence, policy} as strictly as a proposal; return (body, evidence, policy)."""
 
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        # json.loads keeps the last of two equal keys; which value was meant would be a guess.
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen:
-                raise ProposalFormatError(f"duplicate JSON key {key!r}")
-            seen[key] = value
-        return seen
-
-    try:
-        document = json.loads(text, object_pairs_hook=unique)
-    except ProposalFormatError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise ProposalFormatError(f"not JSON: {exc}") from exc
+    document = load_json(text)
     if not isinstance(document, dict):
         raise ProposalFormatError("edit: must be an object with body, evidence and policy")
     unknown = [key for key in document if key not in _EDIT_FIELDS]

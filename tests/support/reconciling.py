@@ -4,7 +4,6 @@ processes), Unknowns made by real faults, and the reconciler run in process or a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db
+from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
@@ -26,10 +26,7 @@ from orchestrator.schema import operations
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary
 from reconciler.main import build_reconciler, open_channels
-from tests.conftest import free_port
-from tests.orchestrator.conftest import Stack, approve, make_stack, start_request
-
-__all__ = ["make_stack"]  # the orchestrator tests' fixture, used here too
+from tests.support.stack import Stack, approve, start_request
 
 ROOT = Path(__file__).resolve().parents[2]
 LOST_REPLY = "receiver.commit_then_lose_reply=raise"
@@ -144,13 +141,6 @@ class CommandRun:
         return dict(json.loads(self.stdout.strip().splitlines()[-1]))
 
 
-def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The parent environment without DECISIONFLOW_ variables, plus extra."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
-    env.update(extra or {})
-    return env
-
-
 def reconciler_command(args: Sequence[str]) -> list[str]:
     """argv running the reconciler command with this interpreter."""
     return [sys.executable, "-m", "reconciler.main", *args]
@@ -165,7 +155,7 @@ def run_reconciler(args: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout=timeout,
         check=False,
         cwd=ROOT,
-        env=command_env(env),
+        env=child_environment(env),
     )
     return CommandRun(done.returncode, done.stdout, done.stderr)
 

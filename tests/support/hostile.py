@@ -11,9 +11,9 @@ import pytest
 
 from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.v1 import effect_receiver_pb2, review_pb2
-from tests.orchestrator.conftest import Stack, start_request
 from tests.security.dbstate import Snapshot, snapshot
 from tests.support.servers import LoopThread
+from tests.support.stack import Stack, start_request
 
 
 @dataclass

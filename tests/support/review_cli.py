@@ -12,7 +12,7 @@ import pytest
 from decisionflow.auth import Role, issue_token
 from decisionflow.cli import main
 from decisionflow.server_security import ServerSecurity
-from tests.orchestrator.conftest import T1042_BODY, Stack, make_stack
+from tests.support.stack import T1042_BODY, Stack, make_stack
 
 __all__ = ["make_stack"]  # re-exported so pytest finds the fixture in this directory
 

@@ -1,4 +1,4 @@
-"""Orchestrator test stack: a real receiver and a real orchestrator, in process or as processes."""
+"""Test stacks: a real receiver and a real orchestrator, in process or as processes."""
 
 from __future__ import annotations
 
@@ -13,12 +13,20 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db
+from decisionflow.processes import ServiceProcess, spawn
+from decisionflow.stack import (
+    CHECKPOINT_KEYS_ENV,
+    ORCHESTRATOR_MODULE,
+    RECEIVER_MODULE,
+    orchestrator_args,
+    receiver_args,
+)
 from decisionflow.v1 import common_pb2, effect_receiver_pb2_grpc, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from orchestrator.config import OrchestratorConfig
 from orchestrator.main import create_server as create_orchestrator
-from tests.support.servers import LoopThread, ServiceProcess, spawn
+from tests.support.servers import LoopThread
 
 CHECKPOINT_KEY = "k" * 32
 T1042_BODY = (
@@ -80,6 +88,8 @@ class Stack:
     receiver_port: int = 0
     orchestrator_port: int = 0
     receiver_server: Any = None
+    # Seconds a stopped server drains calls in flight (0: cut them, as a crash would).
+    stop_grace: float = 1.0
 
     def review(self) -> review_pb2_grpc.ReviewServiceStub:
         """A ReviewService stub on a fresh channel to the orchestrator."""
@@ -123,14 +133,15 @@ class Stack:
     def stop_orchestrator(self) -> None:
         """Stop the newest in-process orchestrator."""
         server = self.servers.pop()
-        self.loop.run(server.stop(1.0))
+        self.loop.run(server.stop(self.stop_grace))
 
-    def start_receiver(self, failpoints: str = "") -> None:
-        """(Re)start the in-process receiver on the same database; orchestrators started later dial it."""
+    def start_receiver(self, failpoints: str = "", **overrides: Any) -> None:
+        """(Re)start the in-process receiver on the same database with ReceiverConfig overrides (as
+        start_orchestrator takes OrchestratorConfig ones); orchestrators started later dial it."""
         if self.receiver_server is not None:
-            self.loop.run(self.receiver_server.stop(1.0))
+            self.loop.run(self.receiver_server.stop(self.stop_grace))
         config = ReceiverConfig(address="127.0.0.1:0", database_url=self.receiver_url, failpoints=failpoints)
-        self.receiver_server = self.loop.run(create_receiver(config))
+        self.receiver_server = self.loop.run(create_receiver(replace(config, **overrides)))
         self.receiver_port = self.receiver_server.port
 
     def close(self) -> None:
@@ -138,22 +149,33 @@ class Stack:
         for channel in self.channels:
             channel.close()
         for server in reversed(self.servers):
-            self.loop.run(server.stop(1.0))
+            self.loop.run(server.stop(self.stop_grace))
         if self.receiver_server is not None:
-            self.loop.run(self.receiver_server.stop(1.0))
+            self.loop.run(self.receiver_server.stop(self.stop_grace))
         self.loop.close()
 
 
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
-    """Build in-process stacks: make_stack(orchestrator_url=..., receiver_failpoints=...)."""
+    """Build in-process stacks: make_stack(orchestrator_url=..., receiver_url=..., receiver_failpoints=...,
+    receiver={ReceiverConfig overrides}, **OrchestratorConfig overrides)."""
     stacks: list[Stack] = []
 
-    def make(orchestrator_url: str | None = None, receiver_failpoints: str = "", **orchestrator: Any) -> Stack:
-        receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
-        stack = Stack(receiver_url, orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}", LoopThread())
+    def make(
+        orchestrator_url: str | None = None,
+        receiver_failpoints: str = "",
+        *,
+        receiver_url: str | None = None,
+        receiver: dict[str, Any] | None = None,
+        **orchestrator: Any,
+    ) -> Stack:
+        stack = Stack(
+            receiver_url or f"sqlite:///{tmp_path / 'receiver.db'}",
+            orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}",
+            LoopThread(),
+        )
         stacks.append(stack)
-        stack.start_receiver(receiver_failpoints)
+        stack.start_receiver(receiver_failpoints, **(receiver or {}))
         stack.start_orchestrator(**orchestrator)
         return stack
 
@@ -164,12 +186,7 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
 
 def spawn_receiver(workdir: Path, database_url: str, failpoints: str = "", name: str = "receiver") -> ServiceProcess:
     """Start a receiver process."""
-    return spawn(
-        "effect_receiver.main",
-        ["--address", "127.0.0.1:0", "--database-url", database_url, "--failpoints", failpoints],
-        workdir,
-        name,
-    )
+    return spawn(RECEIVER_MODULE, receiver_args(database_url, failpoints=failpoints), workdir, name)
 
 
 def spawn_orchestrator(
@@ -177,20 +194,11 @@ def spawn_orchestrator(
 ) -> ServiceProcess:
     """Start an orchestrator process."""
     return spawn(
-        "orchestrator.main",
-        [
-            "--address",
-            "127.0.0.1:0",
-            "--database-url",
-            database_url,
-            "--receiver-target",
-            receiver.target,
-            "--failpoints",
-            failpoints,
-        ],
+        ORCHESTRATOR_MODULE,
+        orchestrator_args(database_url, receiver.target, failpoints=failpoints),
         workdir,
         name,
-        env={"DECISIONFLOW_CHECKPOINT_KEYS": CHECKPOINT_KEY},
+        env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
     )
 
 

@@ -12,20 +12,13 @@ import grpc
 import pytest
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
+from decisionflow.auth.testing import ROLES
 from decisionflow.server_security import ServerSecurity
-from effect_receiver.config import ReceiverConfig
-from effect_receiver.main import create_server as create_receiver
-from tests.orchestrator.conftest import Stack
 from tests.support.servers import LoopThread
+from tests.support.stack import Stack
 
-PRINCIPALS: Mapping[str, frozenset[Role]] = {
-    "rita": frozenset({Role.REVIEWER}),
-    "arthur": frozenset({Role.AUTHOR}),
-    "olga": frozenset({Role.OPERATOR}),
-    "walter": frozenset({Role.EFFECT_WRITER}),
-    "edna": frozenset({Role.EFFECT_READER}),
-    "sam": frozenset({Role.REVIEWER, Role.AUTHOR}),
-}
+# The auth tests' principals: one per role, and sam holding two.
+PRINCIPALS: Mapping[str, frozenset[Role]] = ROLES
 SINGLE_ROLE_PRINCIPALS = ("rita", "arthur", "olga", "walter", "edna")
 
 
@@ -68,10 +61,7 @@ def start_secure_stack(directory: Path, orchestrator_url: str | None = None, **o
     )
     secure = SecureStack(stack, credentials, tokens)
     try:
-        receiver = stack.loop.run(
-            create_receiver(ReceiverConfig(address="127.0.0.1:0", database_url=stack.receiver_url, security=security))
-        )
-        stack.receiver_server, stack.receiver_port = receiver, receiver.port
+        stack.start_receiver(security=security)
         stack.start_orchestrator(security=security, receiver_token=tokens["walter"], **orchestrator)
     except BaseException:
         secure.close()

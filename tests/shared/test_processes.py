@@ -1,0 +1,39 @@
+"""The shared launcher: a service started as a child process is ready when it says so, and stops cleanly."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from decisionflow.processes import ServiceStartError, free_port, launch, spawn
+from decisionflow.stack import RECEIVER_MODULE, receiver_args
+
+
+def test_a_free_port_can_be_bound() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        assert sock.getsockname()[1] == port
+
+
+@pytest.mark.slow
+def test_a_spawned_service_serves_then_stops_on_sigterm(tmp_path: Path) -> None:
+    receiver = spawn(RECEIVER_MODULE, receiver_args(f"sqlite:///{tmp_path / 'r.db'}"), tmp_path, "receiver")
+    try:
+        receiver.wait_serving(timeout=20)
+        assert receiver.port > 0 and receiver.rss_kib() > 0
+    finally:
+        status = receiver.stop(timeout=15)
+    assert status == 0
+    assert '"event": "listening"' in receiver.stdout_path.read_text()
+
+
+@pytest.mark.slow
+def test_a_service_that_exits_at_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    args = receiver_args(f"sqlite:///{tmp_path / 'r.db'}", failpoints="no.such.failpoint=raise")
+    service = launch(RECEIVER_MODULE, args, tmp_path, "receiver")
+    with pytest.raises(ServiceStartError, match="receiver exited with status 2 at start") as failed:
+        service.wait_ready(timeout=20)
+    assert "no.such.failpoint" in str(failed.value)
