@@ -186,7 +186,9 @@ class Evidence(_message.Message):
     source_id: _builtins.str
     """Identifier of the source document (unique within a proposal)."""
     version: _builtins.int
-    """Version of the source document; a new version is a new operation."""
+    """Version of the source document; a new version is a new operation. At most
+    2^63-1 (9223372036854775807): a larger value is refused with INVALID_ARGUMENT.
+    """
     quotation: _builtins.str
     """The text quoted from that version."""
     def __init__(
@@ -239,7 +241,10 @@ class Policy(_message.Message):
     version_label: _builtins.str
     """Human label of the policy version, for example "2026-10"."""
     allowance_units: _builtins.int
-    """Allowance in whole units (for example credit granted); part of the identity."""
+    """Allowance in whole units (for example credit granted); part of the identity.
+    At most 2^63-1 (9223372036854775807): a larger value is refused with
+    INVALID_ARGUMENT.
+    """
     @_builtins.property
     def rules(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Further rules, key to value; every pair is part of the identity."""

@@ -27,6 +27,8 @@ if _version_not_supported:
 
 class EffectReceiverServiceStub:
     """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
     """
 
     def __init__(self, channel):
@@ -59,19 +61,38 @@ class EffectReceiverServiceStub:
 
 class EffectReceiverServiceServicer:
     """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
     """
 
     def Apply(self, request, context):
         """Writes the effect for an operation id once. A repeat with the same payload
         replays the original receipt; a repeat with another payload is refused with
-        FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED).
+        FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED). See docs/effect-receiver.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+        REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Lookup(self, request, context):
-        """Tells whether the effect of one operation id exists.
+        """Tells whether the effect of one operation id exists; an unknown id is
+        LOOKUP_STATUS_NOT_FOUND, not an error.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,6 +100,13 @@ class EffectReceiverServiceServicer:
 
     def BatchLookup(self, request, context):
         """Lookup for many operation ids at once (at most 1,000 per call).
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -86,6 +114,13 @@ class EffectReceiverServiceServicer:
 
     def ListEffects(self, request, context):
         """Lists the effects written for one case, oldest first.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,6 +159,8 @@ def add_EffectReceiverServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class EffectReceiverService:
     """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
     """
 
     @staticmethod

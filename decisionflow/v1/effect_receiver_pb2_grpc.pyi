@@ -27,7 +27,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class EffectReceiverServiceStub:
-    """Writes one effect per operation id and answers "did it happen?"."""
+    """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -36,34 +39,108 @@ class EffectReceiverServiceStub:
     Apply: _grpc.UnaryUnaryMultiCallable[_effect_receiver_pb2.ApplyRequest, _effect_receiver_pb2.ApplyResponse]
     """Writes the effect for an operation id once. A repeat with the same payload
     replays the original receipt; a repeat with another payload is refused with
-    FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED).
+    FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED). See docs/effect-receiver.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+      REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
     """
     Lookup: _grpc.UnaryUnaryMultiCallable[_effect_receiver_pb2.LookupRequest, _effect_receiver_pb2.LookupResponse]
-    """Tells whether the effect of one operation id exists."""
+    """Tells whether the effect of one operation id exists; an unknown id is
+    LOOKUP_STATUS_NOT_FOUND, not an error.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
     BatchLookup: _grpc.UnaryUnaryMultiCallable[_effect_receiver_pb2.BatchLookupRequest, _effect_receiver_pb2.BatchLookupResponse]
-    """Lookup for many operation ids at once (at most 1,000 per call)."""
+    """Lookup for many operation ids at once (at most 1,000 per call).
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
     ListEffects: _grpc.UnaryUnaryMultiCallable[_effect_receiver_pb2.ListEffectsRequest, _effect_receiver_pb2.ListEffectsResponse]
-    """Lists the effects written for one case, oldest first."""
+    """Lists the effects written for one case, oldest first.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
 
 @_typing.type_check_only
 class EffectReceiverServiceAsyncStub(EffectReceiverServiceStub):
-    """Writes one effect per operation id and answers "did it happen?"."""
+    """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Apply: _aio.UnaryUnaryMultiCallable[_effect_receiver_pb2.ApplyRequest, _effect_receiver_pb2.ApplyResponse]  # type: ignore[assignment]
     """Writes the effect for an operation id once. A repeat with the same payload
     replays the original receipt; a repeat with another payload is refused with
-    FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED).
+    FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED). See docs/effect-receiver.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+      REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
     """
     Lookup: _aio.UnaryUnaryMultiCallable[_effect_receiver_pb2.LookupRequest, _effect_receiver_pb2.LookupResponse]  # type: ignore[assignment]
-    """Tells whether the effect of one operation id exists."""
+    """Tells whether the effect of one operation id exists; an unknown id is
+    LOOKUP_STATUS_NOT_FOUND, not an error.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
     BatchLookup: _aio.UnaryUnaryMultiCallable[_effect_receiver_pb2.BatchLookupRequest, _effect_receiver_pb2.BatchLookupResponse]  # type: ignore[assignment]
-    """Lookup for many operation ids at once (at most 1,000 per call)."""
+    """Lookup for many operation ids at once (at most 1,000 per call).
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
     ListEffects: _aio.UnaryUnaryMultiCallable[_effect_receiver_pb2.ListEffectsRequest, _effect_receiver_pb2.ListEffectsResponse]  # type: ignore[assignment]
-    """Lists the effects written for one case, oldest first."""
+    """Lists the effects written for one case, oldest first.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+    """
 
 class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Writes one effect per operation id and answers "did it happen?"."""
+    """Writes one effect per operation id and answers "did it happen?".
+    Refusals carry ErrorInfo as described in docs/errors.md. Every response
+    advertises the key retention (docs/effect-receiver.md).
+    """
 
     @_abc_1.abstractmethod
     def Apply(
@@ -73,7 +150,16 @@ class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_effect_receiver_pb2.ApplyResponse, _abc.Awaitable[_effect_receiver_pb2.ApplyResponse]]:
         """Writes the effect for an operation id once. A repeat with the same payload
         replays the original receipt; a repeat with another payload is refused with
-        FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED).
+        FAILED_PRECONDITION (reason IDEMPOTENCY_KEY_REUSED). See docs/effect-receiver.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+          REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
         """
 
     @_abc_1.abstractmethod
@@ -82,7 +168,16 @@ class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _effect_receiver_pb2.LookupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_effect_receiver_pb2.LookupResponse, _abc.Awaitable[_effect_receiver_pb2.LookupResponse]]:
-        """Tells whether the effect of one operation id exists."""
+        """Tells whether the effect of one operation id exists; an unknown id is
+        LOOKUP_STATUS_NOT_FOUND, not an error.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+        """
 
     @_abc_1.abstractmethod
     def BatchLookup(
@@ -90,7 +185,15 @@ class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _effect_receiver_pb2.BatchLookupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_effect_receiver_pb2.BatchLookupResponse, _abc.Awaitable[_effect_receiver_pb2.BatchLookupResponse]]:
-        """Lookup for many operation ids at once (at most 1,000 per call)."""
+        """Lookup for many operation ids at once (at most 1,000 per call).
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+        """
 
     @_abc_1.abstractmethod
     def ListEffects(
@@ -98,6 +201,14 @@ class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _effect_receiver_pb2.ListEffectsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_effect_receiver_pb2.ListEffectsResponse, _abc.Awaitable[_effect_receiver_pb2.ListEffectsResponse]]:
-        """Lists the effects written for one case, oldest first."""
+        """Lists the effects written for one case, oldest first.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_reader)
+        """
 
 def add_EffectReceiverServiceServicer_to_server(servicer: EffectReceiverServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

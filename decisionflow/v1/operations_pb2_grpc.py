@@ -27,6 +27,7 @@ if _version_not_supported:
 
 class OperationsServiceStub:
     """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
     """
 
     def __init__(self, channel):
@@ -59,10 +60,18 @@ class OperationsServiceStub:
 
 class OperationsServiceServicer:
     """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
     """
 
     def ListOperations(self, request, context):
-        """Lists operations by state and age, oldest first.
+        """Lists operations by state and age, oldest first. See docs/reconciler.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -70,20 +79,46 @@ class OperationsServiceServicer:
 
     def SettleOperation(self, request, context):
         """Records what a lookup at the receiver showed for one operation.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def BatchSettleOperations(self, request, context):
-        """Records many lookups at once (at most 1,000).
+        """Records many lookups at once (at most 1,000), in one transaction.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RedriveOperation(self, request, context):
-        """Calls Apply again with the same operation id and the stored payload.
+        """Calls Apply again with the same operation id and the stored payload. The
+        outcome may be OUTCOME_UNKNOWN, which is an answer, not an error.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id
+        NOT_REDRIVABLE            FAILED_PRECONDITION  operation_id, state (e.g. OPERATION_STATE_COMMITTED)
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,6 +157,7 @@ def add_OperationsServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class OperationsService:
     """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
     """
 
     @staticmethod

@@ -27,37 +27,117 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class OperationsServiceStub:
-    """Operator API used by the reconciler: list open operations, record lookups, re-drive."""
+    """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> OperationsServiceAsyncStub: ...
     ListOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]
-    """Lists operations by state and age, oldest first."""
+    """Lists operations by state and age, oldest first. See docs/reconciler.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     SettleOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationRequest, _operations_pb2.SettleOperationResponse]
-    """Records what a lookup at the receiver showed for one operation."""
+    """Records what a lookup at the receiver showed for one operation.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     BatchSettleOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.BatchSettleOperationsRequest, _operations_pb2.BatchSettleOperationsResponse]
-    """Records many lookups at once (at most 1,000)."""
+    """Records many lookups at once (at most 1,000), in one transaction.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     RedriveOperation: _grpc.UnaryUnaryMultiCallable[_operations_pb2.RedriveOperationRequest, _operations_pb2.RedriveOperationResponse]
-    """Calls Apply again with the same operation id and the stored payload."""
+    """Calls Apply again with the same operation id and the stored payload. The
+    outcome may be OUTCOME_UNKNOWN, which is an answer, not an error.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      NOT_REDRIVABLE            FAILED_PRECONDITION  operation_id, state (e.g. OPERATION_STATE_COMMITTED)
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
 
 @_typing.type_check_only
 class OperationsServiceAsyncStub(OperationsServiceStub):
-    """Operator API used by the reconciler: list open operations, record lookups, re-drive."""
+    """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]  # type: ignore[assignment]
-    """Lists operations by state and age, oldest first."""
+    """Lists operations by state and age, oldest first. See docs/reconciler.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     SettleOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.SettleOperationRequest, _operations_pb2.SettleOperationResponse]  # type: ignore[assignment]
-    """Records what a lookup at the receiver showed for one operation."""
+    """Records what a lookup at the receiver showed for one operation.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     BatchSettleOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.BatchSettleOperationsRequest, _operations_pb2.BatchSettleOperationsResponse]  # type: ignore[assignment]
-    """Records many lookups at once (at most 1,000)."""
+    """Records many lookups at once (at most 1,000), in one transaction.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
     RedriveOperation: _aio.UnaryUnaryMultiCallable[_operations_pb2.RedriveOperationRequest, _operations_pb2.RedriveOperationResponse]  # type: ignore[assignment]
-    """Calls Apply again with the same operation id and the stored payload."""
+    """Calls Apply again with the same operation id and the stored payload. The
+    outcome may be OUTCOME_UNKNOWN, which is an answer, not an error.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      NOT_REDRIVABLE            FAILED_PRECONDITION  operation_id, state (e.g. OPERATION_STATE_COMMITTED)
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+    """
 
 class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Operator API used by the reconciler: list open operations, record lookups, re-drive."""
+    """Operator API used by the reconciler: list open operations, record lookups, re-drive.
+    Refusals carry ErrorInfo as described in docs/errors.md.
+    """
 
     @_abc_1.abstractmethod
     def ListOperations(
@@ -65,7 +145,15 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.ListOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.ListOperationsResponse, _abc.Awaitable[_operations_pb2.ListOperationsResponse]]:
-        """Lists operations by state and age, oldest first."""
+        """Lists operations by state and age, oldest first. See docs/reconciler.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+        """
 
     @_abc_1.abstractmethod
     def SettleOperation(
@@ -73,7 +161,16 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.SettleOperationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.SettleOperationResponse, _abc.Awaitable[_operations_pb2.SettleOperationResponse]]:
-        """Records what a lookup at the receiver showed for one operation."""
+        """Records what a lookup at the receiver showed for one operation.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+        """
 
     @_abc_1.abstractmethod
     def BatchSettleOperations(
@@ -81,7 +178,16 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.BatchSettleOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.BatchSettleOperationsResponse, _abc.Awaitable[_operations_pb2.BatchSettleOperationsResponse]]:
-        """Records many lookups at once (at most 1,000)."""
+        """Records many lookups at once (at most 1,000), in one transaction.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+        """
 
     @_abc_1.abstractmethod
     def RedriveOperation(
@@ -89,6 +195,17 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.RedriveOperationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.RedriveOperationResponse, _abc.Awaitable[_operations_pb2.RedriveOperationResponse]]:
-        """Calls Apply again with the same operation id and the stored payload."""
+        """Calls Apply again with the same operation id and the stored payload. The
+        outcome may be OUTCOME_UNKNOWN, which is an answer, not an error.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id
+          NOT_REDRIVABLE            FAILED_PRECONDITION  operation_id, state (e.g. OPERATION_STATE_COMMITTED)
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
+        """
 
 def add_OperationsServiceServicer_to_server(servicer: OperationsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -40,7 +40,9 @@ class Proposal(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     CURRENT_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
-    """op-v1- followed by the lowercase hex SHA-256 of the framed content."""
+    """op-v1- followed by the lowercase hex SHA-256 of the framed content
+    (docs/identities.md).
+    """
     case_id: _builtins.str
     """The case this proposal answers."""
     action: _builtins.str
@@ -205,7 +207,11 @@ class Operation(_message.Message):
     reviewer: _builtins.str
     """The authenticated principal that decided."""
     attempts: _builtins.int
-    """How many times the effect was attempted (Apply calls begun)."""
+    """How many attempts to drive the effect the orchestrator recorded: the first
+    drive after the approval and every re-drive (a repeated Approve,
+    RedriveOperation), each recorded before its Apply is sent. Retries of Apply
+    inside one attempt by the retry policy are not counted.
+    """
     rejection_reason: _builtins.str
     """Why the receiver refused, when REJECTED."""
     @_builtins.property

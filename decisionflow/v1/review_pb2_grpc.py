@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class ReviewServiceStub:
-    """Proposals, edits, pending reviews and decisions.
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
     """
 
     def __init__(self, channel):
@@ -63,12 +66,25 @@ class ReviewServiceStub:
 
 
 class ReviewServiceServicer:
-    """Proposals, edits, pending reviews and decisions.
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
     """
 
     def StartReview(self, request, context):
         """Records a proposal and opens its pending review. Starting the same content
-        again returns the existing proposal (same operation id).
+        again returns the existing proposal (same operation id); other content becomes
+        the case's current proposal. See docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+        WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,6 +92,14 @@ class ReviewServiceServicer:
 
     def GetProposal(self, request, context):
         """Returns one proposal by operation id, or the current proposal of a case.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id, or case_id for a case
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -84,7 +108,18 @@ class ReviewServiceServicer:
     def EditProposal(self, request, context):
         """Replaces the case's current proposal with an edited one, if
         expected_operation_id is still current; otherwise FAILED_PRECONDITION
-        (reason STALE_PROPOSAL).
+        (reason STALE_PROPOSAL). See docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id
+        STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+        CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+        WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,7 +127,25 @@ class ReviewServiceServicer:
 
     def Approve(self, request, context):
         """Records the authenticated reviewer's decision on exactly one operation id and,
-        on approval, writes its effect once. Returns the outcome, which may be Unknown.
+        on approval, writes its effect once. Returns the outcome, which may be Unknown:
+        OUTCOME_UNKNOWN (and OUTCOME_REJECTED) are answers, not errors. Repeating the
+        same decision is a replay; the order of checks is in docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        DECISION_REQUIRED         INVALID_ARGUMENT     BadRequest field decision (DECISION_UNSPECIFIED)
+        NOT_FOUND                 NOT_FOUND            operation_id (operation or pending review)
+        DECISION_CONFLICT         ALREADY_EXISTS       operation_id, recorded_decision (DECISION_APPROVE or DECISION_DECLINE)
+        FOUR_EYES                 PERMISSION_DENIED    principal (the author cannot decide)
+        STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+        WORKFLOW_VERSION_MISMATCH FAILED_PRECONDITION  operation_id, recorded, running
+        CHECKPOINT_INTEGRITY      DATA_LOSS            operation_id, checkpoint_id (needs an operator)
+        CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+        WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,6 +153,14 @@ class ReviewServiceServicer:
 
     def GetOperation(self, request, context):
         """Returns the state of one operation.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        NOT_FOUND                 NOT_FOUND            operation_id
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,7 +203,10 @@ def add_ReviewServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ReviewService:
-    """Proposals, edits, pending reviews and decisions.
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
     """
 
     @staticmethod

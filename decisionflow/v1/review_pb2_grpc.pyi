@@ -27,7 +27,11 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ReviewServiceStub:
-    """Proposals, edits, pending reviews and decisions."""
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -35,47 +39,169 @@ class ReviewServiceStub:
     def __new__(cls, channel: _aio.Channel) -> ReviewServiceAsyncStub: ...
     StartReview: _grpc.UnaryUnaryMultiCallable[_review_pb2.StartReviewRequest, _review_pb2.StartReviewResponse]
     """Records a proposal and opens its pending review. Starting the same content
-    again returns the existing proposal (same operation id).
+    again returns the existing proposal (same operation id); other content becomes
+    the case's current proposal. See docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
     """
     GetProposal: _grpc.UnaryUnaryMultiCallable[_review_pb2.GetProposalRequest, _review_pb2.GetProposalResponse]
-    """Returns one proposal by operation id, or the current proposal of a case."""
+    """Returns one proposal by operation id, or the current proposal of a case.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id, or case_id for a case
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
     EditProposal: _grpc.UnaryUnaryMultiCallable[_review_pb2.EditProposalRequest, _review_pb2.EditProposalResponse]
     """Replaces the case's current proposal with an edited one, if
     expected_operation_id is still current; otherwise FAILED_PRECONDITION
-    (reason STALE_PROPOSAL).
+    (reason STALE_PROPOSAL). See docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
     """
     Approve: _grpc.UnaryUnaryMultiCallable[_review_pb2.ApproveRequest, _review_pb2.ApproveResponse]
     """Records the authenticated reviewer's decision on exactly one operation id and,
-    on approval, writes its effect once. Returns the outcome, which may be Unknown.
+    on approval, writes its effect once. Returns the outcome, which may be Unknown:
+    OUTCOME_UNKNOWN (and OUTCOME_REJECTED) are answers, not errors. Repeating the
+    same decision is a replay; the order of checks is in docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      DECISION_REQUIRED         INVALID_ARGUMENT     BadRequest field decision (DECISION_UNSPECIFIED)
+      NOT_FOUND                 NOT_FOUND            operation_id (operation or pending review)
+      DECISION_CONFLICT         ALREADY_EXISTS       operation_id, recorded_decision (DECISION_APPROVE or DECISION_DECLINE)
+      FOUR_EYES                 PERMISSION_DENIED    principal (the author cannot decide)
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+      WORKFLOW_VERSION_MISMATCH FAILED_PRECONDITION  operation_id, recorded, running
+      CHECKPOINT_INTEGRITY      DATA_LOSS            operation_id, checkpoint_id (needs an operator)
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer)
     """
     GetOperation: _grpc.UnaryUnaryMultiCallable[_review_pb2.GetOperationRequest, _review_pb2.GetOperationResponse]
-    """Returns the state of one operation."""
+    """Returns the state of one operation.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
 
 @_typing.type_check_only
 class ReviewServiceAsyncStub(ReviewServiceStub):
-    """Proposals, edits, pending reviews and decisions."""
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     StartReview: _aio.UnaryUnaryMultiCallable[_review_pb2.StartReviewRequest, _review_pb2.StartReviewResponse]  # type: ignore[assignment]
     """Records a proposal and opens its pending review. Starting the same content
-    again returns the existing proposal (same operation id).
+    again returns the existing proposal (same operation id); other content becomes
+    the case's current proposal. See docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
     """
     GetProposal: _aio.UnaryUnaryMultiCallable[_review_pb2.GetProposalRequest, _review_pb2.GetProposalResponse]  # type: ignore[assignment]
-    """Returns one proposal by operation id, or the current proposal of a case."""
+    """Returns one proposal by operation id, or the current proposal of a case.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id, or case_id for a case
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
     EditProposal: _aio.UnaryUnaryMultiCallable[_review_pb2.EditProposalRequest, _review_pb2.EditProposalResponse]  # type: ignore[assignment]
     """Replaces the case's current proposal with an edited one, if
     expected_operation_id is still current; otherwise FAILED_PRECONDITION
-    (reason STALE_PROPOSAL).
+    (reason STALE_PROPOSAL). See docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
     """
     Approve: _aio.UnaryUnaryMultiCallable[_review_pb2.ApproveRequest, _review_pb2.ApproveResponse]  # type: ignore[assignment]
     """Records the authenticated reviewer's decision on exactly one operation id and,
-    on approval, writes its effect once. Returns the outcome, which may be Unknown.
+    on approval, writes its effect once. Returns the outcome, which may be Unknown:
+    OUTCOME_UNKNOWN (and OUTCOME_REJECTED) are answers, not errors. Repeating the
+    same decision is a replay; the order of checks is in docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      DECISION_REQUIRED         INVALID_ARGUMENT     BadRequest field decision (DECISION_UNSPECIFIED)
+      NOT_FOUND                 NOT_FOUND            operation_id (operation or pending review)
+      DECISION_CONFLICT         ALREADY_EXISTS       operation_id, recorded_decision (DECISION_APPROVE or DECISION_DECLINE)
+      FOUR_EYES                 PERMISSION_DENIED    principal (the author cannot decide)
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+      WORKFLOW_VERSION_MISMATCH FAILED_PRECONDITION  operation_id, recorded, running
+      CHECKPOINT_INTEGRITY      DATA_LOSS            operation_id, checkpoint_id (needs an operator)
+      CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+      WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer)
     """
     GetOperation: _aio.UnaryUnaryMultiCallable[_review_pb2.GetOperationRequest, _review_pb2.GetOperationResponse]  # type: ignore[assignment]
-    """Returns the state of one operation."""
+    """Returns the state of one operation.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
 
 class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Proposals, edits, pending reviews and decisions."""
+    """Proposals, edits, pending reviews and decisions. Refusals carry a
+    google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
+    INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
+    docs/errors.md lists every reason.
+    """
 
     @_abc_1.abstractmethod
     def StartReview(
@@ -84,7 +210,17 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.StartReviewResponse, _abc.Awaitable[_review_pb2.StartReviewResponse]]:
         """Records a proposal and opens its pending review. Starting the same content
-        again returns the existing proposal (same operation id).
+        again returns the existing proposal (same operation id); other content becomes
+        the case's current proposal. See docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+          WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
         """
 
     @_abc_1.abstractmethod
@@ -93,7 +229,16 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _review_pb2.GetProposalRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.GetProposalResponse, _abc.Awaitable[_review_pb2.GetProposalResponse]]:
-        """Returns one proposal by operation id, or the current proposal of a case."""
+        """Returns one proposal by operation id, or the current proposal of a case.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id, or case_id for a case
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+        """
 
     @_abc_1.abstractmethod
     def EditProposal(
@@ -103,7 +248,18 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_review_pb2.EditProposalResponse, _abc.Awaitable[_review_pb2.EditProposalResponse]]:
         """Replaces the case's current proposal with an edited one, if
         expected_operation_id is still current; otherwise FAILED_PRECONDITION
-        (reason STALE_PROPOSAL).
+        (reason STALE_PROPOSAL). See docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id
+          STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+          CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+          WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (author)
         """
 
     @_abc_1.abstractmethod
@@ -113,7 +269,25 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.ApproveResponse, _abc.Awaitable[_review_pb2.ApproveResponse]]:
         """Records the authenticated reviewer's decision on exactly one operation id and,
-        on approval, writes its effect once. Returns the outcome, which may be Unknown.
+        on approval, writes its effect once. Returns the outcome, which may be Unknown:
+        OUTCOME_UNKNOWN (and OUTCOME_REJECTED) are answers, not errors. Repeating the
+        same decision is a replay; the order of checks is in docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          DECISION_REQUIRED         INVALID_ARGUMENT     BadRequest field decision (DECISION_UNSPECIFIED)
+          NOT_FOUND                 NOT_FOUND            operation_id (operation or pending review)
+          DECISION_CONFLICT         ALREADY_EXISTS       operation_id, recorded_decision (DECISION_APPROVE or DECISION_DECLINE)
+          FOUR_EYES                 PERMISSION_DENIED    principal (the author cannot decide)
+          STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+          WORKFLOW_VERSION_MISMATCH FAILED_PRECONDITION  operation_id, recorded, running
+          CHECKPOINT_INTEGRITY      DATA_LOSS            operation_id, checkpoint_id (needs an operator)
+          CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
+          WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer)
         """
 
     @_abc_1.abstractmethod
@@ -122,6 +296,15 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _review_pb2.GetOperationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.GetOperationResponse, _abc.Awaitable[_review_pb2.GetOperationResponse]]:
-        """Returns the state of one operation."""
+        """Returns the state of one operation.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          NOT_FOUND                 NOT_FOUND            operation_id
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+        """
 
 def add_ReviewServiceServicer_to_server(servicer: ReviewServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
