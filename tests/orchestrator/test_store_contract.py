@@ -176,7 +176,7 @@ def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_pa
     pending = started(store, proposal(case_id="T-2"))
     with pytest.raises(NotRedrivable) as refused:
         store.record_attempt(pending.operation_id, b"p0", "d0", T0)
-    assert refused.value.metadata["state"] == State.PENDING_REVIEW.value
+    assert refused.value.metadata["state"] == "OPERATION_STATE_PENDING_REVIEW"
     assert store.get_operation(pending.operation_id).attempts == 0
 
     p = approved(store, proposal())
