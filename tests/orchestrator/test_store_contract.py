@@ -190,7 +190,7 @@ def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_pa
     store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=3))
     with pytest.raises(NotRedrivable) as settled:
         store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4))
-    assert settled.value.metadata["state"] == State.COMMITTED.value
+    assert settled.value.metadata["state"] == "OPERATION_STATE_COMMITTED"
     assert store.get_operation(p.operation_id).attempts == 2
 
 
