@@ -186,6 +186,27 @@ class Setting(Generic[T]):
         return self.flag if self.flag_only or self.switch else f"{self.flag} (env {self.env})"
 
 
+def log_level_setting(service: str, default: str) -> Setting[str]:
+    """The ``--log-level`` setting of a service (``DECISIONFLOW_<SERVICE>_LOG_LEVEL``)."""
+    return Setting(
+        "log_level", f"DECISIONFLOW_{service}_LOG_LEVEL", "debug, info, warning or error", default, parse=log_level
+    )
+
+
+def shutdown_grace_setting(service: str) -> Setting[float]:
+    """The ``--shutdown-grace-seconds`` setting of a server (``DECISIONFLOW_<SERVICE>_SHUTDOWN_GRACE_SECONDS``)."""
+    return Setting(
+        "shutdown_grace_seconds",
+        f"DECISIONFLOW_{service}_SHUTDOWN_GRACE_SECONDS",
+        "on SIGTERM/SIGINT, how long calls in flight may finish",
+        "10",
+        parse=seconds,
+    )
+
+
+PORT_FILE = Setting("port_file", "", "write the bound port to this file once serving", flag_only=True, parse=path)
+
+
 def add_settings(parser: argparse.ArgumentParser, settings: Sequence[Setting[Any]]) -> None:
     """Add one option per setting; its value defaults to None so the environment can fill it."""
     for setting in settings:

@@ -68,19 +68,9 @@ FAULTS = Setting(
     "",
     parse=FaultPlan.parse,
 )
-SHUTDOWN_GRACE_SECONDS = Setting(
-    "shutdown_grace_seconds",
-    "DECISIONFLOW_RECEIVER_SHUTDOWN_GRACE_SECONDS",
-    "on SIGTERM/SIGINT, how long calls in flight may finish",
-    "10",
-    parse=settings.seconds,
-)
-LOG_LEVEL = Setting(
-    "log_level", "DECISIONFLOW_RECEIVER_LOG_LEVEL", "debug, info, warning or error", "info", parse=settings.log_level
-)
-PORT_FILE = Setting(
-    "port_file", "", "write the bound port to this file once serving", flag_only=True, parse=settings.path
-)
+SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
+LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
+PORT_FILE = settings.PORT_FILE
 
 SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,

@@ -82,13 +82,7 @@ METRICS_ADDRESS = Setting(
     "127.0.0.1",
     parse=settings.non_empty,
 )
-LOG_LEVEL = Setting(
-    "log_level",
-    "DECISIONFLOW_RECONCILER_LOG_LEVEL",
-    "debug, info, warning or error",
-    "warning",
-    parse=settings.log_level,
-)
+LOG_LEVEL = settings.log_level_setting("RECONCILER", "warning")
 INTERVAL = Setting(
     "interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True, parse=settings.positive_seconds
 )
