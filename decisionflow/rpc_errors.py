@@ -18,6 +18,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
+from decisionflow.handlers import behaviour_of, with_behaviour
 
 if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -108,25 +109,12 @@ class RefusalsAsStatus(_ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        if handler.request_streaming and handler.response_streaming:
-            behaviour, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
-        elif handler.request_streaming:
-            behaviour, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-        elif handler.response_streaming:
-            behaviour, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-        else:
-            behaviour, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+        behaviour = behaviour_of(handler)
         if inspect.isasyncgenfunction(behaviour):
-            answered = self._streamed(behaviour)
-        elif inspect.iscoroutinefunction(behaviour):
-            answered = self._unary(behaviour)
-        else:
-            return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
-        return factory(
-            answered,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+            return with_behaviour(handler, self._streamed(behaviour))
+        if inspect.iscoroutinefunction(behaviour):
+            return with_behaviour(handler, self._unary(behaviour))
+        return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
 
     async def _refuse(self, error: DomainError, context: _Context) -> None:
         await context.abort_with_status(rich_status(code_for(self._table, error), error))  # type: ignore[attr-defined]

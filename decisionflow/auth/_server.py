@@ -21,6 +21,7 @@ from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
+from decisionflow.handlers import behaviour_of, with_behaviour
 
 if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -205,22 +206,11 @@ def _refuse_sync(method: str) -> _Behaviour:
 def _wrap_handler(
     handler: grpc.RpcMethodHandler[Any, Any], admit: _Admit, method: str
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    if handler.request_streaming and handler.response_streaming:
-        behaviour, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
-    elif handler.request_streaming:
-        behaviour, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-    elif handler.response_streaming:
-        behaviour, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-    else:
-        behaviour, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+    behaviour = behaviour_of(handler)
     if inspect.isasyncgenfunction(behaviour):
         wrapped = _wrap_async_generator(cast(_Behaviour, behaviour), admit)
     elif inspect.iscoroutinefunction(behaviour):
         wrapped = _wrap_coroutine(cast(_Behaviour, behaviour), admit)
     else:
         wrapped = _refuse_sync(method)
-    return factory(
-        wrapped,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return with_behaviour(handler, wrapped)
