@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -147,12 +148,30 @@ async def serve(config: OrchestratorConfig) -> None:
     logger.info("stopped", extra={"service": "orchestrator"})
 
 
+# A hundred years: beyond it, now minus the retention falls outside the dates the database holds.
+MAX_RETENTION_DAYS = 36_525
+
+
+def _retention_days(value: str) -> float:
+    """Return a finite number of days from 0 to MAX_RETENTION_DAYS (argparse reports the refusal)."""
+    try:
+        days = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, not {value!r}") from None
+    if not (math.isfinite(days) and 0 <= days <= MAX_RETENTION_DAYS):
+        raise argparse.ArgumentTypeError(f"expected 0 to {MAX_RETENTION_DAYS} days, not {value!r}")
+    return days
+
+
 def _housekeeping(command: str, args: list[str]) -> int:
     cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
     add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
     if command == "prune-checkpoints":
         cli.add_argument(
-            "--older-than-days", type=float, required=True, help="retention of settled operations' checkpoints"
+            "--older-than-days",
+            type=_retention_days,
+            required=True,
+            help=f"retention of settled operations' checkpoints (0 to {MAX_RETENTION_DAYS} days)",
         )
     cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     ns = cli.parse_args(args)
@@ -168,8 +187,6 @@ def _housekeeping(command: str, args: list[str]) -> int:
         migrate(engine)
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
-            if ns.older_than_days < 0:
-                cli.error("--older-than-days must not be negative")
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
             verb = "would delete" if ns.dry_run else "deleted"
             print(json.dumps({"command": command, "dry_run": ns.dry_run, "checkpoints": pruned}))

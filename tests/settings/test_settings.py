@@ -291,3 +291,15 @@ def test_reopen_reviews_requires_checkpoint_keys(
     assert exited.value.code == 2
     assert "--checkpoint-keys (env DECISIONFLOW_CHECKPOINT_KEYS) is required" in capsys.readouterr().err
     assert not database.exists()
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "-1", "36526", "soon"])
+def test_prune_refuses_a_retention_that_is_not_0_to_100_years(
+    days: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "orchestrator.db"
+    with pytest.raises(SystemExit) as exited:
+        orchestrator_main.main(["prune-checkpoints", "--database-url", str(database), "--older-than-days", days])
+    assert exited.value.code == 2
+    assert "argument --older-than-days: expected" in capsys.readouterr().err
+    assert not database.exists()  # refused before the database is opened
