@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from orchestrator.domain import LookupStatus, Operation, Settlement, State
 from orchestrator.errors import NotFound
-from orchestrator.schema import operations
+from orchestrator.schema import cases, operations
 from orchestrator.store import _statements as q
 from orchestrator.store._rows import operation_from
 
@@ -22,6 +22,22 @@ def operation_txn(conn: sa.Connection, operation_id: str) -> Operation:
     return operation_from(row)
 
 
+def _in_states(states: Sequence[State]) -> sa.ColumnElement[bool]:
+    """The condition "the operation is in one of states", as operation_from derives them: SUPERSEDED
+    is not stored, it is a stored PENDING_REVIEW whose case has moved on to another proposal."""
+    pending = operations.c.state == State.PENDING_REVIEW.value
+    current = cases.c.current_operation_id == operations.c.operation_id
+    conditions: list[sa.ColumnElement[bool]] = []
+    stored = [s.value for s in states if s not in (State.PENDING_REVIEW, State.SUPERSEDED)]
+    if stored:
+        conditions.append(operations.c.state.in_(stored))
+    if State.PENDING_REVIEW in states:
+        conditions.append(sa.and_(pending, current))
+    if State.SUPERSEDED in states:
+        conditions.append(sa.and_(pending, sa.not_(current)))
+    return sa.or_(sa.false(), *conditions)
+
+
 def list_operations_txn(
     conn: sa.Connection,
     states: Sequence[State],
@@ -30,9 +46,7 @@ def list_operations_txn(
     after: tuple[datetime, str] | None,
 ) -> list[Operation]:
     """Return operations in states that entered them before changed_before, oldest first, after a page key."""
-    query = q.OPERATIONS.where(
-        operations.c.state.in_([s.value for s in states]), operations.c.state_changed_at <= changed_before
-    )
+    query = q.OPERATIONS.where(_in_states(states), operations.c.state_changed_at <= changed_before)
     if after is not None:
         at, op = after
         query = query.where(
