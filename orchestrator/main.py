@@ -178,11 +178,14 @@ def _housekeeping(command: str, args: list[str]) -> int:
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
         # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
-        keys = values.required(configuration.CHECKPOINT_KEYS) if command == "reopen-reviews" else ()
+        keys = values.one_of(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE)
+        if command == "reopen-reviews":
+            keys = values.required_one_of(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE)
+        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
     except SettingError as error:
         cli.error(str(error))
     configure_logging(values.required(configuration.LOG_LEVEL))
-    engine = db.create_engine(values.required(configuration.DATABASE_URL))
+    engine = db.create_engine(database_url)
     try:
         migrate(engine)
         store = OrchestratorStore(engine)
@@ -196,7 +199,7 @@ def _housekeeping(command: str, args: list[str]) -> int:
             )
             return 0
         report = asyncio.run(
-            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
+            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys or ()), utc_now, dry_run=ns.dry_run)
         )
         print(
             json.dumps(
