@@ -45,6 +45,11 @@ if [ -e "$out" ]; then
   exit 1
 fi
 
+if [ "$(id -u)" = 0 ]; then
+  echo "make-secrets: warning: run as root, the containers will read the secrets through group $(id -g);" \
+    "an ordinary user's own group is safer (see docs/deployment.md)" >&2
+fi
+
 umask 027
 work=$(mktemp -d "$(dirname -- "$out")/.$(basename -- "$out").XXXXXX")
 trap 'rm -rf -- "$work"' EXIT
