@@ -178,9 +178,8 @@ def _housekeeping(command: str, args: list[str]) -> int:
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
         # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
-        keys = values.one_of(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE)
-        if command == "reopen-reviews":
-            keys = values.required_one_of(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE)
+        pick_keys = values.required_one_of if command == "reopen-reviews" else values.one_of
+        keys = pick_keys(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE) or ()
         database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
     except SettingError as error:
         cli.error(str(error))
@@ -199,7 +198,7 @@ def _housekeeping(command: str, args: list[str]) -> int:
             )
             return 0
         report = asyncio.run(
-            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys or ()), utc_now, dry_run=ns.dry_run)
+            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
         )
         print(
             json.dumps(
