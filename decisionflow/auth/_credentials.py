@@ -193,8 +193,9 @@ def _directory_lock(directory: Path) -> Iterator[None]:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    # A file being replaced keeps its mode and group, so services reading it through their group
-    # (deploy/make-secrets.sh's contract) still can; a new file is private to its owner.
+    # A file being replaced keeps its group and its group's read access, so services reading it
+    # through their group (deploy/make-secrets.sh's contract) still can; others never keep any
+    # access and nobody but the owner may write. A new file is private to its owner.
     try:
         previous: os.stat_result | None = path.stat()
     except FileNotFoundError:
@@ -205,7 +206,8 @@ def _write_atomically(path: Path, text: str) -> None:
             if previous is not None:
                 with contextlib.suppress(PermissionError):
                     os.fchown(file.fileno(), -1, previous.st_gid)
-            os.fchmod(file.fileno(), 0o600 if previous is None else stat.S_IMODE(previous.st_mode))
+            group_read = 0 if previous is None else previous.st_mode & stat.S_IRGRP
+            os.fchmod(file.fileno(), 0o600 | group_read)
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
@@ -223,8 +225,8 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def issue_token(path: StrPath, principal: str, roles: Iterable[Role]) -> str:
     """Generate a token, append its hash to the credentials file (created mode 0600 if absent,
-    else replaced atomically keeping its mode and group; a symlink is followed and kept) and return
-    the token, which is stored nowhere."""
+    else replaced atomically with mode 0600 plus the group read access and the group it had; a
+    symlink is followed and kept) and return the token, which is stored nowhere."""
     check_principal_name(principal)
     granted = set(roles)
     if not granted:
