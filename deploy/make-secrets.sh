@@ -100,7 +100,11 @@ find . -type d -exec chmod 750 {} +
 find . -type f -exec chmod 640 {} +
 chmod 700 ca
 chmod 600 ca/ca.key
-mv -T -- "$work" "$out"
+if [ -e "$out" ]; then
+  echo "make-secrets: $out appeared while the secrets were being made; nothing was written" >&2
+  exit 1
+fi
+mv -- "$work" "$out"
 trap - EXIT
 
 # docker compose reads the project's .env: the group the containers join to read the secrets.
