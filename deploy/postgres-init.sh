@@ -26,6 +26,11 @@ for service in orchestrator receiver; do
 CREATE ROLE :"name" LOGIN PASSWORD :'password';
 CREATE DATABASE :"name" OWNER :"name";
 REVOKE ALL ON DATABASE :"name" FROM PUBLIC;
+\connect :"name"
+-- What PostgreSQL 15 made the default, on every version: only the owner creates in schema public.
+ALTER SCHEMA public OWNER TO :"name";
+REVOKE ALL ON SCHEMA public FROM PUBLIC;
+GRANT ALL ON SCHEMA public TO :"name";
 SQL
 done
 echo "postgres-init: roles and databases ${prefix}orchestrator and ${prefix}receiver created"

@@ -133,6 +133,18 @@ def test_each_service_migrates_and_serves_as_its_own_role(roles: Roles, tmp_path
         with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
             psycopg.connect(roles.url(role, database), connect_timeout=5).close()
 
+    # And were CONNECT granted by mistake, the tables grant it nothing either.
+    orchestrator_db = roles.admin_url.rsplit("/", 1)[0] + f"/{roles.prefix}orchestrator"
+    with psycopg.connect(orchestrator_db, autocommit=True) as admin:
+        admin.execute(f'GRANT CONNECT ON DATABASE "{roles.prefix}orchestrator" TO "{roles.prefix}receiver"')
+    with psycopg.connect(roles.url("receiver", "orchestrator"), autocommit=True) as intruder:
+        writes = ("DELETE FROM public.checkpoints", "UPDATE public.operations SET state = 'x'")
+        for statement in ("SELECT count(*) FROM public.decisions", *writes):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                intruder.execute(statement)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            intruder.execute("CREATE TABLE public.planted (x int)")
+
 
 def test_public_cannot_connect_to_either_database(roles: Roles) -> None:
     with psycopg.connect(roles.admin_url, autocommit=True) as admin:
