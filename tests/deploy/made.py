@@ -40,17 +40,23 @@ def copy_repository(destination: Path) -> Path:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if not source.is_file():
-            continue  # deleted in the working tree
-        target = destination / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
+        check=False,
+    )
+    if listed.returncode != 0:  # not a git checkout: copy the tree without what git would ignore
+        shutil.copytree(ROOT, destination, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_IN_A_CLONE))
+    else:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            source = ROOT / name
+            if not source.is_file():
+                continue  # deleted in the working tree
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
     (destination / ".venv").symlink_to(ROOT / ".venv")
     return destination
+
+
+_NOT_IN_A_CLONE = (".git", ".venv", ".env", "secrets", "__pycache__", "*.db", "*.db-*", ".*_cache", "state")
 
 
 def environment_without_venv() -> dict[str, str]:
