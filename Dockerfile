@@ -10,8 +10,12 @@ COPY decisionflow ./decisionflow
 COPY orchestrator ./orchestrator
 COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler
-RUN pip install . && useradd --system --uid 10001 decisionflow
+# The services run as uid/gid 10001 and read their mounted secrets through the supplementary group
+# compose adds (docs/deployment.md), never through world-readable files.
+RUN pip install . \
+    && groupadd --system --gid 10001 decisionflow \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin decisionflow
 
-USER decisionflow
+USER 10001:10001
 EXPOSE 50051 50061 9102
 CMD ["decisionflow", "--help"]

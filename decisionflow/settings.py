@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
@@ -141,6 +141,26 @@ def token_file(value: str) -> str:
     return token
 
 
+def from_file(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """Return a parser of a file's path: the file's UTF-8 text, surrounding whitespace stripped, goes
+    through parse. For secrets kept out of command lines and the environment; a parse error never
+    quotes the file's text."""
+
+    def parse_file(value: str) -> T:
+        try:
+            content = Path(value).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read {value!r}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{value!r} is not UTF-8 text") from None
+        try:
+            return parse(content)
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+
+    return parse_file
+
+
 def checkpoint_keys(min_bytes: int) -> Callable[[str], tuple[bytes, ...]]:
     """Return a parser of comma-separated HMAC keys, each at least min_bytes bytes (UTF-8) after
     stripping; at least one key."""
@@ -204,6 +224,17 @@ def shutdown_grace_setting(service: str) -> Setting[float]:
     )
 
 
+def database_url_file_setting(service: str) -> Setting[str]:
+    """The ``--database-url-file`` setting of a server (``DECISIONFLOW_<SERVICE>_DATABASE_URL_FILE``):
+    the database URL read from a file, so its password stays out of command lines and the environment."""
+    return Setting(
+        "database_url_file",
+        f"DECISIONFLOW_{service}_DATABASE_URL_FILE",
+        "file holding the database URL, in place of --database-url (give one of the two)",
+        parse=from_file(non_empty),
+    )
+
+
 PORT_FILE = Setting("port_file", "", "write the bound port to this file once serving", flag_only=True, parse=path)
 
 
@@ -236,8 +267,9 @@ def resolve(
 class SettingValues:
     """The parsed value of each setting, looked up by its declaration so the type follows."""
 
-    def __init__(self, values: Mapping[str, object]) -> None:
+    def __init__(self, values: Mapping[str, object], given: frozenset[str] = frozenset()) -> None:
         self._values = dict(values)
+        self._given = given  # keys set by a flag or the environment, not by a default
 
     def __getitem__(self, setting: Setting[T]) -> T | None:
         """Return the setting's parsed value, None when it is unset and has no default."""
@@ -250,14 +282,33 @@ class SettingValues:
             raise SettingError(f"{setting.names} is required")
         return value
 
+    def one_of(self, direct: Setting[T], in_file: Setting[T]) -> T | None:
+        """Return in_file's value if it was given, else direct's (its default when unset); raise
+        SettingError when both were given, since which one wins would be a guess."""
+        if in_file.key in self._given:
+            if direct.key in self._given:
+                raise SettingError(f"give {direct.names} or {in_file.names}, not both")
+            return self[in_file]
+        return self[direct]
+
+    def required_one_of(self, direct: Setting[T], in_file: Setting[T]) -> T:
+        """Return one_of(direct, in_file); raise SettingError when neither is set."""
+        value = self.one_of(direct, in_file)
+        if value is None:
+            raise SettingError(f"{direct.names} is required (or give {in_file.names})")
+        return value
+
 
 def parse_settings(
     namespace: argparse.Namespace, settings: Sequence[Setting[Any]], environ: Mapping[str, str]
 ) -> SettingValues:
     """Return every setting parsed by its own parser; raise SettingError naming the first bad one."""
     parsed: dict[str, object] = {}
+    given: set[str] = set()
     for setting in settings:
         raw = resolve(namespace, (setting,), environ)[setting.key]
+        if resolve(namespace, (replace(setting, default=None),), environ)[setting.key]:
+            given.add(setting.key)
         if setting.switch:
             parsed[setting.key] = raw is not None
         elif raw is None or (raw == "" and setting.default is None):
@@ -267,7 +318,7 @@ def parse_settings(
                 parsed[setting.key] = setting.parse(raw)
             except ValueError as exc:
                 raise SettingError(f"{setting.names}: {exc}") from None
-    return SettingValues(parsed)
+    return SettingValues(parsed, frozenset(given))
 
 
 def markdown_table(title: str, settings: Sequence[Setting[Any]]) -> str:

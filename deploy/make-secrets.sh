@@ -1,37 +1,117 @@
 #!/usr/bin/env bash
-# Creates what docker-compose.yml mounts at /run/decisionflow: a private CA and one server
-# certificate for every service name, the credentials file of hashed bearer tokens, a token file
-# per calling service and the checkpoint HMAC key. Run once before `docker compose up`:
-#   deploy/make-secrets.sh [OUT_DIR]        (default deploy/secrets)
-# Needs openssl and the decisionflow command (make setup provides .venv/bin/decisionflow).
+# Creates the secrets docker-compose.yml mounts, one file per secret (see docs/deployment.md):
+#   ca/ca.key, ca/ca.pem      the private CA; ca/ is never mounted anywhere
+#   ca.pem                    the CA certificate clients verify servers with
+#   SERVICE.pem, SERVICE.key  a server certificate (serverAuth) per service name:
+#                             receiver, orchestrator-1, orchestrator-2
+#   credentials.json          hashed bearer tokens, read by the servers
+#   orchestrator.token        effect_writer: the orchestrator's calls to the receiver
+#   reconciler.token          operator + effect_reader: the reconciler's calls to both services
+#   author.token, reviewer.token   for people using the decisionflow command; mounted nowhere
+#   checkpoint.keys           the orchestrators' checkpoint HMAC key
+#   postgres.password         the PostgreSQL superuser's password
+#   {orchestrator,receiver}-database.password   each service's PostgreSQL role password
+#   {orchestrator,receiver}-database.url        the URL each service connects with
+# Files are 0640 and folders 0750, owned by the user running the script; the containers read them
+# through that user's group (its id is written to the project's .env as DECISIONFLOW_SECRETS_GID).
+#
+# Run once before `docker compose up`, from any directory:
+#   deploy/make-secrets.sh [OUT_DIR]        (default: the deploy/secrets folder beside this script)
+# Needs openssl and the project's virtual environment (make setup); DECISIONFLOW=/path/to/decisionflow
+# overrides the command used.
 set -euo pipefail
-out=${1:-$(dirname "$0")/secrets}
-decisionflow=${DECISIONFLOW:-decisionflow}
-command -v "$decisionflow" >/dev/null || decisionflow="$(dirname "$0")/../.venv/bin/decisionflow"
-mkdir -p "$out"
-chmod 700 "$out"
-cd "$out"
-if [ -e credentials.json ]; then
-  echo "make-secrets: $out already holds credentials.json; remove the folder to start over" >&2
+
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+root=$(dirname -- "$here")
+out=${1:-$here/secrets}
+out=$(mkdir -p -- "$(dirname -- "$out")" && cd -- "$(dirname -- "$out")" && pwd -P)/$(basename -- "$out")
+
+if [ -n "${DECISIONFLOW:-}" ]; then
+  decisionflow=("$DECISIONFLOW")
+elif [ -x "$root/.venv/bin/decisionflow" ]; then
+  decisionflow=("$root/.venv/bin/decisionflow")
+elif [ -x "$root/.venv/bin/python" ]; then
+  decisionflow=("$root/.venv/bin/python" -m decisionflow.cli)
+elif command -v decisionflow >/dev/null; then
+  decisionflow=(decisionflow)
+else
+  echo "make-secrets: no decisionflow command: run 'make setup' in $root first (or set DECISIONFLOW)" >&2
+  exit 1
+fi
+command -v openssl >/dev/null || { echo "make-secrets: openssl is needed" >&2; exit 1; }
+
+if [ -e "$out" ]; then
+  echo "make-secrets: $out already exists; remove it to start over" >&2
   exit 1
 fi
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=decisionflow-ca" \
-  -keyout ca.key -out ca.pem 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj "/CN=decisionflow-server" -keyout server.key -out server.csr 2>/dev/null
-printf 'subjectAltName=DNS:receiver,DNS:orchestrator-1,DNS:orchestrator-2,DNS:localhost,IP:127.0.0.1\n' > san.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 \
-  -extfile san.ext -out server.pem 2>/dev/null
-rm -f server.csr san.ext ca.srl
+if [ "$(id -u)" = 0 ]; then
+  echo "make-secrets: warning: run as root, the containers will read the secrets through group $(id -g);" \
+    "an ordinary user's own group is safer (see docs/deployment.md)" >&2
+fi
 
-"$decisionflow" token new --principal orchestrator --role effect_writer --role effect_reader \
-  --file credentials.json > orchestrator.token
-"$decisionflow" token new --principal reconciler --role operator --role effect_reader \
-  --file credentials.json > reconciler.token
-"$decisionflow" token new --principal author --role author --file credentials.json > author.token
-"$decisionflow" token new --principal reviewer --role reviewer --file credentials.json > reviewer.token
-printf 'DECISIONFLOW_CHECKPOINT_KEYS=%s\n' "$(openssl rand -hex 32)" > checkpoint.env
-# The services run as uid 10001 inside the containers.
-chmod 644 ca.pem server.pem credentials.json
-chmod 640 server.key ./*.token checkpoint.env
-echo "make-secrets: wrote CA, server certificate, credentials and tokens to $out"
+umask 027
+work=$(mktemp -d "$(dirname -- "$out")/.$(basename -- "$out").XXXXXX")
+trap 'rm -rf -- "$work"' EXIT
+cd -- "$work"
+mkdir ca
+chmod 700 ca
+
+openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=decisionflow-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+  -keyout ca/ca.key -out ca/ca.pem 2>/dev/null
+cp ca/ca.pem ca.pem
+
+# A certificate for one service name: usable only to serve (serverAuth), valid for the compose name
+# and for loopback (the healthcheck inside the container calls localhost).
+server_certificate() {
+  local name=$1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$name" -keyout "$name.key" -out "$name.csr" 2>/dev/null
+  printf '%s\n' \
+    "basicConstraints=critical,CA:FALSE" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" \
+    "subjectAltName=DNS:$name,DNS:localhost,IP:127.0.0.1" >"$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca/ca.pem -CAkey ca/ca.key -CAcreateserial -CAserial ca/ca.srl \
+    -days 825 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+  rm -f -- "$name.csr" "$name.ext"
+}
+for service in receiver orchestrator-1 orchestrator-2; do
+  server_certificate "$service"
+done
+
+token() {
+  "${decisionflow[@]}" token new --file credentials.json "$@"
+}
+token --principal orchestrator --role effect_writer >orchestrator.token
+token --principal reconciler --role operator --role effect_reader >reconciler.token
+token --principal author --role author >author.token
+token --principal reviewer --role reviewer >reviewer.token
+
+openssl rand -hex 32 >checkpoint.keys
+openssl rand -hex 24 >postgres.password
+for service in orchestrator receiver; do
+  openssl rand -hex 24 >"$service-database.password"
+  printf 'postgresql://%s:%s@postgres:5432/%s\n' "$service" "$(cat "$service-database.password")" "$service" \
+    >"$service-database.url"
+done
+
+find . -type d -exec chmod 750 {} +
+find . -type f -exec chmod 640 {} +
+chmod 700 ca
+chmod 600 ca/ca.key
+if [ -e "$out" ]; then
+  echo "make-secrets: $out appeared while the secrets were being made; nothing was written" >&2
+  exit 1
+fi
+mv -- "$work" "$out"
+trap - EXIT
+
+# docker compose reads the project's .env: the group the containers join to read the secrets.
+env_file=$root/.env
+touch "$env_file"
+grep -v '^DECISIONFLOW_SECRETS_GID=' "$env_file" >"$env_file.tmp" || true
+printf 'DECISIONFLOW_SECRETS_GID=%s\n' "$(id -g)" >>"$env_file.tmp"
+mv -- "$env_file.tmp" "$env_file"
+echo "make-secrets: wrote the CA, server certificates, tokens, checkpoint key and database passwords to $out"
+echo "make-secrets: set DECISIONFLOW_SECRETS_GID=$(id -g) in $env_file"

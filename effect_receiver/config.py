@@ -41,6 +41,7 @@ DATABASE_URL = Setting(
     "receiver.db",
     parse=settings.non_empty,
 )
+DATABASE_URL_FILE = settings.database_url_file_setting("RECEIVER")
 REPLICA_DATABASE_URL = Setting(
     "replica_database_url",
     "DECISIONFLOW_RECEIVER_REPLICA_DATABASE_URL",
@@ -75,6 +76,7 @@ PORT_FILE = settings.PORT_FILE
 SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
     DATABASE_URL,
+    DATABASE_URL_FILE,
     REPLICA_DATABASE_URL,
     KEY_RETENTION_SECONDS,
     FAILPOINTS_SETTING,
@@ -118,7 +120,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
         values = parse_settings(cli.parse_args(list(argv)), SETTINGS, environ)
         return ReceiverConfig(
             address=values.required(ADDRESS),
-            database_url=values.required(DATABASE_URL),
+            database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
             replica_database_url=values[REPLICA_DATABASE_URL],
             key_retention=values[KEY_RETENTION_SECONDS],
             failpoints=values.required(FAILPOINTS_SETTING),

@@ -36,6 +36,7 @@ DATABASE_URL = Setting(
     "orchestrator.db",
     parse=settings.non_empty,
 )
+DATABASE_URL_FILE = settings.database_url_file_setting("ORCHESTRATOR")
 RECEIVER_TARGET = Setting(
     "receiver_target",
     "DECISIONFLOW_RECEIVER_TARGET",
@@ -68,6 +69,12 @@ CHECKPOINT_KEYS = Setting(
     f"comma-separated HMAC keys (each at least {MIN_KEY_BYTES} bytes); the first seals, all verify",
     parse=settings.checkpoint_keys(MIN_KEY_BYTES),
 )
+CHECKPOINT_KEYS_FILE = Setting(
+    "checkpoint_keys_file",
+    "DECISIONFLOW_CHECKPOINT_KEYS_FILE",
+    "file holding the checkpoint keys, in the form of --checkpoint-keys (give one of the two)",
+    parse=settings.from_file(settings.checkpoint_keys(MIN_KEY_BYTES)),
+)
 FOUR_EYES = Setting(
     "four_eyes",
     "DECISIONFLOW_FOUR_EYES",
@@ -89,11 +96,13 @@ PORT_FILE = settings.PORT_FILE
 SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
     DATABASE_URL,
+    DATABASE_URL_FILE,
     RECEIVER_TARGET,
     RECEIVER_TOKEN_FILE,
     RECEIVER_CA_FILE,
     RECEIVER_TIMEOUT_SECONDS,
     CHECKPOINT_KEYS,
+    CHECKPOINT_KEYS_FILE,
     *server_security.SETTINGS,
     FOUR_EYES,
     FAILPOINTS_SETTING,
@@ -103,7 +112,13 @@ SETTINGS: tuple[Setting[Any], ...] = (
 )
 
 # The housekeeping commands read these, with the same parsers as the server.
-HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (DATABASE_URL, CHECKPOINT_KEYS, LOG_LEVEL)
+HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
+    DATABASE_URL,
+    DATABASE_URL_FILE,
+    CHECKPOINT_KEYS,
+    CHECKPOINT_KEYS_FILE,
+    LOG_LEVEL,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +152,9 @@ def from_namespace(
     try:
         values = parse_settings(ns, SETTINGS, environ)
         return OrchestratorConfig(
-            checkpoint_keys=values.required(CHECKPOINT_KEYS),
+            checkpoint_keys=values.required_one_of(CHECKPOINT_KEYS, CHECKPOINT_KEYS_FILE),
             address=values.required(ADDRESS),
-            database_url=values.required(DATABASE_URL),
+            database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
             receiver_target=values.required(RECEIVER_TARGET),
             receiver_token=values[RECEIVER_TOKEN_FILE],
             receiver_ca_file=values[RECEIVER_CA_FILE],

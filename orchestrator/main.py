@@ -178,11 +178,13 @@ def _housekeeping(command: str, args: list[str]) -> int:
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
         # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
-        keys = values.required(configuration.CHECKPOINT_KEYS) if command == "reopen-reviews" else ()
+        pick_keys = values.required_one_of if command == "reopen-reviews" else values.one_of
+        keys = pick_keys(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE) or ()
+        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
     except SettingError as error:
         cli.error(str(error))
     configure_logging(values.required(configuration.LOG_LEVEL))
-    engine = db.create_engine(values.required(configuration.DATABASE_URL))
+    engine = db.create_engine(database_url)
     try:
         migrate(engine)
         store = OrchestratorStore(engine)

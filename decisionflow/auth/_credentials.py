@@ -15,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -192,10 +193,21 @@ def _directory_lock(directory: Path) -> Iterator[None]:
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    # A file being replaced keeps its group and its group's read access, so services reading it
+    # through their group (deploy/make-secrets.sh's contract) still can; others never keep any
+    # access and nobody but the owner may write. A new file is private to its owner.
+    try:
+        previous: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        previous = None
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
-            os.fchmod(file.fileno(), 0o600)
+            if previous is not None:
+                with contextlib.suppress(PermissionError):
+                    os.fchown(file.fileno(), -1, previous.st_gid)
+            group_read = 0 if previous is None else previous.st_mode & stat.S_IRGRP
+            os.fchmod(file.fileno(), 0o600 | group_read)
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
@@ -213,12 +225,14 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def issue_token(path: StrPath, principal: str, roles: Iterable[Role]) -> str:
     """Generate a token, append its hash to the credentials file (created mode 0600 if absent,
-    replaced atomically) and return the token, which is stored nowhere."""
+    else replaced atomically with mode 0600 plus the group read access and the group it had; a
+    symlink is followed and kept) and return the token, which is stored nowhere."""
     check_principal_name(principal)
     granted = set(roles)
     if not granted:
         raise CredentialsError("a token needs at least one role")
-    file = Path(path)
+    # A symlinked file is written through: the link's target is replaced and the link stays.
+    file = Path(os.path.realpath(path))
     token = secrets.token_urlsafe(32)
     entry = {
         "principal": principal,

@@ -22,7 +22,8 @@ def register(subparsers: Subparsers) -> None:
         help="issue a token for a principal and print it once",
         description=(
             "Generate a random token, append its hash with the principal and roles to the credentials "
-            "file (created with mode 0600 if absent, replaced atomically) and print the token once."
+            "file (created with mode 0600 if absent; else replaced atomically, mode 0600 plus the group read "
+            "access and the group it had, and through a symbolic link, which stays) and print the token once."
         ),
     )
     new_parser.add_argument("--principal", required=True, metavar="NAME", help="who the token authenticates")

@@ -129,7 +129,7 @@ def test_issue_token_appends_and_keeps_existing_entries(tmp_path: Path) -> None:
     path = tmp_path / "credentials.json"
     document = credentials_document()
     path.write_text(json.dumps(document))
-    os.chmod(path, 0o644)
+    os.chmod(path, 0o666)
     first = issue_token(path, "carol", [Role.OPERATOR])
     second = issue_token(path, "carol", [Role.EFFECT_READER])
     assert first != second
@@ -138,6 +138,10 @@ def test_issue_token_appends_and_keeps_existing_entries(tmp_path: Path) -> None:
     assert credentials.certificates == known_credentials().certificates
     assert credentials.principal_for_token(first) == Principal("carol", frozenset({Role.OPERATOR}), "token")
     assert credentials.principal_for_token(second) == Principal("carol", frozenset({Role.EFFECT_READER}), "token")
+    # Others lose every access and the group its write access; the group keeps reading.
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    os.chmod(path, 0o604)
+    issue_token(path, "dora", [Role.AUTHOR])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 

@@ -1,7 +1,8 @@
 """docker-compose.yml cannot run here (no Docker engine), so it is checked against the real CLIs and
 configuration: every command and flag exists, every variable is one the service reads, every
-service has a healthcheck, every mounted secret is one deploy/make-secrets.sh writes, and those
-secrets really start a TLS + token-authenticated server."""
+service has a healthcheck, every secret a service names is one it mounts and one
+deploy/make-secrets.sh writes, and each service's own mounts really start a TLS +
+token-authenticated topology."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from decisionflow.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS
+from tests.deploy.made import MadeSecrets, make_secrets_as_documented, world_traversable_directory
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.servers import spawn
 
@@ -37,9 +39,13 @@ def test_topology() -> None:
     services = COMPOSE["services"]
     assert {"postgres", "receiver", "orchestrator-1", "orchestrator-2", "reconciler"} <= set(services)
     first, second = services["orchestrator-1"], services["orchestrator-2"]
-    url = "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL"
+    # Both replicas read the URL of one database from the same secret; no password is in the file.
+    url = "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE"
     assert first["environment"][url] == second["environment"][url]
-    assert first["environment"][url].startswith("postgresql://")
+    target = Path(first["environment"][url]).name
+    sources = [{e["source"] for e in replica["secrets"] if e["target"] == target} for replica in (first, second)]
+    assert sources[0] == sources[1] == {"orchestrator_database_url"}
+    assert "postgresql://" not in (ROOT / "docker-compose.yml").read_text()
     assert "--interval" in services["reconciler"]["command"]
 
 
@@ -67,25 +73,29 @@ def test_commands_and_flags_exist(name: str) -> None:
 def test_every_variable_is_one_the_service_reads(name: str) -> None:
     service = COMPOSE["services"][name]
     known = {s.env for s in SETTINGS_BY_SCRIPT[service["command"][0]] if not s.flag_only}
-    variables = set(service["environment"])
-    env_file = service.get("env_file")
-    if env_file:
-        assert env_file == "./deploy/secrets/checkpoint.env"
-        variables.add("DECISIONFLOW_CHECKPOINT_KEYS")
-    unknown = sorted(v for v in variables if v not in known)
+    assert "env_file" not in service, "secrets are mounted as files, never passed as environment"
+    unknown = sorted(v for v in service["environment"] if v not in known)
     assert not unknown, f"{name} sets variables its configuration does not read: {unknown}"
 
 
-def test_mounted_secrets_are_made_by_the_script() -> None:
-    script = (ROOT / "deploy" / "make-secrets.sh").read_text()
-    mentioned: set[str] = set()
-    for name in OURS:
-        service = COMPOSE["services"][name]
-        texts = [*service["environment"].values(), *service["healthcheck"]["test"]]
-        mentioned |= {Path(t).name for t in texts if isinstance(t, str) and t.startswith("/run/decisionflow/")}
-    assert mentioned
-    for filename in sorted(mentioned):
-        assert filename in script, f"{filename} is mounted but deploy/make-secrets.sh does not write it"
+@pytest.mark.parametrize("name", sorted(COMPOSE["services"]))
+def test_every_secret_a_service_names_is_one_it_mounts(name: str) -> None:
+    # That deploy/make-secrets.sh writes every mounted file: test_make_secrets.py.
+    service = COMPOSE["services"][name]
+    texts = [*service.get("environment", {}).values(), *service["healthcheck"]["test"]]
+    named = {t for t in texts if isinstance(t, str) and t.startswith("/run/")}
+    mounted = {_mount_path(entry) for entry in service.get("secrets", [])}
+    assert named <= mounted, f"{name} names {sorted(named - mounted)} but does not mount them"
+    for entry in service.get("secrets", []):
+        source = entry if isinstance(entry, str) else entry["source"]
+        file = COMPOSE["secrets"][source]["file"]
+        assert file.startswith("./deploy/secrets/") and "/ca/" not in file, file
+    assert "volumes" not in service or all("secrets" not in volume for volume in service["volumes"])
+
+
+def _mount_path(entry: str | dict[str, str]) -> str:
+    target = entry if isinstance(entry, str) else entry.get("target", entry["source"])
+    return target if target.startswith("/") else f"/run/secrets/{target}"
 
 
 def _tool(name: str) -> str:
@@ -96,46 +106,39 @@ def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _local(environment: dict[str, Any], secrets: Path) -> dict[str, str]:
-    # The compose environment with the mounted secrets folder mapped to the local copy.
-    return {
-        key: str(value).replace("/run/decisionflow", str(secrets))
-        for key, value in environment.items()
-        if key.startswith(("DECISIONFLOW_CREDENTIALS", "DECISIONFLOW_TLS", "DECISIONFLOW_RECEIVER_CA"))
-        or key.endswith("TOKEN_FILE")
-    }
+def _local(made: MadeSecrets, service: str, *, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    # The service's compose environment, its mounted secrets mapped to the local files it mounts;
+    # settings naming compose hosts (skip) are left out.
+    environment = COMPOSE["services"][service]["environment"]
+    return {key: made.local(service, str(value)) for key, value in environment.items() if key not in skip}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets")
 def test_compose_secrets_run_the_topology_over_tls(tmp_path: Path) -> None:
-    """make-secrets output + the compose environment: receiver, orchestrator, client commands and the
-    reconciler all talk TLS with bearer tokens; plaintext is refused."""
-    secrets = tmp_path / "secrets"
-    made = subprocess.run(
-        ["bash", str(ROOT / "deploy" / "make-secrets.sh"), str(secrets)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=dict(os.environ, DECISIONFLOW=_tool("decisionflow")),
-    )
-    assert made.returncode == 0, made.stderr
-    services = COMPOSE["services"]
+    """The README's make-secrets line + the compose environment, each service given only the files
+    it mounts: receiver, orchestrator, client commands and the reconciler all talk TLS with bearer
+    tokens; plaintext is refused."""
+    for directory in world_traversable_directory():
+        made = make_secrets_as_documented(directory)
+        _run_the_topology(made, tmp_path)
+
+
+def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
+    secrets = made.folder
+    hosts = ("DECISIONFLOW_RECEIVER_ADDRESS", "DECISIONFLOW_ORCHESTRATOR_ADDRESS", "DECISIONFLOW_RECEIVER_TARGET")
+    local_database = ("DECISIONFLOW_RECEIVER_DATABASE_URL_FILE", "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE")
     receiver = spawn(
         "effect_receiver.main",
         ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{tmp_path / 'receiver.db'}"],
         tmp_path,
         "receiver",
-        env=_local(services["receiver"]["environment"], secrets),
+        env=_local(made, "receiver", skip=hosts + local_database),
     )
     orchestrator = None
     try:
-        checkpoint_key = (secrets / "checkpoint.env").read_text().strip().split("=", 1)[1]
-        orchestrator_env = _local(services["orchestrator-1"]["environment"], secrets)
-        orchestrator_env.update(
-            DECISIONFLOW_CHECKPOINT_KEYS=checkpoint_key, DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}"
-        )
+        orchestrator_env = _local(made, "orchestrator-1", skip=hosts + local_database)
+        orchestrator_env.update(DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}")
         orchestrator = spawn(
             "orchestrator.main",
             ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{tmp_path / 'orchestrator.db'}"],
@@ -143,9 +146,11 @@ def test_compose_secrets_run_the_topology_over_tls(tmp_path: Path) -> None:
             "orchestrator",
             env=orchestrator_env,
         )
+        health = [made.local("receiver", a) for a in COMPOSE["services"]["receiver"]["healthcheck"]["test"][1:]]
+        health = [a.replace("localhost:50061", f"localhost:{receiver.port}") for a in health]
+        checked = _run([_tool(health[0]), *health[1:]])
+        assert checked.returncode == 0 and checked.stdout.strip() == "SERVING", checked.stderr
         ca = str(secrets / "ca.pem")
-        health = _run([_tool("decisionflow"), "health", "--target", f"localhost:{receiver.port}", "--ca-file", ca])
-        assert health.returncode == 0 and health.stdout.strip() == "SERVING", health.stderr
         plaintext = _run([_tool("decisionflow"), "health", "--target", f"127.0.0.1:{receiver.port}"])
         assert plaintext.returncode == 1
 
@@ -166,7 +171,7 @@ def test_compose_secrets_run_the_topology_over_tls(tmp_path: Path) -> None:
         refused = _run([*client, "approve", op, *common])  # no token
         assert refused.returncode == 3
 
-        reconciler_env = _local(services["reconciler"]["environment"], secrets)
+        reconciler_env = _local(made, "reconciler")
         reconciled = subprocess.run(
             [
                 _tool("decisionflow-reconciler"),

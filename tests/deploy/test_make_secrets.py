@@ -1,0 +1,146 @@
+"""deploy/make-secrets.sh as a new user runs it: the README's line in a fresh copy of the repository,
+with the virtual environment not on PATH. Each service gets only what it needs, the containers'
+user (uid 10001) reads its files through the group and nothing private is world-readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from decisionflow.auth import load_credentials, token_sha256
+from tests.deploy.made import (
+    COMPOSE,
+    MadeSecrets,
+    copy_repository,
+    make_secrets_as_documented,
+    mode,
+    run_make_secrets,
+    world_traversable_directory,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets"),
+]
+CONTAINER_UID = "10001"
+OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
+
+
+@pytest.fixture(scope="module")
+def made() -> Iterator[MadeSecrets]:
+    """The README's make-secrets line, run once in a copy of the repository."""
+    for directory in world_traversable_directory():
+        yield make_secrets_as_documented(directory)
+
+
+def _principal_roles(made: MadeSecrets, token_name: str) -> set[str]:
+    credentials = load_credentials(made.folder / "credentials.json")
+    digest = token_sha256((made.folder / token_name).read_text().strip())
+    return {role.value for entry in credentials.tokens if entry.sha256 == digest for role in entry.roles}
+
+
+def test_the_readme_line_writes_every_mounted_secret_and_the_group_into_env(made: MadeSecrets) -> None:
+    for name in COMPOSE["services"]:
+        for path, file in made.mounts(name).items():
+            assert file.is_file(), f"{name} mounts {path} from {file}, which make-secrets.sh did not write"
+    assert f"DECISIONFLOW_SECRETS_GID={os.getgid()}" in (made.clone / ".env").read_text().splitlines()
+    assert not list(made.folder.parent.glob(".secrets.*")), "a temporary folder was left behind"
+
+
+def test_least_privilege_mounts(made: MadeSecrets) -> None:
+    mounted = {name: {file.name for file in made.mounts(name).values()} for name in COMPOSE["services"]}
+    everything = set().union(*mounted.values())
+    assert "ca.key" not in everything and not any("/ca/" in str(f) for n in mounted for f in made.mounts(n).values())
+    assert {"author.token", "reviewer.token"}.isdisjoint(everything)
+    receiver = {"receiver.pem", "receiver.key", "credentials.json", "ca.pem", "receiver-database.url"}
+    assert mounted["receiver"] == receiver
+    for name in ("orchestrator-1", "orchestrator-2"):
+        assert "checkpoint.keys" in mounted[name] and "orchestrator.token" in mounted[name]
+        assert "receiver-database.url" not in mounted[name] and "reconciler.token" not in mounted[name]
+    assert mounted["reconciler"] == {"ca.pem", "reconciler.token"}
+    assert all("checkpoint.keys" not in mounted[name] for name in ("receiver", "reconciler", "postgres"))
+    assert (made.folder / "ca" / "ca.key").is_file()
+
+
+def test_tokens_carry_only_the_roles_each_caller_needs(made: MadeSecrets) -> None:
+    assert _principal_roles(made, "orchestrator.token") == {"effect_writer"}
+    assert _principal_roles(made, "reconciler.token") == {"operator", "effect_reader"}
+    assert _principal_roles(made, "author.token") == {"author"}
+    assert _principal_roles(made, "reviewer.token") == {"reviewer"}
+
+
+@pytest.mark.parametrize("name", ["receiver", "orchestrator-1", "orchestrator-2"])
+def test_each_service_has_its_own_server_certificate(made: MadeSecrets, name: str) -> None:
+    certificate = x509.load_pem_x509_certificate((made.folder / f"{name}.pem").read_bytes())
+    usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert name in names.get_values_for_type(x509.DNSName)
+    others = {"receiver", "orchestrator-1", "orchestrator-2"} - {name}
+    assert others.isdisjoint(names.get_values_for_type(x509.DNSName))
+    constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert constraints.ca is False
+
+
+def test_nothing_private_is_readable_by_others(made: MadeSecrets) -> None:
+    paths = [made.folder, *made.folder.rglob("*")]
+    for path in paths:
+        assert mode(path) & 0o007 == 0, f"{path} is {oct(mode(path))}"
+        assert path.stat().st_uid == os.getuid() and path.stat().st_gid == os.getgid()
+    assert {mode(p) for p in paths if p.is_file() and p.parent == made.folder} == {0o640}
+    assert mode(made.folder) == 0o750
+    assert mode(made.folder / "ca") == 0o700 and mode(made.folder / "ca" / "ca.key") == 0o600
+
+
+def _read_as_container_user(path: Path, *, with_group: bool) -> subprocess.CompletedProcess[bytes]:
+    groups = ["--groups", str(os.getgid())] if with_group else ["--clear-groups"]
+    argv = ["setpriv", "--reuid", CONTAINER_UID, "--regid", CONTAINER_UID, *groups, "cat", str(path)]
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.parametrize("name", sorted(COMPOSE["services"]))
+def test_the_container_user_reads_its_mounts_only_through_the_group(made: MadeSecrets, name: str) -> None:
+    mounts = made.mounts(name)
+    assert mounts or name not in OURS
+    for path, file in mounts.items():
+        read = _read_as_container_user(file, with_group=True)
+        assert read.returncode == 0 and read.stdout == file.read_bytes(), (name, path, read.stderr)
+        refused = _read_as_container_user(file, with_group=False)
+        assert refused.returncode != 0 and b"Permission denied" in refused.stderr, (name, path)
+    ca_key = _read_as_container_user(made.folder / "ca" / "ca.key", with_group=True)
+    assert ca_key.returncode != 0
+
+
+def test_runs_from_another_directory_and_a_failure_leaves_no_folder(tmp_path: Path) -> None:
+    clone = copy_repository(tmp_path / "clone")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    failed = run_make_secrets(clone, extra_env={"DECISIONFLOW": "false"})
+    assert failed.returncode != 0
+    assert not (clone / "deploy" / "secrets").exists()
+    assert sorted(p.name for p in (clone / "deploy").iterdir()) == sorted(
+        p.name for p in (Path(__file__).resolve().parents[2] / "deploy").iterdir() if p.name != "secrets"
+    )
+    done = subprocess.run(
+        ["bash", str(clone / "deploy" / "make-secrets.sh"), "out"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert (elsewhere / "out" / "credentials.json").is_file()
+    assert json.loads((elsewhere / "out" / "credentials.json").read_text())["tokens"]
+    again = run_make_secrets(clone, str(elsewhere / "out"))
+    assert again.returncode == 1 and "already exists" in again.stderr
