@@ -78,9 +78,18 @@ class AuthInterceptor(_ServerInterceptor):
     """Authenticates each call and admits it only if the principal holds a role the policy allows
     for the method; health and reflection are exempt, methods absent from the policy are refused."""
 
-    def __init__(self, credentials: Credentials | None, policy: Mapping[str, frozenset[Role]]) -> None:
+    def __init__(
+        self,
+        credentials: Credentials | None,
+        policy: Mapping[str, frozenset[Role]],
+        *,
+        client_certificates: bool = True,
+    ) -> None:
+        """client_certificates False says the transport never verifies a client certificate (no
+        client CA), so a call without a token is refused from its headers alone."""
         self._credentials = credentials
         self._policy = dict(policy)
+        self._certificates = client_certificates and credentials is not None and bool(credentials.certificates)
 
     @property
     def authenticated(self) -> bool:
@@ -138,9 +147,9 @@ class AuthInterceptor(_ServerInterceptor):
         """Return the caller's principal, or the refusal, when the call's headers settle it; None
         when only the transport's certificate can (known inside the call)."""
         try:
-            if self._credentials is not None and self._credentials.certificates and _bearer_token(metadata) is None:
+            if self._certificates and _bearer_token(metadata) is None:
                 return None
-            # A token wins over a certificate; with no certificate principal, no token is a refusal.
+            # A token wins over a certificate; where no certificate can authenticate, no token is a refusal.
             return self.admit(method, metadata, {})
         except AuthError as error:
             _log_refusal(method, error)
