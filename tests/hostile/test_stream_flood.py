@@ -5,6 +5,7 @@ are closed with GOAWAY, and connections beyond the cap are not served."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from decisionflow.auth import Role, bearer_metadata, issue_token
 from decisionflow.processes import ServiceProcess, spawn
 from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow.v1 import review_pb2_grpc
-from tests.support.flood import RawPeer, flood, pump, wait_for_goaway
+from tests.support.flood import RawPeer, flood, grpc_frame, pump, wait_for_goaway
 from tests.support.stack import CHECKPOINT_KEY, start_request
 
 START_REVIEW = "/decisionflow.v1.ReviewService/StartReview"
@@ -25,10 +26,11 @@ RSS_GROWTH_LIMIT_KIB = 30 * 1024
 
 @dataclass
 class Orchestrator:
-    """An orchestrator process with authentication on, and an author's token."""
+    """An orchestrator process with authentication on, an author's token and a reviewer's."""
 
     process: ServiceProcess
     token: str
+    reviewer_token: str
 
     def start_review(self, case_id: str) -> str:
         """StartReview as the author over a fresh channel; return the proposal's operation id."""
@@ -42,6 +44,7 @@ class Orchestrator:
 def _start(tmp_path: Path, *transport: str) -> Orchestrator:
     credentials = tmp_path / "credentials.json"
     token = issue_token(credentials, "alice", [Role.AUTHOR])
+    reviewer_token = issue_token(credentials, "rita", [Role.REVIEWER])
     args = orchestrator_args(
         f"sqlite:///{tmp_path / 'orchestrator.db'}",
         "127.0.0.1:9",  # never called: these tests make no decision
@@ -49,7 +52,7 @@ def _start(tmp_path: Path, *transport: str) -> Orchestrator:
     )
     process = spawn(ORCHESTRATOR_MODULE, args, tmp_path, "orchestrator", env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY})
     process.wait_serving()
-    return Orchestrator(process, token)
+    return Orchestrator(process, token, reviewer_token)
 
 
 @pytest.fixture
@@ -90,6 +93,31 @@ def test_unauthenticated_stream_flood_is_refused_before_buffering(orchestrator: 
     assert report.during_error is None, report.during_error
     assert len(served) == 3 and all(served)
     assert orchestrator.start_review("T-9")  # and after it
+
+
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [
+        ("nobody", grpc.StatusCode.UNAUTHENTICATED),
+        ("unknown token", grpc.StatusCode.UNAUTHENTICATED),
+        ("reviewer", grpc.StatusCode.PERMISSION_DENIED),
+    ],
+)
+def test_a_refusal_needs_only_the_headers(orchestrator: Orchestrator, who: str, status: grpc.StatusCode) -> None:
+    tokens = {"nobody": None, "unknown token": "not-a-known-token", "reviewer": orchestrator.reviewer_token}
+    token = tokens[who]
+    peer = RawPeer(orchestrator.process.port)
+    try:
+        stream_id = peer.open_call(START_REVIEW, bearer_metadata(token) if token else ())
+        peer.feed(stream_id, grpc_frame(64 * 1024)[:100])  # the message's first bytes, never the rest
+        peer.flush()
+        fate = peer.fates[stream_id]
+        deadline = time.monotonic() + 15
+        while fate.grpc_status is None and not peer.closed and time.monotonic() < deadline:
+            pump([peer], 0.1)
+    finally:
+        peer.close()
+    assert fate.grpc_status == str(status.value[0]), (who, fate)
 
 
 def test_idle_connection_gets_goaway_after_the_idle_limit(tmp_path: Path) -> None:
