@@ -56,4 +56,4 @@ def server_parts(address: str, security: ServerSecurity) -> tuple[AuthIntercepto
     tls = None
     if security.tls_cert is not None and security.tls_key is not None:
         tls = server_credentials(security.tls_cert, security.tls_key, security.tls_client_ca)
-    return AuthInterceptor(credentials, RPC_ROLES), tls
+    return AuthInterceptor(credentials, RPC_ROLES, client_certificates=security.tls_client_ca is not None), tls

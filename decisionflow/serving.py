@@ -11,8 +11,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,15 +25,87 @@ from grpc_reflection.v1alpha import reflection
 
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
+from decisionflow.settings import SettingValues, TransportSettings
 
 MAX_MESSAGE_BYTES = 1024 * 1024
+# A method without a size of its own receives at most this (ids, page tokens, a decision).
+DEFAULT_RECEIVE_BYTES = 64 * 1024
+# Clients may ping an idle connection no more often than this; a third ping sooner is answered
+# with GOAWAY (ENHANCE_YOUR_CALM).
+MIN_CLIENT_PING_INTERVAL_MS = 30_000
+MAX_PING_STRIKES = 2
+# The server pings a connection silent this long, and drops it if no answer comes within the timeout.
+KEEPALIVE_TIME_MS = 120_000
+KEEPALIVE_TIMEOUT_MS = 20_000
 
 logger = logging.getLogger(__name__)
 
-SERVER_OPTIONS: Sequence[tuple[str, int]] = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", 16 * MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
+
+@dataclass(frozen=True, slots=True)
+class ReceiveLimits:
+    """The largest request message each method accepts, in bytes: sized to its largest valid
+    request, so nothing bigger is ever parsed, nor (above ``largest``) buffered by gRPC."""
+
+    per_method: Mapping[str, int] = field(default_factory=dict)
+    default: int = DEFAULT_RECEIVE_BYTES
+
+    def for_method(self, method: str) -> int:
+        """Return the receive limit of method (its full path, /package.Service/Method)."""
+        return self.per_method.get(method, self.default)
+
+    @property
+    def largest(self) -> int:
+        """The largest limit of any method: the server's receive limit for a whole message."""
+        return max((self.default, *self.per_method.values()))
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    """What one peer may hold of a server: streams per connection, connection lifetime, connections."""
+
+    max_concurrent_streams: int = 64
+    max_connection_idle_seconds: float = 300.0
+    max_connection_age_seconds: float = 1800.0
+    max_connection_age_grace_seconds: float = 30.0
+    max_connections: int = 1000
+
+    @classmethod
+    def from_values(cls, values: SettingValues, settings: TransportSettings) -> TransportLimits:
+        """Return the limits from parsed setting values."""
+        return cls(
+            values.required(settings.max_concurrent_streams),
+            values.required(settings.max_connection_idle_seconds),
+            values.required(settings.max_connection_age_seconds),
+            values.required(settings.max_connection_age_grace_seconds),
+            values.required(settings.max_connections),
+        )
+
+    def server_options(self, receive: ReceiveLimits) -> list[tuple[str, int]]:
+        """Return the gRPC core arguments that enforce these limits and the receive limit."""
+        return [
+            ("grpc.max_receive_message_length", receive.largest),
+            ("grpc.max_send_message_length", 16 * MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.max_connection_idle_ms", _millis(self.max_connection_idle_seconds)),
+            ("grpc.max_connection_age_ms", _millis(self.max_connection_age_seconds)),
+            ("grpc.max_connection_age_grace_ms", _millis(self.max_connection_age_grace_seconds)),
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+            ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ]
+
+
+def _millis(seconds: float) -> int:
+    # gRPC core takes a C int of milliseconds; a longer time is as good as never.
+    return min(max(1, round(seconds * 1000)), 2**31 - 1)
+
+
+SERVER_OPTIONS: Sequence[tuple[str, int]] = tuple(
+    TransportLimits().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES))
 )
 
 
@@ -64,8 +136,12 @@ STATUS_DETAIL_FILES = (status_pb2.DESCRIPTOR, error_details_pb2.DESCRIPTOR)
 
 
 class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Parses each unary request inside the call, so bytes that are not the request message are
-    refused as an InvalidRequest (gRPC itself answers UNKNOWN when its deserializer raises)."""
+    """Parses each unary request inside the call, so bytes that are not the request message, or
+    more bytes than the method's largest valid request, are refused as an InvalidRequest (gRPC
+    itself answers UNKNOWN when its deserializer raises)."""
+
+    def __init__(self, limits: ReceiveLimits | None = None) -> None:
+        self._limits = limits or ReceiveLimits(default=MAX_MESSAGE_BYTES)
 
     async def intercept_service(
         self,
@@ -83,8 +159,13 @@ class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         ):
             return handler
         parse, behaviour = handler.request_deserializer, handler.unary_unary
+        limit = self._limits.for_method(handler_call_details.method)
 
         async def parsed(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if len(request) > limit:
+                raise InvalidRequest(
+                    [FieldViolation("request", f"{len(request)} bytes; this method accepts at most {limit}")]
+                )
             try:
                 message = parse(request)
             except Exception as exc:  # whatever the parser raises, the bytes are not a request
@@ -116,15 +197,22 @@ async def start_server(
     status_table: StatusTable,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
+    transport: TransportLimits | None = None,
+    receive: ReceiveLimits | None = None,
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
     returns their full service names, which health and reflection then announce. Every domain
-    error raised in a call, by a servicer or an interceptor, is answered through status_table."""
+    error raised in a call, by a servicer or an interceptor, is answered through status_table.
+    transport and receive bound what a peer may hold (defaults: TransportLimits(), and 1 MiB for
+    every method)."""
+    transport = transport or TransportLimits()
+    receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
     # The status mapping is outermost, so it also answers the refusals of the interceptors
     # (authentication, request parsing); parsing is innermost, so a caller is authenticated
     # before its bytes are parsed.
     server = grpc.aio.server(
-        interceptors=[RefusalsAsStatus(status_table), *interceptors, DecodeRequests()], options=list(SERVER_OPTIONS)
+        interceptors=[RefusalsAsStatus(status_table), *interceptors, DecodeRequests(receive)],
+        options=transport.server_options(receive),
     )
     service_names = tuple(register(server))
     health = HealthServicer()

@@ -235,6 +235,71 @@ def database_url_file_setting(service: str) -> Setting[str]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TransportSettings:
+    """A server's transport limits, one setting each (see ``transport_settings``)."""
+
+    max_concurrent_streams: Setting[int]
+    max_connection_idle_seconds: Setting[float]
+    max_connection_age_seconds: Setting[float]
+    max_connection_age_grace_seconds: Setting[float]
+    max_connections: Setting[int]
+
+    @property
+    def all(self) -> tuple[Setting[Any], ...]:
+        """Every transport setting, in the order the help and the README list them."""
+        return (
+            self.max_concurrent_streams,
+            self.max_connection_idle_seconds,
+            self.max_connection_age_seconds,
+            self.max_connection_age_grace_seconds,
+            self.max_connections,
+        )
+
+
+def transport_settings(service: str) -> TransportSettings:
+    """The transport limits of a server (``DECISIONFLOW_<SERVICE>_...``): concurrent streams per
+    connection, connection idle time, age and grace, and a cap on connections."""
+    prefix = f"DECISIONFLOW_{service}_"
+    return TransportSettings(
+        Setting(
+            "max_concurrent_streams",
+            prefix + "MAX_CONCURRENT_STREAMS",
+            "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)",
+            "64",
+            parse=integer(1, 10_000),
+        ),
+        Setting(
+            "max_connection_idle_seconds",
+            prefix + "MAX_CONNECTION_IDLE_SECONDS",
+            "close (GOAWAY) a connection that has had no call for this long",
+            "300",
+            parse=positive_seconds,
+        ),
+        Setting(
+            "max_connection_age_seconds",
+            prefix + "MAX_CONNECTION_AGE_SECONDS",
+            "close (GOAWAY) a connection this old; clients reconnect",
+            "1800",
+            parse=positive_seconds,
+        ),
+        Setting(
+            "max_connection_age_grace_seconds",
+            prefix + "MAX_CONNECTION_AGE_GRACE_SECONDS",
+            "after that GOAWAY, how long calls in flight may finish before the connection is cut",
+            "30",
+            parse=seconds,
+        ),
+        Setting(
+            "max_connections",
+            prefix + "MAX_CONNECTIONS",
+            "connections the server holds at once; beyond it a new connection is closed",
+            "1000",
+            parse=integer(1, 1_000_000),
+        ),
+    )
+
+
 PORT_FILE = Setting("port_file", "", "write the bound port to this file once serving", flag_only=True, parse=path)
 
 

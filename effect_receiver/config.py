@@ -14,6 +14,7 @@ from decisionflow import server_security, settings
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultPlan
 from decisionflow.server_security import ServerSecurity
+from decisionflow.serving import TransportLimits
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 from effect_receiver.service import FAILPOINT_NAMES
 
@@ -69,6 +70,7 @@ FAULTS = Setting(
     "",
     parse=FaultPlan.parse,
 )
+TRANSPORT = settings.transport_settings("RECEIVER")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
 LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
 PORT_FILE = settings.PORT_FILE
@@ -83,6 +85,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     FAULTS,
     SHUTDOWN_GRACE_SECONDS,
     *server_security.SETTINGS,
+    *TRANSPORT.all,
     LOG_LEVEL,
     PORT_FILE,
 )
@@ -102,6 +105,7 @@ class ReceiverConfig:
     log_level: str = "info"
     port_file: Path | None = None
     security: ServerSecurity = field(default_factory=ServerSecurity)
+    transport: TransportLimits = field(default_factory=TransportLimits)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -129,6 +133,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
             log_level=values.required(LOG_LEVEL),
             port_file=values[PORT_FILE],
             security=server_security.from_values(values),
+            transport=TransportLimits.from_values(values, TRANSPORT),
         )
     except SettingError as error:
         cli.error(str(error))

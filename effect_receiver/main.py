@@ -17,13 +17,32 @@ from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.server_security import server_parts
-from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
+from decisionflow.serving import (
+    ReceiveLimits,
+    RunningServer,
+    announce_listening,
+    run_server,
+    serve_until_signal,
+    start_server,
+)
+from decisionflow.v1 import effect_receiver_pb2
 from effect_receiver.config import ReceiverConfig, load
+from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
 from effect_receiver.store import EffectStore, migrate
 
 logger = logging.getLogger("effect_receiver")
+
+_SERVICE = "/" + effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name + "/"
+# Each method receives at most its largest valid request: Apply the payload cap and 4 KiB for its
+# ids and digest; BatchLookup 1,000 operation ids of 70 characters, each with its 2-byte field header.
+RECEIVE_LIMITS = ReceiveLimits(
+    {
+        _SERVICE + "Apply": MAX_PAYLOAD_BYTES + 4 * 1024,
+        _SERVICE + "BatchLookup": MAX_BATCH_LOOKUP * 72 + 4 * 1024,
+    }
+)
 
 
 @dataclass
@@ -69,6 +88,8 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             status_table=STATUS_TABLE,
             interceptors=interceptors,
             credentials=tls,
+            transport=config.transport,
+            receive=RECEIVE_LIMITS,
         )
     except BaseException:
         for engine in engines:

@@ -12,6 +12,7 @@ from typing import Any
 from decisionflow import server_security, settings
 from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import ServerSecurity
+from decisionflow.serving import TransportLimits
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
@@ -89,6 +90,7 @@ FAILPOINTS_SETTING = Setting(
     "",
     parse=_failpoints,
 )
+TRANSPORT = settings.transport_settings("ORCHESTRATOR")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("ORCHESTRATOR")
 LOG_LEVEL = settings.log_level_setting("ORCHESTRATOR", "info")
 PORT_FILE = settings.PORT_FILE
@@ -104,6 +106,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CHECKPOINT_KEYS,
     CHECKPOINT_KEYS_FILE,
     *server_security.SETTINGS,
+    *TRANSPORT.all,
     FOUR_EYES,
     FAILPOINTS_SETTING,
     SHUTDOWN_GRACE_SECONDS,
@@ -133,6 +136,7 @@ class OrchestratorConfig:
     receiver_ca_file: Path | None = None
     receiver_timeout_seconds: float = 5.0
     security: ServerSecurity = field(default_factory=ServerSecurity)
+    transport: TransportLimits = field(default_factory=TransportLimits)
     four_eyes: bool = False
     failpoints: str = ""
     shutdown_grace_seconds: float = 10.0
@@ -160,6 +164,7 @@ def from_namespace(
             receiver_ca_file=values[RECEIVER_CA_FILE],
             receiver_timeout_seconds=values.required(RECEIVER_TIMEOUT_SECONDS),
             security=server_security.from_values(values),
+            transport=TransportLimits.from_values(values, TRANSPORT),
             four_eyes=values.required(FOUR_EYES),
             failpoints=values.required(FAILPOINTS_SETTING),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),

@@ -22,9 +22,17 @@ import grpc
 from decisionflow import db, logs
 from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import server_parts
-from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
+from decisionflow.serving import (
+    MAX_MESSAGE_BYTES,
+    ReceiveLimits,
+    RunningServer,
+    announce_listening,
+    run_server,
+    serve_until_signal,
+    start_server,
+)
 from decisionflow.settings import SettingError, add_settings, parse_settings
-from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
@@ -35,6 +43,7 @@ from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
 from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
 from orchestrator.workflow import ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -44,6 +53,44 @@ logger = logging.getLogger("decisionflow.orchestrator")
 # what an operator needs (operation, case, principal, outcome) itself, so the framework is
 # heard from at WARNING and above unless the orchestrator runs at debug.
 FRAMEWORK_LOGGER = "agent_framework"
+
+
+def _largest_content() -> tuple[list[common_pb2.Evidence], common_pb2.Policy]:
+    """Return the evidence and policy of a proposal at every bound docs/security.md lists."""
+    evidence = [
+        common_pb2.Evidence(source_id=f"{i:0128d}", version=MAX_INT, quotation="q" * MAX_QUOTATION_BYTES)
+        for i in range(MAX_EVIDENCE)
+    ]
+    rules = {f"{i:064d}": "v" * 1024 for i in range(MAX_RULES)}
+    policy = common_pb2.Policy(name="n" * 128, version_label="l" * 64, allowance_units=MAX_INT, rules=rules)
+    return evidence, policy
+
+
+def receive_limits() -> ReceiveLimits:
+    """Return each method's receive limit: its largest valid request, and 4 KiB to spare."""
+    evidence, policy = _largest_content()
+    start = review_pb2.StartReviewRequest(
+        case_id="c" * 64, action="x" * 64, body="b" * MAX_BODY_BYTES, evidence=evidence, policy=policy
+    )
+    edit = review_pb2.EditProposalRequest(
+        expected_operation_id="op-v1-" + "0" * 64, body="b" * MAX_BODY_BYTES, evidence=evidence, policy=policy
+    )
+    review = "/" + review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name + "/"
+    operations = "/" + operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name + "/"
+    spare = 4 * 1024
+    return ReceiveLimits(
+        {
+            review + "StartReview": start.ByteSize() + spare,
+            review + "EditProposal": edit.ByteSize() + spare,
+            # A settlement's error text is cut to 2,000 characters rather than refused for its length,
+            # so a settlement has no tighter bound than the message limit every client keeps to.
+            operations + "SettleOperation": MAX_MESSAGE_BYTES,
+            operations + "BatchSettleOperations": MAX_MESSAGE_BYTES,
+        }
+    )
+
+
+RECEIVE_LIMITS = receive_limits()
 
 
 def configure_logging(level: str) -> None:
@@ -126,7 +173,13 @@ async def create_server(
             ]
 
         running = await start_server(
-            config.address, register, status_table=STATUS_TABLE, interceptors=[auth], credentials=tls
+            config.address,
+            register,
+            status_table=STATUS_TABLE,
+            interceptors=[auth],
+            credentials=tls,
+            transport=config.transport,
+            receive=RECEIVE_LIMITS,
         )
     except BaseException:
         await _close_all(closers)

@@ -78,9 +78,18 @@ class AuthInterceptor(_ServerInterceptor):
     """Authenticates each call and admits it only if the principal holds a role the policy allows
     for the method; health and reflection are exempt, methods absent from the policy are refused."""
 
-    def __init__(self, credentials: Credentials | None, policy: Mapping[str, frozenset[Role]]) -> None:
+    def __init__(
+        self,
+        credentials: Credentials | None,
+        policy: Mapping[str, frozenset[Role]],
+        *,
+        client_certificates: bool = True,
+    ) -> None:
+        """client_certificates False says the transport never verifies a client certificate (no
+        client CA), so a call without a token is refused from its headers alone."""
         self._credentials = credentials
         self._policy = dict(policy)
+        self._certificates = client_certificates and credentials is not None and bool(credentials.certificates)
 
     @property
     def authenticated(self) -> bool:
@@ -130,35 +139,81 @@ class AuthInterceptor(_ServerInterceptor):
         try:
             return self.admit(method, context.invocation_metadata() or (), context.auth_context())
         except AuthError as error:
-            logger.warning(
-                "refused %s: %s",
-                method,
-                error.message,
-                extra={
-                    "rpc": method,
-                    "reason": error.reason,
-                    "outcome": "refused",
-                    "principal": error.metadata.get(reasons.PRINCIPAL),
-                },
-            )
+            _log_refusal(method, error)
             # Answered by the server's status table (decisionflow.rpc_errors.RefusalsAsStatus).
             raise
+
+    def _admit_early(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
+        """Return the caller's principal, or the refusal, when the call's headers settle it; None
+        when only the transport's certificate can (known inside the call)."""
+        try:
+            if self._certificates and _bearer_token(metadata) is None:
+                return None
+            # A token wins over a certificate; where no certificate can authenticate, no token is a refusal.
+            return self.admit(method, metadata, {})
+        except AuthError as error:
+            _log_refusal(method, error)
+            return error
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the method's handler with admission and the principal wrapped around its behaviour."""
+        """Return the method's handler with admission and the principal wrapped around its behaviour.
+
+        When the headers already decide a refusal, the handler returned never reads the request:
+        gRPC answers the status and resets the stream without buffering the message body."""
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(EXEMPT_METHOD_PREFIXES):
             return handler  # None: no such method, the server answers UNIMPLEMENTED
+        early = self._admit_early(method, handler_call_details.invocation_metadata or ())
+        if isinstance(early, AuthError):
+            return _refusing_handler(handler, early)
 
         def admit(context: _Context) -> Principal:
-            return self._admit_call(method, context)
+            return early if early is not None else self._admit_call(method, context)
 
         return _wrap_handler(handler, admit, method)
+
+
+def _log_refusal(method: str, error: AuthError) -> None:
+    logger.warning(
+        "refused %s: %s",
+        method,
+        error.message,
+        extra={
+            "rpc": method,
+            "reason": error.reason,
+            "outcome": "refused",
+            "principal": error.metadata.get(reasons.PRINCIPAL),
+        },
+    )
+
+
+def _refusing_handler(handler: grpc.RpcMethodHandler[Any, Any], error: AuthError) -> grpc.RpcMethodHandler[Any, Any]:
+    """Return a handler of the same response kind that refuses with error without reading a request."""
+    # Taking the requests as a stream hands the behaviour an iterator it never advances, where a
+    # unary handler would first wait for (and buffer) the whole request message.
+    if handler.response_streaming:
+
+        async def refused_stream(requests: Any, context: _Context) -> AsyncIterator[Any]:
+            raise error
+            yield  # an async generator, as a streaming behaviour is
+
+        return grpc.stream_stream_rpc_method_handler(
+            refused_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    async def refused(requests: Any, context: _Context) -> Any:
+        raise error
+
+    return grpc.stream_unary_rpc_method_handler(
+        refused, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )
 
 
 _Admit = Callable[[_Context], Principal]

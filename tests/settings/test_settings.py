@@ -145,6 +145,20 @@ def test_every_setting_of_every_service_declares_a_parser(service: str) -> None:
         assert setting.flag_only or setting.switch or setting.env.startswith("DECISIONFLOW_"), setting
 
 
+def test_transport_limits_come_from_flags_and_environment() -> None:
+    default = receiver_config.load([], {}).transport
+    assert (default.max_concurrent_streams, default.max_connection_idle_seconds) == (64, 300.0)
+    assert (default.max_connection_age_seconds, default.max_connection_age_grace_seconds) == (1800.0, 30.0)
+    assert default.max_connections == 1000
+    environ = {"DECISIONFLOW_CHECKPOINT_KEYS": KEY, "DECISIONFLOW_ORCHESTRATOR_MAX_CONNECTIONS": "7"}
+    limits = orchestrator_config.load(["--max-connection-age-seconds", "60"], environ).transport
+    assert (limits.max_connections, limits.max_connection_age_seconds) == (7, 60.0)
+    options = dict(limits.server_options(orchestrator_main.RECEIVE_LIMITS))
+    assert options["grpc.max_allowed_incoming_connections"] == 7
+    assert options["grpc.max_connection_age_ms"] == 60_000
+    assert options["grpc.max_receive_message_length"] == orchestrator_main.RECEIVE_LIMITS.largest
+
+
 Loader = Callable[[Sequence[str], Mapping[str, str]], object]
 LOADERS: dict[str, tuple[Loader, list[str], dict[str, str]]] = {
     "orchestrator": (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}),
@@ -188,6 +202,20 @@ LOADERS: dict[str, tuple[Loader, list[str], dict[str, str]]] = {
             "a non-negative number of seconds",
         ),
         ("receiver", "--log-level", "DECISIONFLOW_RECEIVER_LOG_LEVEL", "", "debug, info, warning, error"),
+        (
+            "orchestrator",
+            "--max-concurrent-streams",
+            "DECISIONFLOW_ORCHESTRATOR_MAX_CONCURRENT_STREAMS",
+            "0",
+            "a whole number from 1 to 10000",
+        ),
+        (
+            "receiver",
+            "--max-connection-idle-seconds",
+            "DECISIONFLOW_RECEIVER_MAX_CONNECTION_IDLE_SECONDS",
+            "0",
+            "a positive number of seconds",
+        ),
         (
             "reconciler",
             "--alert-after-seconds",

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
-from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.serving import MAX_MESSAGE_BYTES, ReceiveLimits
 from decisionflow.v1 import effect_receiver_pb2, review_pb2
+from effect_receiver.main import RECEIVE_LIMITS as RECEIVER_LIMITS
+from orchestrator.main import RECEIVE_LIMITS as ORCHESTRATOR_LIMITS
 from tests.security.dbstate import Snapshot, snapshot
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack, start_request
@@ -33,6 +35,18 @@ class Target:
                 options=[("grpc.enable_retries", 0), ("grpc.max_send_message_length", 8 * MAX_MESSAGE_BYTES)],
             )
         return self._channels[receiver]
+
+    @staticmethod
+    def receive_limits(receiver: bool) -> ReceiveLimits:
+        """The receive limits of the receiver's or the orchestrator's methods."""
+        return RECEIVER_LIMITS if receiver else ORCHESTRATOR_LIMITS
+
+    @classmethod
+    def refusal_code(cls, receiver: bool, size: int) -> grpc.StatusCode:
+        """The code a bad request of size bytes is refused with: gRPC's RESOURCE_EXHAUSTED above the
+        server's message limit, else INVALID_ARGUMENT (over the method's own limit, or not valid)."""
+        too_big = size > cls.receive_limits(receiver).largest
+        return grpc.StatusCode.RESOURCE_EXHAUSTED if too_big else grpc.StatusCode.INVALID_ARGUMENT
 
     def states(self) -> tuple[Snapshot, Snapshot]:
         """Every row of both databases."""
