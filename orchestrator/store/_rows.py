@@ -66,7 +66,13 @@ def decision_from(m: sa.RowMapping) -> RecordedDecision:
 
 
 def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
-    """Return the still-sealed checkpoint in a row of the checkpoints table."""
+    """Return the still-sealed checkpoint in a row of the checkpoints table.
+
+    Column values are passed on as stored, even of the wrong type (SQLite keeps text in a
+    binary column): verification refuses such a row, and a read that does not need the
+    checkpoint (a replayed decision) is not failed by it.
+    """
+    state = m[prefix + "state"]
     return SealedCheckpoint(
         m[prefix + "checkpoint_id"],
         m[prefix + "workflow_name"],
@@ -75,7 +81,7 @@ def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoi
         m[prefix + "created_at"],
         m[prefix + "key_id"],
         m[prefix + "mac"],
-        bytes(m[prefix + "state"]),
+        bytes(state) if isinstance(state, memoryview | bytearray) else state,
     )
 
 
