@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from decisionflow import strict_json
 from decisionflow.auth import AUTH_STATUS, current_principal
 from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
@@ -143,11 +144,10 @@ def _parse_page_token(token: str) -> tuple[datetime, str] | None:
     if not token:
         return None
     try:
-        # Issued tokens are about 150 characters; the bound also keeps json.loads from recursing
-        # through a forged token of nested brackets (RecursionError, answered UNKNOWN).
+        # Issued tokens are about 150 characters; strict JSON also bounds a forged token's nesting.
         if len(token) > MAX_PAGE_TOKEN_CHARS:
             raise ValueError("page token too long")
-        at, operation_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        at, operation_id = strict_json.loads(base64.urlsafe_b64decode(token.encode()))
         if not is_operation_id(operation_id):
             raise ValueError("page token names no operation id")  # a NUL in it fails on PostgreSQL
         changed_at = datetime.fromisoformat(at)
