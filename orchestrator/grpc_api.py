@@ -57,6 +57,14 @@ STATUS_TABLE: StatusTable = {
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
 REPLY_MARGIN_SECONDS = 0.05
+# gRPC sends the caller's deadline as a grpc-timeout header of a few digits and a unit, and its
+# core rounds the value *up* to the next step the unit can express: 10 ms up to 10 s, 100 ms up to
+# 100 s, 1 s up to 1,000 s, and so on; never more than 1% of the timeout. On top of that a few
+# milliseconds go astray between the two clocks (a 1 s call is seen with about 1.009 s left). The
+# deadline this server sees can therefore be later than the caller's by more than the fixed
+# margin (a 12 s call is seen with 12.1 s left); the share and the slack below take that back.
+TIMEOUT_ROUNDING_SHARE = 0.01
+CLOCK_SLACK_SECONDS = 0.01
 MAX_BATCH = 1000
 MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
@@ -67,11 +75,17 @@ DEFAULT_PAGE = 500
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
+def reply_margin(remaining: float) -> float:
+    """Return how long before the deadline it sees (remaining seconds away) a server must answer
+    so that the answer reaches the caller before the caller's own deadline."""
+    return REPLY_MARGIN_SECONDS + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
+
+
 def _deadline(context: Context) -> float | None:
     remaining = context.time_remaining()
     if remaining is None:
         return None
-    return time.monotonic() + max(0.0, remaining - REPLY_MARGIN_SECONDS)
+    return time.monotonic() + max(0.0, remaining - reply_margin(remaining))
 
 
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
