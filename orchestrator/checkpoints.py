@@ -97,7 +97,7 @@ def _columns_problem(sealed: SealedCheckpoint) -> str | None:
         if not isinstance(value, str) or not value.isascii():
             return f"its {name} column is not ASCII text"
     if not isinstance(fields["state"], bytes):
-        return f"its state column holds {type(fields['state']).__name__}, not bytes"
+        return "its state column does not hold bytes"
     return None
 
 

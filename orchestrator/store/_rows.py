@@ -79,10 +79,18 @@ def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoi
         m[prefix + "graph_signature"],
         m[prefix + "operation_id"],
         m[prefix + "created_at"],
-        m[prefix + "key_id"],
-        m[prefix + "mac"],
+        _ascii_text(m[prefix + "key_id"]),
+        _ascii_text(m[prefix + "mac"]),
         bytes(state) if isinstance(state, memoryview | bytearray) else state,
     )
+
+
+def _ascii_text(value: Any) -> Any:
+    """Return a seal column read as raw bytes (SQLite) as text when it is ASCII, else as it came."""
+    if isinstance(value, memoryview | bytearray | bytes):
+        raw = bytes(value)
+        return raw.decode("ascii") if raw.isascii() else raw
+    return value
 
 
 def operation_from(row: sa.Row[Any]) -> Operation:

@@ -104,9 +104,9 @@ def _assert_integrity_refusal(refused: grpc.RpcError, started: review_pb2.StartR
 
 @pytest.mark.parametrize("gadget", [_System, _Exec, _Popen], ids=["os.system", "builtins.exec", "subprocess.Popen"])
 def test_correctly_sealed_malicious_checkpoint_is_refused_and_never_runs(
-    make_stack: Callable[..., Stack], tmp_path: Path, gadget: Callable[[Path], object]
+    make_stack: Callable[..., Stack], tmp_path: Path, gadget: Callable[[Path], object], database_url: str
 ) -> None:
-    stack = make_stack()
+    stack = make_stack(database_url)
     started = stack.review().StartReview(start_request(), timeout=10)
     marker = tmp_path / "marker"
     _reseal(stack.orchestrator_url, started.pending_review.checkpoint_id, pickle.dumps(gadget(marker)))
@@ -140,8 +140,12 @@ def test_sealed_gadget_nested_inside_a_real_checkpoint_is_refused(
         "UPDATE checkpoints SET mac = 'é' || substr(mac, 2) WHERE checkpoint_id = :cp",
         "UPDATE checkpoints SET state = 'not a pickle' WHERE checkpoint_id = :cp",
         "UPDATE checkpoints SET mac = CAST(mac AS BLOB) WHERE checkpoint_id = :cp",
+        # Text that is not UTF-8: the driver cannot even decode it as text.
+        "UPDATE checkpoints SET state = CAST(state AS TEXT) WHERE checkpoint_id = :cp",
+        "UPDATE checkpoints SET mac = CAST(X'FFFE' AS TEXT) WHERE checkpoint_id = :cp",
+        "UPDATE checkpoints SET key_id = CAST(X'FF' AS TEXT) WHERE checkpoint_id = :cp",
     ],
-    ids=["mac-non-ascii", "state-text", "mac-blob"],
+    ids=["mac-non-ascii", "state-text", "mac-blob", "state-pickle-as-text", "mac-not-utf8", "key-id-not-utf8"],
 )
 def test_checkpoint_with_corrupt_columns_answers_data_loss(make_stack: Callable[..., Stack], corruption: str) -> None:
     stack = make_stack()
@@ -153,9 +157,9 @@ def test_checkpoint_with_corrupt_columns_answers_data_loss(make_stack: Callable[
 
 
 def test_every_checkpoint_of_real_runs_decodes_through_the_restricted_unpickler(
-    make_stack: Callable[..., Stack],
+    make_stack: Callable[..., Stack], database_url: str
 ) -> None:
-    stack = make_stack()
+    stack = make_stack(database_url)
     review = stack.review()
     approved = review.StartReview(start_request(case_id="T-1"), timeout=10)
     declined = review.StartReview(start_request(case_id="T-2"), timeout=10)
