@@ -3,7 +3,14 @@
 The framework pickles checkpoint state, and unpickling runs code. Every stored checkpoint
 is therefore sealed with HMAC-SHA256 over its id, workflow, graph signature, operation id
 and state, and verified *before* anything is decoded: a tampered, swapped or foreign row
-is refused with ``CheckpointIntegrity`` and never unpickled.
+is refused with ``CheckpointIntegrity`` and never unpickled. A row whose columns do not
+even hold their types (a non-ASCII MAC, state stored as text) is refused the same way.
+
+The seal is one lock; the decoder is the other. Even a correctly sealed state is decoded by
+``CheckpointUnpickler``, which resolves only the classes the framework's checkpoints of
+this workflow really contain (listed in ``CHECKPOINT_CLASSES``): a sealed pickle that names
+anything else (``os.system``, ``builtins.exec``, ``subprocess.Popen``...) is refused before
+any of it is called, so a stolen checkpoint key alone does not run code in the orchestrator.
 
 Saves made during one request are collected by ``RunCheckpoints`` and written in the same
 transaction as the request's own rows (the proposal and its pending review, or the
@@ -17,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import pickle  # loads only bytes whose HMAC was verified, or that this process pickled and sealed itself
+import io
+import pickle  # decodes through CheckpointUnpickler only, after the HMAC check
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -27,6 +35,70 @@ from orchestrator.errors import CheckpointIntegrity
 
 _MAC_DOMAIN = b"decisionflow.checkpoint.v1"
 MIN_KEY_BYTES = 32
+
+
+# Every global a checkpoint of the review workflow contains, found by decoding the checkpoints
+# of real runs (StartReview, then Approve or decline); the builtin values in between (str,
+# dict, list, tuple, None...) are pickle opcodes, not globals. A framework upgrade that adds a
+# type to its checkpoints shows up as CHECKPOINT_INTEGRITY in the tests before a release.
+CHECKPOINT_CLASSES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("agent_framework._workflows._checkpoint", "WorkflowCheckpoint"),
+        ("agent_framework._workflows._events", "WorkflowEvent"),
+        ("agent_framework._workflows._events", "WorkflowEventSource"),
+        ("agent_framework._workflows._runner_context", "MessageType"),
+        ("agent_framework._workflows._runner_context", "WorkflowMessage"),
+        ("orchestrator.workflow", "ReviewTask"),
+        ("orchestrator.workflow", "ReviewRequest"),
+        ("orchestrator.workflow", "ReviewAnswer"),
+    }
+)
+
+
+class ForbiddenGlobal(pickle.UnpicklingError):
+    """A checkpoint's pickle named a global outside ``CHECKPOINT_CLASSES``; nothing of it ran."""
+
+    def __init__(self, module: str, name: str) -> None:
+        super().__init__(f"names {module}.{name}, which a checkpoint never contains")
+
+
+class CheckpointUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only the classes in ``CHECKPOINT_CLASSES``.
+
+    ``find_class`` is the only way a pickle reaches a callable, so refusing every other
+    name there refuses ``__reduce__`` tricks before they are called.
+    """
+
+    def find_class(self, module: str, name: str, /) -> Any:
+        """Resolve an allowed class; raise ``ForbiddenGlobal`` for anything else."""
+        if (module, name) not in CHECKPOINT_CLASSES:
+            raise ForbiddenGlobal(module, name)
+        found = super().find_class(module, name)
+        if not isinstance(found, type):
+            raise ForbiddenGlobal(module, name)
+        return found
+
+
+def decode_state(sealed: SealedCheckpoint) -> Any:
+    """Decode a checkpoint's state through ``CheckpointUnpickler``; refuse it with CheckpointIntegrity."""
+    try:
+        return CheckpointUnpickler(io.BytesIO(sealed.state)).load()
+    except Exception as exc:  # any failure to decode is a refused checkpoint, never a crash
+        raise CheckpointIntegrity(
+            sealed.checkpoint_id, f"state cannot be decoded: {exc}", operation_id=sealed.operation_id
+        ) from exc
+
+
+def _columns_problem(sealed: SealedCheckpoint) -> str | None:
+    """Say what is wrong with a row whose columns do not hold their types (None: they do)."""
+    fields: dict[str, object] = {"mac": sealed.mac, "key_id": sealed.key_id, "state": sealed.state}
+    for name in ("mac", "key_id"):
+        value = fields[name]
+        if not isinstance(value, str) or not value.isascii():
+            return f"its {name} column is not ASCII text"
+    if not isinstance(fields["state"], bytes):
+        return "its state column does not hold bytes"
+    return None
 
 
 def _key_id(key: bytes) -> str:
@@ -69,7 +141,10 @@ class CheckpointSealer:
         return SealedCheckpoint(checkpoint_id, workflow_name, graph, operation_id, now, self._signing_id, mac, state)
 
     def open(self, sealed: SealedCheckpoint) -> Any:
-        """Verify the seal, then (and only then) unpickle and return the state."""
+        """Verify the seal, then (and only then) decode and return the state."""
+        problem = _columns_problem(sealed)
+        if problem is not None:
+            raise CheckpointIntegrity(sealed.checkpoint_id, problem, operation_id=sealed.operation_id)
         key = self._keys.get(sealed.key_id)
         if key is None:
             raise CheckpointIntegrity(
@@ -87,7 +162,7 @@ class CheckpointSealer:
             raise CheckpointIntegrity(
                 sealed.checkpoint_id, "HMAC does not match; the row was altered", operation_id=sealed.operation_id
             )
-        return pickle.loads(sealed.state)  # noqa: S301  # verified above
+        return decode_state(sealed)
 
 
 class CheckpointSource(Protocol):
@@ -145,7 +220,7 @@ class RunCheckpoints:
             return self._verified[checkpoint_id]
         for sealed in self._pending:
             if sealed.checkpoint_id == checkpoint_id:
-                return pickle.loads(sealed.state)  # noqa: S301  # sealed by this process
+                return decode_state(sealed)
         return self.admit(self._table.get(checkpoint_id))
 
     def admit(self, stored: SealedCheckpoint | None) -> Any:
@@ -192,7 +267,7 @@ class RunCheckpoints:
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[Any]:
         """Return this run's unsaved checkpoints of the workflow."""
-        return [pickle.loads(s.state) for s in self._pending if s.workflow_name == workflow_name]  # noqa: S301
+        return [decode_state(s) for s in self._pending if s.workflow_name == workflow_name]
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
         """Return the ids of this run's unsaved checkpoints of the workflow."""
@@ -202,7 +277,7 @@ class RunCheckpoints:
         """Return this run's newest unsaved checkpoint of the workflow, if any."""
         for sealed in reversed(self._pending):
             if sealed.workflow_name == workflow_name:
-                return pickle.loads(sealed.state)  # noqa: S301  # sealed by this process
+                return decode_state(sealed)
         return None
 
     async def delete(self, checkpoint_id: str) -> bool:

@@ -15,21 +15,24 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from decisionflow import strict_json
 from decisionflow.auth import AUTH_STATUS, current_principal
 from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
 from decisionflow.rpc_errors import StatusTable
-from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import errors
-from orchestrator.domain import Consistency, LookupStatus, ProposalView, Receipt, Settlement, State
+from orchestrator.domain import LookupStatus, ProposalView, Receipt, Settlement, State
 from orchestrator.service import OrchestratorService
 from orchestrator.validation import check_case_id, check_operation_id
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
+    LOOKUP_FROM_PB,
     OUTCOME_TO_PB,
     STATE_FROM_PB,
     decision_from_pb,
     edit_from_pb,
+    enum_from_pb,
     from_timestamp,
     operation_to_pb,
     proposal_to_pb,
@@ -54,6 +57,14 @@ STATUS_TABLE: StatusTable = {
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
 REPLY_MARGIN_SECONDS = 0.05
+# gRPC sends the caller's deadline as a grpc-timeout header of a few digits and a unit, and its
+# core rounds the value *up* to the next step the unit can express: 10 ms up to 10 s, 100 ms up to
+# 100 s, 1 s up to 1,000 s, and so on; never more than 1% of the timeout. On top of that a few
+# milliseconds go astray between the two clocks (a 1 s call is seen with about 1.009 s left). The
+# deadline this server sees can therefore be later than the caller's by more than the fixed
+# margin (a 12 s call is seen with 12.1 s left); the share and the slack below take that back.
+TIMEOUT_ROUNDING_SHARE = 0.01
+CLOCK_SLACK_SECONDS = 0.01
 MAX_BATCH = 1000
 MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
@@ -64,11 +75,17 @@ DEFAULT_PAGE = 500
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
+def reply_margin(remaining: float) -> float:
+    """Return how long before the deadline it sees (remaining seconds away) a server must answer
+    so that the answer reaches the caller before the caller's own deadline."""
+    return REPLY_MARGIN_SECONDS + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
+
+
 def _deadline(context: Context) -> float | None:
     remaining = context.time_remaining()
     if remaining is None:
         return None
-    return time.monotonic() + max(0.0, remaining - REPLY_MARGIN_SECONDS)
+    return time.monotonic() + max(0.0, remaining - reply_margin(remaining))
 
 
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
@@ -143,11 +160,10 @@ def _parse_page_token(token: str) -> tuple[datetime, str] | None:
     if not token:
         return None
     try:
-        # Issued tokens are about 150 characters; the bound also keeps json.loads from recursing
-        # through a forged token of nested brackets (RecursionError, answered UNKNOWN).
+        # Issued tokens are about 150 characters; strict JSON also bounds a forged token's nesting.
         if len(token) > MAX_PAGE_TOKEN_CHARS:
             raise ValueError("page token too long")
-        at, operation_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        at, operation_id = strict_json.loads(base64.urlsafe_b64decode(token.encode()))
         if not is_operation_id(operation_id):
             raise ValueError("page token names no operation id")  # a NUL in it fails on PostgreSQL
         changed_at = datetime.fromisoformat(at)
@@ -165,11 +181,14 @@ def _time(field: str, stamp: Timestamp) -> datetime:
         raise InvalidRequest([FieldViolation(field, "not a valid time (years 1 to 9999)")]) from exc
 
 
-def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -> Settlement:
-    field = f"settlements[{index}]"
+def _settlement(field: str, message: operations_pb2.Settlement, now: datetime) -> Settlement:
+    """Return the validated settlement at field (``settlement`` or ``settlements[i]``)."""
     if "\x00" in message.error:
         raise InvalidRequest([FieldViolation(f"{field}.error", "contains a NUL character")])
-    if message.status == common_pb2.LOOKUP_STATUS_APPLIED:
+    status = enum_from_pb(f"{field}.status", message.status, LOOKUP_FROM_PB)
+    consistency = enum_from_pb(f"{field}.consistency", message.consistency, CONSISTENCY_FROM_PB)
+    receipt: Receipt | None = None
+    if status is LookupStatus.APPLIED:
         if not message.HasField("receipt") or not message.receipt.receipt_id:
             raise InvalidRequest([FieldViolation(f"{field}.receipt", "required when status is APPLIED")])
         if message.receipt.operation_id and message.receipt.operation_id != message.operation_id:
@@ -178,15 +197,10 @@ def _settlement(index: int, message: operations_pb2.Settlement, now: datetime) -
         if len(receipt_id) > MAX_RECEIPT_ID_CHARS or not receipt_id.isprintable():
             description = f"must be 1 to {MAX_RECEIPT_ID_CHARS} printable characters"
             raise InvalidRequest([FieldViolation(f"{field}.receipt.receipt_id", description)])
-        status = LookupStatus.APPLIED
         applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
-        receipt: Receipt | None = Receipt(receipt_id, applied_at)
-    elif message.status == common_pb2.LOOKUP_STATUS_NOT_FOUND:
-        status, receipt = LookupStatus.NOT_FOUND, None
-    else:
-        status, receipt = LookupStatus.FAILED, None
-    consistency = CONSISTENCY_FROM_PB.get(message.consistency, Consistency.NONE)
+        receipt = Receipt(receipt_id, applied_at)
     looked_up_at = _time(f"{field}.observed_at", message.observed_at) if message.HasField("observed_at") else now
+    check_operation_id(message.operation_id, f"{field}.operation_id")
     return Settlement(message.operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
 
 
@@ -205,12 +219,11 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PAGE}")])
         states = []
         for i, value in enumerate(request.states):
-            if value not in STATE_FROM_PB:
-                raise InvalidRequest([FieldViolation(f"states[{i}]", f"unknown state {value}")])
+            state = enum_from_pb(f"states[{i}]", value, STATE_FROM_PB)
             # A state listed twice is one state; the repeats would otherwise reach the query as
             # bind parameters, and a flood of them exceeds the database's limit (UNAVAILABLE).
-            if STATE_FROM_PB[value] not in states:
-                states.append(STATE_FROM_PB[value])
+            if state not in states:
+                states.append(state)
         if not states:
             states = [State.APPROVED, State.UNKNOWN]
         try:
@@ -227,11 +240,12 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             operations=[operation_to_pb(op) for op in page], next_page_token=token
         )
 
-    async def _settle(self, messages: list[operations_pb2.Settlement]) -> list[operations_pb2.SettleOperationResponse]:
+    async def _settle(
+        self, messages: list[operations_pb2.Settlement], fields: list[str]
+    ) -> list[operations_pb2.SettleOperationResponse]:
         now = self._clock()
-        settlements = [_settlement(i, m, now) for i, m in enumerate(messages)]
-        for i, s in enumerate(settlements):
-            check_operation_id(s.operation_id, f"settlements[{i}].operation_id")
+        # Every settlement is checked before any is recorded: one bad item refuses the whole call.
+        settlements = [_settlement(field, m, now) for field, m in zip(fields, messages, strict=True)]
         results = await self._operations.settle(settlements)
         out = []
         for message, (operation, settled) in zip(messages, results, strict=True):
@@ -246,7 +260,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         """Record what one lookup showed."""
         if not request.HasField("settlement"):
             raise InvalidRequest([FieldViolation("settlement", "required")])
-        (result,) = await self._settle([request.settlement])
+        (result,) = await self._settle([request.settlement], ["settlement"])
         return result
 
     async def BatchSettleOperations(
@@ -255,7 +269,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         """Record many lookups in one transaction."""
         if not 1 <= len(request.settlements) <= MAX_BATCH:
             raise InvalidRequest([FieldViolation("settlements", f"must hold 1 to {MAX_BATCH} items")])
-        return operations_pb2.BatchSettleOperationsResponse(results=await self._settle(list(request.settlements)))
+        fields = [f"settlements[{i}]" for i in range(len(request.settlements))]
+        results = await self._settle(list(request.settlements), fields)
+        return operations_pb2.BatchSettleOperationsResponse(results=results)
 
     async def RedriveOperation(
         self, request: operations_pb2.RedriveOperationRequest, context: Context

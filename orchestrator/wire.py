@@ -6,7 +6,9 @@ service never sees an unchecked field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -59,6 +61,11 @@ CONSISTENCY_TO_PB = {
     Consistency.NONE: common_pb2.CONSISTENCY_UNSPECIFIED,
 }
 CONSISTENCY_FROM_PB = {v: k for k, v in CONSISTENCY_TO_PB.items()}
+# A settlement's UNSPECIFIED status is a failed lookup, as LOOKUP_TO_PB writes it.
+LOOKUP_FROM_PB = {v: k for k, v in LOOKUP_TO_PB.items()}
+
+_Number = TypeVar("_Number", bound=int)
+_Member = TypeVar("_Member")
 
 # from_timestamp is the servicer's parser of request times; one converter serves both directions.
 __all__ = ["from_timestamp", "timestamp", "to_timestamp"]
@@ -67,6 +74,19 @@ __all__ = ["from_timestamp", "timestamp", "to_timestamp"]
 def timestamp(value: datetime | None) -> Timestamp | None:
     """Return a protobuf Timestamp for value, a naive value taken as UTC (None stays None)."""
     return None if value is None else to_timestamp(value)
+
+
+def enum_from_pb(field: str, value: _Number, known: Mapping[_Number, _Member]) -> _Member:
+    """Return the domain value of a request's enum field; refuse a number the proto does not define.
+
+    Protobuf keeps an unknown enum number as it came (open enums), so a peer can send 99; taking it
+    for a default would record something the sender never said.
+    """
+    member = known.get(value)
+    if member is None:
+        allowed = ", ".join(str(number) for number in sorted(known))
+        raise InvalidRequest([FieldViolation(field, f"unknown value {value} (known: {allowed})")])
+    return member
 
 
 def evidence_from_pb(items: list[common_pb2.Evidence]) -> list[EvidenceItem]:

@@ -3,7 +3,7 @@ names every RPC of the contract."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
 from decisionflow.auth._errors import FourEyesViolation
@@ -54,7 +54,12 @@ def policy_gaps(policy: Mapping[str, frozenset[Role]]) -> tuple[list[str], list[
     return sorted(methods - set(policy)), sorted(set(policy) - methods)
 
 
-def check_four_eyes(author: str, reviewer: str, enabled: bool) -> None:
-    """Raise FourEyesViolation when the rule is enabled and the reviewer authored the proposal."""
-    if enabled and author == reviewer:
+def check_four_eyes(authors: Collection[str], reviewer: str, enabled: bool) -> None:
+    """Raise FourEyesViolation when the rule is enabled and the reviewer is among the proposal's authors.
+
+    The authors are everyone who wrote the proposal's text: its creator and the creator of every
+    proposal it was edited from. Otherwise an author could have a colleague change one character
+    and then approve their own text.
+    """
+    if enabled and reviewer in authors:
         raise FourEyesViolation(reviewer)

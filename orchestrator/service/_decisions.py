@@ -73,7 +73,11 @@ class DecisionService:
         if recorded is not None:
             return await self._replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
         proposal = inputs.proposal
-        check_four_eyes(proposal.created_by, reviewer, self._four_eyes)
+        if self._four_eyes:
+            # Every author in the edit chain, not only the last editor: an edit of one character by
+            # a colleague must not let the original author approve their own text.
+            authors = await self._store.edit_chain_authors(operation_id)
+            check_four_eyes(authors | {proposal.created_by}, reviewer, enabled=True)
         current = inputs.current_operation_id
         if current != operation_id:
             raise StaleProposal(operation_id, current or "")

@@ -6,13 +6,62 @@ Sealing and verification live in ``orchestrator.checkpoints``; this module only 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.schema import checkpoints
 from orchestrator.store._rows import sealed_checkpoint_from
 from orchestrator.store._transactions import Transactions
+
+
+class _AsStoredText(sa.sql.functions.GenericFunction[Any]):
+    """A text column of the seal; on SQLite its raw bytes (decoded, or refused, in Python), or NULL
+    when a corrupt row keeps something other than text there."""
+
+    name = "as_stored_text"
+    inherit_cache = True
+
+
+class _BlobOnly(sa.sql.functions.GenericFunction[Any]):
+    """The state column, or NULL on SQLite when a corrupt row keeps something other than a BLOB there."""
+
+    name = "blob_only"
+    inherit_cache = True
+
+
+@compiles(_AsStoredText)
+@compiles(_BlobOnly)
+def _column_itself(element: sa.sql.functions.GenericFunction[Any], compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.clauses, **kw)
+
+
+# SQLite keeps any value in any column. Text that is not UTF-8 in a text column fails the driver's
+# decoding (an OperationalError, answered as a database outage and retried for ever), and text in
+# the state column would be read as str. Read them so that verification refuses the row instead.
+@compiles(_AsStoredText, "sqlite")
+def _text_bytes_or_null(element: _AsStoredText, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"CASE WHEN typeof({column}) = 'text' THEN CAST({column} AS BLOB) END"
+
+
+@compiles(_BlobOnly, "sqlite")
+def _blob_or_null(element: _BlobOnly, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"CASE WHEN typeof({column}) = 'blob' THEN {column} END"
+
+
+def checkpoint_columns(prefix: str = "") -> list[sa.ColumnElement[Any]]:
+    """The checkpoints table's columns for a select read by ``sealed_checkpoint_from``, labelled with prefix.
+
+    The seal's columns (key id, MAC, state) are read so that a corrupt value reaches verification,
+    which refuses it as an integrity failure, instead of failing the read.
+    """
+    wrapped = {"key_id": _AsStoredText, "mac": _AsStoredText, "state": _BlobOnly}
+    return [(wrapped[c.name](c) if c.name in wrapped else c).label(prefix + c.name) for c in checkpoints.c]
 
 
 class CheckpointTable:
@@ -44,5 +93,6 @@ class CheckpointTable:
     def get(self, checkpoint_id: str) -> SealedCheckpoint | None:
         """Return the stored checkpoint with that id, still sealed."""
         with self._transactions.read() as conn:
-            row = conn.execute(sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)).first()
+            statement = sa.select(*checkpoint_columns()).where(checkpoints.c.checkpoint_id == checkpoint_id)
+            row = conn.execute(statement).first()
         return None if row is None else sealed_checkpoint_from(row._mapping)

@@ -90,6 +90,25 @@ def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None
     return None if row is None else proposal_from(row._mapping)
 
 
+def edit_chain_authors_txn(conn: sa.Connection, operation_id: str) -> frozenset[str]:
+    """Return who created the proposal and each proposal it was edited from, back to the first one.
+
+    An edit records its parent, so the chain is the parent links; empty when there is no such proposal.
+    """
+    first = sa.select(proposals.c.parent_operation_id, proposals.c.created_by).where(
+        proposals.c.operation_id == operation_id
+    )
+    chain = first.cte("edit_chain", recursive=True)
+    parent = proposals.alias("parent")
+    # UNION, not UNION ALL: duplicates are dropped, so even a corrupted cycle of parents ends.
+    chain = chain.union(
+        sa.select(parent.c.parent_operation_id, parent.c.created_by).where(
+            parent.c.operation_id == chain.c.parent_operation_id
+        )
+    )
+    return frozenset(conn.execute(sa.select(chain.c.created_by)).scalars())
+
+
 def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
     """Return the proposal with that operation id, or raise NotFound."""
     proposal = find_proposal_txn(conn, operation_id)

@@ -66,17 +66,31 @@ def decision_from(m: sa.RowMapping) -> RecordedDecision:
 
 
 def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
-    """Return the still-sealed checkpoint in a row of the checkpoints table."""
+    """Return the still-sealed checkpoint in a row of the checkpoints table.
+
+    Column values are passed on as stored, even of the wrong type (SQLite keeps text in a
+    binary column): verification refuses such a row, and a read that does not need the
+    checkpoint (a replayed decision) is not failed by it.
+    """
+    state = m[prefix + "state"]
     return SealedCheckpoint(
         m[prefix + "checkpoint_id"],
         m[prefix + "workflow_name"],
         m[prefix + "graph_signature"],
         m[prefix + "operation_id"],
         m[prefix + "created_at"],
-        m[prefix + "key_id"],
-        m[prefix + "mac"],
-        bytes(m[prefix + "state"]),
+        _ascii_text(m[prefix + "key_id"]),
+        _ascii_text(m[prefix + "mac"]),
+        bytes(state) if isinstance(state, memoryview | bytearray) else state,
     )
+
+
+def _ascii_text(value: Any) -> Any:
+    """Return a seal column read as raw bytes (SQLite) as text when it is ASCII, else as it came."""
+    if isinstance(value, memoryview | bytearray | bytes):
+        raw = bytes(value)
+        return raw.decode("ascii") if raw.isascii() else raw
+    return value
 
 
 def operation_from(row: sa.Row[Any]) -> Operation:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from decisionflow.db import UtcDateTime
 from orchestrator.domain import OPEN_STATES, State
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
+from orchestrator.store._checkpoints import checkpoint_columns
 
 OPEN = [s.value for s in OPEN_STATES]
 
@@ -38,7 +39,7 @@ DECISION_INPUTS = (
     OPERATIONS.add_columns(
         *(c.label(f"p_{c.name}") for c in proposals.c),
         *(c.label(f"r_{c.name}") for c in pending_reviews.c),
-        *(c.label(f"k_{c.name}") for c in checkpoints.c),
+        *checkpoint_columns("k_"),
     )
     .join(proposals, proposals.c.operation_id == operations.c.operation_id)
     .outerjoin(pending_reviews, pending_reviews.c.operation_id == operations.c.operation_id)

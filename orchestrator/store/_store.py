@@ -117,6 +117,11 @@ class OrchestratorStore:
         with self.transactions.read() as conn:
             return _proposals.find_proposal_txn(conn, operation_id)
 
+    def edit_chain_authors(self, operation_id: str) -> frozenset[str]:
+        """Return who created the proposal and every proposal it was edited from (empty if there is none)."""
+        with self.transactions.read() as conn:
+            return _proposals.edit_chain_authors_txn(conn, operation_id)
+
     def get_pending_review(self, operation_id: str) -> PendingReview:
         """Return the pending review of an operation, or raise NotFound."""
         with self.transactions.read() as conn:

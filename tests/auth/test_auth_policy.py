@@ -97,7 +97,7 @@ def test_every_method_times_every_identity_on_a_real_server() -> None:
 def _four_eyes_refusal(author: str, reviewer: str, enabled: bool) -> FourEyesViolation | None:
     """Return the refusal check_four_eyes raises, or None when it admits the reviewer."""
     try:
-        check_four_eyes(author, reviewer, enabled)
+        check_four_eyes({author}, reviewer, enabled)
     except FourEyesViolation as refused:
         return refused
     return None

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from decisionflow.rpc_errors import error_info
+from decisionflow.strict_json import MAX_DEPTH
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
@@ -65,3 +67,44 @@ def test_payload_text_the_record_cannot_hold_is_refused(
     assert answer.result == effect_receiver_pb2.APPLY_RESULT_CREATED
     listed = stub.ListEffects(effect_receiver_pb2.ListEffectsRequest(case_id="T-7001"), timeout=10)
     assert [(e.body, e.reviewer) for e in listed.effects] == [("'); DROP TABLE effects; --", "o'brien")]
+
+
+def _nested(depth: int) -> object:
+    value: object = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _with_payload(payload: bytes) -> effect_receiver_pb2.ApplyRequest:
+    request = apply_request()
+    assert isinstance(request, effect_receiver_pb2.ApplyRequest)
+    request.payload, request.payload_digest = payload, hashlib.sha256(payload).hexdigest()
+    return request
+
+
+def test_deeply_nested_payload_is_a_field_violation_and_writes_nothing(
+    receiver: tuple[effect_receiver_pb2_grpc.EffectReceiverServiceStub, str],
+) -> None:
+    stub, database_url = receiver
+    before = snapshot(database_url)
+    template = apply_request()
+    assert isinstance(template, effect_receiver_pb2.ApplyRequest)
+    valid = template.payload
+    hostile = {
+        "100000 open brackets": b"[" * 100_000,
+        "50000 nested objects": b'{"a":' * 50_000,
+        # Valid JSON with every required field, one level past the bound in an ignored key.
+        "ignored key nested one level too deep": tampered(valid, extra=_nested(MAX_DEPTH)),
+    }
+    for what, payload in hostile.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Apply(_with_payload(payload), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (what, refused.value.details())
+        violations = error_info(refused.value)[2]
+        assert [v.field for v in violations] == ["payload"], what
+        assert "nested too deeply" in violations[0].description, what
+    assert snapshot(database_url) == before
+    # At the bound (the payload object plus MAX_DEPTH - 1 levels) the payload is still accepted.
+    answer = stub.Apply(_with_payload(tampered(valid, extra=_nested(MAX_DEPTH - 1))), timeout=10)
+    assert answer.result == effect_receiver_pb2.APPLY_RESULT_CREATED

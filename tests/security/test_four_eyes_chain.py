@@ -1,0 +1,80 @@
+"""With four-eyes on, nobody who wrote any version of a proposal's text may decide it: the original
+author stays barred after a colleague edits one character, and so does every earlier editor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decisionflow import reasons
+from decisionflow.rpc_errors import error_info
+from decisionflow.v1 import common_pb2, review_pb2
+from tests.security.dbstate import snapshot
+from tests.support.secure import SecureStack, start_secure_stack
+from tests.support.stack import approve, decline, start_request
+
+
+@pytest.fixture
+def four_eyes(tmp_path: Path, database_url: str) -> Iterator[SecureStack]:
+    """A secure stack whose orchestrator enforces the four-eyes rule, on each kind of database."""
+    secure = start_secure_stack(tmp_path, orchestrator_url=database_url, four_eyes=True)
+    try:
+        yield secure
+    finally:
+        secure.close()
+
+
+def _edit(secure: SecureStack, operation_id: str, body: str, editor: str) -> review_pb2.Proposal:
+    original = start_request()
+    request = review_pb2.EditProposalRequest(
+        expected_operation_id=operation_id, body=body, evidence=original.evidence, policy=original.policy
+    )
+    return secure.stack.review().EditProposal(request, metadata=secure.as_(editor), timeout=15).proposal
+
+
+def _assert_barred(secure: SecureStack, operation_id: str, principal: str) -> None:
+    before = (snapshot(secure.stack.orchestrator_url), snapshot(secure.stack.receiver_url))
+    for request in (approve(operation_id), decline(operation_id)):
+        with pytest.raises(grpc.RpcError) as refused:
+            secure.stack.review().Approve(request, metadata=secure.as_(principal), timeout=15)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
+        reason, metadata, _ = error_info(refused.value)
+        assert (reason, metadata.get(reasons.PRINCIPAL)) == (reasons.FOUR_EYES, principal)
+    assert (snapshot(secure.stack.orchestrator_url), snapshot(secure.stack.receiver_url)) == before
+
+
+def test_the_original_author_cannot_approve_after_a_colleague_edits_one_character(four_eyes: SecureStack) -> None:
+    started = four_eyes.stack.review().StartReview(start_request(), metadata=four_eyes.as_("sam"), timeout=15)
+    body = start_request().body
+    edited = _edit(four_eyes, started.proposal.operation_id, body[:-1] + "!", editor="arthur")
+    assert (edited.created_by, edited.parent_operation_id) == ("arthur", started.proposal.operation_id)
+
+    _assert_barred(four_eyes, edited.operation_id, "sam")
+
+    answer = four_eyes.stack.review().Approve(approve(edited.operation_id), metadata=four_eyes.as_("rita"), timeout=15)
+    assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_COMMITTED, "rita")
+
+
+def test_every_editor_earlier_in_the_chain_stays_barred(four_eyes: SecureStack) -> None:
+    started = four_eyes.stack.review().StartReview(start_request(), metadata=four_eyes.as_("arthur"), timeout=15)
+    body = start_request().body
+    by_sam = _edit(four_eyes, started.proposal.operation_id, body + " (1)", editor="sam")
+    by_arthur = _edit(four_eyes, by_sam.operation_id, body + " (2)", editor="arthur")
+    assert by_arthur.created_by == "arthur"
+
+    _assert_barred(four_eyes, by_arthur.operation_id, "sam")
+
+    answer = four_eyes.stack.review().Approve(
+        decline(by_arthur.operation_id), metadata=four_eyes.as_("rita"), timeout=15
+    )
+    assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_DECLINED, "rita")
+
+
+def test_an_edit_by_the_reviewer_alone_does_not_bar_a_reviewer_outside_the_chain(four_eyes: SecureStack) -> None:
+    started = four_eyes.stack.review().StartReview(start_request(), metadata=four_eyes.as_("arthur"), timeout=15)
+    edited = _edit(four_eyes, started.proposal.operation_id, start_request().body + " Thanks.", editor="arthur")
+    answer = four_eyes.stack.review().Approve(approve(edited.operation_id), metadata=four_eyes.as_("sam"), timeout=15)
+    assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_COMMITTED, "sam")
