@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
+from decisionflow import addresses
 from decisionflow.auth import bearer_metadata
 
 T = TypeVar("T")
@@ -101,10 +102,11 @@ def non_empty(value: str) -> str:
 
 
 def target(value: str) -> str:
-    """Return a non-empty address to listen on or to call (``host:port`` or a gRPC target)."""
+    """Return an address to listen on or to call: ``host:port``, ``[IPv6]:port`` or a ``unix:`` target;
+    a missing port is refused (gRPC would quietly use 443)."""
     if not value.strip():
         raise ValueError("expected host:port, not an empty value")
-    return value
+    return addresses.check_address(value)
 
 
 def path(value: str) -> Path:
@@ -278,3 +280,4 @@ def markdown_table(title: str, settings: Sequence[Setting[Any]]) -> str:
         default = "" if s.default is None else f"`{s.default}`"
         lines.append(f"| `{s.flag}` | {env} | {default} | {s.help} |")
     return "\n".join(lines) + "\n"
+
