@@ -281,3 +281,15 @@ def markdown_table(title: str, settings: Sequence[Setting[Any]]) -> str:
         lines.append(f"| `{s.flag}` | {env} | {default} | {s.help} |")
     return "\n".join(lines) + "\n"
 
+
+def cleartext_token_setting(key: str, env: str, whom: str) -> Setting[bool]:
+    """The opt-in to send the bearer token to whom without TLS beyond loopback (default false: refused)."""
+    return Setting(
+        key,
+        env,
+        f"true: send the bearer token to {whom} without TLS even beyond loopback (anyone on the path can read "
+        "and replay it); without it a token and no CA file are refused for a target that is not localhost, "
+        "127.x or ::1",
+        "false",
+        parse=boolean,
+    )
