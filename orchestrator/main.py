@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import grpc
+from sqlalchemy.engine import Engine
 
-from decisionflow import db, logs, startup
+from decisionflow import logs, startup
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import RunningServer, announce_listening, run_server, serve_until_signal, start_server
@@ -185,6 +186,18 @@ def _retention_days(value: str) -> float:
     return days
 
 
+def _migrated_engine(url: str) -> Engine:
+    """Return an engine on the migrated database; a bad URL or a database that fails raises StartupError."""
+    engine = startup.database_engine(url, configuration.DATABASE_URL)
+    try:
+        with startup.opening_database(configuration.DATABASE_URL):
+            migrate(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
 def _housekeeping(command: str, args: list[str]) -> int:
     cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
     add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
@@ -203,10 +216,13 @@ def _housekeeping(command: str, args: list[str]) -> int:
         keys = values.required(configuration.CHECKPOINT_KEYS) if command == "reopen-reviews" else ()
     except SettingError as error:
         cli.error(str(error))
-    configure_logging(values.required(configuration.LOG_LEVEL))
-    engine = db.create_engine(values.required(configuration.DATABASE_URL))
+    level = values.required(configuration.LOG_LEVEL)
+    configure_logging(level)
     try:
-        migrate(engine)
+        engine = _migrated_engine(values.required(configuration.DATABASE_URL))
+    except StartupError as error:
+        return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
+    try:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)

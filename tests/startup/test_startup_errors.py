@@ -190,3 +190,29 @@ def test_the_reconciler_names_a_metrics_port_in_use_in_one_line(tmp_path: Path, 
         "(--metrics-port / DECISIONFLOW_RECONCILER_METRICS_PORT, --metrics-address / "
     )
     assert "error" not in entry
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "what"),
+    [
+        ("postgresql://u@127.0.0.1:port/db", 2, "cannot use the database URL"),
+        ("postgresql://postgres@127.0.0.1:{closed_port}/test", 1, "cannot open the database"),
+    ],
+)
+def test_housekeeping_reports_its_database_the_same_way(tmp_path: Path, url: str, status: int, what: str) -> None:
+    url = url.format(closed_port=free_port())
+    done = subprocess.run(
+        [str(BIN / "decisionflow-orchestrator"), "prune-checkpoints", "--older-than-days", "30", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env=child_environment(),
+    )
+    assert done.returncode == status and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert json.loads(line)["message"].startswith(
+        f"decisionflow-orchestrator prune-checkpoints: {what} "
+        "(--database-url / DECISIONFLOW_ORCHESTRATOR_DATABASE_URL): "
+    )
