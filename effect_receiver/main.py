@@ -44,7 +44,9 @@ class ReceiverServer(RunningServer):
 
 
 async def create_server(config: ReceiverConfig) -> ReceiverServer:
-    """Migrate the primary database and start serving on config.address (port 0 picks a free port)."""
+    """Migrate the primary database and start serving on config.address (port 0 picks a free port). A
+    setting that stops it, or a database or port that is not ready, raises StartupError naming the setting;
+    listening beyond loopback without TLS and authentication raises ExposureRefused."""
     auth, tls = startup.security_parts(config.address, config.security)
     startup.check_bindable(config.address, ADDRESS)
     primary = startup.database_engine(config.database_url, DATABASE_URL)

@@ -96,7 +96,9 @@ async def create_server(
     effects: EffectPort | None = None,
     clock: Callable[[], datetime] = utc_now,
 ) -> OrchestratorServer:
-    """Migrate the database and serve ReviewService and OperationsService on config.address."""
+    """Migrate the database and serve ReviewService and OperationsService on config.address. A setting that
+    stops it, or a database or port that is not ready, raises StartupError naming the setting; listening
+    beyond loopback without TLS and authentication raises ExposureRefused."""
     auth, tls = startup.security_parts(config.address, config.security)
     if effects is None:
         startup.check_ca_file(config.receiver_ca_file, configuration.RECEIVER_CA_FILE)
