@@ -6,7 +6,9 @@ both directions. Interceptors are applied in the order given.
 
 ``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
 CA file, and a bearer token attached to every call by the auth interceptors (call credentials
-would need TLS, and loopback deployments run without it).
+would need TLS, and loopback deployments run without it). A token is a password: without a CA
+file it is sent only to a loopback target (decided by the literal host, see
+``decisionflow.addresses``), unless the caller opts in with ``allow_cleartext_token=True``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import grpc
 
+from decisionflow.addresses import is_loopback
 from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor
 from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.tls import StrPath, channel_credentials
@@ -43,6 +46,25 @@ CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 )
 _FIXED_KEYS = frozenset(key for key, _ in CHANNEL_OPTIONS)
+
+
+class CleartextTokenRefused(ValueError):
+    """A bearer token would travel in cleartext to a target beyond loopback (no CA file, no opt-in)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(
+            f"refusing to send a bearer token in cleartext to {target}: beyond loopback give a CA file "
+            "to use TLS, or opt in to cleartext explicitly"
+        )
+        self.target = target
+
+
+def check_cleartext_token(
+    target: str, *, ca_file: StrPath | None, token: str | None, allow_cleartext_token: bool = False
+) -> None:
+    """Raise CleartextTokenRefused when token would be sent without TLS to a target beyond loopback."""
+    if token is not None and ca_file is None and not allow_cleartext_token and not is_loopback(target):
+        raise CleartextTokenRefused(target)
 
 
 def channel_options(extra: Sequence[ChannelOption] = ()) -> list[ChannelOption]:
@@ -113,9 +135,13 @@ def open_channel(
     ca_file: StrPath | None = None,
     token: str | None = None,
     options: Sequence[ChannelOption] = (),
+    allow_cleartext_token: bool = False,
 ) -> grpc.Channel:
     """Return a channel to target with the fixed options: TLS trusting ca_file when given (plaintext
-    otherwise), and ``authorization: Bearer <token>`` on every call when token is given."""
+    otherwise), and ``authorization: Bearer <token>`` on every call when token is given. A token
+    without a CA file to a target beyond loopback raises CleartextTokenRefused unless
+    allow_cleartext_token is True."""
+    check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
     interceptors = [SyncBearerTokenInterceptor(token)] if token is not None else []
     if ca_file is None:
         return insecure_channel(target, interceptors=interceptors, options=options)
@@ -128,9 +154,13 @@ def open_aio_channel(
     ca_file: StrPath | None = None,
     token: str | None = None,
     options: Sequence[ChannelOption] = (),
+    allow_cleartext_token: bool = False,
 ) -> grpc.aio.Channel:
     """Return an asyncio channel to target with the fixed options: TLS trusting ca_file when given
-    (plaintext otherwise), and ``authorization: Bearer <token>`` on every call when token is given."""
+    (plaintext otherwise), and ``authorization: Bearer <token>`` on every call when token is given. A
+    token without a CA file to a target beyond loopback raises CleartextTokenRefused unless
+    allow_cleartext_token is True."""
+    check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
     interceptors = [BearerTokenInterceptor(token)] if token is not None else []
     if ca_file is None:
         return aio_insecure_channel(target, interceptors=interceptors, options=options)

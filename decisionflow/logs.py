@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-CONTEXT_FIELDS = ("operation_id", "case_id", "principal", "outcome", "rpc", "code", "service")
+CONTEXT_FIELDS = ("operation_id", "case_id", "principal", "outcome", "rpc", "code", "service", "setting")
 
 
 class JsonFormatter(logging.Formatter):

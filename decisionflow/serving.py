@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import ipaddress
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from decisionflow.addresses import is_loopback
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
 from decisionflow.settings import SettingValues, TransportSettings
@@ -111,17 +111,6 @@ SERVER_OPTIONS: Sequence[tuple[str, int]] = tuple(
 
 class ExposureRefused(ValueError):
     """A server was asked to listen beyond loopback without TLS and authentication."""
-
-
-def is_loopback(address: str) -> bool:
-    """Return True when address (host:port) binds only the loopback interface."""
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
+from decisionflow import addresses
 from decisionflow.auth import bearer_metadata
 
 T = TypeVar("T")
@@ -101,10 +102,11 @@ def non_empty(value: str) -> str:
 
 
 def target(value: str) -> str:
-    """Return a non-empty address to listen on or to call (``host:port`` or a gRPC target)."""
+    """Return an address to listen on or to call: ``host:port``, ``[IPv6]:port`` or a ``unix:`` target;
+    a missing port is refused (gRPC would quietly use 443)."""
     if not value.strip():
         raise ValueError("expected host:port, not an empty value")
-    return value
+    return addresses.check_address(value)
 
 
 def path(value: str) -> Path:
@@ -394,3 +396,16 @@ def markdown_table(title: str, settings: Sequence[Setting[Any]]) -> str:
         default = "" if s.default is None else f"`{s.default}`"
         lines.append(f"| `{s.flag}` | {env} | {default} | {s.help} |")
     return "\n".join(lines) + "\n"
+
+
+def cleartext_token_setting(key: str, env: str, whom: str) -> Setting[bool]:
+    """The opt-in to send the bearer token to whom without TLS beyond loopback (default false: refused)."""
+    return Setting(
+        key,
+        env,
+        f"true: send the bearer token to {whom} without TLS even beyond loopback (anyone on the path can read "
+        "and replay it); without it a token and no CA file are refused for a target that is not localhost, "
+        "127.x or ::1",
+        "false",
+        parse=boolean,
+    )

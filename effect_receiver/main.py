@@ -13,10 +13,9 @@ from typing import Any
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import db, logs
+from decisionflow import logs, startup
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
-from decisionflow.server_security import server_parts
 from decisionflow.serving import (
     ReceiveLimits,
     RunningServer,
@@ -25,14 +24,16 @@ from decisionflow.serving import (
     serve_until_signal,
     start_server,
 )
+from decisionflow.startup import StartupError
 from decisionflow.v1 import effect_receiver_pb2
-from effect_receiver.config import ReceiverConfig, load
+from effect_receiver.config import ADDRESS, DATABASE_URL, REPLICA_DATABASE_URL, ReceiverConfig, load
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
 from effect_receiver.store import EffectStore, migrate
 
 logger = logging.getLogger("effect_receiver")
+PROGRAM = "decisionflow-receiver"
 
 _SERVICE = "/" + effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name + "/"
 # Each method receives at most its largest valid request: Apply the payload cap and 4 KiB for its
@@ -62,16 +63,20 @@ class ReceiverServer(RunningServer):
 
 
 async def create_server(config: ReceiverConfig) -> ReceiverServer:
-    """Migrate the primary database and start serving on config.address (port 0 picks a free port)."""
-    auth, tls = server_parts(config.address, config.security)
-    primary = db.create_engine(config.database_url)
+    """Migrate the primary database and start serving on config.address (port 0 picks a free port). A
+    setting that stops it, or a database or port that is not ready, raises StartupError naming the setting;
+    listening beyond loopback without TLS and authentication raises ExposureRefused."""
+    auth, tls = startup.security_parts(config.address, config.security)
+    startup.check_bindable(config.address, ADDRESS)
+    primary = startup.database_engine(config.database_url, DATABASE_URL)
     engines = [primary]
     try:
-        await asyncio.to_thread(migrate, primary)
+        with startup.opening_database(DATABASE_URL):
+            await asyncio.to_thread(migrate, primary)
         replica = None
         if config.replica_database_url:
             # A replica is read-only and gets its schema from the primary, so it is not migrated.
-            replica = db.create_engine(config.replica_database_url)
+            replica = startup.database_engine(config.replica_database_url, REPLICA_DATABASE_URL)
             engines.append(replica)
         service = ReceiverService(
             EffectStore(primary),
@@ -99,8 +104,10 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
 
 
 async def serve(config: ReceiverConfig) -> None:
-    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file)."""
-    running = await create_server(config)
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file); a failure
+    to start raises StartupError."""
+    with startup.starting(ADDRESS):
+        running = await create_server(config)
     announce_listening("effect_receiver", running.port, config.port_file)
     logger.info(
         "listening on port %d (failpoints: %s)",
@@ -120,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(config.log_level)
     try:
         run_server(serve(config))
+    except StartupError as error:
+        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="effect_receiver")
     except Exception:
         logger.exception("receiver failed", extra={"service": "effect_receiver"})
         return 1

@@ -57,6 +57,9 @@ RECEIVER_CA_FILE = Setting(
     "CA bundle of the receiver's certificate: call the receiver over TLS",
     parse=settings.readable_file,
 )
+RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
+    "receiver_insecure_cleartext_token", "DECISIONFLOW_RECEIVER_INSECURE_CLEARTEXT_TOKEN", "the receiver"
+)
 RECEIVER_TIMEOUT_SECONDS = Setting(
     "receiver_timeout_seconds",
     "DECISIONFLOW_RECEIVER_TIMEOUT_SECONDS",
@@ -102,6 +105,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     RECEIVER_TARGET,
     RECEIVER_TOKEN_FILE,
     RECEIVER_CA_FILE,
+    RECEIVER_INSECURE_CLEARTEXT_TOKEN,
     RECEIVER_TIMEOUT_SECONDS,
     CHECKPOINT_KEYS,
     CHECKPOINT_KEYS_FILE,
@@ -134,6 +138,7 @@ class OrchestratorConfig:
     receiver_target: str = "127.0.0.1:50061"
     receiver_token: str | None = None
     receiver_ca_file: Path | None = None
+    receiver_allow_cleartext_token: bool = False
     receiver_timeout_seconds: float = 5.0
     security: ServerSecurity = field(default_factory=ServerSecurity)
     transport: TransportLimits = field(default_factory=TransportLimits)
@@ -162,6 +167,7 @@ def from_namespace(
             receiver_target=values.required(RECEIVER_TARGET),
             receiver_token=values[RECEIVER_TOKEN_FILE],
             receiver_ca_file=values[RECEIVER_CA_FILE],
+            receiver_allow_cleartext_token=values.required(RECEIVER_INSECURE_CLEARTEXT_TOKEN),
             receiver_timeout_seconds=values.required(RECEIVER_TIMEOUT_SECONDS),
             security=server_security.from_values(values),
             transport=TransportLimits.from_values(values, TRANSPORT),

@@ -23,10 +23,18 @@ class ReceiverEffects:
         self._timeout = timeout
 
     @classmethod
-    def connect(cls, target: str, *, token: str | None, timeout: float, ca_file: Path | None = None) -> ReceiverEffects:
+    def connect(
+        cls,
+        target: str,
+        *,
+        token: str | None,
+        timeout: float,
+        ca_file: Path | None = None,
+        allow_cleartext_token: bool = False,
+    ) -> ReceiverEffects:
         """Open an aio channel to the receiver (gRPC's own retries off; TLS when ca_file is given)
-        presenting token if given."""
-        channel = open_aio_channel(target, ca_file=ca_file, token=token)
+        presenting token if given (in cleartext beyond loopback only with allow_cleartext_token)."""
+        channel = open_aio_channel(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
         return cls(AsyncReceiverClient(channel, timeout=timeout), channel, timeout)
 
     async def close(self) -> None:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import grpc
+from sqlalchemy.engine import Engine
 
-from decisionflow import db, logs
+from decisionflow import logs, startup
+from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
-from decisionflow.server_security import server_parts
 from decisionflow.serving import (
     MAX_MESSAGE_BYTES,
     ReceiveLimits,
@@ -32,6 +33,7 @@ from decisionflow.serving import (
     start_server,
 )
 from decisionflow.settings import SettingError, add_settings, parse_settings
+from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
@@ -47,6 +49,13 @@ from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_Q
 from orchestrator.workflow import ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
+PROGRAM = "decisionflow-orchestrator"
+# What decides whether the receiver channel may carry the token: TLS, or the explicit opt-in.
+RECEIVER_CHANNEL_SETTINGS = (
+    configuration.RECEIVER_TARGET,
+    configuration.RECEIVER_CA_FILE,
+    configuration.RECEIVER_INSECURE_CLEARTEXT_TOKEN,
+)
 
 # Agent Framework logs every restore, superstep and graph validation at INFO: about ten
 # records per Approve, each formatted as JSON and written to stderr. The orchestrator logs
@@ -134,22 +143,36 @@ async def create_server(
     effects: EffectPort | None = None,
     clock: Callable[[], datetime] = utc_now,
 ) -> OrchestratorServer:
-    """Migrate the database and serve ReviewService and OperationsService on config.address."""
-    auth, tls = server_parts(config.address, config.security)
-    engine = db.create_engine(config.database_url)
+    """Migrate the database and serve ReviewService and OperationsService on config.address. A setting that
+    stops it, or a database or port that is not ready, raises StartupError naming the setting; listening
+    beyond loopback without TLS and authentication raises ExposureRefused."""
+    auth, tls = startup.security_parts(config.address, config.security)
+    if effects is None:
+        startup.check_ca_file(config.receiver_ca_file, configuration.RECEIVER_CA_FILE)
+        with startup.refusing_cleartext(RECEIVER_CHANNEL_SETTINGS):
+            check_cleartext_token(
+                config.receiver_target,
+                ca_file=config.receiver_ca_file,
+                token=config.receiver_token,
+                allow_cleartext_token=config.receiver_allow_cleartext_token,
+            )
+    startup.check_bindable(config.address, configuration.ADDRESS)
+    engine = startup.database_engine(config.database_url, configuration.DATABASE_URL)
 
     async def dispose() -> None:
         engine.dispose()
 
     closers: list[Closer] = [dispose]
     try:
-        await asyncio.to_thread(migrate, engine)
+        with startup.opening_database(configuration.DATABASE_URL):
+            await asyncio.to_thread(migrate, engine)
         if effects is None:
             receiver = ReceiverEffects.connect(
                 config.receiver_target,
                 token=config.receiver_token,
                 timeout=config.receiver_timeout_seconds,
                 ca_file=config.receiver_ca_file,
+                allow_cleartext_token=config.receiver_allow_cleartext_token,
             )
             closers.append(receiver.close)
             effects = receiver
@@ -188,8 +211,10 @@ async def create_server(
 
 
 async def serve(config: OrchestratorConfig) -> None:
-    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file)."""
-    running = await create_server(config)
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file); a failure
+    to start raises StartupError."""
+    with startup.starting(configuration.ADDRESS):
+        running = await create_server(config)
     announce_listening("orchestrator", running.port, config.port_file)
     logger.info(
         "listening on port %d (failpoints: %s)",
@@ -216,6 +241,18 @@ def _retention_days(value: str) -> float:
     return days
 
 
+def _migrated_engine(url: str) -> Engine:
+    """Return an engine on the migrated database; a bad URL or a database that fails raises StartupError."""
+    engine = startup.database_engine(url, configuration.DATABASE_URL)
+    try:
+        with startup.opening_database(configuration.DATABASE_URL):
+            migrate(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
 def _housekeeping(command: str, args: list[str]) -> int:
     cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
     add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
@@ -236,10 +273,13 @@ def _housekeeping(command: str, args: list[str]) -> int:
         database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
     except SettingError as error:
         cli.error(str(error))
-    configure_logging(values.required(configuration.LOG_LEVEL))
-    engine = db.create_engine(database_url)
+    level = values.required(configuration.LOG_LEVEL)
+    configure_logging(level)
     try:
-        migrate(engine)
+        engine = _migrated_engine(database_url)
+    except StartupError as error:
+        return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
+    try:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
@@ -297,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log_level)
     try:
         run_server(serve(config))
+    except StartupError as error:
+        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
     except Exception:
         logger.exception("orchestrator failed", extra={"service": "orchestrator"})
         return 1

@@ -41,6 +41,9 @@ CA_FILE = Setting(
     "CA bundle (PEM): talk TLS to both services, trusting this CA (unset: plaintext, loopback use)",
     parse=settings.readable_file,
 )
+INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
+    "insecure_cleartext_token", "DECISIONFLOW_RECONCILER_INSECURE_CLEARTEXT_TOKEN", "both services"
+)
 GRACE_SECONDS = Setting(
     "grace_seconds",
     "DECISIONFLOW_RECONCILER_GRACE_SECONDS",
@@ -92,6 +95,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     RECEIVER_TARGET,
     TOKEN_FILE,
     CA_FILE,
+    INSECURE_CLEARTEXT_TOKEN,
     GRACE_SECONDS,
     ALERT_AFTER_SECONDS,
     BATCH_SIZE,
@@ -121,6 +125,7 @@ class ReconcilerConfig:
     receiver_target: str = "127.0.0.1:50061"
     token: str | None = None
     ca_file: Path | None = None
+    allow_cleartext_token: bool = False
     grace_seconds: float = 30.0
     alert_after_seconds: float = 300.0
     batch_size: int = 500
@@ -174,6 +179,7 @@ def from_namespace(
             receiver_target=values.required(RECEIVER_TARGET),
             token=values[TOKEN_FILE],
             ca_file=values[CA_FILE],
+            allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
             grace_seconds=values.required(GRACE_SECONDS),
             alert_after_seconds=values.required(ALERT_AFTER_SECONDS),
             batch_size=values.required(BATCH_SIZE),

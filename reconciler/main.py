@@ -22,10 +22,11 @@ from typing import TextIO
 
 import grpc
 
-from decisionflow import logs
-from decisionflow.channels import open_channel
+from decisionflow import logs, startup
+from decisionflow.channels import check_cleartext_token, open_channel
 from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
+from decisionflow.startup import StartupError
 from reconciler import config as configuration
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary
@@ -33,6 +34,14 @@ from reconciler.metrics import ReconcilerMetrics
 from reconciler.service import PassSettings, Reconciler
 
 logger = logging.getLogger("decisionflow.reconciler")
+PROGRAM = "decisionflow-reconciler"
+# What decides whether the channels may carry the token: the targets, TLS, or the explicit opt-in.
+CHANNEL_SETTINGS = (
+    configuration.ORCHESTRATOR_TARGET,
+    configuration.RECEIVER_TARGET,
+    configuration.CA_FILE,
+    configuration.INSECURE_CLEARTEXT_TOKEN,
+)
 
 EXIT_OK = 0
 EXIT_UNKNOWN_TOO_OLD = 1
@@ -85,9 +94,26 @@ def _stderr_line(text: str) -> None:
 
 @contextmanager
 def open_channels(config: ReconcilerConfig) -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
-    """Yield channels to the orchestrator and the receiver (TLS with a CA file, the token on every call)."""
-    orchestrator = open_channel(config.orchestrator_target, ca_file=config.ca_file, token=config.token)
-    receiver = open_channel(config.receiver_target, ca_file=config.ca_file, token=config.token)
+    """Yield channels to the orchestrator and the receiver (TLS with a CA file, the token on every call);
+    an unusable CA file, or a token that would travel in cleartext beyond loopback, raises StartupError."""
+    startup.check_ca_file(config.ca_file, configuration.CA_FILE)
+    with startup.refusing_cleartext(CHANNEL_SETTINGS):
+        for target in (config.orchestrator_target, config.receiver_target):
+            check_cleartext_token(
+                target, ca_file=config.ca_file, token=config.token, allow_cleartext_token=config.allow_cleartext_token
+            )
+    orchestrator = open_channel(
+        config.orchestrator_target,
+        ca_file=config.ca_file,
+        token=config.token,
+        allow_cleartext_token=config.allow_cleartext_token,
+    )
+    receiver = open_channel(
+        config.receiver_target,
+        ca_file=config.ca_file,
+        token=config.token,
+        allow_cleartext_token=config.allow_cleartext_token,
+    )
     try:
         yield orchestrator, receiver
     finally:
@@ -157,8 +183,11 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
             try:
                 server = metrics.serve(config.metrics_port, config.metrics_address)
             except OSError as exc:
-                _stderr_line(f"decisionflow-reconciler: cannot serve metrics on port {config.metrics_port}: {exc}")
-                return EXIT_COULD_NOT_RUN
+                raise startup.runtime_error(
+                    f"cannot serve metrics on {config.metrics_address}:{config.metrics_port}",
+                    (configuration.METRICS_PORT, configuration.METRICS_ADDRESS),
+                    exc.strerror or startup.describe(exc),
+                ) from exc
             _stderr_line(f"decisionflow-reconciler: metrics on http://{config.metrics_address}:{server.port}/metrics")
         with (
             open_channels(config) as (orchestrator, receiver),
@@ -187,12 +216,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-reconciler command; returns the process exit status."""
     config = configuration.load(sys.argv[1:] if argv is None else argv, os.environ)
     logs.configure(config.log_level)
+    debug = config.log_level == "debug"
+    # Exit 1 means "Unknowns are too old": a failure to run, of any kind, must not be mistaken for it.
     try:
         return run_once(config) if config.once else run_interval(config)
-    except Exception:
-        # Exit 1 means "Unknowns are too old"; a crash must not be mistaken for it.
-        logger.exception("reconciler failed")
-        return EXIT_COULD_NOT_RUN
+    except StartupError as error:
+        startup.report(PROGRAM, error, logger, debug=debug, service="reconciler")
+    except Exception as exc:
+        failure = startup.runtime_error("failed", (), f"{type(exc).__name__}: {startup.describe(exc)}")
+        failure.__cause__ = exc
+        startup.report(PROGRAM, failure, logger, debug=debug, service="reconciler")
+    return EXIT_COULD_NOT_RUN
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from decisionflow import settings
 from decisionflow.channels import open_channel
 from decisionflow.cli.command import CommandError, Subparsers
 
@@ -24,12 +25,19 @@ def register(subparsers: Subparsers) -> None:
         epilog="exit status: 0 serving, 1 not serving or unreachable, 2 bad usage",
     )
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--target", help="host:port of a gRPC service (grpc.health.v1.Health/Check)")
+    target.add_argument("--target", type=_target, help="host:port of a gRPC service (grpc.health.v1.Health/Check)")
     target.add_argument("--http", help="URL of an HTTP endpoint that must answer 200 (the reconciler's metrics)")
     parser.add_argument("--service", default="", help="service name to check (default: the whole server)")
     parser.add_argument("--ca-file", type=Path, help="CA bundle: check over TLS")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds before giving up (default 3)")
     parser.set_defaults(func=_health)
+
+
+def _target(value: str) -> str:
+    try:
+        return settings.target(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _health(args: argparse.Namespace) -> int:

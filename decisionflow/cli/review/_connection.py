@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow import settings
-from decisionflow.channels import open_channel
+from decisionflow.channels import CleartextTokenRefused, open_channel
 from decisionflow.cli.command import CommandError
 from decisionflow.client import ReviewClient
 from decisionflow.retry import CLIENT_DEFAULT
@@ -41,7 +41,10 @@ CA_FILE = Setting(
     "CA bundle (PEM) of the orchestrator's certificate: connect over TLS",
     parse=settings.readable_file,
 )
-CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE)
+INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
+    "insecure_cleartext_token", "DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN", "the orchestrator"
+)
+CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE, INSECURE_CLEARTEXT_TOKEN)
 
 
 def read_input(path: str, what: str = "input") -> str:
@@ -67,7 +70,15 @@ def review_client(args: argparse.Namespace) -> Iterator[ReviewClient]:
     timeout = values.required(TIMEOUT)
     # The whole command, retries included, ends within --timeout.
     policy = dataclasses.replace(CLIENT_DEFAULT, name="cli", max_total_seconds=timeout)
-    channel = open_channel(values.required(TARGET), ca_file=values[CA_FILE], token=values[TOKEN_FILE])
+    try:
+        channel = open_channel(
+            values.required(TARGET),
+            ca_file=values[CA_FILE],
+            token=values[TOKEN_FILE],
+            allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
+        )
+    except CleartextTokenRefused as refused:
+        raise CommandError(f"{refused} ({CA_FILE.names}, or {INSECURE_CLEARTEXT_TOKEN.flag}=true)") from None
     try:
         yield ReviewClient(channel, timeout=timeout, policy=policy)
     finally:

@@ -1,0 +1,239 @@
+"""Why a service could not start, said in one line: what failed, the setting to fix, and the cause.
+
+A service that cannot start logs one JSON line at level error (``decisionflow.logs``) whose
+message reads ``<program>: <what failed> (<flag> / <environment variable>): <cause>`` and exits:
+
+- 2 (``EXIT_CONFIGURATION``): a setting is wrong: an address refused or not bindable as given, a
+  database URL that cannot be parsed or has no driver, a credentials, TLS or CA file that is
+  missing, unreadable or malformed, a token that would travel in cleartext;
+- 1 (``EXIT_RUNTIME``): the setting may be right but the world is not ready: the port is in use,
+  the database refuses connections or fails while being opened, anything unforeseen.
+
+The traceback is part of that line (its ``error`` field) only at ``--log-level debug``. The
+checks here run before the work they guard, so a refusal leaves nothing behind: no database file
+created, no port half-bound, and no gRPC core message on stderr beside the one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import ssl
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from decisionflow.addresses import UNIX_SCHEMES, split_host_port
+from decisionflow.auth import AuthInterceptor, CredentialsError
+from decisionflow.channels import CleartextTokenRefused
+from decisionflow.server_security import (
+    CREDENTIALS_FILE,
+    TLS_CERT,
+    TLS_CLIENT_CA,
+    TLS_KEY,
+    ServerSecurity,
+    server_parts,
+)
+from decisionflow.serving import ExposureRefused
+from decisionflow.settings import Setting
+
+if TYPE_CHECKING:
+    import grpc
+    from sqlalchemy.engine import Engine
+
+EXIT_RUNTIME = 1
+EXIT_CONFIGURATION = 2
+
+# A port another process holds may be free in a minute; an address that is not this host's, or a
+# port below 1024 without the privilege, stays wrong until the setting changes.
+_RUNTIME_BIND_ERRORS = frozenset({errno.EADDRINUSE})
+
+
+class StartupError(Exception):
+    """A service could not start: what failed, the settings that decide it, the cause and the exit status."""
+
+    def __init__(self, what: str, settings: Sequence[Setting[Any]], cause: str, *, exit_status: int) -> None:
+        self.what = what
+        self.settings = tuple(settings)
+        self.cause = one_line(cause)
+        self.exit_status = exit_status
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        """Return ``what (settings): cause``."""
+        named = f" ({setting_names(self.settings)})" if self.settings else ""
+        return f"{self.what}{named}: {self.cause}"
+
+
+def configuration_error(what: str, settings: Sequence[Setting[Any]], cause: str) -> StartupError:
+    """Return a StartupError that exits 2: the named settings must change."""
+    return StartupError(what, settings, cause, exit_status=EXIT_CONFIGURATION)
+
+
+def runtime_error(what: str, settings: Sequence[Setting[Any]], cause: str) -> StartupError:
+    """Return a StartupError that exits 1: starting again may work once the cause is gone."""
+    return StartupError(what, settings, cause, exit_status=EXIT_RUNTIME)
+
+
+def setting_names(settings: Sequence[Setting[Any]]) -> str:
+    """Return ``--flag / ENV`` for each setting (only the flag for a flag-only one), comma-separated."""
+    return ", ".join(s.flag if s.flag_only or s.switch else f"{s.flag} / {s.env}" for s in settings)
+
+
+def one_line(text: str) -> str:
+    """Return text with every run of whitespace, line breaks included, made one space."""
+    return " ".join(text.split()) or "failed"
+
+
+def describe(exc: BaseException) -> str:
+    """Return an exception's message, or its type when it has none (``FileNotFoundError`` alone says nothing)."""
+    message = str(exc).strip()
+    return message or type(exc).__name__
+
+
+@contextmanager
+def starting(address: Setting[Any]) -> Iterator[None]:
+    """Turn whatever stops a server from starting into a StartupError (unforeseen failures exit 1)."""
+    try:
+        yield
+    except StartupError:
+        raise
+    except ExposureRefused as exc:
+        raise configuration_error(
+            "cannot listen", (address, TLS_CERT, TLS_KEY, CREDENTIALS_FILE), describe(exc)
+        ) from exc
+    except Exception as exc:
+        raise runtime_error("cannot start", (), f"{type(exc).__name__}: {describe(exc)}") from exc
+
+
+def report(program: str, error: StartupError, logger: logging.Logger, *, debug: bool, service: str | None) -> int:
+    """Log error as one line naming program (with the traceback only when debug); return its exit status."""
+    cause = error.__cause__ or error
+    logger.error(
+        "%s: %s",
+        program,
+        error,
+        exc_info=(type(cause), cause, cause.__traceback__) if debug else None,
+        extra={"service": service, "setting": ",".join(s.flag for s in error.settings) or None},
+    )
+    return error.exit_status
+
+
+def check_bindable(address: str, setting: Setting[Any]) -> None:
+    """Bind address once, as the server is about to, and raise a StartupError saying why it cannot be."""
+    if address.startswith(UNIX_SCHEMES):
+        return
+    host, port = split_host_port(address)
+    try:
+        candidates = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise configuration_error(f"cannot listen on {address}", (setting,), f"unknown host: {exc.strerror}") from exc
+    failures: list[OSError] = []
+    for family, kind, protocol, _, bound in candidates:
+        try:
+            probe = socket.socket(family, kind, protocol)
+        except OSError:
+            continue  # an address family this host lacks; the server skips it too
+        with probe:
+            # The server sets SO_REUSEADDR; SO_REUSEPORT also lets a sibling worker share the port.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            try:
+                probe.bind(bound)
+            except OSError as exc:
+                failures.append(exc)
+                continue
+        return
+    if failures:
+        first = failures[0]
+        make = runtime_error if first.errno in _RUNTIME_BIND_ERRORS else configuration_error
+        raise make(f"cannot listen on {address}", (setting,), first.strerror or describe(first)) from first
+
+
+def _reason(exc: OSError | ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return f"not usable PEM ({exc.reason or describe(exc)})"
+    return exc.strerror or describe(exc)
+
+
+def check_tls_pair(cert: Path | None, key: Path | None) -> None:
+    """Raise a configuration StartupError naming --tls-cert or --tls-key unless both files are readable
+    PEM, the certificate holds a certificate and the key is its private key."""
+    if cert is None or key is None:
+        return
+    check_ca_file(cert, TLS_CERT, what="cannot use the TLS certificate")
+    try:
+        key.read_bytes()
+    except OSError as exc:
+        raise configuration_error("cannot use the TLS key", (TLS_KEY,), f"{key}: {_reason(exc)}") from exc
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # An encrypted key cannot be used by the server either: answer the prompt with no password.
+        context.load_cert_chain(cert, key, password=lambda: b"")
+    except (OSError, ssl.SSLError) as exc:
+        raise configuration_error(
+            "cannot use the TLS key", (TLS_KEY,), f"{key}: not an unencrypted private key of {cert} ({_reason(exc)})"
+        ) from exc
+
+
+def check_ca_file(ca_file: Path | None, setting: Setting[Any], *, what: str = "cannot use the CA file") -> None:
+    """Raise a configuration StartupError naming setting unless ca_file is readable PEM with a certificate."""
+    if ca_file is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_verify_locations(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise configuration_error(what, (setting,), f"{ca_file}: {_reason(exc)}") from exc
+
+
+def security_parts(address: str, security: ServerSecurity) -> tuple[AuthInterceptor, grpc.ServerCredentials | None]:
+    """Return ``server_parts(address, security)``; a credentials, certificate, key or client CA file that
+    is missing, unreadable or malformed raises a configuration StartupError naming its setting (listening
+    beyond loopback without TLS and authentication still raises ExposureRefused)."""
+    check_tls_pair(security.tls_cert, security.tls_key)
+    check_ca_file(security.tls_client_ca, TLS_CLIENT_CA)
+    try:
+        return server_parts(address, security)
+    except CredentialsError as exc:
+        raise configuration_error("cannot use the credentials file", (CREDENTIALS_FILE,), describe(exc)) from exc
+    except OSError as exc:
+        raise configuration_error(
+            "cannot read the TLS files", (TLS_CERT, TLS_KEY, TLS_CLIENT_CA), describe(exc)
+        ) from exc
+
+
+@contextmanager
+def refusing_cleartext(settings: Sequence[Setting[Any]]) -> Iterator[None]:
+    """Turn a CleartextTokenRefused inside into a configuration StartupError naming settings."""
+    try:
+        yield
+    except CleartextTokenRefused as exc:
+        raise configuration_error("cannot call", settings, describe(exc)) from exc
+
+
+def database_engine(url: str, setting: Setting[Any]) -> Engine:
+    """Return an engine for url; a URL that cannot be parsed or has no driver is a configuration error."""
+    from decisionflow import db
+
+    try:
+        return db.create_engine(url)
+    except Exception as exc:  # sqlalchemy's ArgumentError, a ValueError for a bad port, an ImportError
+        raise configuration_error(
+            "cannot use the database URL", (setting,), f"{type(exc).__name__}: {describe(exc)}"
+        ) from exc
+
+
+@contextmanager
+def opening_database(setting: Setting[Any]) -> Iterator[None]:
+    """Turn a database error inside (connection refused, no such database, not a database file) into a
+    runtime StartupError naming setting."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        yield
+    except DBAPIError as exc:
+        # The driver's own message, without SQLAlchemy's wrapper and its link to a help page.
+        raise runtime_error("cannot open the database", (setting,), describe(exc.orig or exc)) from exc
