@@ -17,7 +17,7 @@ from decisionflow.auth import Role, bearer_metadata, issue_token
 from decisionflow.processes import ServiceProcess, spawn
 from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow.v1 import review_pb2_grpc
-from tests.support.flood import RawPeer, flood, grpc_frame, pump, wait_for_goaway
+from tests.support.flood import RawPeer, flood, grpc_frame, pump, served_peer, wait_for_goaway
 from tests.support.stack import CHECKPOINT_KEY, start_request
 
 START_REVIEW = "/decisionflow.v1.ReviewService/StartReview"
@@ -147,9 +147,9 @@ def test_an_idle_connection_is_kept_within_the_idle_limit(orchestrator: Orchestr
 
 def test_connections_beyond_the_cap_are_not_served(tmp_path: Path) -> None:
     server = _start(tmp_path, "--max-connections", "2")
-    held = [RawPeer(server.process.port) for _ in range(2)]
+    held = [served_peer(server.process.port, 10) for _ in range(2)]
     try:
-        pump(held, 1)
+        pump(held, 0.5)
         assert not any(peer.closed for peer in held)
         extra = RawPeer(server.process.port)
         try:

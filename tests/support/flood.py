@@ -47,6 +47,7 @@ class RawPeer:
     conn: h2.connection.H2Connection = field(init=False)
     goaway: h2.events.ConnectionTerminated | None = None
     closed: bool = False
+    served: bool = False
     fates: dict[int, StreamFate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,6 +117,8 @@ class RawPeer:
                         self.fates[event.stream_id].grpc_status = value.decode() if isinstance(value, bytes) else value
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self.goaway = event
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                self.served = True
         self.flush()
 
     def close(self) -> None:
@@ -226,6 +229,22 @@ def flood(
     time.sleep(1)
     rss_after = rss_kib()
     return FloodReport(fates, rss_before, max(peak, rss_after), rss_after, outcome[0] if outcome else None)
+
+
+def served_peer(port: int, seconds: float) -> RawPeer:
+    """Open a connection the server has accepted and counted: it answered with its SETTINGS. A
+    connection the server closes at once (a previous one not yet counted down) is retried."""
+    deadline = time.monotonic() + seconds
+    while True:
+        peer = RawPeer(port)
+        while not peer.served and not peer.closed and time.monotonic() < deadline:
+            pump([peer], 0.1)
+        if peer.served:
+            return peer
+        peer.close()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no connection to port {port} was served within {seconds:.0f} s")
+        time.sleep(0.2)
 
 
 def wait_for_goaway(peer: RawPeer, seconds: float) -> h2.events.ConnectionTerminated | None:
