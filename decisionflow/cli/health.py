@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -29,7 +30,14 @@ def register(subparsers: Subparsers) -> None:
     target.add_argument("--http", help="URL of an HTTP endpoint that must answer 200 (the reconciler's metrics)")
     parser.add_argument("--service", default="", help="service name to check (default: the whole server)")
     parser.add_argument("--ca-file", type=Path, help="CA bundle: check over TLS")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds before giving up (default 3)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds each check may take (default 3)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="check again every 0.2 s until serving or SECONDS have passed (default 0: check once)",
+    )
     parser.set_defaults(func=_health)
 
 
@@ -43,24 +51,40 @@ def _target(value: str) -> str:
 def _health(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise CommandError("--timeout must be positive")
+    if not 0 <= args.wait <= MAX_WAIT_SECONDS:
+        raise CommandError(f"--wait must be 0 to {MAX_WAIT_SECONDS} seconds")
+    deadline = time.monotonic() + args.wait
+    while True:
+        serving, line = _check(args)
+        # While waiting, only the last answer is reported: one line, as for a single check.
+        if serving or time.monotonic() + WAIT_STEP_SECONDS > deadline:
+            (sys.stdout if line in STATUS_WORDS else sys.stderr).write(line + "\n")
+            return 0 if serving else 1
+        time.sleep(WAIT_STEP_SECONDS)
+
+
+MAX_WAIT_SECONDS = 3600
+WAIT_STEP_SECONDS = 0.2
+STATUS_WORDS = frozenset(health_pb2.HealthCheckResponse.ServingStatus.keys())
+
+
+def _check(args: argparse.Namespace) -> tuple[bool, str]:
+    """Check once; return whether the service is serving and the line that reports it."""
     if args.http:
         try:
             with urllib.request.urlopen(args.http, timeout=args.timeout) as response:  # noqa: S310
                 healthy = response.status == 200
         except (urllib.error.URLError, OSError) as exc:
-            sys.stderr.write(f"decisionflow health: {args.http}: {exc}\n")
-            return 1
-        sys.stdout.write(("SERVING" if healthy else "NOT_SERVING") + "\n")
-        return 0 if healthy else 1
+            return False, f"decisionflow health: {args.http}: {exc}"
+        return healthy, "SERVING" if healthy else "NOT_SERVING"
     channel = open_channel(args.target, ca_file=args.ca_file)
     try:
         stub = health_pb2_grpc.HealthStub(channel)
         answer = stub.Check(health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout)
     except grpc.RpcError as exc:
-        sys.stderr.write(f"decisionflow health: {args.target}: {exc.code().name}\n")
-        return 1
+        return False, f"decisionflow health: {args.target}: {exc.code().name}"
     finally:
         channel.close()
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
-    sys.stdout.write(status + "\n")
-    return 0 if answer.status == health_pb2.HealthCheckResponse.SERVING else 1
+    return answer.status == health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.ServingStatus.Name(
+        answer.status
+    )

@@ -82,6 +82,9 @@ def register(subparsers: Subparsers) -> None:
         ),
     )
     operation_parser.add_argument("file", metavar="FILE", help="proposal JSON file, - for standard input")
+    operation_parser.add_argument(
+        "--id-only", action="store_true", help="print the operation id alone, as a line (for scripts)"
+    )
     operation_parser.set_defaults(func=_run_operation)
 
 
@@ -100,6 +103,9 @@ def _run_operation(args: argparse.Namespace) -> int:
         ids = identities(*proposal_from_json(text))
     except IdentityError as exc:
         raise CommandError(str(exc)) from exc
+    if args.id_only:
+        sys.stdout.write(ids.operation_id + "\n")
+        return 0
     result = {"operation_id": ids.operation_id, "evidence_id": ids.evidence_id, "policy_id": ids.policy_id}
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

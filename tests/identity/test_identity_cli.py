@@ -202,6 +202,16 @@ def test_operation_reads_standard_input_with_dash(
     assert json.loads(out) == _expected_ids(GOOD)
 
 
+def test_operation_id_only_prints_the_operation_id_as_a_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "proposal.json"
+    path.write_text(json.dumps(GOOD), encoding="utf-8")
+    code, out, err = _run(["identity", "operation", "--id-only", str(path)], capsys)
+    assert (code, err) == (0, "")
+    assert out == _expected_ids(GOOD)["operation_id"] + "\n"
+
+
 def test_operation_accepts_surrogate_pair_escapes_and_empty_evidence(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
