@@ -76,6 +76,14 @@ class ProposalContent:
     policy: PolicyRef
 
 
+@dataclass(frozen=True, slots=True)
+class ProposalStart:
+    """A StartReview: the content, and the case's current proposal it replaces, if it names one."""
+
+    content: ProposalContent
+    expected_operation_id: str | None = None
+
+
 def proposal_content(
     case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
 ) -> ProposalContent:

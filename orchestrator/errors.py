@@ -10,6 +10,7 @@ DomainError (decisionflow.errors)
 └── OrchestratorError
     ├── NotFound               unknown case or operation             NOT_FOUND
     ├── StaleProposal          operation is not the case's current   FAILED_PRECONDITION
+    ├── CaseHasOpenProposal    case's current proposal is undecided  FAILED_PRECONDITION
     ├── DecisionConflict       another decision is recorded          ALREADY_EXISTS
     ├── NotRedrivable          operation is not APPROVED/UNKNOWN      FAILED_PRECONDITION
     ├── WorkflowVersionMismatch checkpoint from another graph        FAILED_PRECONDITION
@@ -56,6 +57,21 @@ class StaleProposal(OrchestratorError):
             metadata={reasons.OPERATION_ID: operation_id, reasons.CURRENT_OPERATION_ID: current_operation_id},
         )
         self.operation_id = operation_id
+        self.current_operation_id = current_operation_id
+
+
+class CaseHasOpenProposal(OrchestratorError):
+    """The case's current proposal is undecided and other content was started without naming it."""
+
+    reason = reasons.CASE_HAS_OPEN_PROPOSAL
+
+    def __init__(self, case_id: str, current_operation_id: str) -> None:
+        super().__init__(
+            f"case {case_id} has an undecided proposal {current_operation_id}; decide it, edit it, "
+            "or start again naming it as expected_operation_id to replace it",
+            metadata={reasons.CASE_ID: case_id, reasons.CURRENT_OPERATION_ID: current_operation_id},
+        )
+        self.case_id = case_id
         self.current_operation_id = current_operation_id
 
 

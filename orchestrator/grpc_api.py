@@ -47,6 +47,7 @@ STATUS_TABLE: StatusTable = {
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
     errors.StaleProposal: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.CaseHasOpenProposal: grpc.StatusCode.FAILED_PRECONDITION,
     errors.DecisionConflict: grpc.StatusCode.ALREADY_EXISTS,
     errors.NotRedrivable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.WorkflowVersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,

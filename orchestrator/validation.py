@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
-from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, proposal_content
+from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, ProposalStart, proposal_content
 
 CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
@@ -52,6 +52,21 @@ def start_content(
     if violations or policy is None:  # a missing policy is among the violations
         raise InvalidRequest(violations)
     return proposal_content(case_id, action, body, evidence, policy)
+
+
+def start_request(
+    case_id: str,
+    action: str,
+    body: str,
+    evidence: Sequence[EvidenceItem],
+    policy: PolicyRef | None,
+    expected_operation_id: str = "",
+) -> ProposalStart:
+    """Return a validated StartReview: its content and, when given, the proposal it replaces."""
+    if expected_operation_id:
+        check_operation_id(expected_operation_id, "expected_operation_id")
+    content = start_content(case_id, action, body, evidence, policy)
+    return ProposalStart(content, expected_operation_id or None)
 
 
 def edit_content(

@@ -25,12 +25,12 @@ from orchestrator.domain import (
     Outcome,
     PendingReview,
     Proposal,
-    ProposalContent,
     ProposalEdit,
+    ProposalStart,
     Receipt,
     State,
 )
-from orchestrator.validation import edit_content, start_content
+from orchestrator.validation import edit_content, start_request
 
 STATE_TO_PB = {
     State.PENDING_REVIEW: common_pb2.OPERATION_STATE_PENDING_REVIEW,
@@ -102,10 +102,15 @@ def policy_from_pb(request: review_pb2.StartReviewRequest | review_pb2.EditPropo
     return PolicyRef(p.name, p.version_label, p.allowance_units, dict(p.rules))
 
 
-def start_from_pb(request: review_pb2.StartReviewRequest) -> ProposalContent:
-    """Return the validated, normalised content of a StartReview request."""
-    return start_content(
-        request.case_id, request.action, request.body, evidence_from_pb(list(request.evidence)), policy_from_pb(request)
+def start_from_pb(request: review_pb2.StartReviewRequest) -> ProposalStart:
+    """Return the validated StartReview: normalised content and the proposal it replaces, if named."""
+    return start_request(
+        request.case_id,
+        request.action,
+        request.body,
+        evidence_from_pb(list(request.evidence)),
+        policy_from_pb(request),
+        request.expected_operation_id,
     )
 
 

@@ -41,6 +41,7 @@ is safe because the decision is bound to the operation id and the server replays
 """
 
 from decisionflow.client.errors import (
+    CaseHasOpenProposal,
     CheckpointIntegrity,
     CheckpointSaveFailed,
     DeadlineExceeded,
@@ -97,6 +98,7 @@ __all__ = [
     "ApplyResult",
     "ApproveResult",
     "AsyncReceiverClient",
+    "CaseHasOpenProposal",
     "CheckpointIntegrity",
     "CheckpointSaveFailed",
     "Consistency",

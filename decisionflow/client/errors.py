@@ -9,6 +9,7 @@
     │   └── FourEyes                   FOUR_EYES: the author cannot decide; principal
     ├── PreconditionFailed             FAILED_PRECONDITION; any reason, including those below
     │   ├── StaleProposal              STALE_PROPOSAL; operation_id, current_operation_id
+    │   ├── CaseHasOpenProposal        CASE_HAS_OPEN_PROPOSAL; case_id, current_operation_id
     │   ├── NotRedrivable              NOT_REDRIVABLE; operation_id, state (already settled)
     │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED; operation_id
     │   └── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
@@ -138,6 +139,23 @@ class StaleProposal(PreconditionFailed):
         return self.metadata.get(reasons.CURRENT_OPERATION_ID, "")
 
 
+class CaseHasOpenProposal(PreconditionFailed):
+    """The case's current proposal is undecided and was not named; current_operation_id names it.
+
+    Decide it, edit it, or start again with ``expected_operation_id=current_operation_id`` to replace it.
+    """
+
+    @property
+    def case_id(self) -> str:
+        """The case, as reported by the server."""
+        return self.metadata.get(reasons.CASE_ID, "")
+
+    @property
+    def current_operation_id(self) -> str:
+        """The case's current, undecided operation id, as reported by the server."""
+        return self.metadata.get(reasons.CURRENT_OPERATION_ID, "")
+
+
 class NotRedrivable(PreconditionFailed):
     """The operation is no longer APPROVED or UNKNOWN, so a re-drive has nothing to do: it is settled."""
 
@@ -221,6 +239,7 @@ _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
     (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES): FourEyes,
     (grpc.StatusCode.FAILED_PRECONDITION, ""): PreconditionFailed,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL): StaleProposal,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.CASE_HAS_OPEN_PROPOSAL): CaseHasOpenProposal,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE): NotRedrivable,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED): IdempotencyKeyReused,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,

@@ -53,14 +53,21 @@ class ReviewClient:
         body: str,
         evidence: Sequence[EvidenceItem],
         policy: PolicyRef,
+        *,
+        expected_operation_id: str | None = None,
     ) -> StartedReview:
-        """Record a proposal and open its pending review; the same content returns the same proposal."""
+        """Record a proposal and open its pending review; the same content returns the same proposal.
+
+        While the case's current proposal is undecided, other content is refused with
+        CaseHasOpenProposal unless expected_operation_id names that proposal (then it is replaced by
+        compare-and-set; StaleProposal if it is no longer current)."""
         request = review_pb2.StartReviewRequest(
             case_id=case_id,
             action=action,
             body=body,
             evidence=convert.evidence_to_pb(evidence),
             policy=convert.policy_to_pb(policy),
+            expected_operation_id=expected_operation_id or "",
         )
         response = call(self._stub.StartReview, request, self._settings)
         return StartedReview(

@@ -269,12 +269,18 @@ class StartReviewRequest(_message.Message):
     BODY_FIELD_NUMBER: _builtins.int
     EVIDENCE_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    EXPECTED_OPERATION_ID_FIELD_NUMBER: _builtins.int
     case_id: _builtins.str
     """The case (1 to 64 characters: letters, digits, '.', '_', '-')."""
     action: _builtins.str
     """The registered action; this project ships "record_support_review"."""
     body: _builtins.str
     """The proposed text (at most 64 KiB)."""
+    expected_operation_id: _builtins.str
+    """Optional: the case's current, undecided proposal this one replaces
+    (compare-and-set). Empty: the case must have no current proposal, or a
+    decided one. The replacement is not marked human-edited.
+    """
     @_builtins.property
     def evidence(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Evidence]:
         """The sources quoted (at most 32; source ids unique)."""
@@ -291,10 +297,11 @@ class StartReviewRequest(_message.Message):
         body: _builtins.str = ...,
         evidence: _abc.Iterable[_common_pb2.Evidence] | None = ...,
         policy: _common_pb2.Policy | None = ...,
+        expected_operation_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "body", b"body", "case_id", b"case_id", "evidence", b"evidence", "policy", b"policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "body", b"body", "case_id", b"case_id", "evidence", b"evidence", "expected_operation_id", b"expected_operation_id", "policy", b"policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

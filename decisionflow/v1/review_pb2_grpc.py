@@ -74,12 +74,17 @@ class ReviewServiceServicer:
 
     def StartReview(self, request, context):
         """Records a proposal and opens its pending review. Starting the same content
-        again returns the existing proposal (same operation id); other content becomes
-        the case's current proposal. See docs/review-protocol.md.
+        again returns the existing proposal (same operation id). Other content becomes
+        the case's current proposal when the case has none or its current proposal is
+        decided; while the current proposal is undecided it is replaced only when
+        expected_operation_id names it (compare-and-set), else the call is refused
+        with CASE_HAS_OPEN_PROPOSAL. See docs/review-protocol.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):
         INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+        CASE_HAS_OPEN_PROPOSAL    FAILED_PRECONDITION  case_id, current_operation_id (undecided, other content)
+        STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id (expected_operation_id not current)
         CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
         WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
         UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request

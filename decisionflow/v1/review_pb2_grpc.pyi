@@ -39,12 +39,17 @@ class ReviewServiceStub:
     def __new__(cls, channel: _aio.Channel) -> ReviewServiceAsyncStub: ...
     StartReview: _grpc.UnaryUnaryMultiCallable[_review_pb2.StartReviewRequest, _review_pb2.StartReviewResponse]
     """Records a proposal and opens its pending review. Starting the same content
-    again returns the existing proposal (same operation id); other content becomes
-    the case's current proposal. See docs/review-protocol.md.
+    again returns the existing proposal (same operation id). Other content becomes
+    the case's current proposal when the case has none or its current proposal is
+    decided; while the current proposal is undecided it is replaced only when
+    expected_operation_id names it (compare-and-set), else the call is refused
+    with CASE_HAS_OPEN_PROPOSAL. See docs/review-protocol.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
       INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      CASE_HAS_OPEN_PROPOSAL    FAILED_PRECONDITION  case_id, current_operation_id (undecided, other content)
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id (expected_operation_id not current)
       CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
       WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
@@ -123,12 +128,17 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     StartReview: _aio.UnaryUnaryMultiCallable[_review_pb2.StartReviewRequest, _review_pb2.StartReviewResponse]  # type: ignore[assignment]
     """Records a proposal and opens its pending review. Starting the same content
-    again returns the existing proposal (same operation id); other content becomes
-    the case's current proposal. See docs/review-protocol.md.
+    again returns the existing proposal (same operation id). Other content becomes
+    the case's current proposal when the case has none or its current proposal is
+    decided; while the current proposal is undecided it is replaced only when
+    expected_operation_id names it (compare-and-set), else the call is refused
+    with CASE_HAS_OPEN_PROPOSAL. See docs/review-protocol.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
       INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+      CASE_HAS_OPEN_PROPOSAL    FAILED_PRECONDITION  case_id, current_operation_id (undecided, other content)
+      STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id (expected_operation_id not current)
       CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
       WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
@@ -210,12 +220,17 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.StartReviewResponse, _abc.Awaitable[_review_pb2.StartReviewResponse]]:
         """Records a proposal and opens its pending review. Starting the same content
-        again returns the existing proposal (same operation id); other content becomes
-        the case's current proposal. See docs/review-protocol.md.
+        again returns the existing proposal (same operation id). Other content becomes
+        the case's current proposal when the case has none or its current proposal is
+        decided; while the current proposal is undecided it is replaced only when
+        expected_operation_id names it (compare-and-set), else the call is refused
+        with CASE_HAS_OPEN_PROPOSAL. See docs/review-protocol.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):
           INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
+          CASE_HAS_OPEN_PROPOSAL    FAILED_PRECONDITION  case_id, current_operation_id (undecided, other content)
+          STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id (expected_operation_id not current)
           CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
           WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
           UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.identity import identities
-from orchestrator.domain import Operation, PendingReview, Proposal, ProposalContent, ProposalEdit, ProposalView
+from orchestrator.domain import (
+    Operation,
+    PendingReview,
+    Proposal,
+    ProposalContent,
+    ProposalEdit,
+    ProposalStart,
+    ProposalView,
+)
 from orchestrator.errors import NotFound, StaleProposal
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore
@@ -39,14 +47,21 @@ class ProposalService:
             ids.operation_id, content, ids.evidence_id, ids.policy_id, parent is not None, parent, author, self._clock()
         )
 
-    async def start_review(self, content: ProposalContent, author: str) -> StartedReview:
-        """Record a proposal and open its pending review; the same content again returns the first proposal."""
+    async def start_review(self, start: ProposalStart, author: str) -> StartedReview:
+        """Record a proposal and open its pending review; the same content again returns the first proposal.
+
+        New content never silently replaces an undecided proposal: it must name it (compare-and-set)."""
+        content = start.content
         proposal = self._proposal(content, None, author)
         existing = await self._store.find_proposal(proposal.operation_id)
         if existing is not None:
             return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)
+        # Refused early, before the workflow runs; the store decides again, atomically, when it records.
+        await self._store.check_start_allowed(content.case_id, start.expected_operation_id)
         review, run = await self._runs.open_review(proposal)
-        stored, created = await self._store.create_proposal(proposal, review, run.take_pending())
+        stored, created = await self._store.create_proposal(
+            proposal, review, run.take_pending(), start.expected_operation_id
+        )
         if not created:
             review = await self._store.get_pending_review(stored.operation_id)
         logger.info(

@@ -42,10 +42,18 @@ class AsyncOrchestratorStore:
         return await asyncio.to_thread(method, *args, **kwargs)
 
     async def create_proposal(
-        self, proposal: Proposal, review: PendingReview, saved: Sequence[SealedCheckpoint]
+        self,
+        proposal: Proposal,
+        review: PendingReview,
+        saved: Sequence[SealedCheckpoint],
+        expected_operation_id: str | None = None,
     ) -> tuple[Proposal, bool]:
         """See OrchestratorStore.create_proposal."""
-        return await self._run(self.sync.create_proposal, proposal, review, saved)
+        return await self._run(self.sync.create_proposal, proposal, review, saved, expected_operation_id)
+
+    async def check_start_allowed(self, case_id: str, expected_operation_id: str | None) -> None:
+        """See OrchestratorStore.check_start_allowed."""
+        await self._run(self.sync.check_start_allowed, case_id, expected_operation_id)
 
     async def create_edit(
         self, proposal: Proposal, expected_operation_id: str, review: PendingReview, saved: Sequence[SealedCheckpoint]

@@ -1,7 +1,8 @@
 """Proposals, their pending reviews and the case's current-proposal pointer (joining a caller's transaction).
 
 A proposal is inserted once per operation id (the primary key); the case's current pointer
-moves only by compare-and-set.
+moves only by compare-and-set, and a new proposal takes a case only when the case has none, its
+current proposal is decided, or the caller names the current proposal it replaces.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from orchestrator.domain import PendingReview, Proposal, State, evidence_to_json, policy_to_json
-from orchestrator.errors import NotFound
+from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._rows import proposal_from, review_from
 
@@ -60,13 +61,30 @@ def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, rev
     )
 
 
-def set_current_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
-    """Make operation_id the case's current proposal (creating the case on its first proposal)."""
-    updated = conn.execute(
-        cases.update().where(cases.c.case_id == case_id).values(current_operation_id=operation_id, updated_at=now)
-    ).rowcount
-    if updated == 0:
-        conn.execute(cases.insert().values(case_id=case_id, current_operation_id=operation_id, updated_at=now))
+def start_allowed_txn(conn: sa.Connection, case_id: str, expected_operation_id: str | None) -> str | None:
+    """Return the case's current proposal if new content may take the case from it (None: no case yet).
+
+    Named (expected_operation_id): it must be the current one, else StaleProposal. Not named: the
+    current one, if any, must be decided, else CaseHasOpenProposal.
+    """
+    current = current_txn(conn, case_id)
+    if expected_operation_id is not None:
+        if current != expected_operation_id:
+            raise StaleProposal(expected_operation_id, current or "")
+        return current
+    if current is not None and _undecided_txn(conn, current):
+        raise CaseHasOpenProposal(case_id, current)
+    return current
+
+
+def insert_case_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
+    """Create the case with operation_id current; an IntegrityError means another proposal created it first."""
+    conn.execute(cases.insert().values(case_id=case_id, current_operation_id=operation_id, updated_at=now))
+
+
+def _undecided_txn(conn: sa.Connection, operation_id: str) -> bool:
+    state = conn.execute(sa.select(operations.c.state).where(operations.c.operation_id == operation_id)).scalar_one()
+    return bool(state == State.PENDING_REVIEW.value)
 
 
 def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:

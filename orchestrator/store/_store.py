@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -21,7 +22,7 @@ from orchestrator.domain import (
     Settlement,
     State,
 )
-from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
+from orchestrator.errors import CaseHasOpenProposal, NotFound, NotRedrivable, StaleProposal
 from orchestrator.schema import operations
 from orchestrator.store import _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
@@ -50,12 +51,20 @@ class OrchestratorStore:
     # Proposals and pending reviews.
 
     def create_proposal(
-        self, proposal: Proposal, review: PendingReview, saved: Sequence[SealedCheckpoint]
+        self,
+        proposal: Proposal,
+        review: PendingReview,
+        saved: Sequence[SealedCheckpoint],
+        expected_operation_id: str | None = None,
     ) -> tuple[Proposal, bool]:
         """Record a new proposal, its pending review and checkpoints, and make it the case's current one.
 
         Returns the stored proposal and whether this call created it; the same content
-        started twice returns the first proposal unchanged. Any other constraint failure is raised.
+        started twice returns the first proposal unchanged. Other content takes the case when it
+        has no proposal or a decided one, or by compare-and-set from expected_operation_id; an
+        undecided current proposal not named is kept (CaseHasOpenProposal), a named one that is no
+        longer current is refused (StaleProposal), and a refusal writes nothing. Any other
+        constraint failure is raised.
         """
         with self.transactions.write() as conn:
             try:
@@ -69,8 +78,32 @@ class OrchestratorStore:
                 return existing, False
             _proposals.insert_operation_and_review_txn(conn, proposal, review)
             self.checkpoints.insert_txn(conn, saved)
-            _proposals.set_current_txn(conn, proposal.case_id, proposal.operation_id, proposal.created_at)
+            self._take_case_txn(conn, proposal, expected_operation_id)
         return proposal, True
+
+    def _take_case_txn(self, conn: sa.Connection, proposal: Proposal, expected_operation_id: str | None) -> None:
+        # Concurrent proposals for one case race on the case row: the insert (primary key) or the
+        # compare-and-set of its pointer lets one win; a loser reads the winner (committed by then)
+        # and is refused as the rules say. Two rounds settle any race; a third only if the winner
+        # was decided in between.
+        case_id, operation_id, now = proposal.case_id, proposal.operation_id, proposal.created_at
+        for _ in range(3):
+            current = _proposals.start_allowed_txn(conn, case_id, expected_operation_id)
+            if current is None:
+                try:
+                    with self.transactions.savepoint_txn(conn):
+                        _proposals.insert_case_txn(conn, case_id, operation_id, now)
+                    return
+                except IntegrityError:
+                    continue
+            if _proposals.move_current_txn(conn, case_id, current, operation_id, now):
+                return
+        raise CaseHasOpenProposal(case_id, _proposals.current_txn(conn, case_id) or "")
+
+    def check_start_allowed(self, case_id: str, expected_operation_id: str | None) -> None:
+        """Raise the refusal a StartReview of new content for case_id would meet now (nothing is written)."""
+        with self.transactions.read() as conn:
+            _proposals.start_allowed_txn(conn, case_id, expected_operation_id)
 
     def create_edit(
         self,

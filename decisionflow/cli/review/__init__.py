@@ -57,10 +57,16 @@ def register(subparsers: Subparsers) -> None:
         "start a review of a proposal",
         "Record a proposal {case_id, action, body, evidence: [{source_id, version, quotation}], policy: {name, "
         "version_label, allowance_units, rules}} and open its pending review (role author). Starting the same "
-        "content again returns the same operation.",
+        "content again returns the same operation. While the case's current proposal is undecided, other "
+        "content is refused (CASE_HAS_OPEN_PROPOSAL, naming it) unless --expected-operation-id names it.",
         run_start,
     )
     start.add_argument("file", metavar="FILE", help="proposal JSON file, - for standard input")
+    start.add_argument(
+        "--expected-operation-id",
+        metavar="OPERATION_ID",
+        help="replace the case's current, undecided proposal OPERATION_ID (refused as stale if it is not current)",
+    )
 
     show = command(
         "show",

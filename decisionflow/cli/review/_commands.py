@@ -30,7 +30,7 @@ def run_start(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     with review_client(args) as reviews:
         try:
-            started = reviews.start_review(*content)
+            started = reviews.start_review(*content, expected_operation_id=args.expected_operation_id)
         except DecisionflowError as error:
             raise failed("start", error, f"case {content.case_id}", case_id=content.case_id) from error
         operation_id = started.proposal.operation_id

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from decisionflow.cli.command import CommandError
-from decisionflow.client import DecisionConflict, DecisionflowError, StaleProposal
+from decisionflow.client import CaseHasOpenProposal, DecisionConflict, DecisionflowError, StaleProposal
 
 EXIT_DONE = 0
 EXIT_ERROR = 1
@@ -57,6 +57,12 @@ def _refusal(error: DecisionflowError, subject: str) -> str:
     if isinstance(error, StaleProposal):
         current = error.current_operation_id or "unknown"
         return f"refused as stale: {subject} is not the case's current proposal (current: {current})"
+    if isinstance(error, CaseHasOpenProposal):
+        current = error.current_operation_id or "unknown"
+        return (
+            f"refused: {subject} has an undecided proposal {current}; decide or edit it, or start again with "
+            f"--expected-operation-id {current} to replace it"
+        )
     if isinstance(error, DecisionConflict):
         return f"refused as a conflict: {subject} is already decided {error.recorded_decision.value}"
     reason = f" {error.reason}" if error.reason and error.reason != error.code.name else ""
