@@ -140,10 +140,7 @@ class StaleProposal(PreconditionFailed):
 
 
 class CaseHasOpenProposal(PreconditionFailed):
-    """The case's current proposal is undecided and was not named; current_operation_id names it.
-
-    Decide it, edit it, or start again with ``expected_operation_id=current_operation_id`` to replace it.
-    """
+    """The case's undecided current proposal was not named; start again naming current_operation_id to replace it."""
 
     @property
     def case_id(self) -> str:

@@ -197,6 +197,7 @@ CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
     reasons.DECISION_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, errors.DecisionRequired),
     reasons.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, errors.NotFound),
     reasons.STALE_PROPOSAL: (grpc.StatusCode.FAILED_PRECONDITION, errors.StaleProposal),
+    reasons.CASE_HAS_OPEN_PROPOSAL: (grpc.StatusCode.FAILED_PRECONDITION, errors.CaseHasOpenProposal),
     reasons.DECISION_CONFLICT: (grpc.StatusCode.ALREADY_EXISTS, errors.DecisionConflict),
     reasons.NOT_REDRIVABLE: (grpc.StatusCode.FAILED_PRECONDITION, errors.NotRedrivable),
     reasons.WORKFLOW_VERSION_MISMATCH: (grpc.StatusCode.FAILED_PRECONDITION, errors.WorkflowVersionMismatch),
@@ -241,6 +242,11 @@ def test_every_reason_has_a_class_of_its_own() -> None:
             orchestrator_errors.StaleProposal(OP, CURRENT),
             {reasons.OPERATION_ID: OP, reasons.CURRENT_OPERATION_ID: CURRENT},
             {"operation_id": OP, "current_operation_id": CURRENT},
+        ),
+        (
+            orchestrator_errors.CaseHasOpenProposal("T-1", CURRENT),
+            {reasons.CASE_ID: "T-1", reasons.CURRENT_OPERATION_ID: CURRENT},
+            {"case_id": "T-1", "current_operation_id": CURRENT, "definite": True},
         ),
         (
             orchestrator_errors.DecisionConflict(OP, DomainDecision.APPROVE.value),

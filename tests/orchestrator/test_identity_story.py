@@ -14,6 +14,11 @@ from decisionflow.v1 import common_pb2, review_pb2
 from tests.support.stack import T1042_BODY, Stack, approve, policy, start_request
 
 
+def _replacing(request: review_pb2.StartReviewRequest, current: str) -> review_pb2.StartReviewRequest:
+    request.expected_operation_id = current
+    return request
+
+
 def test_seed_identity_story(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     review = stack.review()
@@ -22,20 +27,21 @@ def test_seed_identity_story(make_stack: Callable[..., Stack]) -> None:
     assert recorded.evidence_id.startswith("ev-v1-") and recorded.policy_id.startswith("pol-v1-")
     assert [e.source_id for e in recorded.evidence] == ["HOLD-7", "KB-12"]
 
-    # LF or CRLF: the same draft, the same operation.
-    crlf = review.StartReview(start_request(body=T1042_BODY.replace(" please", "\r\nplease")), timeout=10)
+    # LF or CRLF: the same draft, the same operation (replacing the first draft, which it names).
+    crlf_request = start_request(body=T1042_BODY.replace(" please", "\r\nplease"))
+    crlf = review.StartReview(_replacing(crlf_request, recorded.operation_id), timeout=10)
     lf = review.StartReview(start_request(body=T1042_BODY.replace(" please", "\nplease")), timeout=10)
     assert crlf.proposal.operation_id == lf.proposal.operation_id != recorded.operation_id
-    assert not lf.created
+    assert crlf.created and not lf.created
 
     # One added sentence is a new operation.
     longer = review.StartReview(start_request(case_id="T-2001", body=T1042_BODY + " Sorry for the trouble."))
-    base = review.StartReview(start_request(case_id="T-2001"))
+    base = review.StartReview(_replacing(start_request(case_id="T-2001"), longer.proposal.operation_id))
     assert longer.proposal.operation_id != base.proposal.operation_id
 
     # Allowance 9 → 10 under the same version label is a new operation.
     richer = review.StartReview(start_request(case_id="T-2002", allowance=10))
-    plain = review.StartReview(start_request(case_id="T-2002", allowance=9))
+    plain = review.StartReview(_replacing(start_request(case_id="T-2002", allowance=9), richer.proposal.operation_id))
     assert richer.proposal.policy_id != plain.proposal.policy_id
     assert richer.proposal.operation_id != plain.proposal.operation_id
 
