@@ -116,6 +116,23 @@ def test_an_approval_from_a_stale_tab_is_refused_with_the_current_id(
     assert cli.stack.effects("T-1042") == 0
 
 
+def test_other_content_for_an_open_case_is_refused_until_it_names_the_open_proposal(
+    make_cli: Callable[..., Cli], tmp_path: Path
+) -> None:
+    cli = make_cli()
+    first = str(cli("start", str(proposal_file(tmp_path)), principal="ava").document["operation_id"])
+    other = str(proposal_file(tmp_path, body=T1042_BODY + " Thanks.", name="other.json"))
+
+    refused = cli("start", other, principal="ava")
+    replaced = cli("start", other, "--expected-operation-id", first, principal="ava")
+
+    assert refused.exit_code == 3 and refused.error["reason"] == "CASE_HAS_OPEN_PROPOSAL"
+    assert refused.error["metadata"] == {"case_id": "T-1042", "current_operation_id": first}
+    assert f"--expected-operation-id {first} to replace it" in refused.stderr
+    assert replaced.exit_code == 0 and replaced.document["created"] is True
+    assert cli("status", first).document["state"] == "SUPERSEDED"
+
+
 def test_a_lost_reply_is_outcome_unknown_exit_42(make_cli: Callable[..., Cli], tmp_path: Path) -> None:
     cli = make_cli(receiver_failpoints=LOSE_EVERY_REPLY)
     op = str(cli("start", str(proposal_file(tmp_path)), principal="ava").document["operation_id"])
