@@ -42,7 +42,7 @@ class OperationsClient:
         *,
         min_age: timedelta | None = None,
         page_size: int = 0,
-        case_id: str = "",
+        case_id: str | None = None,
     ) -> Iterator[OperationView]:
         """Yield operations in states (empty: APPROVED and UNKNOWN) at least min_age old, of case_id when
         given, oldest first.
