@@ -18,7 +18,6 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from alembic.migration import MigrationContext
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect, Engine
 
@@ -114,7 +113,12 @@ def alembic_config(script_location: Path, version_table: str) -> Config:
 
 def current_revision(connection: sa.Connection, version_table: str) -> str | None:
     """Return the schema revision recorded in version_table, None when the database has none."""
-    return MigrationContext.configure(connection, opts={"version_table": version_table}).get_current_revision()
+    # Read directly rather than through Alembic's MigrationContext, which logs at INFO on every use:
+    # a refusal to start must stay one line.
+    if not sa.inspect(connection).has_table(version_table):
+        return None
+    versions = connection.execute(sa.select(sa.table(version_table, sa.column("version_num")))).scalars().all()
+    return ",".join(sorted(versions)) or None
 
 
 def migrate(engine: Engine, script_location: Path, version_table: str) -> tuple[str | None, str | None]:
