@@ -23,6 +23,7 @@ from decisionflow.cli.command import CommandParser, Subparsers
 from decisionflow.cli.ops import _parsing as parse
 from decisionflow.cli.ops._commands import run_describe, run_list, run_redrive, run_settle
 from decisionflow.cli.review._connection import CONNECTION_SETTINGS
+from decisionflow.client import OperationState
 from decisionflow.settings import add_settings
 
 __all__ = ["register"]
@@ -35,7 +36,7 @@ EXIT_CODES_HELP = (
 )
 
 
-def _split_states(text: str) -> list[object]:
+def _split_states(text: str) -> list[OperationState]:
     return [parse.state(name) for name in text.split(",") if name.strip()] or [parse.state(text)]
 
 

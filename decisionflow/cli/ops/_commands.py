@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from decisionflow.cli.command import CommandError
 from decisionflow.cli.ops import _render as render
-from decisionflow.cli.review._connection import connection
+from decisionflow.cli.review._connection import Connection, connection
 from decisionflow.cli.review._output import EXIT_DONE, EXIT_REFUSED, EXIT_UNKNOWN, emit, failed, say
 from decisionflow.client import (
     DecisionflowError,
@@ -29,6 +29,10 @@ CLOCK_SKEW = timedelta(minutes=1)
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _operations(open_connection: Connection) -> OperationsClient:
+    return OperationsClient(open_connection.channel, timeout=open_connection.timeout, policy=open_connection.policy)
 
 
 def _out(text: str) -> None:
