@@ -103,17 +103,36 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def migrate(engine: Engine, script_location: Path, version_table: str) -> None:
-    """Bring the database behind engine to the newest schema revision (idempotent)."""
+def alembic_config(script_location: Path, version_table: str) -> Config:
+    """Return the Alembic configuration of one service's migrations and version table."""
     config = Config()
     config.set_main_option("script_location", str(script_location))
     config.attributes["version_table"] = version_table
+    return config
+
+
+def current_revision(connection: sa.Connection, version_table: str) -> str | None:
+    """Return the schema revision recorded in version_table, None when the database has none."""
+    # Read directly rather than through Alembic's MigrationContext, which logs at INFO on every use:
+    # a refusal to start must stay one line.
+    if not sa.inspect(connection).has_table(version_table):
+        return None
+    versions = connection.execute(sa.select(sa.table(version_table, sa.column("version_num")))).scalars().all()
+    return ",".join(sorted(versions)) or None
+
+
+def migrate(engine: Engine, script_location: Path, version_table: str) -> tuple[str | None, str | None]:
+    """Bring the database behind engine to the newest schema revision (idempotent); return the revisions
+    before and after, read under the same lock."""
+    config = alembic_config(script_location, version_table)
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # Replicas starting together on one database take turns; the first migrates.
             connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:table))"), {"table": version_table})
+        before = current_revision(connection, version_table)
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+        return before, current_revision(connection, version_table)
 
 
 class UtcDateTime(sa.types.TypeDecorator[datetime]):

@@ -409,3 +409,26 @@ def cleartext_token_setting(key: str, env: str, whom: str) -> Setting[bool]:
         "false",
         parse=boolean,
     )
+
+
+MIGRATE_MODES = ("auto", "off")
+
+
+def migrate_mode(value: str) -> bool:
+    """Return True for ``auto`` (migrate at start) and False for ``off`` (any case)."""
+    mode = value.strip().lower()
+    if mode not in MIGRATE_MODES:
+        raise ValueError(f"expected auto or off, not {value!r}")
+    return mode == "auto"
+
+
+def migrate_setting(service: str, program: str) -> Setting[bool]:
+    """The ``--migrate`` setting of a server (``DECISIONFLOW_<SERVICE>_MIGRATE``): auto or off."""
+    return Setting(
+        "migrate",
+        f"DECISIONFLOW_{service}_MIGRATE",
+        "auto: bring the database to the newest schema at start; off: refuse to start unless it is there "
+        f"already (run `{program} migrate` first, as production upgrades do)",
+        "auto",
+        parse=migrate_mode,
+    )

@@ -43,6 +43,7 @@ DATABASE_URL = Setting(
     parse=settings.non_empty,
 )
 DATABASE_URL_FILE = settings.database_url_file_setting("RECEIVER")
+MIGRATE = settings.migrate_setting("RECEIVER", "decisionflow-receiver")
 REPLICA_DATABASE_URL = Setting(
     "replica_database_url",
     "DECISIONFLOW_RECEIVER_REPLICA_DATABASE_URL",
@@ -79,6 +80,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
     DATABASE_URL,
     DATABASE_URL_FILE,
+    MIGRATE,
     REPLICA_DATABASE_URL,
     KEY_RETENTION_SECONDS,
     FAILPOINTS_SETTING,
@@ -97,6 +99,7 @@ class ReceiverConfig:
 
     address: str = "127.0.0.1:50061"
     database_url: str = "receiver.db"
+    migrate_at_start: bool = True
     replica_database_url: str | None = None
     key_retention: timedelta | None = None
     failpoints: str = ""
@@ -111,7 +114,8 @@ class ReceiverConfig:
 def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-receiver."""
     result = argparse.ArgumentParser(
-        prog="decisionflow-receiver", description="EffectReceiver: writes one effect per operation id."
+        prog="decisionflow-receiver",
+        description="EffectReceiver: writes one effect per operation id. Schema: decisionflow-receiver migrate --help",
     )
     add_settings(result, SETTINGS)
     return result
@@ -125,6 +129,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
         return ReceiverConfig(
             address=values.required(ADDRESS),
             database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
+            migrate_at_start=values.required(MIGRATE),
             replica_database_url=values[REPLICA_DATABASE_URL],
             key_retention=values[KEY_RETENTION_SECONDS],
             failpoints=values.required(FAILPOINTS_SETTING),

@@ -1,4 +1,8 @@
-"""Wiring of the receiver process: configuration, database, server; the only reader of the environment."""
+"""Wiring of the receiver process: configuration, database, server; the only reader of the environment.
+
+``decisionflow-receiver serve`` (the default: flags alone also serve) runs the server; ``migrate``
+upgrades the schema (decisionflow.migrating).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import logs, migrating, startup
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.serving import (
@@ -26,14 +30,27 @@ from decisionflow.serving import (
 )
 from decisionflow.startup import StartupError
 from decisionflow.v1 import effect_receiver_pb2
-from effect_receiver.config import ADDRESS, DATABASE_URL, REPLICA_DATABASE_URL, ReceiverConfig, load
+from effect_receiver.config import (
+    ADDRESS,
+    DATABASE_URL,
+    DATABASE_URL_FILE,
+    LOG_LEVEL,
+    MIGRATE,
+    REPLICA_DATABASE_URL,
+    ReceiverConfig,
+    load,
+)
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
+from effect_receiver.schema import VERSION_TABLE
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
-from effect_receiver.store import EffectStore, migrate
+from effect_receiver.store import MIGRATIONS, EffectStore
 
 logger = logging.getLogger("effect_receiver")
 PROGRAM = "decisionflow-receiver"
+SCHEMA = migrating.Schema(
+    PROGRAM, "effect_receiver", MIGRATIONS, VERSION_TABLE, DATABASE_URL, DATABASE_URL_FILE, MIGRATE, LOG_LEVEL
+)
 
 _SERVICE = "/" + effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name + "/"
 # Each method receives at most its largest valid request: Apply the payload cap and 4 KiB for its
@@ -72,7 +89,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     engines = [primary]
     try:
         with startup.opening_database(DATABASE_URL):
-            await asyncio.to_thread(migrate, primary)
+            await asyncio.to_thread(migrating.prepare, primary, SCHEMA, auto=config.migrate_at_start)
         replica = None
         if config.replica_database_url:
             # A replica is read-only and gets its schema from the primary, so it is not migrated.
@@ -122,8 +139,13 @@ async def serve(config: ReceiverConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the decisionflow-receiver command; returns the process exit status."""
-    config = load(sys.argv[1:] if argv is None else argv, os.environ)
+    """Run the decisionflow-receiver command (``serve``, the default, or ``migrate``); returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "migrate":
+        return migrating.migrate_command(SCHEMA, args[1:], logs.configure, logger)
+    if args and args[0] == "serve":
+        args = args[1:]
+    config = load(args, os.environ)
     logs.configure(config.log_level)
     try:
         run_server(serve(config))

@@ -39,9 +39,10 @@ _STORED_EFFECT = sa.select(effects.c.payload_digest, *_RECEIPT_COLUMNS).where(
 )
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the receiver's schema behind engine to the newest revision (idempotent)."""
-    db.migrate(engine, MIGRATIONS, VERSION_TABLE)
+def migrate(engine: Engine) -> tuple[str | None, str | None]:
+    """Bring the receiver's schema behind engine to the newest revision (idempotent); return the revisions
+    before and after."""
+    return db.migrate(engine, MIGRATIONS, VERSION_TABLE)
 
 
 def _receipt(row: sa.Row[*tuple[Any, ...]]) -> Receipt:

@@ -38,6 +38,7 @@ DATABASE_URL = Setting(
     parse=settings.non_empty,
 )
 DATABASE_URL_FILE = settings.database_url_file_setting("ORCHESTRATOR")
+MIGRATE = settings.migrate_setting("ORCHESTRATOR", "decisionflow-orchestrator")
 RECEIVER_TARGET = Setting(
     "receiver_target",
     "DECISIONFLOW_RECEIVER_TARGET",
@@ -102,6 +103,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
     DATABASE_URL,
     DATABASE_URL_FILE,
+    MIGRATE,
     RECEIVER_TARGET,
     RECEIVER_TOKEN_FILE,
     RECEIVER_CA_FILE,
@@ -135,6 +137,7 @@ class OrchestratorConfig:
     checkpoint_keys: tuple[bytes, ...]
     address: str = "127.0.0.1:50051"
     database_url: str = "orchestrator.db"
+    migrate_at_start: bool = True
     receiver_target: str = "127.0.0.1:50061"
     receiver_token: str | None = None
     receiver_ca_file: Path | None = None
@@ -164,6 +167,7 @@ def from_namespace(
             checkpoint_keys=values.required_one_of(CHECKPOINT_KEYS, CHECKPOINT_KEYS_FILE),
             address=values.required(ADDRESS),
             database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
+            migrate_at_start=values.required(MIGRATE),
             receiver_target=values.required(RECEIVER_TARGET),
             receiver_token=values[RECEIVER_TOKEN_FILE],
             receiver_ca_file=values[RECEIVER_CA_FILE],

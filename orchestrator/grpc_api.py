@@ -215,7 +215,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
     async def ListOperations(
         self, request: operations_pb2.ListOperationsRequest, context: Context
     ) -> operations_pb2.ListOperationsResponse:
-        """List operations by state and age, oldest first."""
+        """List operations by state, age and (when case_id is set) case, oldest first."""
         if request.page_size < 0 or request.page_size > MAX_PAGE:
             raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PAGE}")])
         states = []
@@ -234,8 +234,15 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         if min_age < timedelta(0) or min_age > MAX_MIN_AGE:
             # Beyond the bound, now - min_age would fall outside the dates the database can hold.
             raise InvalidRequest([FieldViolation("min_age", "must be 0 to 100 years")])
+        case_id = request.case_id if request.HasField("case_id") else None
+        if case_id is not None:
+            # Set but empty is refused with the other bad shapes: only an unset field means every case.
+            violations = check_case_id(case_id)
+            if violations:
+                raise InvalidRequest(violations)
         limit = request.page_size or DEFAULT_PAGE
-        page = await self._operations.list_operations(states, min_age, limit, _parse_page_token(request.page_token))
+        after = _parse_page_token(request.page_token)
+        page = await self._operations.list_operations(states, min_age, limit, after, case_id=case_id)
         token = _page_token(page[-1].state_changed_at, page[-1].operation_id) if len(page) == limit else ""
         return operations_pb2.ListOperationsResponse(
             operations=[operation_to_pb(op) for op in page], next_page_token=token

@@ -1,7 +1,8 @@
 """Wiring of the orchestrator process: configuration, database, workflow, receiver client, server.
 
 The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
-server; ``prune-checkpoints`` and ``reopen-reviews`` are the operators' housekeeping commands.
+server; ``migrate`` upgrades the schema (decisionflow.migrating); ``prune-checkpoints`` and
+``reopen-reviews`` are the operators' housekeeping commands.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import grpc
-from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import logs, migrating, startup
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -44,12 +44,22 @@ from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServic
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
-from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
 from orchestrator.workflow import ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
 PROGRAM = "decisionflow-orchestrator"
+SCHEMA = migrating.Schema(
+    PROGRAM,
+    "orchestrator",
+    MIGRATIONS,
+    VERSION_TABLE,
+    configuration.DATABASE_URL,
+    configuration.DATABASE_URL_FILE,
+    configuration.MIGRATE,
+    configuration.LOG_LEVEL,
+)
 # What decides whether the receiver channel may carry the token: TLS, or the explicit opt-in.
 RECEIVER_CHANNEL_SETTINGS = (
     configuration.RECEIVER_TARGET,
@@ -165,7 +175,7 @@ async def create_server(
     closers: list[Closer] = [dispose]
     try:
         with startup.opening_database(configuration.DATABASE_URL):
-            await asyncio.to_thread(migrate, engine)
+            await asyncio.to_thread(migrating.prepare, engine, SCHEMA, auto=config.migrate_at_start)
         if effects is None:
             receiver = ReceiverEffects.connect(
                 config.receiver_target,
@@ -241,18 +251,6 @@ def _retention_days(value: str) -> float:
     return days
 
 
-def _migrated_engine(url: str) -> Engine:
-    """Return an engine on the migrated database; a bad URL or a database that fails raises StartupError."""
-    engine = startup.database_engine(url, configuration.DATABASE_URL)
-    try:
-        with startup.opening_database(configuration.DATABASE_URL):
-            migrate(engine)
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
-
-
 def _housekeeping(command: str, args: list[str]) -> int:
     cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
     add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
@@ -276,7 +274,8 @@ def _housekeeping(command: str, args: list[str]) -> int:
     level = values.required(configuration.LOG_LEVEL)
     configure_logging(level)
     try:
-        engine = _migrated_engine(database_url)
+        # Housekeeping never creates or migrates a database: a mistyped path must not become an empty one.
+        engine = migrating.open_existing(database_url, SCHEMA)
     except StartupError as error:
         return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
     try:
@@ -325,11 +324,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in HOUSEKEEPING:
         return _housekeeping(args[0], args[1:])
+    if args and args[0] == "migrate":
+        return migrating.migrate_command(SCHEMA, args[1:], configure_logging, logger)
     if args and args[0] == "serve":
         args = args[1:]
     cli = argparse.ArgumentParser(
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
+        "Schema: decisionflow-orchestrator migrate --help. "
         "Housekeeping: decisionflow-orchestrator {prune-checkpoints,reopen-reviews} --help",
     )
     configuration.add_to(cli)

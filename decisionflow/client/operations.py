@@ -42,13 +42,15 @@ class OperationsClient:
         *,
         min_age: timedelta | None = None,
         page_size: int = 0,
+        case_id: str | None = None,
     ) -> Iterator[OperationView]:
-        """Yield operations in states (empty: APPROVED and UNKNOWN) at least min_age old, oldest first.
+        """Yield operations in states (empty: APPROVED and UNKNOWN) at least min_age old, of case_id when
+        given, oldest first.
 
         Pages are fetched as the iterator advances; each page call is retried on its own.
         """
         request = operations_pb2.ListOperationsRequest(
-            states=[convert.state_to_pb(s) for s in states], page_size=page_size
+            states=[convert.state_to_pb(s) for s in states], page_size=page_size, case_id=case_id
         )
         if min_age is not None:
             age = duration_pb2.Duration()

@@ -32,10 +32,13 @@ class ListOperationsRequest(_message.Message):
     MIN_AGE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    CASE_ID_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum operations per page (1 to 5,000; 0 means 500)."""
     page_token: _builtins.str
     """Token from a previous response; empty for the first page."""
+    case_id: _builtins.str
+    """Only operations of this case (1 to 64 of letters, digits, '.', '_', '-'); unset means every case."""
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.OperationState.ValueType]:
         """States to include; empty means APPROVED and UNKNOWN."""
@@ -51,12 +54,15 @@ class ListOperationsRequest(_message.Message):
         min_age: _duration_pb2.Duration | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        case_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["min_age", b"min_age"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_case_id", b"_case_id", "case_id", b"case_id", "min_age", b"min_age"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_age", b"min_age", "page_size", b"page_size", "page_token", b"page_token", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_case_id", b"_case_id", "case_id", b"case_id", "min_age", b"min_age", "page_size", b"page_size", "page_token", b"page_token", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__case_id: _TypeAlias = _typing.Literal["case_id"]  # noqa: Y015
+    _WhichOneofArgType__case_id: _TypeAlias = _typing.Literal["_case_id", b"_case_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__case_id) -> _WhichOneofReturnType__case_id | None: ...
 
 Global___ListOperationsRequest: _TypeAlias = ListOperationsRequest  # noqa: Y015
 

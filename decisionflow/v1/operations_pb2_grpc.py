@@ -64,7 +64,8 @@ class OperationsServiceServicer:
     """
 
     def ListOperations(self, request, context):
-        """Lists operations by state and age, oldest first. See docs/reconciler.md.
+        """Lists operations by state, age and (optionally) case, oldest first. See docs/reconciler.md
+        and docs/operations.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):

@@ -36,7 +36,8 @@ class OperationsServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> OperationsServiceAsyncStub: ...
     ListOperations: _grpc.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]
-    """Lists operations by state and age, oldest first. See docs/reconciler.md.
+    """Lists operations by state, age and (optionally) case, oldest first. See docs/reconciler.md
+    and docs/operations.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -89,7 +90,8 @@ class OperationsServiceAsyncStub(OperationsServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListOperations: _aio.UnaryUnaryMultiCallable[_operations_pb2.ListOperationsRequest, _operations_pb2.ListOperationsResponse]  # type: ignore[assignment]
-    """Lists operations by state and age, oldest first. See docs/reconciler.md.
+    """Lists operations by state, age and (optionally) case, oldest first. See docs/reconciler.md
+    and docs/operations.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -145,7 +147,8 @@ class OperationsServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _operations_pb2.ListOperationsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.ListOperationsResponse, _abc.Awaitable[_operations_pb2.ListOperationsResponse]]:
-        """Lists operations by state and age, oldest first. See docs/reconciler.md.
+        """Lists operations by state, age and (optionally) case, oldest first. See docs/reconciler.md
+        and docs/operations.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):

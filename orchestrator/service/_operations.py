@@ -34,7 +34,13 @@ class OperationService:
         return await self._store.settle(settlements)
 
     async def list_operations(
-        self, states: Sequence[State], min_age: timedelta, limit: int, after: tuple[datetime, str] | None
+        self,
+        states: Sequence[State],
+        min_age: timedelta,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        *,
+        case_id: str | None = None,
     ) -> list[Operation]:
-        """Return operations in states for at least min_age, oldest first."""
-        return await self._store.list_operations(states, self._clock() - min_age, limit, after)
+        """Return operations in states for at least min_age (only case_id's when given), oldest first."""
+        return await self._store.list_operations(states, self._clock() - min_age, limit, after, case_id=case_id)

@@ -112,10 +112,16 @@ class AsyncOrchestratorStore:
         return await self._run(self.sync.get_operation, operation_id)
 
     async def list_operations(
-        self, states: Sequence[State], changed_before: datetime, limit: int, after: tuple[datetime, str] | None
+        self,
+        states: Sequence[State],
+        changed_before: datetime,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        *,
+        case_id: str | None = None,
     ) -> list[Operation]:
         """See OrchestratorStore.list_operations."""
-        return await self._run(self.sync.list_operations, states, changed_before, limit, after)
+        return await self._run(self.sync.list_operations, states, changed_before, limit, after, case_id=case_id)
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """See OrchestratorStore.settle."""

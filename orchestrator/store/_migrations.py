@@ -12,6 +12,6 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_orchestrator"
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the orchestrator database to the newest schema revision."""
-    db.migrate(engine, MIGRATIONS, VERSION_TABLE)
+def migrate(engine: Engine) -> tuple[str | None, str | None]:
+    """Bring the orchestrator database to the newest schema revision; return the revisions before and after."""
+    return db.migrate(engine, MIGRATIONS, VERSION_TABLE)

@@ -44,9 +44,14 @@ def list_operations_txn(
     changed_before: datetime,
     limit: int,
     after: tuple[datetime, str] | None,
+    *,
+    case_id: str | None = None,
 ) -> list[Operation]:
-    """Return operations in states that entered them before changed_before, oldest first, after a page key."""
+    """Return operations in states that entered them before changed_before (only case_id's when given),
+    oldest first, after a page key."""
     query = q.OPERATIONS.where(_in_states(states), operations.c.state_changed_at <= changed_before)
+    if case_id is not None:
+        query = query.where(operations.c.case_id == case_id)
     if after is not None:
         at, op = after
         query = query.where(

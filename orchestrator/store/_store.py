@@ -272,10 +272,13 @@ class OrchestratorStore:
         changed_before: datetime,
         limit: int,
         after: tuple[datetime, str] | None,
+        *,
+        case_id: str | None = None,
     ) -> list[Operation]:
-        """Return operations in states that entered them before changed_before, oldest first, after a page key."""
+        """Return operations in states that entered them before changed_before (only case_id's when given),
+        oldest first, after a page key."""
         with self.transactions.read() as conn:
-            return _operations.list_operations_txn(conn, states, changed_before, limit, after)
+            return _operations.list_operations_txn(conn, states, changed_before, limit, after, case_id=case_id)
 
     def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record lookups in one transaction: APPLIED with a receipt commits an open operation; every

@@ -94,19 +94,27 @@ def test_housekeeping_reads_both_files(tmp_path: Path) -> None:
     url_file.write_text(f"sqlite:///{database}\n")
     keys = tmp_path / "checkpoint.keys"
     keys.write_text(KEY)
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.main", "reopen-reviews", "--dry-run"],
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")},
-            "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE": str(url_file),
-            "DECISIONFLOW_CHECKPOINT_KEYS_FILE": str(keys),
-        },
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")},
+        "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE": str(url_file),
+        "DECISIONFLOW_CHECKPOINT_KEYS_FILE": str(keys),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator.main", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    # Housekeeping never creates a database; migrate (reading the same URL file) does.
+    migrated = run("migrate")
+    done = run("reopen-reviews", "--dry-run")
+    assert migrated.returncode == 0, migrated.stderr
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["found"] == []
     assert database.exists()

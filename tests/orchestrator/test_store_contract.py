@@ -277,6 +277,26 @@ def test_list_operations_pages_oldest_first_and_filters_by_the_state_shown(store
     }
 
 
+def test_list_operations_filters_by_case_and_pages_within_it(store: OrchestratorStore) -> None:
+    mine = [
+        approved(store, proposal(case_id="T-7", body=f"Reply {i}."), at=T0 + timedelta(seconds=i)) for i in range(3)
+    ]
+    other = approved(store, proposal(case_id="T-8"), at=T0)
+    before = T0 + timedelta(minutes=1)
+
+    first = store.list_operations([State.APPROVED], before, 2, None, case_id="T-7")
+    after = (first[-1].state_changed_at, first[-1].operation_id)
+    rest = store.list_operations([State.APPROVED], before, 2, after, case_id="T-7")
+
+    assert [op.operation_id for op in first + rest] == [p.operation_id for p in mine]
+    assert {op.case_id for op in first + rest} == {"T-7"}
+    assert store.list_operations([State.APPROVED], before, 10, None, case_id="T-8") == [
+        store.get_operation(other.operation_id)
+    ]
+    assert store.list_operations([State.APPROVED], before, 10, None, case_id="T-404") == []
+    assert store.list_operations([State.PENDING_REVIEW], before, 10, None, case_id="T-7") == []
+
+
 def test_prune_deletes_only_settled_operations_checkpoints(store: OrchestratorStore) -> None:
     settled = started(store, proposal(case_id="T-1"))
     store.record_decision(decided(settled, Decision.DECLINE), settled.case_id, [checkpoint(settled, "cp-final")])

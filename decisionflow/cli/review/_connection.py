@@ -11,11 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from decisionflow import settings
 from decisionflow.channels import CleartextTokenRefused, open_channel
 from decisionflow.cli.command import CommandError
 from decisionflow.client import ReviewClient
-from decisionflow.retry import CLIENT_DEFAULT
+from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
 from decisionflow.settings import Setting, SettingError, parse_settings
 
 TARGET = Setting(
@@ -60,9 +62,18 @@ def read_input(path: str, what: str = "input") -> str:
         raise CommandError(f"{what} {name} is not UTF-8 (byte {exc.start})") from exc
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Connection:
+    """An open channel to the orchestrator and the time budget every client on it keeps to."""
+
+    channel: grpc.Channel
+    timeout: float
+    policy: RetryPolicy
+
+
 @contextmanager
-def review_client(args: argparse.Namespace) -> Iterator[ReviewClient]:
-    """Yield a ReviewClient for the command's settings; its channel is closed afterwards."""
+def connection(args: argparse.Namespace) -> Iterator[Connection]:
+    """Yield a channel for the command's connection settings; it is closed afterwards."""
     try:
         values = parse_settings(args, CONNECTION_SETTINGS, os.environ)
     except SettingError as error:
@@ -80,6 +91,13 @@ def review_client(args: argparse.Namespace) -> Iterator[ReviewClient]:
     except CleartextTokenRefused as refused:
         raise CommandError(f"{refused} ({CA_FILE.names}, or {INSECURE_CLEARTEXT_TOKEN.flag}=true)") from None
     try:
-        yield ReviewClient(channel, timeout=timeout, policy=policy)
+        yield Connection(channel, timeout, policy)
     finally:
         channel.close()
+
+
+@contextmanager
+def review_client(args: argparse.Namespace) -> Iterator[ReviewClient]:
+    """Yield a ReviewClient for the command's settings; its channel is closed afterwards."""
+    with connection(args) as open_connection:
+        yield ReviewClient(open_connection.channel, timeout=open_connection.timeout, policy=open_connection.policy)

@@ -71,27 +71,31 @@ def _refusal(error: DecisionflowError, subject: str) -> str:
     return f"refused ({error.code.name}{reason}){detail}{violations}"
 
 
-def failed(command: str, error: DecisionflowError, subject: str, **context: Any) -> CommandError:
-    """Print error as JSON and return the CommandError that ends the command with its exit status."""
+def failed(
+    command: str, error: DecisionflowError, subject: str, *, print_json: bool = True, **context: Any
+) -> CommandError:
+    """Print error as JSON (unless print_json is False) and return the CommandError that ends the command
+    with its exit status."""
     # Only a definite refusal proves nothing changed; after an indeterminate attempt it proves nothing.
     exit_code = EXIT_REFUSED if error.definite else EXIT_ERROR
-    emit(
-        {
-            "command": command,
-            **context,
-            "error": {
-                "type": type(error).__name__,
-                "code": error.code.name,
-                "reason": error.reason,
-                "message": error.message,
-                "metadata": error.metadata,
-                "violations": [{"field": v.field, "description": v.description} for v in error.violations],
-                "definite": error.definite,
-                "attempts": error.attempts,
-            },
-            "exit_code": exit_code,
-        }
-    )
+    if print_json:
+        emit(
+            {
+                "command": command,
+                **context,
+                "error": {
+                    "type": type(error).__name__,
+                    "code": error.code.name,
+                    "reason": error.reason,
+                    "message": error.message,
+                    "metadata": error.metadata,
+                    "violations": [{"field": v.field, "description": v.description} for v in error.violations],
+                    "definite": error.definite,
+                    "attempts": error.attempts,
+                },
+                "exit_code": exit_code,
+            }
+        )
     if exit_code == EXIT_REFUSED:
         return CommandError(_refusal(error, subject), exit_code)
     return CommandError(

@@ -1,0 +1,114 @@
+"""How the ops commands show operations: a table and a field list for people, JSON for scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from decisionflow.cli.review._output import to_json
+from decisionflow.client import Decision, LookupStatus, OperationView
+
+TABLE_COLUMNS = ("OPERATION", "CASE", "STATE", "DECISION", "ATTEMPTS", "AGE", "LAST LOOKUP")
+
+
+def duration(span: timedelta | None) -> str:
+    """Return span as the two largest units (``3d4h``, ``2h5m``, ``5m3s``, ``42s``); ``-`` when unknown."""
+    if span is None:
+        return "-"
+    seconds = max(0, int(span.total_seconds()))
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return "".join(f"{value}{unit}" for value, unit in parts[:2] if value or len(parts) == 1) or "0s"
+
+
+def since(moment: datetime | None, now: datetime) -> timedelta | None:
+    """Return how long ago moment was, None when it is unknown."""
+    return None if moment is None else now - moment
+
+
+def last_lookup(operation: OperationView, now: datetime) -> str:
+    """Return the last lookup as ``NOT_FOUND/STRONG 5m ago``, ``failed 5m ago: reason``, or ``-``."""
+    note = operation.last_lookup
+    if note is None:
+        return "-"
+    ago = f"{duration(since(note.looked_up_at, now))} ago"
+    if note.status is LookupStatus.UNSPECIFIED:
+        return f"failed {ago}: {note.error}" if note.error else f"failed {ago}"
+    return f"{note.status.value}/{note.consistency.value} {ago}"
+
+
+def table_row(operation: OperationView, now: datetime) -> tuple[str, ...]:
+    """Return the table's cells for one operation; age is the time since it entered its state."""
+    decision = "-" if operation.decision is Decision.UNSPECIFIED else operation.decision.value
+    return (
+        operation.operation_id,
+        operation.case_id,
+        operation.state.value,
+        decision,
+        str(operation.attempts),
+        duration(since(operation.updated_at, now)),
+        last_lookup(operation, now),
+    )
+
+
+def table(rows: Sequence[tuple[str, ...]]) -> str:
+    """Return rows under TABLE_COLUMNS, each column as wide as its widest cell (the last one unpadded)."""
+    lines = [TABLE_COLUMNS, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(line, widths, strict=False)), line[-1]]).rstrip()
+        for line in lines
+    )
+
+
+def as_json(operation: OperationView, now: datetime) -> dict[str, Any]:
+    """Return every field of operation as JSON types, with its ages in seconds (null when unknown)."""
+
+    def seconds(moment: datetime | None) -> float | None:
+        span = since(moment, now)
+        return None if span is None else round(span.total_seconds(), 3)
+
+    return {
+        **to_json(operation),
+        "age_seconds": seconds(operation.updated_at),
+        "seconds_since_decision": seconds(operation.decided_at),
+    }
+
+
+def _when(moment: datetime | None, now: datetime) -> str:
+    return "-" if moment is None else f"{moment.isoformat()} ({duration(since(moment, now))} ago)"
+
+
+def details(operation: OperationView, now: datetime) -> str:
+    """Return every field of operation as ``name: value`` lines for people."""
+    receipt = operation.receipt
+    note = operation.last_lookup
+    lines = [
+        ("operation", operation.operation_id),
+        ("case", operation.case_id),
+        ("state", operation.state.value),
+        ("updated", _when(operation.updated_at, now)),
+        ("decision", "-" if operation.decision is Decision.UNSPECIFIED else operation.decision.value),
+        ("reviewer", operation.reviewer or "-"),
+        ("decided", _when(operation.decided_at, now)),
+        ("attempts", str(operation.attempts)),
+        ("first attempt", _when(operation.first_attempt_at, now)),
+        ("receipt", "-" if receipt is None else receipt.receipt_id),
+        ("applied", "-" if receipt is None else _when(receipt.applied_at, now)),
+        ("rejection reason", operation.rejection_reason or "-"),
+        ("last lookup", "-" if note is None else last_lookup(operation, now)),
+    ]
+    if note is not None:
+        lines += [
+            ("  status", note.status.value),
+            ("  consistency", note.consistency.value),
+            ("  looked up", _when(note.looked_up_at, now)),
+            ("  error", note.error or "-"),
+        ]
+    width = max(len(name) for name, _ in lines) + 1
+    return "\n".join(f"{(name + ':').ljust(width)} {value}" for name, value in lines)
