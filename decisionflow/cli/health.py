@@ -1,11 +1,12 @@
 """``decisionflow health``: a container healthcheck for the services (grpc.health.v1) and for the
-reconciler loop's metrics endpoint. Exit 0 when serving, 1 when not."""
+reconciler loop's ``/healthz`` (any HTTP endpoint: 2xx is serving). Exit 0 when serving, 1 when not."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +27,11 @@ def register(subparsers: Subparsers) -> None:
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--target", type=_target, help="host:port of a gRPC service (grpc.health.v1.Health/Check)")
-    target.add_argument("--http", help="URL of an HTTP endpoint that must answer 200 (the reconciler's metrics)")
+    target.add_argument(
+        "--http",
+        help="http(s) URL that must answer 2xx, e.g. the reconciler's http://HOST:PORT/healthz (503 when its "
+        "passes keep failing)",
+    )
     parser.add_argument("--service", default="", help="service name to check (default: the whole server)")
     parser.add_argument("--ca-file", type=Path, help="CA bundle: check over TLS")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds before giving up (default 3)")
@@ -44,14 +49,7 @@ def _health(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise CommandError("--timeout must be positive")
     if args.http:
-        try:
-            with urllib.request.urlopen(args.http, timeout=args.timeout) as response:  # noqa: S310
-                healthy = response.status == 200
-        except (urllib.error.URLError, OSError) as exc:
-            sys.stderr.write(f"decisionflow health: {args.http}: {exc}\n")
-            return 1
-        sys.stdout.write(("SERVING" if healthy else "NOT_SERVING") + "\n")
-        return 0 if healthy else 1
+        return _check_http(args.http, args.timeout)
     channel = open_channel(args.target, ca_file=args.ca_file)
     try:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -64,3 +62,21 @@ def _health(args: argparse.Namespace) -> int:
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
     sys.stdout.write(status + "\n")
     return 0 if answer.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def _check_http(url: str, timeout: float) -> int:
+    """Exit 0 when url answers 2xx, 1 for any other status or no answer; a URL that is not http(s) is bad usage."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise CommandError(f"--http takes an http:// or https:// URL, not {url!r}")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - scheme checked above
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:  # a non-2xx answer: the endpoint says it is not healthy
+        status = exc.code
+        exc.close()
+    except (urllib.error.URLError, OSError) as exc:
+        sys.stderr.write(f"decisionflow health: {url}: {exc}\n")
+        return 1
+    healthy = 200 <= status < 300
+    sys.stdout.write(("SERVING" if healthy else f"NOT_SERVING (HTTP {status})") + "\n")
+    return 0 if healthy else 1
