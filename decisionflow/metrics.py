@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import inspect
 import socket
 import threading
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
+from google.protobuf import descriptor_pool
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
@@ -48,14 +50,29 @@ def _split_method(method: str) -> tuple[str, str]:
     return service or "unknown", name
 
 
-def _kind(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
-    if handler.request_streaming and handler.response_streaming:
+def _kind_of(request_streaming: bool, response_streaming: bool) -> str:
+    if request_streaming and response_streaming:
         return "bidi_stream"
-    if handler.request_streaming:
+    if request_streaming:
         return "client_stream"
-    if handler.response_streaming:
+    if response_streaming:
         return "server_stream"
     return "unary"
+
+
+def _kind(handler: grpc.RpcMethodHandler[Any, Any]) -> str:
+    return _kind_of(handler.request_streaming, handler.response_streaming)
+
+
+@functools.cache
+def _declared_kind(service: str, method: str) -> str | None:
+    """The method's type as its service declares it: an interceptor may serve a unary method with a
+    handler of another shape (authentication refuses without reading the request)."""
+    try:
+        declared = descriptor_pool.Default().FindMethodByName(f"{service}.{method}")
+    except KeyError:
+        return None
+    return _kind_of(declared.client_streaming, declared.server_streaming)
 
 
 def _final_code(context: _Context, error: BaseException | None) -> str:
@@ -115,7 +132,7 @@ class GrpcMetricsInterceptor(_ServerInterceptor):
         if handler is None:
             return handler
         service, method = _split_method(handler_call_details.method)
-        labels = (_kind(handler), service, method)
+        labels = (_declared_kind(service, method) or _kind(handler), service, method)
         behaviour = behaviour_of(handler)
         if inspect.isasyncgenfunction(behaviour):
             return with_behaviour(handler, self._streamed(behaviour, labels))
