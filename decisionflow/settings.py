@@ -432,7 +432,7 @@ def metrics_settings(service: str, *, port_note: str = "") -> MetricsSettings:
         Setting(
             "metrics_port",
             prefix + "METRICS_PORT",
-            f"serve Prometheus metrics over HTTP at this port{port_note} (unset: none; 0 picks a free one)",
+            f"serve Prometheus metrics over HTTP at this port{port_note}; unset: none, 0 picks a free one",
             parse=port,
         ),
         Setting(

@@ -56,6 +56,11 @@ class ReceiverServer(RunningServer):
     faults: FaultInterceptor | None = None  # set only when fault injection is configured
     metrics: MetricsServer | None = None  # set only when metrics are served
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound metrics port, when metrics are served."""
+        return None if self.metrics is None else self.metrics.port
+
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
         try:

@@ -72,7 +72,7 @@ TIMEOUT_SECONDS = Setting(
     "10",
     parse=settings.positive_seconds,
 )
-METRICS = settings.metrics_settings("RECONCILER", port_note=" with /healthz (with --interval only)")
+METRICS = settings.metrics_settings("RECONCILER", port_note=", and /healthz (with --interval only)")
 METRICS_PORT = METRICS.port
 METRICS_ADDRESS = METRICS.address
 UNHEALTHY_AFTER_FAILED_PASSES = Setting(

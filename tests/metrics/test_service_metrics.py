@@ -21,7 +21,7 @@ RECEIVER = {"grpc_service": "decisionflow.v1.EffectReceiverService", "grpc_type"
 
 
 def _metrics_ports(stack: Stack) -> tuple[int, int]:
-    orchestrator, receiver = stack.servers[-1].metrics_port, stack.receiver_server.metrics.port
+    orchestrator, receiver = stack.servers[-1].metrics_port, stack.receiver_server.metrics_port
     assert orchestrator and receiver
     return orchestrator, receiver
 
@@ -114,6 +114,6 @@ def test_two_servers_in_one_process_keep_their_own_series(make_stack: Callable[.
 def test_without_a_metrics_port_nothing_is_served(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     assert stack.servers[-1].metrics_port is None
-    assert stack.receiver_server.metrics is None
+    assert stack.receiver_server.metrics_port is None
     lookup = effect_receiver_pb2.LookupRequest(operation_id="op-v1-" + "0" * 64)
     assert stack.receiver().Lookup(lookup, timeout=5).result.status == common_pb2.LOOKUP_STATUS_NOT_FOUND
