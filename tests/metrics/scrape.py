@@ -44,6 +44,21 @@ def scrape(port: int, path: str = "/metrics") -> Scrape:
     return Scrape(samples)
 
 
+def scrape_settled(port: int, timeout: float = 30) -> Scrape:
+    """Scrape once every started call is counted as handled: gRPC sends a refusal's status from
+    within the abort, so a caller may hear it an instant before the server has counted the call."""
+    deadline = time.monotonic() + timeout
+    seen = scrape(port)
+    while not _settled(seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = scrape(port)
+    return seen
+
+
+def _settled(seen: Scrape) -> bool:
+    return seen.total("grpc_server_started_total") == seen.total("grpc_server_handled_total")
+
+
 def health_status(port: int) -> int:
     """The HTTP status /healthz answers with."""
     try:

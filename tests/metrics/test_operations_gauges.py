@@ -15,7 +15,7 @@ from decisionflow.v1 import common_pb2
 from orchestrator.domain import OperationTally, State
 from orchestrator.metrics import OperationsCollector
 from orchestrator.store import OrchestratorStore
-from tests.metrics.scrape import scrape
+from tests.metrics.scrape import scrape_settled
 from tests.support.stack import Stack, approve, start_request
 
 LOST_REPLY = "receiver.commit_then_lose_reply=raise"
@@ -29,7 +29,7 @@ def test_an_unknown_shows_in_the_gauges_read_from_the_database(make_stack: Calla
     op = review.StartReview(start_request(), timeout=10).proposal.operation_id
     assert review.Approve(approve(op), timeout=10).outcome == common_pb2.OUTCOME_UNKNOWN
 
-    seen = scrape(port)
+    seen = scrape_settled(port)
     assert seen.value("decisionflow_operations", state="UNKNOWN") == 1
     assert seen.value("decisionflow_operations", state="COMMITTED") == 0
     assert seen.value("decisionflow_oldest_unknown_age_seconds") > 0
@@ -58,7 +58,7 @@ def test_superseded_proposals_are_counted_apart_from_pending_ones(make_stack: Ca
     review = stack.review()
     review.StartReview(start_request(case_id="T-1"), timeout=10)
     review.StartReview(start_request(case_id="T-1", hold_version=3), timeout=10)  # a newer proposal
-    seen = scrape(stack.servers[-1].metrics_port or 0)
+    seen = scrape_settled(stack.servers[-1].metrics_port or 0)
     assert seen.value("decisionflow_operations", state="PENDING_REVIEW") == 1
     assert seen.value("decisionflow_operations", state="SUPERSEDED") == 1
 

@@ -16,7 +16,7 @@ import yaml
 from decisionflow.processes import child_environment, free_port
 from decisionflow.stack import ProcessStack
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from tests.metrics.scrape import Scrape, scrape, wait_until
+from tests.metrics.scrape import Scrape, scrape, scrape_settled, wait_until
 from tests.support.reconciling import ROOT, reconciler_command
 from tests.support.stack import CHECKPOINT_KEY, approve, decline, start_request
 
@@ -93,7 +93,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             lambda: scrape(ports["reconciler"]).value("decisionflow_reconciler_last_success_timestamp_seconds") > 0
         )
         assert passed, "the reconciler never completed a pass"
-        yield Running(scrape(ports["receiver"]), scrape(ports["orchestrator"]), scrape(ports["reconciler"]))
+        yield Running(*(scrape_settled(ports[name]) for name in ("receiver", "orchestrator", "reconciler")))
     finally:
         if reconciler is not None:
             reconciler.terminate()

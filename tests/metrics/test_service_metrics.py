@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
-from tests.metrics.scrape import scrape
+from tests.metrics.scrape import scrape_settled
 from tests.support.payloads import apply_request
 from tests.support.secure import raw_call, start_secure_stack
 from tests.support.stack import Stack, approve, decline, start_request
@@ -46,7 +46,7 @@ def test_a_committed_approval_and_refusals_are_counted_with_their_codes(make_sta
         channel.close()
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
-    seen = scrape(orchestrator_port)
+    seen = scrape_settled(orchestrator_port)
     approve_calls = {**REVIEW, "grpc_method": "Approve"}
     assert seen.value("grpc_server_started_total", **approve_calls) == 5
     for code_name, calls in (("OK", 2), ("ALREADY_EXISTS", 1), ("NOT_FOUND", 1), ("INVALID_ARGUMENT", 1)):
@@ -68,7 +68,7 @@ def test_a_committed_approval_and_refusals_are_counted_with_their_codes(make_sta
     with pytest.raises(grpc.RpcError) as reused:
         receiver.Apply(payload_for_other_case, timeout=10)
     assert reused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    at_receiver = scrape(receiver_port)
+    at_receiver = scrape_settled(receiver_port)
     assert at_receiver.value("decisionflow_effects_total", result="created") == 1
     assert at_receiver.value("decisionflow_effects_total", result="replayed") == 0
     assert at_receiver.value("decisionflow_effects_total", result="key_reused") == 1
@@ -88,7 +88,7 @@ def test_authentication_refusals_are_counted_with_their_codes(tmp_path: Path) ->
         assert raw_call(channel, path, request)[0] == grpc.StatusCode.UNAUTHENTICATED
         assert raw_call(channel, path, request, secure.as_("rita"))[0] == grpc.StatusCode.PERMISSION_DENIED
         assert raw_call(channel, path, request, secure.as_("arthur"))[0] == grpc.StatusCode.OK
-        seen = scrape(port)
+        seen = scrape_settled(port)
     finally:
         secure.close()
     start_calls = {**REVIEW, "grpc_method": "StartReview"}
@@ -104,7 +104,7 @@ def test_two_servers_in_one_process_keep_their_own_series(make_stack: Callable[.
     first.start_orchestrator(metrics_port=0)  # a second orchestrator on the same database
     second_port = first.servers[-1].metrics_port
     assert second_port and second_port != first.servers[0].metrics_port
-    seen = scrape(second_port)
+    seen = scrape_settled(second_port)
     assert seen.total("grpc_server_handled_total", grpc_method="Approve") == 0
     assert seen.total("decisionflow_approvals_total") == 0
     # The database-backed gauges are shared truth: the second replica reads the first one's commit.
