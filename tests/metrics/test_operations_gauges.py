@@ -5,7 +5,7 @@ and a scrape storm reads the database once per cache period."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,8 +14,9 @@ from decisionflow import db
 from decisionflow.v1 import common_pb2
 from orchestrator.domain import OperationTally, State
 from orchestrator.metrics import OperationsCollector
-from orchestrator.store import OrchestratorStore
+from orchestrator.store import OrchestratorStore, migrate
 from tests.metrics.scrape import scrape_settled
+from tests.support.seeding import seed_operations
 from tests.support.stack import Stack, approve, start_request
 
 LOST_REPLY = "receiver.commit_then_lose_reply=raise"
@@ -53,8 +54,10 @@ def test_an_unknown_shows_in_the_gauges_read_from_the_database(make_stack: Calla
         engine.dispose()
 
 
-def test_superseded_proposals_are_counted_apart_from_pending_ones(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(metrics_port=0)
+def test_superseded_proposals_are_counted_apart_from_pending_ones(
+    make_stack: Callable[..., Stack], database_url: str
+) -> None:
+    stack = make_stack(orchestrator_url=database_url, metrics_port=0)
     review = stack.review()
     review.StartReview(start_request(case_id="T-1"), timeout=10)
     review.StartReview(start_request(case_id="T-1", hold_version=3), timeout=10)  # a newer proposal
@@ -99,3 +102,30 @@ def test_a_database_that_cannot_be_read_leaves_the_gauges_out_not_the_scrape(cap
     assert "decisionflow_operations" not in text
     assert "decisionflow_oldest_unknown_age_seconds" not in text
     assert "cannot read the operations for metrics" in caplog.text
+
+
+def test_the_tally_counts_states_and_finds_the_oldest_open_decision(database_url: str) -> None:
+    oldest = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    seed_operations(database_url, 3, state=State.UNKNOWN, decided_at=oldest + timedelta(milliseconds=2))
+    seed_operations(database_url, 2, state=State.APPROVED, decided_at=oldest + timedelta(hours=1))
+    engine = db.create_engine(database_url, pool_size=1)
+    try:
+        tally = OrchestratorStore(engine).tally()
+    finally:
+        engine.dispose()
+    assert tally.by_state[State.UNKNOWN] == 3
+    assert tally.by_state[State.APPROVED] == 2
+    assert sum(tally.by_state.values()) == 5
+    assert tally.oldest_open_decided_at == oldest  # the first of the three, 2 ms before the last
+
+
+def test_an_empty_database_tallies_zero_everywhere(database_url: str) -> None:
+    engine = db.create_engine(database_url, pool_size=1)
+    try:
+        migrate(engine)
+        tally = OrchestratorStore(engine).tally()
+    finally:
+        engine.dispose()
+    assert set(tally.by_state) == set(State)
+    assert not any(tally.by_state.values())
+    assert tally.oldest_open_decided_at is None
