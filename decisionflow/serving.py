@@ -188,19 +188,21 @@ async def start_server(
     credentials: grpc.ServerCredentials | None = None,
     transport: TransportLimits | None = None,
     receive: ReceiveLimits | None = None,
+    observers: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
     returns their full service names, which health and reflection then announce. Every domain
     error raised in a call, by a servicer or an interceptor, is answered through status_table.
     transport and receive bound what a peer may hold (defaults: TransportLimits(), and 1 MiB for
-    every method)."""
+    every method). observers see every call from outside the status mapping, so they read the code
+    the caller gets (metrics)."""
     transport = transport or TransportLimits()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
     # The status mapping is outermost, so it also answers the refusals of the interceptors
     # (authentication, request parsing); parsing is innermost, so a caller is authenticated
     # before its bytes are parsed.
     server = grpc.aio.server(
-        interceptors=[RefusalsAsStatus(status_table), *interceptors, DecodeRequests(receive)],
+        interceptors=[*observers, RefusalsAsStatus(status_table), *interceptors, DecodeRequests(receive)],
         options=transport.server_options(receive),
     )
     service_names = tuple(register(server))

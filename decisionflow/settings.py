@@ -432,3 +432,37 @@ def migrate_setting(service: str, program: str) -> Setting[bool]:
         "auto",
         parse=migrate_mode,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """A service's Prometheus endpoint: its port (unset: no endpoint) and the address it binds."""
+
+    port: Setting[int]
+    address: Setting[str]
+
+    @property
+    def all(self) -> tuple[Setting[Any], ...]:
+        """Both settings, in the order the help and the README list them."""
+        return (self.port, self.address)
+
+
+def metrics_settings(service: str, *, port_note: str = "") -> MetricsSettings:
+    """The ``--metrics-port`` and ``--metrics-address`` settings of a service
+    (``DECISIONFLOW_<SERVICE>_METRICS_PORT`` / ``_METRICS_ADDRESS``); off unless a port is given."""
+    prefix = f"DECISIONFLOW_{service}_"
+    return MetricsSettings(
+        Setting(
+            "metrics_port",
+            prefix + "METRICS_PORT",
+            f"serve Prometheus metrics over HTTP at this port{port_note}; unset: none, 0 picks a free one",
+            parse=port,
+        ),
+        Setting(
+            "metrics_address",
+            prefix + "METRICS_ADDRESS",
+            "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
+            "127.0.0.1",
+            parse=non_empty,
+        ),
+    )

@@ -74,6 +74,7 @@ FAULTS = Setting(
 TRANSPORT = settings.transport_settings("RECEIVER")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
 LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
+METRICS = settings.metrics_settings("RECEIVER")
 PORT_FILE = settings.PORT_FILE
 
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -88,6 +89,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     SHUTDOWN_GRACE_SECONDS,
     *server_security.SETTINGS,
     *TRANSPORT.all,
+    *METRICS.all,
     LOG_LEVEL,
     PORT_FILE,
 )
@@ -109,6 +111,8 @@ class ReceiverConfig:
     port_file: Path | None = None
     security: ServerSecurity = field(default_factory=ServerSecurity)
     transport: TransportLimits = field(default_factory=TransportLimits)
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,6 +143,8 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
             port_file=values[PORT_FILE],
             security=server_security.from_values(values),
             transport=TransportLimits.from_values(values, TRANSPORT),
+            metrics_port=values[METRICS.port],
+            metrics_address=values.required(METRICS.address),
         )
     except SettingError as error:
         cli.error(str(error))

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from decisionflow import logs, migrating, startup
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
+from decisionflow.metrics import MetricsServer
 from decisionflow.serving import (
     ReceiveLimits,
     RunningServer,
@@ -42,6 +43,7 @@ from effect_receiver.config import (
 )
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
+from effect_receiver.metrics import ReceiverMetrics
 from effect_receiver.schema import VERSION_TABLE
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
 from effect_receiver.store import MIGRATIONS, EffectStore
@@ -69,6 +71,12 @@ class ReceiverServer(RunningServer):
 
     engines: tuple[Engine, ...] = field(default=())
     faults: FaultInterceptor | None = None  # set only when fault injection is configured
+    metrics: MetricsServer | None = None  # set only when metrics are served
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound metrics port, when metrics are served."""
+        return None if self.metrics is None else self.metrics.port
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
@@ -77,6 +85,8 @@ class ReceiverServer(RunningServer):
         finally:
             for engine in self.engines:
                 engine.dispose()
+            if self.metrics is not None:
+                await asyncio.to_thread(self.metrics.close)
 
 
 async def create_server(config: ReceiverConfig) -> ReceiverServer:
@@ -87,7 +97,11 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     startup.check_bindable(config.address, ADDRESS)
     primary = startup.database_engine(config.database_url, DATABASE_URL)
     engines = [primary]
+    metrics = ReceiverMetrics()
+    endpoint = None
     try:
+        if config.metrics_port is not None:
+            endpoint = metrics.serve(config.metrics_port, config.metrics_address)
         with startup.opening_database(DATABASE_URL):
             await asyncio.to_thread(migrating.prepare, primary, SCHEMA, auto=config.migrate_at_start)
         replica = None
@@ -104,6 +118,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         faults = FaultInterceptor(config.faults) if config.faults.enabled else None
         # Faults come after authentication: a refused caller gets its refusal, never an injected fault.
         interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [auth] if faults is None else [auth, faults]
+        interceptors.append(metrics.answers())  # innermost: counts what was written, even if its reply is lost
         running = await start_server(
             config.address,
             register(EffectReceiverServicer(service)),
@@ -112,12 +127,17 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             credentials=tls,
             transport=config.transport,
             receive=RECEIVE_LIMITS,
+            observers=[metrics.grpc.interceptor()],
         )
     except BaseException:
         for engine in engines:
             engine.dispose()
+        if endpoint is not None:
+            endpoint.close()
         raise
-    return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines), faults)
+    return ReceiverServer(
+        running.server, running.port, running.health, running.service_names, tuple(engines), faults, endpoint
+    )
 
 
 async def serve(config: ReceiverConfig) -> None:

@@ -97,6 +97,7 @@ FAILPOINTS_SETTING = Setting(
 TRANSPORT = settings.transport_settings("ORCHESTRATOR")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("ORCHESTRATOR")
 LOG_LEVEL = settings.log_level_setting("ORCHESTRATOR", "info")
+METRICS = settings.metrics_settings("ORCHESTRATOR")
 PORT_FILE = settings.PORT_FILE
 
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -113,6 +114,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CHECKPOINT_KEYS_FILE,
     *server_security.SETTINGS,
     *TRANSPORT.all,
+    *METRICS.all,
     FOUR_EYES,
     FAILPOINTS_SETTING,
     SHUTDOWN_GRACE_SECONDS,
@@ -150,6 +152,8 @@ class OrchestratorConfig:
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
     port_file: Path | None = None
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
 
 def add_to(cli: argparse.ArgumentParser) -> None:
@@ -180,6 +184,8 @@ def from_namespace(
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
             log_level=values.required(LOG_LEVEL),
             port_file=values[PORT_FILE],
+            metrics_port=values[METRICS.port],
+            metrics_address=values.required(METRICS.address),
         )
     except SettingError as error:
         cli.error(str(error))

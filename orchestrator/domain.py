@@ -298,3 +298,12 @@ def policy_from_json(text: str) -> PolicyRef:
     """Restore a policy stored by policy_to_json."""
     raw = json.loads(text)
     return PolicyRef(raw["name"], raw["version_label"], int(raw["allowance_units"]), dict(raw["rules"]))
+
+
+@dataclass(frozen=True, slots=True)
+class OperationTally:
+    """How many operations stand in each state, and when the oldest open one (APPROVED or UNKNOWN:
+    its effect not confirmed) was decided, None when there is none."""
+
+    by_state: dict[State, int]
+    oldest_open_decided_at: datetime | None

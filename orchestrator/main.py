@@ -42,6 +42,7 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
+from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
@@ -137,6 +138,7 @@ class OrchestratorServer(RunningServer):
     """A running orchestrator and the resources it releases when stopped."""
 
     closers: list[Closer] = field(default_factory=list)
+    metrics_port: int | None = None  # the bound metrics port, when metrics are served
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the channel and pools."""
@@ -173,7 +175,13 @@ async def create_server(
         engine.dispose()
 
     closers: list[Closer] = [dispose]
+    metrics = OrchestratorMetrics()
+    metrics_port = None
     try:
+        if config.metrics_port is not None:
+            endpoint = metrics.serve(config.metrics_port, config.metrics_address)
+            closers.append(lambda: asyncio.to_thread(endpoint.close))
+            metrics_port = endpoint.port
         with startup.opening_database(configuration.DATABASE_URL):
             await asyncio.to_thread(migrating.prepare, engine, SCHEMA, auto=config.migrate_at_start)
         if effects is None:
@@ -186,11 +194,13 @@ async def create_server(
             )
             closers.append(receiver.close)
             effects = receiver
+        store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
+        metrics.watch(store.tally, clock)
         service = OrchestratorService(
-            OrchestratorStore(engine),
+            store,
             workflow or ReviewWorkflow(),
             CheckpointSealer(config.checkpoint_keys),
-            effects,
+            metrics.timed(effects),
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
@@ -209,15 +219,18 @@ async def create_server(
             config.address,
             register,
             status_table=STATUS_TABLE,
-            interceptors=[auth],
+            interceptors=[auth, metrics.answers()],
             credentials=tls,
             transport=config.transport,
             receive=RECEIVE_LIMITS,
+            observers=[metrics.grpc.interceptor()],
         )
     except BaseException:
         await _close_all(closers)
         raise
-    return OrchestratorServer(running.server, running.port, running.health, running.service_names, closers)
+    return OrchestratorServer(
+        running.server, running.port, running.health, running.service_names, closers, metrics_port
+    )
 
 
 async def serve(config: OrchestratorConfig) -> None:

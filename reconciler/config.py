@@ -72,18 +72,15 @@ TIMEOUT_SECONDS = Setting(
     "10",
     parse=settings.positive_seconds,
 )
-METRICS_PORT = Setting(
-    "metrics_port",
-    "DECISIONFLOW_RECONCILER_METRICS_PORT",
-    "serve Prometheus metrics at this port (with --interval only; 0 picks a free one)",
-    parse=settings.port,
-)
-METRICS_ADDRESS = Setting(
-    "metrics_address",
-    "DECISIONFLOW_RECONCILER_METRICS_ADDRESS",
-    "address the metrics endpoint binds (0.0.0.0 lets a Prometheus in another container scrape it)",
-    "127.0.0.1",
-    parse=settings.non_empty,
+METRICS = settings.metrics_settings("RECONCILER", port_note=", and /healthz (with --interval only)")
+METRICS_PORT = METRICS.port
+METRICS_ADDRESS = METRICS.address
+UNHEALTHY_AFTER_FAILED_PASSES = Setting(
+    "unhealthy_after_failed_passes",
+    "DECISIONFLOW_RECONCILER_UNHEALTHY_AFTER_FAILED_PASSES",
+    "after this many passes in a row could not run, /healthz on the metrics port answers 503 NOT_SERVING",
+    "3",
+    parse=settings.integer(1, 1_000_000),
 )
 LOG_LEVEL = settings.log_level_setting("RECONCILER", "warning")
 INTERVAL = Setting(
@@ -102,6 +99,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     TIMEOUT_SECONDS,
     METRICS_PORT,
     METRICS_ADDRESS,
+    UNHEALTHY_AFTER_FAILED_PASSES,
     LOG_LEVEL,
     INTERVAL,
 )
@@ -132,6 +130,7 @@ class ReconcilerConfig:
     timeout_seconds: float = 10.0
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    unhealthy_after_failed_passes: int = 3
     no_redrive: bool = False
     json: bool = False
     log_level: str = "warning"
@@ -186,6 +185,7 @@ def from_namespace(
             timeout_seconds=values.required(TIMEOUT_SECONDS),
             metrics_port=values[METRICS_PORT],
             metrics_address=values.required(METRICS_ADDRESS),
+            unhealthy_after_failed_passes=values.required(UNHEALTHY_AFTER_FAILED_PASSES),
             no_redrive=values.required(NO_REDRIVE),
             json=values.required(JSON),
             log_level=values.required(LOG_LEVEL),

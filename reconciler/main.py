@@ -176,18 +176,11 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    metrics = ReconcilerMetrics()
+    metrics = ReconcilerMetrics(unhealthy_after_failed_passes=config.unhealthy_after_failed_passes)
     server = None
     try:
         if config.metrics_port is not None:
-            try:
-                server = metrics.serve(config.metrics_port, config.metrics_address)
-            except OSError as exc:
-                raise startup.runtime_error(
-                    f"cannot serve metrics on {config.metrics_address}:{config.metrics_port}",
-                    (configuration.METRICS_PORT, configuration.METRICS_ADDRESS),
-                    exc.strerror or startup.describe(exc),
-                ) from exc
+            server = metrics.serve(config.metrics_port, config.metrics_address)
             _stderr_line(f"decisionflow-reconciler: metrics on http://{config.metrics_address}:{server.port}/metrics")
         with (
             open_channels(config) as (orchestrator, receiver),
@@ -198,7 +191,7 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
                     summary = reconciler.run_pass()
                 except DecisionflowError as error:
                     # A loop outlives orchestrator restarts: report, count, and try again next interval.
-                    metrics.pass_failures.inc()
+                    metrics.pass_failed()
                     _stderr_line(f"decisionflow-reconciler: pass failed: {error}")
                 else:
                     metrics.record(summary)

@@ -1,12 +1,15 @@
-"""Prometheus metrics of a reconciler running with --interval, on its own registry."""
+"""Prometheus metrics of a reconciler running with --interval, on its own registry, and its health:
+NOT_SERVING once a number of passes in a row could not run."""
 
 from __future__ import annotations
 
-import threading
-from wsgiref.simple_server import WSGIServer
+import time
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from decisionflow.metrics import MetricsServer, serve_metrics
+from reconciler.config import METRICS
 from reconciler.domain import PassSummary
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -15,8 +18,17 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 class ReconcilerMetrics:
     """Counters of what passes did and gauges of what the last completed pass left open."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        unhealthy_after_failed_passes: int = 3,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self._unhealthy_after = unhealthy_after_failed_passes
+        self._wall_clock = wall_clock
+        self._consecutive_failures = 0
         self.settled = Counter(
             "decisionflow_reconciler_settled",
             "Operations moved to COMMITTED by a lookup recorded by this reconciler",
@@ -49,9 +61,20 @@ class ReconcilerMetrics:
             "Passes that could not run (orchestrator unreachable or refusing)",
             registry=self.registry,
         )
+        self.last_success = Gauge(
+            "decisionflow_reconciler_last_success_timestamp_seconds",
+            "Unix time at which the last completed pass ended (0 until one has)",
+            registry=self.registry,
+        )
+        self.consecutive_failed_passes = Gauge(
+            "decisionflow_reconciler_consecutive_failed_passes",
+            "Passes in a row that could not run; back to 0 after a completed pass",
+            registry=self.registry,
+        )
 
     def record(self, summary: PassSummary) -> None:
-        """Add one pass's counts; the gauges follow only passes that ran to the end."""
+        """Add one pass's counts; the gauges, the last success and the failure count follow only
+        passes that ran to the end (one stopped by a signal neither succeeds nor fails)."""
         self.settled.inc(summary.settled)
         outcomes = summary.redriven
         for outcome, count in (
@@ -65,27 +88,22 @@ class ReconcilerMetrics:
         if summary.completed:
             self.unknown.set(summary.still_unknown)
             self.oldest_unknown_age.set(summary.oldest_unknown_age_seconds or 0.0)
+            self.last_success.set(self._wall_clock())
+            self._consecutive_failures = 0
+            self.consecutive_failed_passes.set(0)
+
+    def pass_failed(self) -> None:
+        """Count a pass that could not run; the gauges of the last completed pass are kept, so an
+        unreachable orchestrator never reads as "nothing Unknown"."""
+        self.pass_failures.inc()
+        self._consecutive_failures += 1
+        self.consecutive_failed_passes.set(self._consecutive_failures)
+
+    def healthy(self) -> bool:
+        """Whether fewer passes in a row than the threshold could not run."""
+        return self._consecutive_failures < self._unhealthy_after
 
     def serve(self, port: int, address: str = "127.0.0.1") -> MetricsServer:
-        """Serve the registry over HTTP on address:port (0 picks a free port)."""
-        server, thread = start_http_server(port, addr=address, registry=self.registry)
-        return MetricsServer(server, thread)
-
-
-class MetricsServer:
-    """The HTTP server of the metrics endpoint and its thread."""
-
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        """Stop serving and release the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        """Serve the registry on address:port (0 picks a free port), with /healthz answering 200
+        SERVING or 503 NOT_SERVING; raise StartupError when it cannot bind."""
+        return serve_metrics(self.registry, port, address, METRICS, healthy=self.healthy)

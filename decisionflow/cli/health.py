@@ -1,5 +1,5 @@
 """``decisionflow health``: a container healthcheck for the services (grpc.health.v1) and for the
-reconciler loop's metrics endpoint. Exit 0 when serving, 1 when not."""
+reconciler loop's ``/healthz`` (any HTTP endpoint: 2xx is serving). Exit 0 when serving, 1 when not."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -27,7 +28,11 @@ def register(subparsers: Subparsers) -> None:
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--target", type=_target, help="host:port of a gRPC service (grpc.health.v1.Health/Check)")
-    target.add_argument("--http", help="URL of an HTTP endpoint that must answer 200 (the reconciler's metrics)")
+    target.add_argument(
+        "--http",
+        help="http(s) URL that must answer 2xx, e.g. the reconciler's http://HOST:PORT/healthz (503 when its "
+        "passes keep failing)",
+    )
     parser.add_argument("--service", default="", help="service name to check (default: the whole server)")
     parser.add_argument("--ca-file", type=Path, help="CA bundle: check over TLS")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds each check may take (default 3)")
@@ -58,7 +63,7 @@ def _health(args: argparse.Namespace) -> int:
         serving, line = _check(args)
         # While waiting, only the last answer is reported: one line, as for a single check.
         if serving or time.monotonic() + WAIT_STEP_SECONDS > deadline:
-            (sys.stdout if line in STATUS_WORDS else sys.stderr).write(line + "\n")
+            (sys.stdout if line.split(" ", 1)[0] in STATUS_WORDS else sys.stderr).write(line + "\n")
             return 0 if serving else 1
         time.sleep(WAIT_STEP_SECONDS)
 
@@ -71,12 +76,7 @@ STATUS_WORDS = frozenset(health_pb2.HealthCheckResponse.ServingStatus.keys())
 def _check(args: argparse.Namespace) -> tuple[bool, str]:
     """Check once; return whether the service is serving and the line that reports it."""
     if args.http:
-        try:
-            with urllib.request.urlopen(args.http, timeout=args.timeout) as response:  # noqa: S310
-                healthy = response.status == 200
-        except (urllib.error.URLError, OSError) as exc:
-            return False, f"decisionflow health: {args.http}: {exc}"
-        return healthy, "SERVING" if healthy else "NOT_SERVING"
+        return _check_http(args.http, args.timeout)
     channel = open_channel(args.target, ca_file=args.ca_file)
     try:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -88,3 +88,19 @@ def _check(args: argparse.Namespace) -> tuple[bool, str]:
     return answer.status == health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.ServingStatus.Name(
         answer.status
     )
+
+
+def _check_http(url: str, timeout: float) -> tuple[bool, str]:
+    """Check url once: healthy when it answers 2xx; a URL that is not http(s) is bad usage."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise CommandError(f"--http takes an http:// or https:// URL, not {url!r}")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - scheme checked above
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:  # a non-2xx answer: the endpoint says it is not healthy
+        status = exc.code
+        exc.close()
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"decisionflow health: {url}: {exc}"
+    healthy = 200 <= status < 300
+    return healthy, "SERVING" if healthy else f"NOT_SERVING (HTTP {status})"

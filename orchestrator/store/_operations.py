@@ -7,9 +7,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from orchestrator.domain import LookupStatus, Operation, Settlement, State
+from orchestrator.domain import LookupStatus, Operation, OperationTally, Settlement, State
 from orchestrator.errors import NotFound
-from orchestrator.schema import cases, operations
+from orchestrator.schema import cases, decisions, operations
 from orchestrator.store import _statements as q
 from orchestrator.store._rows import operation_from
 
@@ -109,3 +109,27 @@ def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[t
     rows = conn.execute(q.OPERATIONS.where(operations.c.operation_id.in_(ids))).all()
     by_id = {r._mapping["operation_id"]: operation_from(r) for r in rows}
     return [(by_id.get(s.operation_id), flag) for s, flag in zip(settlements, settled_flags, strict=True)]
+
+
+def tally_txn(conn: sa.Connection) -> OperationTally:
+    """Return the count of operations per state (SUPERSEDED derived as operation_from does) and the
+    decision time of the oldest open one: two aggregate statements, no rows read out."""
+    pending = operations.c.state == State.PENDING_REVIEW.value
+    superseded = sa.and_(pending, cases.c.current_operation_id != operations.c.operation_id)
+    state = sa.case((superseded, State.SUPERSEDED.value), else_=operations.c.state).label("state")
+    counted = (
+        sa.select(state, sa.func.count().label("n"))
+        .select_from(operations)
+        .outerjoin(cases, cases.c.case_id == operations.c.case_id)
+        .group_by(state)
+    )
+    by_state = dict.fromkeys(State, 0)
+    for row in conn.execute(counted):
+        by_state[State(row.state)] += int(row.n)
+    oldest = conn.execute(
+        sa.select(sa.func.min(decisions.c.decided_at))
+        .select_from(operations)
+        .join(decisions, decisions.c.operation_id == operations.c.operation_id)
+        .where(operations.c.state.in_(q.OPEN))
+    ).scalar_one_or_none()
+    return OperationTally(by_state, oldest)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -13,6 +13,7 @@ from orchestrator.domain import (
     Decision,
     DecisionInputs,
     Operation,
+    OperationTally,
     PendingReview,
     Proposal,
     ProposalView,
@@ -38,8 +39,10 @@ MAX_REJECTION_REASON_CHARS = 2000
 class OrchestratorStore:
     """Proposals, pending reviews, the decision ledger, operation states and checkpoints."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, on_checkpoints_written: Callable[[int], None] | None = None) -> None:
         self.transactions = Transactions(engine)
+        # Told the state bytes of the checkpoints each committed transaction wrote (metrics).
+        self._checkpoints_written = on_checkpoints_written or (lambda _: None)
         self.checkpoints = CheckpointTable(self.transactions)
         self.housekeeping = Housekeeping(self.transactions, self.checkpoints)
 
@@ -79,6 +82,7 @@ class OrchestratorStore:
             _proposals.insert_operation_and_review_txn(conn, proposal, review)
             self.checkpoints.insert_txn(conn, saved)
             self._take_case_txn(conn, proposal, expected_operation_id)
+        self._wrote(saved)
         return proposal, True
 
     def _take_case_txn(self, conn: sa.Connection, proposal: Proposal, expected_operation_id: str | None) -> None:
@@ -133,7 +137,10 @@ class OrchestratorStore:
             ):
                 current = _proposals.current_txn(conn, proposal.case_id)
                 raise StaleProposal(expected_operation_id, current or "")
-            return _proposals.proposal_txn(conn, proposal.operation_id)
+            stored = _proposals.proposal_txn(conn, proposal.operation_id)
+        if created:
+            self._wrote(saved)
+        return stored
 
     def current_operation_id(self, case_id: str) -> str | None:
         """Return the operation id of the case's current proposal, if the case exists."""
@@ -208,7 +215,12 @@ class OrchestratorStore:
                 q.DECIDE, {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at}
             )
             self.checkpoints.insert_txn(conn, saved)
+        self._wrote(saved)
         return decided
+
+    def _wrote(self, saved: Sequence[SealedCheckpoint]) -> None:
+        if saved:
+            self._checkpoints_written(sum(len(c.state) for c in saved))
 
     def get_decision(self, operation_id: str) -> RecordedDecision | None:
         """Return the recorded decision of an operation, if any."""
@@ -279,6 +291,11 @@ class OrchestratorStore:
         oldest first, after a page key."""
         with self.transactions.read() as conn:
             return _operations.list_operations_txn(conn, states, changed_before, limit, after, case_id=case_id)
+
+    def tally(self) -> OperationTally:
+        """Return the operations per state and the decision time of the oldest open one, from one snapshot."""
+        with self.transactions.read() as conn:
+            return _operations.tally_txn(conn)
 
     def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record lookups in one transaction: APPLIED with a receipt commits an open operation; every

@@ -126,7 +126,14 @@ def test_compose_secrets_run_the_topology_over_tls(tmp_path: Path) -> None:
 
 def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
     secrets = made.folder
-    hosts = ("DECISIONFLOW_RECEIVER_ADDRESS", "DECISIONFLOW_ORCHESTRATOR_ADDRESS", "DECISIONFLOW_RECEIVER_TARGET")
+    # The compose metrics ports are fixed and bind every interface; here the services serve none.
+    metrics = tuple(f"DECISIONFLOW_{s}_METRICS_{k}" for s in ("RECEIVER", "ORCHESTRATOR") for k in ("PORT", "ADDRESS"))
+    hosts = (
+        "DECISIONFLOW_RECEIVER_ADDRESS",
+        "DECISIONFLOW_ORCHESTRATOR_ADDRESS",
+        "DECISIONFLOW_RECEIVER_TARGET",
+        *metrics,
+    )
     local_database = ("DECISIONFLOW_RECEIVER_DATABASE_URL_FILE", "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE")
     receiver = spawn(
         "effect_receiver.main",

@@ -1,0 +1,174 @@
+"""The orchestrator's Prometheus metrics, on a registry of its own.
+
+Besides the gRPC server families (``decisionflow.metrics``): Approve outcomes, read from each
+ApproveResponse; the operations per state and the age of the oldest unconfirmed one, read from the
+orchestrator's own database when scraped (so an alert on them needs no reconciler); the bytes of
+sealed checkpoints written; and the latency of each Apply sent to the receiver. The service code
+never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
+and the interceptors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from decisionflow.metrics import GrpcServerMetrics, MetricsServer, ObserveAnswers, serve_metrics
+from decisionflow.v1 import common_pb2, review_pb2
+from orchestrator.config import METRICS
+from orchestrator.domain import OperationTally, Receipt, State
+from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
+
+logger = logging.getLogger("decisionflow.orchestrator")
+
+APPROVE_METHOD = "/" + review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name + "/Approve"
+# The outcome label takes the names of the Approve response's enum: committed, declined, rejected, unknown.
+OUTCOMES = {
+    number: name.removeprefix("OUTCOME_").lower()
+    for name, number in common_pb2.Outcome.items()
+    if number != common_pb2.OUTCOME_UNSPECIFIED
+}
+RECEIVER_RESULTS = ("committed", "refused", "indeterminate")
+# The Apply budget defaults to 5 s and a caller may allow more; the buckets reach past it.
+RECEIVER_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A scrape storm reads the database at most once per this many seconds.
+TALLY_CACHE_SECONDS = 2.0
+
+
+class OperationsCollector(Collector):
+    """``decisionflow_operations{state}`` and ``decisionflow_oldest_unknown_age_seconds``, computed
+    at scrape time by one aggregate read of the store, cached for a couple of seconds."""
+
+    def __init__(
+        self,
+        tally: Callable[[], OperationTally],
+        clock: Callable[[], datetime],
+        *,
+        cache_seconds: float = TALLY_CACHE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._tally = tally
+        self._clock = clock
+        self._cache_seconds = cache_seconds
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._cached: tuple[float, OperationTally] | None = None
+
+    def _current(self) -> OperationTally | None:
+        with self._lock:  # concurrent scrapes wait for one read instead of each making their own
+            now = self._monotonic()
+            if self._cached is not None and now - self._cached[0] < self._cache_seconds:
+                return self._cached[1]
+            try:
+                tally = self._tally()
+            except Exception:  # a scrape must still answer; the absent series say the database did not
+                logger.warning("cannot read the operations for metrics", exc_info=True)
+                return None
+            self._cached = (now, tally)
+            return tally
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the two gauges (nothing when the database cannot be read)."""
+        tally = self._current()
+        if tally is None:
+            return
+        states = GaugeMetricFamily(
+            "decisionflow_operations", "Operations in the orchestrator's database, by state", labels=["state"]
+        )
+        for state in State:
+            states.add_metric([state.name], tally.by_state.get(state, 0))
+        yield states
+        age = 0.0
+        if tally.oldest_open_decided_at is not None:
+            age = max(0.0, (self._clock() - tally.oldest_open_decided_at).total_seconds())
+        yield GaugeMetricFamily(
+            "decisionflow_oldest_unknown_age_seconds",
+            "Seconds since the decision of the oldest operation whose effect is not confirmed "
+            "(APPROVED or UNKNOWN); 0 when there is none",
+            value=age,
+        )
+
+
+class TimedEffects:
+    """An EffectPort that times each Apply of the one it wraps, by how the call ended."""
+
+    def __init__(self, effects: EffectPort, observe: Callable[[str, float], None]) -> None:
+        self._effects = effects
+        self._observe = observe
+
+    async def apply(
+        self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str, *, deadline: float | None
+    ) -> Receipt:
+        """Apply through the wrapped port, recording the call's duration and result."""
+        began = time.perf_counter()
+        result = "indeterminate"
+        try:
+            receipt = await self._effects.apply(operation_id, case_id, kind, payload, payload_digest, deadline=deadline)
+            result = "committed"
+            return receipt
+        except EffectRefused:
+            result = "refused"
+            raise
+        except EffectIndeterminate:
+            raise
+        finally:
+            self._observe(result, time.perf_counter() - began)
+
+
+class OrchestratorMetrics:
+    """Every metric of one orchestrator server, on its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.grpc = GrpcServerMetrics(self.registry)
+        self.approvals = Counter(
+            "decisionflow_approvals",
+            "Approve calls answered, by outcome and whether the answer replayed a recorded decision",
+            ["outcome", "replay"],
+            registry=self.registry,
+        )
+        for outcome in OUTCOMES.values():
+            for replay in ("false", "true"):
+                self.approvals.labels(outcome=outcome, replay=replay)
+        self.checkpoint_bytes = Counter(
+            "decisionflow_checkpoint_bytes",
+            "Bytes of sealed workflow checkpoint state written to the database",
+            registry=self.registry,
+        )
+        self.receiver_call_seconds = Histogram(
+            "decisionflow_receiver_call_seconds",
+            "Duration of the orchestrator's Apply calls to the receiver (retries included), by result",
+            ["result"],
+            buckets=RECEIVER_CALL_BUCKETS,
+            registry=self.registry,
+        )
+        for result in RECEIVER_RESULTS:
+            self.receiver_call_seconds.labels(result=result)
+
+    def record_approval(self, response: review_pb2.ApproveResponse) -> None:
+        """Count one Approve answer."""
+        outcome = OUTCOMES.get(response.outcome, "unspecified")
+        self.approvals.labels(outcome=outcome, replay="true" if response.replay else "false").inc()
+
+    def answers(self) -> ObserveAnswers:
+        """Return the interceptor that counts Approve outcomes (install it inside the status mapping)."""
+        return ObserveAnswers({APPROVE_METHOD: self.record_approval})
+
+    def timed(self, effects: EffectPort) -> EffectPort:
+        """Return effects with each Apply timed on decisionflow_receiver_call_seconds."""
+        return TimedEffects(effects, lambda result, seconds: self.receiver_call_seconds.labels(result).observe(seconds))
+
+    def watch(self, tally: Callable[[], OperationTally], clock: Callable[[], datetime]) -> None:
+        """Report the operations gauges from tally (the store's) at scrape time."""
+        self.registry.register(OperationsCollector(tally, clock))
+
+    def serve(self, port: int, address: str) -> MetricsServer:
+        """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""
+        return serve_metrics(self.registry, port, address, METRICS)

@@ -1,0 +1,115 @@
+"""deploy/prometheus.yml, deploy/alerts.yml and deploy/grafana-dashboard.json against the compose file
+and the services' settings: every scrape target is a compose service at the metrics port it is
+configured to serve on every interface, the prometheus service mounts what prometheus.yml names,
+the rules are well formed, and every dashboard panel queries Prometheus. (That every metric these
+files use is exposed by a running service: tests/metrics/test_processes.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from effect_receiver.config import METRICS as RECEIVER_METRICS
+from orchestrator.config import METRICS as ORCHESTRATOR_METRICS
+from reconciler.config import METRICS as RECONCILER_METRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+PROMETHEUS = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+ALERTS = yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())
+DASHBOARD = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+METRICS_SETTINGS = {
+    "decisionflow-receiver": RECEIVER_METRICS,
+    "decisionflow-orchestrator": ORCHESTRATOR_METRICS,
+    "decisionflow-reconciler": RECONCILER_METRICS,
+}
+OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
+
+
+def _targets() -> dict[str, str]:
+    """Each scrape target (host:port) and the job that scrapes it."""
+    return {
+        target: job["job_name"]
+        for job in PROMETHEUS["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_each_service_serves_metrics_on_every_interface_and_is_scraped_there(name: str) -> None:
+    service = COMPOSE["services"][name]
+    settings = METRICS_SETTINGS[service["command"][0]]
+    environment = service["environment"]
+    assert environment[settings.address.env] == "0.0.0.0"
+    port = int(environment[settings.port.env])
+    assert f"{name}:{port}" in _targets(), f"prometheus.yml does not scrape {name}:{port}"
+    assert "ports" not in service or all(str(port) not in str(p) for p in service["ports"]), "metrics published"
+
+
+def test_every_target_is_a_compose_service_of_ours() -> None:
+    hosts = {target.rpartition(":")[0] for target in _targets()}
+    assert hosts == set(OURS)
+    assert set(_targets().values()) == {"receiver", "orchestrator", "reconciler"}
+
+
+def test_the_prometheus_service_mounts_its_configuration_and_rules_read_only() -> None:
+    prometheus = COMPOSE["services"]["prometheus"]
+    mounts = {volume.split(":")[1]: volume.split(":") for volume in prometheus["volumes"] if volume.startswith("./")}
+    config = mounts["/etc/prometheus/prometheus.yml"]
+    assert config[0] == "./deploy/prometheus.yml" and config[2] == "ro"
+    for rules in PROMETHEUS["rule_files"]:
+        source, _, mode = mounts[rules]
+        assert (ROOT / source).is_file() and mode == "ro"
+        assert yaml.safe_load((ROOT / source).read_text()) == ALERTS
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def test_the_reconciler_healthcheck_asks_its_health_path() -> None:
+    reconciler = COMPOSE["services"]["reconciler"]
+    port = reconciler["environment"][RECONCILER_METRICS.port.env]
+    assert reconciler["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/healthz"
+
+
+def _rules() -> list[dict[str, Any]]:
+    return [rule for group in ALERTS["groups"] for rule in group["rules"]]
+
+
+def test_alert_rules_are_well_formed() -> None:
+    rules = _rules()
+    names = [rule["alert"] for rule in rules]
+    assert len(names) == len(set(names))
+    assert {
+        "DecisionflowUnknownTooOld",
+        "DecisionflowReconcilerFailing",
+        "DecisionflowReconcilerStale",
+        "DecisionflowReceiverErrors",
+        "DecisionflowApproveSlow",
+    } <= set(names)
+    for rule in rules:
+        assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
+        assert rule["expr"].strip() and rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert rule["labels"]["severity"] in {"page", "ticket"}
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule["alert"]
+        assert rule["expr"].count("{") == rule["expr"].count("}"), rule["alert"]
+
+
+def test_the_receiver_error_alert_leaves_definite_refusals_out() -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverErrors"]
+    for definite in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert definite not in rule["expr"]
+    assert "UNAVAILABLE" in rule["expr"] and "DEADLINE_EXCEEDED" in rule["expr"]
+
+
+def test_every_dashboard_panel_queries_prometheus() -> None:
+    panels = DASHBOARD["panels"]
+    assert panels
+    assert {variable["name"] for variable in DASHBOARD["templating"]["list"]} == {"datasource"}
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    for panel in panels:
+        assert panel["datasource"]["type"] == "prometheus"
+        assert panel["targets"] and all(target["expr"].strip() for target in panel["targets"]), panel["title"]
