@@ -16,6 +16,7 @@ from decisionflow.faults import FaultPlan
 from decisionflow.server_security import ServerSecurity
 from decisionflow.serving import TransportLimits
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow.version import add_version_flag
 from effect_receiver.service import FAILPOINT_NAMES
 
 
@@ -114,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
         prog="decisionflow-receiver", description="EffectReceiver: writes one effect per operation id."
     )
     add_settings(result, SETTINGS)
+    add_version_flag(result)
     return result
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import logs, startup, tracing
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.serving import (
@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-receiver command; returns the process exit status."""
     config = load(sys.argv[1:] if argv is None else argv, os.environ)
     logs.configure(config.log_level)
+    tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
         run_server(serve(config))
     except StartupError as error:

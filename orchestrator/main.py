@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import logs, startup, tracing
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -35,6 +35,7 @@ from decisionflow.serving import (
 from decisionflow.settings import SettingError, add_settings, parse_settings
 from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.version import add_version_flag
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
@@ -333,8 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Housekeeping: decisionflow-orchestrator {prune-checkpoints,reopen-reviews} --help",
     )
     configuration.add_to(cli)
+    add_version_flag(cli)
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
     configure_logging(config.log_level)
+    tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
         run_server(serve(config))
     except StartupError as error:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from decisionflow import tracing
 from decisionflow.identity import identities
 from orchestrator.domain import Operation, PendingReview, Proposal, ProposalContent, ProposalEdit, ProposalView
 from orchestrator.errors import NotFound, StaleProposal
@@ -42,6 +43,7 @@ class ProposalService:
     async def start_review(self, content: ProposalContent, author: str) -> StartedReview:
         """Record a proposal and open its pending review; the same content again returns the first proposal."""
         proposal = self._proposal(content, None, author)
+        tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
         existing = await self._store.find_proposal(proposal.operation_id)
         if existing is not None:
             return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)
