@@ -43,6 +43,7 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
+from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
 from orchestrator.store import OrchestratorStore, migrate
@@ -165,8 +166,10 @@ async def create_server(
 
     closers: list[Closer] = [dispose]
     try:
+        store, sealer = OrchestratorStore(engine), CheckpointSealer(config.checkpoint_keys)
         with startup.opening_database(configuration.DATABASE_URL):
             await asyncio.to_thread(migrate, engine)
+            warn_unreadable_checkpoints(await asyncio.to_thread(check_checkpoint_keys, store, sealer))
         if effects is None:
             receiver = ReceiverEffects.connect(
                 config.receiver_target,
@@ -178,9 +181,9 @@ async def create_server(
             closers.append(receiver.close)
             effects = receiver
         service = OrchestratorService(
-            OrchestratorStore(engine),
+            store,
             workflow or ReviewWorkflow(),
-            CheckpointSealer(config.checkpoint_keys),
+            sealer,
             effects,
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
