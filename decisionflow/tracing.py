@@ -53,6 +53,10 @@ _call_notes: contextvars.ContextVar[MutableMapping[str, str] | None] = contextva
     "decisionflow_call_notes", default=None
 )
 
+# The SERVER span of the call being served: the one annotate names, even from inside a span the
+# workflow framework opened around a step.
+_call_span: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar("decisionflow_call_span", default=None)
+
 
 class TracingConfigError(ValueError):
     """An OTEL_* variable names an exporter that is not installed."""
@@ -152,12 +156,12 @@ def call_notes() -> Iterator[MutableMapping[str, str]]:
 
 
 def annotate(**fields: str) -> None:
-    """Note operation_id, case_id, outcome (or principal) on the current span and access line; cheap when
-    neither exists."""
+    """Note operation_id, case_id, outcome (or principal) on the served call's span (else the current one)
+    and its access line; cheap when neither exists."""
     notes = _call_notes.get()
     if notes is not None:
         notes.update({k: v for k, v in fields.items() if v})
-    span = trace.get_current_span()
+    span = _call_span.get() or trace.get_current_span()
     if span.is_recording():
         span.set_attributes({_ATTRIBUTES[k]: v for k, v in fields.items() if v and k in _ATTRIBUTES})
 
@@ -178,7 +182,11 @@ def server_span(method: str, metadata: Sequence[tuple[str, str | bytes]] | None)
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
-        yield span
+        token = _call_span.set(span)
+        try:
+            yield span
+        finally:
+            _call_span.reset(token)
 
 
 def end_status(span: trace.Span | None, code: grpc.StatusCode, details: str = "") -> None:
