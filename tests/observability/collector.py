@@ -83,7 +83,7 @@ def running_collector() -> Iterator[tuple[Collector, int]]:
     """Serve a Collector on a free loopback port; yield it and the port."""
     collector = Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
