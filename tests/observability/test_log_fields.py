@@ -102,8 +102,8 @@ def test_data_loss_advice_says_who_must_act_and_never_to_repeat(capsys: pytest.C
     capsys.readouterr()
     assert ended.exit_code == 3
     assert ended.reason.endswith(
-        "the stored checkpoint fails its integrity check; an operator must restore the checkpoint key or reopen "
-        "the review; repeating will not help"
+        "the stored checkpoint fails its integrity check; an operator must restore the checkpoint key (or the "
+        "altered row), else the review must be started again with an edited proposal; repeating will not help"
     )
 
 

@@ -96,7 +96,7 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
 
     assert cli.returncode == 3, cli.stderr
     assert "repeating will not help" in cli.stderr and "repeat it" not in cli.stderr
-    assert "restore the checkpoint key or reopen the review" in cli.stderr
+    assert "an operator must restore the checkpoint key" in cli.stderr
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ def say(line: str) -> None:
 # refusal or a server fault is not fixed by sending the same request again.
 _ADVICE_BY_REASON: Mapping[str, str] = {
     reasons.CHECKPOINT_INTEGRITY: "the stored checkpoint fails its integrity check; an operator must restore the "
-    "checkpoint key or reopen the review; repeating will not help",
+    "checkpoint key (or the altered row), else the review must be started again with an edited proposal; "
+    "repeating will not help",
     reasons.WORKFLOW_VERSION_MISMATCH: "the review was recorded under another workflow graph; an operator must run "
     "decisionflow-orchestrator reopen-reviews; repeating will not help",
     reasons.NOT_REDRIVABLE: "the operation is already settled; check {subject} with decisionflow status",
