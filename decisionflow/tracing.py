@@ -68,8 +68,9 @@ def _exporter_names(environ: Mapping[str, str]) -> list[str]:
 
 
 def configure(service_name: str, environ: Mapping[str, str]) -> bool:
-    """Install an SDK tracer provider exporting through OTEL_TRACES_EXPORTER's exporters, batched; return
-    False (and import no SDK) when none is named. service_name applies unless OTEL_SERVICE_NAME or
+    """Install an SDK tracer provider exporting through the exporters environ's OTEL_TRACES_EXPORTER names,
+    batched; return False (and import no SDK) when it names none. The SDK reads every other OTEL_*
+    variable from the process environment itself; service_name applies unless OTEL_SERVICE_NAME or
     OTEL_RESOURCE_ATTRIBUTES name one. An exporter that is not installed raises TracingConfigError."""
     global _provider  # noqa: PLW0603  the process has one tracer provider, as the API has one global
     names = _exporter_names(environ)
@@ -259,19 +260,31 @@ class ClientSpans(_UnaryUnaryClientInterceptor):
         if not _recording():
             return continuation(client_call_details, request)
         method = _method_name(client_call_details.method)
-        with _client_span(method, request) as (span, headers):
-            details = _CallDetails(
-                client_call_details.method,
-                client_call_details.timeout,
-                [*(client_call_details.metadata or ()), *headers],
-                client_call_details.credentials,
-                getattr(client_call_details, "wait_for_ready", None),
-                getattr(client_call_details, "compression", None),
-            )
+        attributes = {**_rpc_attributes(method), **{_ATTRIBUTES[k]: v for k, v in request_ids(request).items()}}
+        span = _tracer().start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        details = _CallDetails(
+            client_call_details.method,
+            client_call_details.timeout,
+            [*(client_call_details.metadata or ()), *carrier.items()],
+            client_call_details.credentials,
+            getattr(client_call_details, "wait_for_ready", None),
+            getattr(client_call_details, "compression", None),
+        )
+        try:
             outcome = continuation(details, request)
-            # A blocking call has completed by now; code() of a future waits for it, as the caller will.
-            _client_end(span, outcome.code() if hasattr(outcome, "code") else None)
-            return outcome
+        except BaseException:
+            span.end()
+            raise
+
+        # Called at once for a blocking call (already complete), on completion for a future.
+        def ended(call: Any) -> None:
+            _client_end(span, call.code())
+            span.end()
+
+        outcome.add_done_callback(ended)
+        return outcome
 
 
 class AioClientSpans(_AioUnaryUnaryClientInterceptor):
