@@ -5,7 +5,9 @@ retry layer and a server sees exactly one call per attempt, and a 1 MiB message 
 both directions. Interceptors are applied in the order given.
 
 ``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
-CA file, and a bearer token attached to every call by the auth interceptors (call credentials
+CA file, a CLIENT span per call whose W3C ``traceparent`` travels in the call's metadata when the
+process has an OpenTelemetry SDK set up (``decisionflow.tracing``; nothing otherwise), and a
+bearer token attached to every call by the auth interceptors (call credentials
 would need TLS, and loopback deployments run without it). A token is a password: without a CA
 file it is sent only to a loopback target (decided by the literal host, see
 ``decisionflow.addresses``), unless the caller opts in with ``allow_cleartext_token=True``.
@@ -22,6 +24,7 @@ from decisionflow.addresses import is_loopback
 from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor
 from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.tls import StrPath, channel_credentials
+from decisionflow.tracing import AioClientSpans, ClientSpans
 
 if TYPE_CHECKING:
     ClientInterceptor: TypeAlias = (
@@ -142,7 +145,9 @@ def open_channel(
     without a CA file to a target beyond loopback raises CleartextTokenRefused unless
     allow_cleartext_token is True."""
     check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
-    interceptors = [SyncBearerTokenInterceptor(token)] if token is not None else []
+    interceptors: list[ClientInterceptor] = [ClientSpans()]
+    if token is not None:
+        interceptors.append(SyncBearerTokenInterceptor(token))
     if ca_file is None:
         return insecure_channel(target, interceptors=interceptors, options=options)
     return secure_channel(target, channel_credentials(ca_file), interceptors=interceptors, options=options)
@@ -161,7 +166,9 @@ def open_aio_channel(
     token without a CA file to a target beyond loopback raises CleartextTokenRefused unless
     allow_cleartext_token is True."""
     check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
-    interceptors = [BearerTokenInterceptor(token)] if token is not None else []
+    interceptors: list[AioClientInterceptor] = [AioClientSpans()]
+    if token is not None:
+        interceptors.append(BearerTokenInterceptor(token))
     if ca_file is None:
         return aio_insecure_channel(target, interceptors=interceptors, options=options)
     return aio_secure_channel(target, channel_credentials(ca_file), interceptors=interceptors, options=options)

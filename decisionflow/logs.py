@@ -1,4 +1,5 @@
-"""Structured JSON logs: one object per line with the event and its operation context."""
+"""Structured JSON logs: one object per line with the event, its operation context and, inside a
+traced call, the call's ``trace_id`` and ``span_id`` (docs/observability.md lists the fields)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,20 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-CONTEXT_FIELDS = ("operation_id", "case_id", "principal", "outcome", "rpc", "code", "service", "setting")
+from opentelemetry import trace
+
+CONTEXT_FIELDS = (
+    "operation_id",
+    "case_id",
+    "principal",
+    "outcome",
+    "rpc",
+    "code",
+    "duration_ms",
+    "attempt",
+    "service",
+    "setting",
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -25,6 +39,11 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 entry[name] = value
+        # The span current where the record was made: the formatter runs in the logging call itself.
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            entry["trace_id"] = trace.format_trace_id(span.trace_id)
+            entry["span_id"] = trace.format_span_id(span.span_id)
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -169,16 +169,23 @@ def _stop(policy: RetryPolicy, deadline: float | None, clock: Clock) -> tenacity
     return stop
 
 
-def _log_retry(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], None]:
+LogContext = Mapping[str, object]
+
+
+def _log_retry(policy: RetryPolicy, context: LogContext | None) -> Callable[[tenacity.RetryCallState], None]:
+    # One info line per retry, naming what is retried (context: the operation and case ids), so that
+    # during an outage each line still says which operation waits; the caller logs the final outcome.
     def log(retry_state: tenacity.RetryCallState) -> None:
         outcome = retry_state.outcome
         error = outcome.exception() if outcome is not None else None
+        code = status_code(error)
         logger.info(
             "retrying after %s (policy %s, attempt %d, waiting %.3f s)",
-            status_code(error),
+            code,
             policy.name,
             retry_state.attempt_number,
             retry_state.upcoming_sleep,
+            extra={**(context or {}), "code": code.name if code else None, "attempt": retry_state.attempt_number},
         )
 
     return log
@@ -190,14 +197,16 @@ def retrying(
     sleep: Callable[[float], None] = time.sleep,
     deadline: float | None = None,
     clock: Clock = time.monotonic,
+    log_context: LogContext | None = None,
 ) -> tenacity.Retrying:
-    """Return a tenacity.Retrying that retries transient gRPC failures under policy, never past deadline."""
+    """Return a tenacity.Retrying that retries transient gRPC failures under policy, never past deadline;
+    each retry's log line carries log_context's fields (e.g. operation_id, case_id)."""
     return tenacity.Retrying(
         sleep=sleep,
         stop=_stop(policy, deadline, clock),
         wait=wait_jittered_backoff(policy),
         retry=tenacity.retry_if_exception(is_retryable),
-        before_sleep=_log_retry(policy),
+        before_sleep=_log_retry(policy, log_context),
         reraise=True,
     )
 
@@ -208,6 +217,7 @@ def async_retrying(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     deadline: float | None = None,
     clock: Clock = time.monotonic,
+    log_context: LogContext | None = None,
 ) -> tenacity.AsyncRetrying:
     """Return a tenacity.AsyncRetrying with the same rules as retrying(), sleeping with an awaitable."""
     return tenacity.AsyncRetrying(
@@ -215,6 +225,6 @@ def async_retrying(
         stop=_stop(policy, deadline, clock),
         wait=wait_jittered_backoff(policy),
         retry=tenacity.retry_if_exception(is_retryable),
-        before_sleep=_log_retry(policy),
+        before_sleep=_log_retry(policy, log_context),
         reraise=True,
     )

@@ -22,6 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from decisionflow import tracing
+from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
@@ -198,11 +200,19 @@ async def start_server(
     the caller gets (metrics)."""
     transport = transport or TransportLimits()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
-    # The status mapping is outermost, so it also answers the refusals of the interceptors
-    # (authentication, request parsing); parsing is innermost, so a caller is authenticated
-    # before its bytes are parsed.
+    # The status mapping is outermost but for the access line and span, which see its final code,
+    # so it also answers the refusals of the interceptors (authentication, request parsing);
+    # parsing is innermost, so a caller is authenticated before its bytes are parsed; then the
+    # principal and the parsed request are noted for the access line.
     server = grpc.aio.server(
-        interceptors=[*observers, RefusalsAsStatus(status_table), *interceptors, DecodeRequests(receive)],
+        interceptors=[
+            *observers,
+            ObservedCalls(),
+            RefusalsAsStatus(status_table),
+            *interceptors,
+            DecodeRequests(receive),
+            NotedCalls(),
+        ],
         options=transport.server_options(receive),
     )
     service_names = tuple(register(server))
@@ -261,6 +271,7 @@ def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
     finally:
         asyncio.set_event_loop(None)
         loop.close()  # unlike asyncio.run, does not wait for the default executor's threads
+    tracing.shutdown()  # exports the spans still queued
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

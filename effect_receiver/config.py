@@ -16,6 +16,7 @@ from decisionflow.faults import FaultPlan
 from decisionflow.server_security import ServerSecurity
 from decisionflow.serving import TransportLimits
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow.version import add_version_flag
 from effect_receiver.service import FAILPOINT_NAMES
 
 
@@ -122,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
         description="EffectReceiver: writes one effect per operation id. Schema: decisionflow-receiver migrate --help",
     )
     add_settings(result, SETTINGS)
+    add_version_flag(result)
     return result
 
 

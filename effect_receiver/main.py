@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, migrating, startup
+from decisionflow import logs, migrating, startup, tracing
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.metrics import MetricsServer
@@ -167,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = args[1:]
     config = load(args, os.environ)
     logs.configure(config.log_level)
+    tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
         run_server(serve(config))
     except StartupError as error:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
+from decisionflow import tracing
 from decisionflow.failpoints import FailpointError, Failpoints
 from effect_receiver.domain import (
     DEFAULT_PAGE_SIZE,
@@ -113,6 +114,7 @@ class ReceiverService:
             raise _refuse(checked)
         receipt = Receipt(self._receipt_ids(), operation_id, self._clock())
         answer = self._primary.apply(checked, receipt)
+        tracing.annotate(outcome=answer.outcome.value)
         logger.info(
             "effect %s",
             answer.outcome.value.lower(),

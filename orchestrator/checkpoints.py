@@ -142,6 +142,11 @@ class CheckpointSealer:
 
     def open(self, sealed: SealedCheckpoint) -> Any:
         """Verify the seal, then (and only then) decode and return the state."""
+        self.verify(sealed)
+        return decode_state(sealed)
+
+    def verify(self, sealed: SealedCheckpoint) -> None:
+        """Check the seal under the configured keys without decoding; raise CheckpointIntegrity if it fails."""
         problem = _columns_problem(sealed)
         if problem is not None:
             raise CheckpointIntegrity(sealed.checkpoint_id, problem, operation_id=sealed.operation_id)
@@ -162,7 +167,6 @@ class CheckpointSealer:
             raise CheckpointIntegrity(
                 sealed.checkpoint_id, "HMAC does not match; the row was altered", operation_id=sealed.operation_id
             )
-        return decode_state(sealed)
 
 
 class CheckpointSource(Protocol):

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import logs, migrating, startup
+from decisionflow import logs, migrating, startup, tracing
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -35,6 +35,7 @@ from decisionflow.serving import (
 from decisionflow.settings import SettingError, add_settings, parse_settings
 from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.version import add_version_flag
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
@@ -42,6 +43,7 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
+from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
@@ -182,8 +184,11 @@ async def create_server(
             endpoint = metrics.serve(config.metrics_port, config.metrics_address)
             closers.append(lambda: asyncio.to_thread(endpoint.close))
             metrics_port = endpoint.port
+        store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
+        sealer = CheckpointSealer(config.checkpoint_keys)
         with startup.opening_database(configuration.DATABASE_URL):
             await asyncio.to_thread(migrating.prepare, engine, SCHEMA, auto=config.migrate_at_start)
+            warn_unreadable_checkpoints(await asyncio.to_thread(check_checkpoint_keys, store, sealer))
         if effects is None:
             receiver = ReceiverEffects.connect(
                 config.receiver_target,
@@ -194,12 +199,11 @@ async def create_server(
             )
             closers.append(receiver.close)
             effects = receiver
-        store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
         metrics.watch(store.tally, clock)
         service = OrchestratorService(
             store,
             workflow or ReviewWorkflow(),
-            CheckpointSealer(config.checkpoint_keys),
+            sealer,
             metrics.timed(effects),
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
@@ -348,8 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Housekeeping: decisionflow-orchestrator {prune-checkpoints,reopen-reviews} --help",
     )
     configuration.add_to(cli)
+    add_version_flag(cli)
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
     configure_logging(config.log_level)
+    tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
         run_server(serve(config))
     except StartupError as error:

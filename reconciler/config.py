@@ -12,6 +12,7 @@ from typing import Any
 
 from decisionflow import settings
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow.version import add_version_flag
 
 MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
 
@@ -159,6 +160,7 @@ def parser() -> argparse.ArgumentParser:
         "0 nothing older than --alert-after-seconds is left unconfirmed, 1 something is, 2 could not run.",
     )
     add_settings(cli, (*SETTINGS, *SWITCHES))
+    add_version_flag(cli)
     return cli
 
 

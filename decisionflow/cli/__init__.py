@@ -19,6 +19,7 @@ from decisionflow.cli.command import (
     Subparsers,
     UsageError,
 )
+from decisionflow.version import add_version_flag
 
 
 class CommandModule(Protocol):
@@ -37,6 +38,7 @@ def build_parser() -> CommandParser:
         prog="decisionflow",
         description="Approve exactly once: human approvals bound to the reviewed content.",
     )
+    add_version_flag(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(subparsers)

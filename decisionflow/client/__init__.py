@@ -5,6 +5,11 @@ RESOURCE_EXHAUSTED) are retried under a named policy from ``decisionflow.retry``
 remains is raised as a typed error from ``decisionflow.client.errors``. Results are frozen
 dataclasses (``decisionflow.client.views``), never pb2 messages.
 
+Tracing: on a channel from ``decisionflow.channels.open_channel`` (or ``open_aio_channel``), each
+call is a CLIENT span whose W3C ``traceparent`` reaches the server, once the application has set up
+an OpenTelemetry SDK (``trace.set_tracer_provider``); the orchestrator's spans then join the
+application's trace (docs/observability.md). Without an SDK nothing is added to a call.
+
 Approving against a running orchestrator; retrying the approval, by hand or with tenacity,
 is safe because the decision is bound to the operation id and the server replays it::
 

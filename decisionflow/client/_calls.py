@@ -11,7 +11,7 @@ from typing import TypeVar
 import grpc
 
 from decisionflow.client.errors import map_rpc_error
-from decisionflow.retry import Clock, RetryPolicy, async_retrying, attempt_timeout, retrying
+from decisionflow.retry import Clock, LogContext, RetryPolicy, async_retrying, attempt_timeout, retrying
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -81,15 +81,19 @@ async def call_async(
     request: _Request,
     settings: AsyncCallSettings,
     deadline: float | None = None,
+    log_context: LogContext | None = None,
 ) -> _Response:
     """Send request on an asyncio channel with a deadline on every attempt, retrying transient failures.
 
     deadline is an absolute ``settings.clock()`` time; without one the policy's total time applies.
+    Each retry's log line carries log_context's fields (the operation and case ids of an Apply).
     """
     if deadline is None:
         deadline = settings.clock() + settings.policy.max_total_seconds
     attempts = 0
-    retrier = async_retrying(settings.policy, sleep=settings.sleep, deadline=deadline, clock=settings.clock)
+    retrier = async_retrying(
+        settings.policy, sleep=settings.sleep, deadline=deadline, clock=settings.clock, log_context=log_context
+    )
     try:
         async for attempt in retrier:
             with attempt:

@@ -112,13 +112,15 @@ class AsyncReceiverClient:
     ) -> AppliedEffect:
         """Write the effect of operation_id once, retrying until deadline (an absolute clock() time)."""
         request = _apply_request(operation_id, case_id, kind, payload, payload_digest)
-        response = await call_async(self._stub.Apply, request, self._settings, deadline)
+        context = {"operation_id": operation_id, "case_id": case_id, "rpc": "Apply"}
+        response = await call_async(self._stub.Apply, request, self._settings, deadline, log_context=context)
         return convert.applied_effect(response)
 
     async def lookup(self, operation_id: str, *, deadline: float | None = None) -> LookupAnswer:
         """Return whether the effect of operation_id exists, and how fresh that answer is."""
         request = effect_receiver_pb2.LookupRequest(operation_id=operation_id)
-        response = await call_async(self._stub.Lookup, request, self._settings, deadline)
+        context = {"operation_id": operation_id, "rpc": "Lookup"}
+        response = await call_async(self._stub.Lookup, request, self._settings, deadline, log_context=context)
         return convert.lookup_answer(response.result)
 
     async def batch_lookup(self, operation_ids: Sequence[str], *, deadline: float | None = None) -> LookupBatch:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import RunCheckpoints
@@ -192,7 +193,14 @@ class DecisionService:
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
             operation = await self._store.get_operation(proposal.operation_id)
-            _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN.value)
+            # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
+            _log(
+                f"effect outcome unknown: {unknown}",
+                proposal,
+                decided.reviewer,
+                Outcome.UNKNOWN.value,
+                level=logging.WARNING,
+            )
             return DecisionResult(operation, outcome_of(operation.state), replay)
         self._failpoints.hit(AFTER_RECEIVER_OK)
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
@@ -200,8 +208,10 @@ class DecisionService:
         return DecisionResult(operation, outcome_of(operation.state), replay)
 
 
-def _log(message: str, proposal: Proposal, principal: str, outcome: str) -> None:
-    logger.info(
+def _log(message: str, proposal: Proposal, principal: str, outcome: str, *, level: int = logging.INFO) -> None:
+    tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome)
+    logger.log(
+        level,
         message,
         extra={
             "operation_id": proposal.operation_id,

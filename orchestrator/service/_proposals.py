@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from decisionflow import tracing
 from decisionflow.identity import identities
 from orchestrator.domain import (
     Operation,
@@ -53,6 +54,7 @@ class ProposalService:
         New content never silently replaces an undecided proposal: it must name it (compare-and-set)."""
         content = start.content
         proposal = self._proposal(content, None, author)
+        tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
         existing = await self._store.find_proposal(proposal.operation_id)
         if existing is not None:
             return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from orchestrator.domain import PendingReview, SealedCheckpoint, State
 from orchestrator.schema import checkpoints, decisions, operations, pending_reviews
-from orchestrator.store._checkpoints import CheckpointTable
-from orchestrator.store._rows import review_from
+from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
+from orchestrator.store._rows import review_from, sealed_checkpoint_from
 from orchestrator.store._transactions import Transactions
 
 SETTLED_STATES = (State.COMMITTED, State.DECLINED, State.REJECTED)
@@ -59,6 +59,19 @@ class Housekeeping:
         )
         with self._transactions.read() as conn:
             return [review_from(r._mapping) for r in conn.execute(query)]
+
+    def pending_checkpoints(self, limit: int) -> list[SealedCheckpoint]:
+        """Return the checkpoints undecided pending reviews resume from, oldest review first, at most limit."""
+        query = (
+            sa.select(*checkpoint_columns())
+            .join(pending_reviews, pending_reviews.c.checkpoint_id == checkpoints.c.checkpoint_id)
+            .join(operations, operations.c.operation_id == pending_reviews.c.operation_id)
+            .where(operations.c.state == State.PENDING_REVIEW.value)
+            .order_by(pending_reviews.c.created_at)
+            .limit(limit)
+        )
+        with self._transactions.read() as conn:
+            return [sealed_checkpoint_from(r._mapping) for r in conn.execute(query)]
 
     def reopen(self, old: PendingReview, new: PendingReview, saved: Sequence[SealedCheckpoint]) -> bool:
         """Point an undecided pending review at a checkpoint of the running workflow; retire the old one.

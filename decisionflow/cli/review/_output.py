@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import grpc
+
+from decisionflow import reasons
 from decisionflow.cli.command import CommandError
 from decisionflow.client import CaseHasOpenProposal, DecisionConflict, DecisionflowError, StaleProposal
 
@@ -22,7 +25,7 @@ EXIT_CODES_HELP = (
     "exit status: 0 done (a read, or outcome COMMITTED or DECLINED); 42 outcome Unknown (decision recorded, "
     "effect not confirmed: decisionflow-reconciler settles it); 3 refused (stale, conflict, invalid request, "
     "not found, permission denied, unauthenticated, rejected by the receiver); 1 error (unavailable after "
-    "retries, deadline, internal: repeat the command or check its status); 2 bad usage or input"
+    "retries, deadline, internal: the line on stderr says whether repeating can help); 2 bad usage or input"
 )
 
 
@@ -53,6 +56,48 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
+# What the operator or reviewer should do, by ErrorInfo reason first, then by status code. Only a
+# failure that may have acted, or that nothing was recorded for, is worth repeating; a definite
+# refusal or a server fault is not fixed by sending the same request again.
+_ADVICE_BY_REASON: Mapping[str, str] = {
+    reasons.CHECKPOINT_INTEGRITY: "the stored checkpoint fails its integrity check; an operator must restore the "
+    "checkpoint key (or the altered row), else the review must be started again with an edited proposal; "
+    "repeating will not help",
+    reasons.WORKFLOW_VERSION_MISMATCH: "the review was recorded under another workflow graph; an operator must run "
+    "decisionflow-orchestrator reopen-reviews; repeating will not help",
+    reasons.NOT_REDRIVABLE: "the operation is already settled; check {subject} with decisionflow status",
+    reasons.IDEMPOTENCY_KEY_REUSED: "an effect with another payload exists under this operation id; an operator "
+    "must look; repeating will not help",
+    reasons.FOUR_EYES: "the proposal's author cannot decide it; another reviewer must",
+    reasons.CHECKPOINT_SAVE_FAILED: "nothing was recorded; repeat the command as it was",
+    reasons.REPLY_LOST: "the effect was committed but its reply lost; check {subject} with decisionflow status",
+    reasons.WORKFLOW_PROTOCOL: "a server fault, reported to its log; check {subject} with decisionflow status "
+    "before repeating, and tell an operator",
+}
+_ADVICE_BY_CODE: Mapping[grpc.StatusCode, str] = {
+    grpc.StatusCode.INVALID_ARGUMENT: "correct the request; repeating it unchanged will not help",
+    grpc.StatusCode.NOT_FOUND: "check the id; repeating will not help",
+    grpc.StatusCode.ALREADY_EXISTS: "the decision on record stands; repeating will not help",
+    grpc.StatusCode.FAILED_PRECONDITION: "repeating will not help until the state changes",
+    grpc.StatusCode.PERMISSION_DENIED: "the principal lacks a role this command needs; repeating will not help",
+    grpc.StatusCode.UNAUTHENTICATED: "give a valid token (--token-file) or client certificate",
+    grpc.StatusCode.DATA_LOSS: "stored data failed its integrity check; an operator must act; repeating will not help",
+    grpc.StatusCode.INTERNAL: "a server fault, reported to its log; the call may have acted: check {subject} with "
+    "decisionflow status before repeating, and tell an operator",
+    grpc.StatusCode.UNKNOWN: "a server fault, reported to its log; the call may have acted: check {subject} with "
+    "decisionflow status before repeating, and tell an operator",
+    grpc.StatusCode.OUT_OF_RANGE: "correct the request; repeating it unchanged will not help",
+    grpc.StatusCode.UNIMPLEMENTED: "the server does not offer this call (another version?); repeating will not help",
+}
+_RETRY_ADVICE = "the call may have acted: repeat it or check {subject} with decisionflow status"
+
+
+def advice(error: DecisionflowError, subject: str) -> str:
+    """Return what to do after error: repeat only when repeating can help, otherwise who must act."""
+    text = _ADVICE_BY_REASON.get(error.reason) or _ADVICE_BY_CODE.get(error.code) or _RETRY_ADVICE
+    return text.format(subject=subject)
+
+
 def _refusal(error: DecisionflowError, subject: str) -> str:
     if isinstance(error, StaleProposal):
         current = error.current_operation_id or "unknown"
@@ -68,7 +113,7 @@ def _refusal(error: DecisionflowError, subject: str) -> str:
     reason = f" {error.reason}" if error.reason and error.reason != error.code.name else ""
     detail = f": {error.message}" if error.message else ""
     violations = "".join(f"; {v.field}: {v.description}" for v in error.violations)
-    return f"refused ({error.code.name}{reason}){detail}{violations}"
+    return f"refused ({error.code.name}{reason}){detail}{violations}; {advice(error, subject)}"
 
 
 def failed(
@@ -98,8 +143,9 @@ def failed(
         )
     if exit_code == EXIT_REFUSED:
         return CommandError(_refusal(error, subject), exit_code)
+    reason = f" {error.reason}" if error.reason and error.reason != error.code.name else ""
     return CommandError(
-        f"{error.code.name} after {error.attempts} attempt(s): {error.message or 'no detail'}; the call may have "
-        f"acted: repeat it or check {subject} with decisionflow status",
+        f"{error.code.name}{reason} after {error.attempts} attempt(s): {error.message or 'no detail'}; "
+        f"{advice(error, subject)}",
         exit_code,
     )

@@ -1,0 +1,138 @@
+"""One access line per served call, and its SERVER span (docs/observability.md).
+
+``ObservedCalls`` is a server's outermost interceptor: it opens the call's span (``decisionflow.tracing``)
+and, when the call ends, logs one line on the ``decisionflow.access`` logger with the method, the final
+gRPC code, the duration, the principal and the operation and case ids. Its level says what the line
+asks of an operator: info for OK, warning for a refusal or a transient failure (the caller was told
+why; a burst of them is worth a look), error for a server fault (DATA_LOSS, INTERNAL, UNKNOWN,
+UNIMPLEMENTED). Health checks and reflection are logged at debug: probes would drown the rest.
+
+``NotedCalls`` sits innermost, after authentication and request parsing, where the principal and the
+parsed request are known, and notes them for the access line and the span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from decisionflow import tracing
+from decisionflow.auth import ANONYMOUS, current_principal
+from decisionflow.errors import DomainError
+from decisionflow.handlers import behaviour_of, with_behaviour
+
+logger = logging.getLogger("decisionflow.access")
+
+SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNIMPLEMENTED}
+)
+# Calls an orchestrator or probe makes all the time; their lines help only when debugging.
+QUIET_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+NOTED_FIELDS = ("principal", "operation_id", "case_id", "outcome")
+
+_CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+
+if TYPE_CHECKING:
+    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _ServerInterceptor = grpc.aio.ServerInterceptor
+
+
+def access_level(method: str, code: grpc.StatusCode) -> int:
+    """Return the level of a call's access line: info OK, error for a server fault, warning otherwise."""
+    if method.startswith(QUIET_SERVICES):
+        return logging.DEBUG
+    if code is grpc.StatusCode.OK:
+        return logging.INFO
+    if code in SERVER_FAULT_CODES:
+        return logging.ERROR
+    return logging.WARNING
+
+
+def _final_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> grpc.StatusCode:
+    """The code the caller receives: the one the call set or aborted with; else from how it ended."""
+    set_code: object = context.code()
+    if isinstance(set_code, int):  # some grpc versions keep the number, not the enum
+        set_code = _CODES_BY_VALUE.get(set_code)
+    if isinstance(set_code, grpc.StatusCode):
+        return set_code
+    if error is None:
+        return grpc.StatusCode.OK
+    if isinstance(error, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN
+
+
+def log_access(method: str, code: grpc.StatusCode, duration_ms: float, notes: Mapping[str, str]) -> None:
+    """Log the access line of one finished call (inside its span, so the line carries the trace id)."""
+    level = access_level(method, code)
+    if not logger.isEnabledFor(level):
+        return
+    extra: dict[str, object] = {"rpc": method, "code": code.name, "duration_ms": round(duration_ms, 3)}
+    extra.update({name: notes[name] for name in NOTED_FIELDS if notes.get(name)})
+    logger.log(level, "%s %s in %.1f ms", method, code.name, duration_ms, extra=extra)
+
+
+class ObservedCalls(_ServerInterceptor):
+    """Outermost interceptor: a SERVER span per unary call and one access line when it ends."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Return the handler with its unary behaviour timed, traced and logged."""
+        handler = await continuation(handler_call_details)
+        if handler is None or not inspect.iscoroutinefunction(behaviour_of(handler)):
+            return handler  # streams (health Watch, reflection) are neither traced nor logged
+        behaviour = behaviour_of(handler)
+        method = handler_call_details.method
+        metadata = handler_call_details.invocation_metadata
+
+        async def observed(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            with tracing.call_notes() as notes, tracing.server_span(method, metadata) as span:
+                error: BaseException | None = None
+                try:
+                    return await behaviour(request, context)
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    code = _final_code(context, error)
+                    tracing.end_status(span, code)
+                    log_access(method, code, (time.perf_counter() - started) * 1000, notes)
+
+        return with_behaviour(handler, observed)
+
+
+class NotedCalls(_ServerInterceptor):
+    """Innermost interceptor: notes the admitted principal and the request's operation and case ids."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Return the handler with its unary behaviour noting who called and about what."""
+        handler = await continuation(handler_call_details)
+        if handler is None or not inspect.iscoroutinefunction(behaviour_of(handler)):
+            return handler
+        behaviour = behaviour_of(handler)
+
+        async def noted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                admitted = current_principal()
+            except DomainError:  # a server wired without authentication has no principal to name
+                admitted = ANONYMOUS
+            principal = "" if admitted is ANONYMOUS else admitted.name
+            tracing.annotate(principal=principal, **tracing.request_ids(request))
+            return await behaviour(request, context)
+
+        return with_behaviour(handler, noted)

@@ -1,0 +1,128 @@
+"""What a real orchestrator and receiver write to stderr: access lines at the level of their code, the
+start-up warning for checkpoints no key opens, retry lines naming the operation, and no trace ids
+when tracing is off. Also what the review CLI advises after DATA_LOSS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decisionflow.processes import ServiceProcess, free_port, spawn
+from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, ProcessStack, orchestrator_args
+from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from tests.support.cli import ROOT
+from tests.support.stack import CHECKPOINT_KEY, approve, start_request
+
+APPROVE = "/decisionflow.v1.ReviewService/Approve"
+START = "/decisionflow.v1.ReviewService/StartReview"
+GET_OPERATION = "/decisionflow.v1.ReviewService/GetOperation"
+OTHER_KEY = "m" * 32
+UNKNOWN_OPERATION = "op-v1-" + "0" * 64
+
+
+def _log(process: ServiceProcess) -> list[dict[str, object]]:
+    return [json.loads(line) for line in process.stderr().splitlines() if line.startswith("{")]
+
+
+def _access(log: list[dict[str, object]], rpc: str, code: str) -> dict[str, object]:
+    lines = [e for e in log if e["logger"] == "decisionflow.access" and e["rpc"] == rpc and e["code"] == code]
+    assert len(lines) == 1, f"one access line for {rpc} {code} expected in {log}"
+    return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def _tracing_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+
+
+@pytest.mark.slow
+def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
+    stack = ProcessStack(
+        tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}", f"sqlite:///{tmp_path / 'orch.db'}", CHECKPOINT_KEY
+    )
+    try:
+        stack.start_receiver()
+        first = stack.start_orchestrator("orchestrator-a")
+        with grpc.insecure_channel(first.target) as channel:
+            review = review_pb2_grpc.ReviewServiceStub(channel)
+            operation_id = review.StartReview(start_request(), timeout=15).proposal.operation_id
+            with pytest.raises(grpc.RpcError) as missing:
+                review.GetOperation(review_pb2.GetOperationRequest(operation_id=UNKNOWN_OPERATION), timeout=5)
+        assert missing.value.code() is grpc.StatusCode.NOT_FOUND
+        assert first.stop() == 0
+        assert not any("cannot be resumed" in str(e["message"]) for e in _log(first))
+
+        # The key that sealed the pending review is gone from the list: its checkpoint opens under no key.
+        second = stack.start_orchestrator("orchestrator-b", env={CHECKPOINT_KEYS_ENV: OTHER_KEY})
+        with grpc.insecure_channel(second.target) as channel, pytest.raises(grpc.RpcError) as lost:
+            review_pb2_grpc.ReviewServiceStub(channel).Approve(approve(operation_id), timeout=15)
+        assert lost.value.code() is grpc.StatusCode.DATA_LOSS
+        cli = subprocess.run(
+            [sys.executable, "-m", "decisionflow.cli", "approve", operation_id, "--target", second.target],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.stop() == 0
+    finally:
+        stack.close()
+
+    before, after = _log(first), _log(second)
+    started = _access(before, START, "OK")
+    assert started["level"] == "info"
+    assert started["operation_id"] == operation_id and started["case_id"] == "T-1042"
+    assert isinstance(started["duration_ms"], float) and "principal" not in started  # no authentication here
+    refused = _access(before, GET_OPERATION, "NOT_FOUND")
+    assert refused["level"] == "warning" and refused["operation_id"] == UNKNOWN_OPERATION
+
+    warnings = [e for e in after if "cannot be resumed" in str(e["message"])]
+    assert len(warnings) == 1 and warnings[0]["level"] == "warning"
+    assert str(warnings[0]["message"]).startswith("1 pending review(s)")
+    assert "checkpoint key list" in str(warnings[0]["message"]) and warnings[0]["operation_id"] == operation_id
+    data_loss = [
+        e for e in after if e["logger"] == "decisionflow.access" and e["rpc"] == APPROVE and e["code"] == "DATA_LOSS"
+    ]
+    assert len(data_loss) == 2 and {e["level"] for e in data_loss} == {"error"}  # the test's call and the CLI's
+    assert data_loss[0]["operation_id"] == operation_id
+
+    assert not [e for e in before + after if "trace_id" in e or "span_id" in e], "tracing is off: no trace ids"
+
+    assert cli.returncode == 3, cli.stderr
+    assert "repeating will not help" in cli.stderr and "repeat it" not in cli.stderr
+    assert "an operator must restore the checkpoint key" in cli.stderr
+
+
+@pytest.mark.slow
+def test_retry_lines_name_the_operation_while_the_receiver_is_down(tmp_path: Path) -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    orchestrator = spawn(
+        ORCHESTRATOR_MODULE,
+        orchestrator_args(f"sqlite:///{tmp_path / 'orch.db'}", nobody),
+        tmp_path,
+        "orchestrator",
+        env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
+    )
+    try:
+        with grpc.insecure_channel(orchestrator.target) as channel:
+            review = review_pb2_grpc.ReviewServiceStub(channel)
+            operation_id = review.StartReview(start_request(), timeout=15).proposal.operation_id
+            result = review.Approve(approve(operation_id), timeout=3)
+        assert result.outcome == common_pb2.OUTCOME_UNKNOWN
+    finally:
+        assert orchestrator.stop() == 0
+    log = _log(orchestrator)
+    retries = [e for e in log if str(e["message"]).startswith("retrying after")]
+    assert retries, log
+    for line in retries:
+        assert line["operation_id"] == operation_id and line["case_id"] == "T-1042", line
+        assert line["level"] == "info" and line["code"] == "UNAVAILABLE" and line["rpc"] == "Apply"
+    assert [line["attempt"] for line in retries] == list(range(1, len(retries) + 1))
+    unknown = [e for e in log if str(e["message"]).startswith("effect outcome unknown")]
+    assert len(unknown) == 1 and unknown[0]["level"] == "warning" and unknown[0]["operation_id"] == operation_id

@@ -1,0 +1,29 @@
+"""With authentication on, an access line names the admitted principal; a refused caller is named by nothing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.review_cli import Cli, proposal_file
+
+START = "/decisionflow.v1.ReviewService/StartReview"
+
+
+def test_access_lines_name_the_authenticated_principal(
+    make_cli: Callable[..., Cli], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cli = make_cli()
+    caplog.set_level(logging.INFO, logger="decisionflow.access")
+    started = cli("start", str(proposal_file(tmp_path)), principal="ava")
+    refused = cli("start", str(proposal_file(tmp_path)), principal=None)
+    assert started.exit_code == 0 and refused.exit_code == 3
+    lines = [r for r in caplog.records if r.name == "decisionflow.access" and r.__dict__["rpc"] == START]
+    assert [(r.__dict__["code"], r.levelno, r.__dict__.get("principal")) for r in lines] == [
+        ("OK", logging.INFO, "ava"),
+        ("UNAUTHENTICATED", logging.WARNING, None),
+    ]
+    assert lines[0].__dict__["operation_id"] == started.document["operation_id"]
