@@ -29,7 +29,8 @@ SEED_METHOD = (
     "orchestrator rows (proposal, decision, one attempt with its payload: UNKNOWN) recorded through the "
     "orchestrator store's methods; matching receiver effects written with Apply over gRPC"
 )
-SEED_IN_FLIGHT = 64
+# Below the servers' limit of 64 concurrent streams per connection, with room for the streams still closing.
+SEED_IN_FLIGHT = 32
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,14 @@ from decisionflow.demo.children import Children, DemoError, Finished, Service, c
 
 def test_a_service_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:
     children = Children(tmp_path, child_environment(), tmp_path, stop_timeout=0.5)
-    stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
+    ignoring = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     )
+    stubborn = subprocess.Popen([sys.executable, "-c", ignoring], stdout=subprocess.PIPE)
     children.services.append(Service("stubborn", stubborn, 0, tmp_path / "stubborn.log"))
-    time.sleep(0.3)  # let it install its handler
+    assert stubborn.stdout is not None
+    with stubborn.stdout:
+        assert stubborn.stdout.readline() == b"ready\n"  # its handler is in place
 
     started = time.monotonic()
     children.close()

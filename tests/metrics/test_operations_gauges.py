@@ -59,8 +59,10 @@ def test_superseded_proposals_are_counted_apart_from_pending_ones(
 ) -> None:
     stack = make_stack(orchestrator_url=database_url, metrics_port=0)
     review = stack.review()
-    review.StartReview(start_request(case_id="T-1"), timeout=10)
-    review.StartReview(start_request(case_id="T-1", hold_version=3), timeout=10)  # a newer proposal
+    first = review.StartReview(start_request(case_id="T-1"), timeout=10).proposal.operation_id
+    newer = start_request(case_id="T-1", hold_version=3)
+    newer.expected_operation_id = first  # replaces the open proposal, which is then superseded
+    review.StartReview(newer, timeout=10)
     seen = scrape_settled(stack.servers[-1].metrics_port or 0)
     assert seen.value("decisionflow_operations", state="PENDING_REVIEW") == 1
     assert seen.value("decisionflow_operations", state="SUPERSEDED") == 1
