@@ -26,9 +26,11 @@ from decisionflow.serving import (
 )
 from decisionflow.startup import StartupError
 from decisionflow.v1 import effect_receiver_pb2
+from effect_receiver import housekeeping
 from effect_receiver.config import ADDRESS, DATABASE_URL, REPLICA_DATABASE_URL, ReceiverConfig, load
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
+from effect_receiver.housekeeping import PruneJob
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
 from effect_receiver.store import EffectStore, migrate
 
@@ -52,10 +54,13 @@ class ReceiverServer(RunningServer):
 
     engines: tuple[Engine, ...] = field(default=())
     faults: FaultInterceptor | None = None  # set only when fault injection is configured
+    prune: PruneJob | None = None  # set only when a key retention and a prune interval are
 
     async def stop(self, grace: float) -> None:
-        """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
+        """Stop pruning, report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
         try:
+            if self.prune is not None:
+                await self.prune.stop()
             await super().stop(grace)
         finally:
             for engine in self.engines:
@@ -78,8 +83,9 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             # A replica is read-only and gets its schema from the primary, so it is not migrated.
             replica = startup.database_engine(config.replica_database_url, REPLICA_DATABASE_URL)
             engines.append(replica)
+        store = EffectStore(primary)
         service = ReceiverService(
-            EffectStore(primary),
+            store,
             replica=None if replica is None else EffectStore(replica),
             failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
             key_retention=config.key_retention,
@@ -100,7 +106,12 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         for engine in engines:
             engine.dispose()
         raise
-    return ReceiverServer(running.server, running.port, running.health, running.service_names, tuple(engines), faults)
+    prune = housekeeping.prune_job(store, config.key_retention, config.prune_interval_seconds)
+    if prune is not None:
+        prune.start()
+    return ReceiverServer(
+        running.server, running.port, running.health, running.service_names, tuple(engines), faults, prune
+    )
 
 
 async def serve(config: ReceiverConfig) -> None:
@@ -123,7 +134,10 @@ async def serve(config: ReceiverConfig) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-receiver command; returns the process exit status."""
-    config = load(sys.argv[1:] if argv is None else argv, os.environ)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [housekeeping.COMMAND]:
+        return housekeeping.main(args[1:])
+    config = load(args, os.environ)
     logs.configure(config.log_level)
     try:
         run_server(serve(config))

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import grpc
-from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import housekeeping_commands, logs, startup
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -32,7 +31,7 @@ from decisionflow.serving import (
     serve_until_signal,
     start_server,
 )
-from decisionflow.settings import SettingError, add_settings, parse_settings
+from decisionflow.settings import SettingError, parse_settings
 from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from orchestrator import config as configuration
@@ -241,21 +240,8 @@ def _retention_days(value: str) -> float:
     return days
 
 
-def _migrated_engine(url: str) -> Engine:
-    """Return an engine on the migrated database; a bad URL or a database that fails raises StartupError."""
-    engine = startup.database_engine(url, configuration.DATABASE_URL)
-    try:
-        with startup.opening_database(configuration.DATABASE_URL):
-            migrate(engine)
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
-
-
 def _housekeeping(command: str, args: list[str]) -> int:
-    cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
-    add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
+    cli = housekeeping_commands.parser(PROGRAM, command, HOUSEKEEPING[command], configuration.HOUSEKEEPING_SETTINGS)
     if command == "prune-checkpoints":
         cli.add_argument(
             "--older-than-days",
@@ -263,7 +249,6 @@ def _housekeeping(command: str, args: list[str]) -> int:
             required=True,
             help=f"retention of settled operations' checkpoints (0 to {MAX_RETENTION_DAYS} days)",
         )
-    cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     ns = cli.parse_args(args)
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
@@ -276,18 +261,19 @@ def _housekeeping(command: str, args: list[str]) -> int:
     level = values.required(configuration.LOG_LEVEL)
     configure_logging(level)
     try:
-        engine = _migrated_engine(database_url)
+        engine = housekeeping_commands.migrated_engine(database_url, configuration.DATABASE_URL, migrate)
     except StartupError as error:
         return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
     try:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
-            verb = "would delete" if ns.dry_run else "deleted"
-            print(json.dumps({"command": command, "dry_run": ns.dry_run, "checkpoints": pruned}))
-            print(
-                f"{verb} {pruned} checkpoints of operations settled more than {ns.older_than_days:g} days ago",
-                file=sys.stderr,
+            housekeeping_commands.report_count(
+                command,
+                dry_run=ns.dry_run,
+                noun="checkpoints",
+                count=pruned,
+                what=f"checkpoints of operations settled more than {ns.older_than_days:g} days ago",
             )
             return 0
         report = asyncio.run(
