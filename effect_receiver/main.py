@@ -6,14 +6,14 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, startup
+from decisionflow import logs, server_security, startup
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.serving import (
@@ -55,6 +55,7 @@ class ReceiverServer(RunningServer):
     engines: tuple[Engine, ...] = field(default=())
     faults: FaultInterceptor | None = None  # set only when fault injection is configured
     prune: PruneJob | None = None  # set only when a key retention and a prune interval are
+    reload: tuple[Callable[[], object], ...] = ()  # what SIGHUP re-reads (the credentials file)
 
     async def stop(self, grace: float) -> None:
         """Stop pruning, report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
@@ -109,8 +110,16 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     prune = housekeeping.prune_job(store, config.key_retention, config.prune_interval_seconds)
     if prune is not None:
         prune.start()
+    reloader = server_security.credentials_reloader(config.security, auth)
     return ReceiverServer(
-        running.server, running.port, running.health, running.service_names, tuple(engines), faults, prune
+        running.server,
+        running.port,
+        running.health,
+        running.service_names,
+        tuple(engines),
+        faults,
+        prune,
+        reload=() if reloader is None else (reloader,),
     )
 
 
@@ -128,7 +137,7 @@ async def serve(config: ReceiverConfig) -> None:
     )
     if config.faults.enabled:
         logger.warning("fault injection on: %s", config.faults, extra={"service": "effect_receiver"})
-    await serve_until_signal(running, config.shutdown_grace_seconds)
+    await serve_until_signal(running, config.shutdown_grace_seconds, reload=running.reload)
     logger.info("stopped", extra={"service": "effect_receiver"})
 
 

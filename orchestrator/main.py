@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import housekeeping_commands, logs, startup
+from decisionflow import housekeeping_commands, logs, server_security, startup
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -126,6 +126,7 @@ class OrchestratorServer(RunningServer):
     """A running orchestrator and the resources it releases when stopped."""
 
     closers: list[Closer] = field(default_factory=list)
+    reload: tuple[Callable[[], object], ...] = ()  # what SIGHUP re-reads (the credentials file)
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the channel and pools."""
@@ -206,7 +207,15 @@ async def create_server(
     except BaseException:
         await _close_all(closers)
         raise
-    return OrchestratorServer(running.server, running.port, running.health, running.service_names, closers)
+    reloader = server_security.credentials_reloader(config.security, auth)
+    return OrchestratorServer(
+        running.server,
+        running.port,
+        running.health,
+        running.service_names,
+        closers,
+        reload=() if reloader is None else (reloader,),
+    )
 
 
 async def serve(config: OrchestratorConfig) -> None:
@@ -221,7 +230,7 @@ async def serve(config: OrchestratorConfig) -> None:
         config.failpoints or "none",
         extra={"service": "orchestrator"},
     )
-    await serve_until_signal(running, config.shutdown_grace_seconds)
+    await serve_until_signal(running, config.shutdown_grace_seconds, reload=running.reload)
     logger.info("stopped", extra={"service": "orchestrator"})
 
 
