@@ -131,7 +131,7 @@ def main(args: Sequence[str]) -> int:
         dry_run=ns.dry_run,
         noun="keys",
         count=pruned,
-        what=f"keys (effects and their records) applied more than {retention.total_seconds():g} s ago",
+        what=f"keys (effects and their records) applied more than {retention.total_seconds():.0f} s ago",
     )
     return 0
 
