@@ -157,6 +157,7 @@ def test_the_server_prunes_keys_older_than_its_retention(make_stack: Callable[..
     assert lookup(stack, operation_id).status == common_pb2.LOOKUP_STATUS_NOT_FOUND
 
 
+@pytest.mark.slow
 def test_a_pruned_key_is_escalated_by_the_reconciler_never_applied_again(make_stack: Callable[..., Stack]) -> None:
     retention = timedelta(seconds=2)
     # Every Apply commits and loses its reply: the operation is Unknown with its effect written.
