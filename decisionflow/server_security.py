@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 
-from decisionflow.auth import RPC_ROLES, AuthInterceptor, load_credentials
+from decisionflow.auth import RPC_ROLES, AuthInterceptor, CredentialsReloader, load_credentials
 from decisionflow.serving import check_exposure
 from decisionflow.settings import Setting, SettingError, SettingValues, path
 from decisionflow.tls import server_credentials
@@ -57,3 +57,10 @@ def server_parts(address: str, security: ServerSecurity) -> tuple[AuthIntercepto
     if security.tls_cert is not None and security.tls_key is not None:
         tls = server_credentials(security.tls_cert, security.tls_key, security.tls_client_ca)
     return AuthInterceptor(credentials, RPC_ROLES, client_certificates=security.tls_client_ca is not None), tls
+
+
+def credentials_reloader(security: ServerSecurity, auth: AuthInterceptor) -> CredentialsReloader | None:
+    """Return what re-reads the credentials file into auth (on SIGHUP), or None when authentication is off."""
+    if security.credentials_file is None or not auth.authenticated:
+        return None
+    return CredentialsReloader(security.credentials_file, auth)

@@ -234,12 +234,16 @@ async def start_server(
     return RunningServer(server, port, health, service_names)
 
 
-async def serve_until_signal(running: RunningServer, grace: float) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+async def serve_until_signal(
+    running: RunningServer, grace: float, *, reload: Sequence[Callable[[], object]] = ()
+) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully; on SIGHUP call each of reload (e.g.
+    re-read the credentials file), a failing one logged, never ending the server."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload_all, reload)
     serving = asyncio.ensure_future(running.server.wait_for_termination())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -247,6 +251,16 @@ async def serve_until_signal(running: RunningServer, grace: float) -> None:
     await running.stop(grace)
     serving.cancel()
     stopping.cancel()
+
+
+def _reload_all(reload: Sequence[Callable[[], object]]) -> None:
+    if not reload:
+        logger.info("SIGHUP: nothing to reload")
+    for callback in reload:
+        try:
+            callback()
+        except Exception:
+            logger.exception("SIGHUP: reloading failed; serving on as before")
 
 
 async def _cancel_remaining_tasks() -> None:

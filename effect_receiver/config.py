@@ -57,6 +57,14 @@ KEY_RETENTION_SECONDS = Setting(
     "how long keys are kept, advertised on every response (unset: forever)",
     parse=_retention,
 )
+PRUNE_INTERVAL_SECONDS = Setting(
+    "prune_interval_seconds",
+    "DECISIONFLOW_RECEIVER_PRUNE_INTERVAL_SECONDS",
+    "how often the server deletes keys older than the key retention, in batches (0: never; without a "
+    "retention nothing is pruned)",
+    "3600",
+    parse=settings.seconds,
+)
 FAILPOINTS_SETTING = Setting(
     "failpoints",
     "DECISIONFLOW_RECEIVER_FAILPOINTS",
@@ -85,6 +93,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     MIGRATE,
     REPLICA_DATABASE_URL,
     KEY_RETENTION_SECONDS,
+    PRUNE_INTERVAL_SECONDS,
     FAILPOINTS_SETTING,
     FAULTS,
     SHUTDOWN_GRACE_SECONDS,
@@ -94,6 +103,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     LOG_LEVEL,
     PORT_FILE,
 )
+# What decisionflow-receiver prune-keys reads: the same database and retention as the server.
+HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (DATABASE_URL, DATABASE_URL_FILE, KEY_RETENTION_SECONDS, LOG_LEVEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +116,7 @@ class ReceiverConfig:
     migrate_at_start: bool = True
     replica_database_url: str | None = None
     key_retention: timedelta | None = None
+    prune_interval_seconds: float = 3600.0
     failpoints: str = ""
     faults: FaultPlan = field(default_factory=FaultPlan)
     shutdown_grace_seconds: float = 10.0
@@ -120,7 +132,8 @@ def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-receiver."""
     result = argparse.ArgumentParser(
         prog="decisionflow-receiver",
-        description="EffectReceiver: writes one effect per operation id. Schema: decisionflow-receiver migrate --help",
+        description="EffectReceiver: writes one effect per operation id. "
+        "Schema: decisionflow-receiver migrate --help. Housekeeping: decisionflow-receiver prune-keys --help",
     )
     add_settings(result, SETTINGS)
     add_version_flag(result)
@@ -138,6 +151,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
             migrate_at_start=values.required(MIGRATE),
             replica_database_url=values[REPLICA_DATABASE_URL],
             key_retention=values[KEY_RETENTION_SECONDS],
+            prune_interval_seconds=values.required(PRUNE_INTERVAL_SECONDS),
             failpoints=values.required(FAILPOINTS_SETTING),
             faults=values.required(FAULTS),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),

@@ -10,14 +10,14 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, migrating, startup, tracing
+from decisionflow import logs, migrating, server_security, startup, tracing
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.metrics import MetricsServer
@@ -31,6 +31,7 @@ from decisionflow.serving import (
 )
 from decisionflow.startup import StartupError
 from decisionflow.v1 import effect_receiver_pb2
+from effect_receiver import housekeeping
 from effect_receiver.config import (
     ADDRESS,
     DATABASE_URL,
@@ -43,6 +44,7 @@ from effect_receiver.config import (
 )
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
+from effect_receiver.housekeeping import PruneJob
 from effect_receiver.metrics import ReceiverMetrics
 from effect_receiver.schema import VERSION_TABLE
 from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
@@ -72,6 +74,8 @@ class ReceiverServer(RunningServer):
     engines: tuple[Engine, ...] = field(default=())
     faults: FaultInterceptor | None = None  # set only when fault injection is configured
     metrics: MetricsServer | None = None  # set only when metrics are served
+    prune: PruneJob | None = None  # set only when a key retention and a prune interval are
+    reload: tuple[Callable[[], object], ...] = ()  # what SIGHUP re-reads (the credentials file)
 
     @property
     def metrics_port(self) -> int | None:
@@ -79,8 +83,10 @@ class ReceiverServer(RunningServer):
         return None if self.metrics is None else self.metrics.port
 
     async def stop(self, grace: float) -> None:
-        """Report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
+        """Stop pruning, report NOT_SERVING, drain calls in flight within grace, then close the database pools."""
         try:
+            if self.prune is not None:
+                await self.prune.stop()
             await super().stop(grace)
         finally:
             for engine in self.engines:
@@ -109,8 +115,9 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             # A replica is read-only and gets its schema from the primary, so it is not migrated.
             replica = startup.database_engine(config.replica_database_url, REPLICA_DATABASE_URL)
             engines.append(replica)
+        store = EffectStore(primary)
         service = ReceiverService(
-            EffectStore(primary),
+            store,
             replica=None if replica is None else EffectStore(replica),
             failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
             key_retention=config.key_retention,
@@ -135,8 +142,20 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         if endpoint is not None:
             endpoint.close()
         raise
+    prune = housekeeping.prune_job(store, config.key_retention, config.prune_interval_seconds)
+    if prune is not None:
+        prune.start()
+    reloader = server_security.credentials_reloader(config.security, auth)
     return ReceiverServer(
-        running.server, running.port, running.health, running.service_names, tuple(engines), faults, endpoint
+        running.server,
+        running.port,
+        running.health,
+        running.service_names,
+        tuple(engines),
+        faults,
+        endpoint,
+        prune,
+        reload=() if reloader is None else (reloader,),
     )
 
 
@@ -154,15 +173,17 @@ async def serve(config: ReceiverConfig) -> None:
     )
     if config.faults.enabled:
         logger.warning("fault injection on: %s", config.faults, extra={"service": "effect_receiver"})
-    await serve_until_signal(running, config.shutdown_grace_seconds)
+    await serve_until_signal(running, config.shutdown_grace_seconds, reload=running.reload)
     logger.info("stopped", extra={"service": "effect_receiver"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the decisionflow-receiver command (``serve``, the default, or ``migrate``); returns the exit status."""
+    """Run decisionflow-receiver (``serve``, the default, ``migrate`` or ``prune-keys``); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "migrate":
         return migrating.migrate_command(SCHEMA, args[1:], logs.configure, logger)
+    if args[:1] == [housekeeping.COMMAND]:
+        return housekeeping.main(args[1:], SCHEMA)
     if args and args[0] == "serve":
         args = args[1:]
     config = load(args, os.environ)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,29 @@ class EffectStore:
         """Return how many effects are stored (all cases)."""
         with self._reading() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(effects)).scalar_one())
+
+    def count_keys_before(self, cutoff: datetime) -> int:
+        """Return how many effects were applied before cutoff (what prune_keys_before would delete)."""
+        query = sa.select(sa.func.count()).select_from(effects).where(effects.c.applied_at < cutoff)
+        with self._reading() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def prune_keys_before(self, cutoff: datetime, *, limit: int) -> int:
+        """Delete up to limit of the oldest effects applied before cutoff, with their business records, in
+        one transaction; return how many effects it deleted (fewer than limit: none older is left)."""
+        # Oldest first along the primary key: pruned rows are the table's first ones, so each batch
+        # finds its rows at the start of the index instead of scanning for applied_at.
+        oldest = (
+            sa.select(effects.c.operation_id)
+            .where(effects.c.applied_at < cutoff)
+            .order_by(effects.c.sequence)
+            .limit(limit)
+        )
+        with self._transaction() as conn:
+            keys = list(conn.execute(oldest).scalars())
+            if not keys:
+                return 0
+            conn.execute(support_review_records.delete().where(support_review_records.c.operation_id.in_(keys)))
+            # A concurrent prune may have deleted some of these already; only this one's deletions count.
+            deleted = conn.execute(effects.delete().where(effects.c.operation_id.in_(keys))).rowcount
+        return int(deleted)

@@ -1,5 +1,9 @@
 """The EffectPort over the real EffectReceiver: Apply through the named retry policy, with the
-caller's deadline as the bound and the answer sorted into committed, refused or indeterminate."""
+caller's deadline as the bound and the answer sorted into committed, refused or indeterminate.
+
+The channel reconnects within about a second of the receiver's return (decisionflow.channels) and
+each Apply waits for the connection within its deadline, so an approval made while the receiver
+restarts reaches it; one whose deadline passes first is indeterminate, never a refusal."""
 
 from __future__ import annotations
 

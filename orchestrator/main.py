@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import logs, migrating, startup, tracing
+from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing
 from decisionflow.channels import check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -32,7 +32,7 @@ from decisionflow.serving import (
     serve_until_signal,
     start_server,
 )
-from decisionflow.settings import SettingError, add_settings, parse_settings
+from decisionflow.settings import SettingError, parse_settings
 from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow.version import add_version_flag
@@ -141,6 +141,7 @@ class OrchestratorServer(RunningServer):
 
     closers: list[Closer] = field(default_factory=list)
     metrics_port: int | None = None  # the bound metrics port, when metrics are served
+    reload: tuple[Callable[[], object], ...] = ()  # what SIGHUP re-reads (the credentials file)
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, drain calls in flight within grace, then close the channel and pools."""
@@ -232,8 +233,15 @@ async def create_server(
     except BaseException:
         await _close_all(closers)
         raise
+    reloader = server_security.credentials_reloader(config.security, auth)
     return OrchestratorServer(
-        running.server, running.port, running.health, running.service_names, closers, metrics_port
+        running.server,
+        running.port,
+        running.health,
+        running.service_names,
+        closers,
+        metrics_port,
+        reload=() if reloader is None else (reloader,),
     )
 
 
@@ -249,7 +257,7 @@ async def serve(config: OrchestratorConfig) -> None:
         config.failpoints or "none",
         extra={"service": "orchestrator"},
     )
-    await serve_until_signal(running, config.shutdown_grace_seconds)
+    await serve_until_signal(running, config.shutdown_grace_seconds, reload=running.reload)
     logger.info("stopped", extra={"service": "orchestrator"})
 
 
@@ -269,8 +277,7 @@ def _retention_days(value: str) -> float:
 
 
 def _housekeeping(command: str, args: list[str]) -> int:
-    cli = argparse.ArgumentParser(prog=f"decisionflow-orchestrator {command}", description=HOUSEKEEPING[command])
-    add_settings(cli, configuration.HOUSEKEEPING_SETTINGS)
+    cli = housekeeping_commands.parser(PROGRAM, command, HOUSEKEEPING[command], configuration.HOUSEKEEPING_SETTINGS)
     if command == "prune-checkpoints":
         cli.add_argument(
             "--older-than-days",
@@ -278,7 +285,6 @@ def _housekeeping(command: str, args: list[str]) -> int:
             required=True,
             help=f"retention of settled operations' checkpoints (0 to {MAX_RETENTION_DAYS} days)",
         )
-    cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     ns = cli.parse_args(args)
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
@@ -299,11 +305,12 @@ def _housekeeping(command: str, args: list[str]) -> int:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
-            verb = "would delete" if ns.dry_run else "deleted"
-            print(json.dumps({"command": command, "dry_run": ns.dry_run, "checkpoints": pruned}))
-            print(
-                f"{verb} {pruned} checkpoints of operations settled more than {ns.older_than_days:g} days ago",
-                file=sys.stderr,
+            housekeeping_commands.report_count(
+                command,
+                dry_run=ns.dry_run,
+                noun="checkpoints",
+                count=pruned,
+                what=f"checkpoints of operations settled more than {ns.older_than_days:g} days ago",
             )
             return 0
         report = asyncio.run(

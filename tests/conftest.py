@@ -1,8 +1,8 @@
 """Shared fixtures come from plugin modules in tests/support (listed below), not from conftests
 imported as libraries.
 
-The fault campaigns' options live here because pytest reads ``pytest_addoption`` only from
-the root conftest; ``tests/campaigns`` reads them.
+The fault campaigns' options (and the outages tests/recovery runs) live here because pytest reads
+``pytest_addoption`` only from the root conftest; ``tests/campaigns`` and ``tests/recovery`` read them.
 """
 
 from __future__ import annotations
@@ -30,3 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-repetitions", type=int, default=3, help="repetitions of each crash point (default 3)")
     group.addoption("--race-reviews", type=int, default=200, help="reviews raced by 8 approvers (default 200)")
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
+    group.addoption(
+        "--outage-seconds",
+        default="30",
+        help="receiver outages to recover from in tests/recovery, comma-separated (default 30; e.g. 10,30,60)",
+    )

@@ -5,6 +5,7 @@ _errors.py       Unauthenticated, PermissionDenied, FourEyesViolation and AUTH_S
 _credentials.py  the credentials file (hashed bearer tokens, certificate principals)
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
 _server.py       AuthInterceptor and current_principal()
+_reload.py       CredentialsReloader: the credentials file read again (SIGHUP) and swapped in
 _client.py       bearer metadata and the client interceptors that send it
 testing.py       known identities per role and a recording server, for tests
 """
@@ -34,6 +35,7 @@ from decisionflow.auth._errors import (
     Unauthenticated,
 )
 from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eyes, policy_gaps
+from decisionflow.auth._reload import CredentialsReloader, principal_count
 from decisionflow.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
 from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, current_principal
 
@@ -51,6 +53,7 @@ __all__ = [
     "CertificateEntry",
     "Credentials",
     "CredentialsError",
+    "CredentialsReloader",
     "FourEyesViolation",
     "PermissionDenied",
     "Principal",
@@ -68,5 +71,6 @@ __all__ = [
     "parse_credentials",
     "parse_role",
     "policy_gaps",
+    "principal_count",
     "token_sha256",
 ]

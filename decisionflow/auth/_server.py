@@ -89,12 +89,23 @@ class AuthInterceptor(_ServerInterceptor):
         client CA), so a call without a token is refused from its headers alone."""
         self._credentials = credentials
         self._policy = dict(policy)
-        self._certificates = client_certificates and credentials is not None and bool(credentials.certificates)
+        self._client_certificates = client_certificates
 
     @property
     def authenticated(self) -> bool:
         """True when callers must present credentials (False: everyone is the anonymous principal)."""
         return self._credentials is not None
+
+    def replace_credentials(self, credentials: Credentials) -> None:
+        """Authenticate every call from now on against credentials (a call already admitted keeps its
+        principal); an interceptor built without credentials cannot be given some."""
+        if self._credentials is None:
+            raise ValueError("authentication is off: there are no credentials to replace")
+        # One reference swapped at once: each call reads it once, so it sees the old set or the new one.
+        self._credentials = credentials
+
+    def _certificates(self, credentials: Credentials | None) -> bool:
+        return self._client_certificates and credentials is not None and bool(credentials.certificates)
 
     def admit(
         self,
@@ -118,18 +129,19 @@ class AuthInterceptor(_ServerInterceptor):
     def _authenticate(
         self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
     ) -> Principal:
-        if self._credentials is None:
+        credentials = self._credentials
+        if credentials is None:
             return ANONYMOUS
         # An explicit token wins over the transport's certificate; a bad token is refused, not skipped.
         token = _bearer_token(metadata)
         if token is not None:
-            principal = self._credentials.principal_for_token(token)
+            principal = credentials.principal_for_token(token)
             if principal is None:
                 raise Unauthenticated("unknown bearer token")
             return principal
         names = _certificate_names(auth_context)
         if names:
-            principal = self._credentials.principal_for_certificate(names)
+            principal = credentials.principal_for_certificate(names)
             if principal is None:
                 raise Unauthenticated(f"client certificate {names[0]!r} is not a known principal")
             return principal
@@ -147,7 +159,7 @@ class AuthInterceptor(_ServerInterceptor):
         """Return the caller's principal, or the refusal, when the call's headers settle it; None
         when only the transport's certificate can (known inside the call)."""
         try:
-            if self._certificates and _bearer_token(metadata) is None:
+            if self._certificates(self._credentials) and _bearer_token(metadata) is None:
                 return None
             # A token wins over a certificate; where no certificate can authenticate, no token is a refusal.
             return self.admit(method, metadata, {})

@@ -36,13 +36,19 @@ class CallSettings:
 
 @dataclass(frozen=True, slots=True)
 class AsyncCallSettings:
-    """CallSettings for asyncio clients: the sleep is awaited."""
+    """CallSettings for asyncio clients: the sleep is awaited.
+
+    wait_for_ready True queues each attempt until the channel is connected (or the attempt's
+    deadline passes) instead of failing it at once while the channel reconnects; an attempt
+    that finds no connection in time ends DEADLINE_EXCEEDED, indeterminate like any other.
+    """
 
     timeout: float
     policy: RetryPolicy
     metadata: Metadata
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
     clock: Clock = time.monotonic
+    wait_for_ready: bool = False
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
@@ -99,7 +105,9 @@ async def call_async(
             with attempt:
                 attempts += 1
                 timeout = attempt_timeout(settings.timeout, deadline, clock=settings.clock)
-                return await method(request, timeout=timeout, metadata=settings.metadata)
+                return await method(
+                    request, timeout=timeout, metadata=settings.metadata, wait_for_ready=settings.wait_for_ready
+                )
     except grpc.RpcError as exc:
         raise map_rpc_error(exc, attempts=attempts) from exc
     raise AssertionError("unreachable: the retrier returns a result or re-raises the last error")

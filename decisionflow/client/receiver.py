@@ -85,6 +85,11 @@ class AsyncReceiverClient:
     ``apply`` retries transient failures with the same request until the caller's deadline
     (never starting a wait that would end after it), then raises. Check ``error.definite``:
     True is a definite refusal (nothing written); False is indeterminate (the effect may exist).
+
+    With wait_for_ready (the default) a call made while the channel is reconnecting waits for
+    the connection within its deadline rather than failing at once, so a receiver that comes
+    back during a call is reached by that call. A receiver that stays away for the whole
+    deadline still ends the call indeterminate (DEADLINE_EXCEEDED), never a definite answer.
     """
 
     def __init__(
@@ -96,9 +101,12 @@ class AsyncReceiverClient:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         metadata: Sequence[tuple[str, str | bytes]] = (),
         clock: Clock = time.monotonic,
+        wait_for_ready: bool = True,
     ) -> None:
         self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
-        self._settings = AsyncCallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+        self._settings = AsyncCallSettings(
+            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
+        )
 
     async def apply(
         self,

@@ -1,0 +1,136 @@
+"""Key retention at the receiver: effects applied longer ago than ``--key-retention-seconds`` are
+deleted with their business records, in batches, by ``decisionflow-receiver prune-keys`` or by a
+periodic job in the server (``--prune-interval-seconds``).
+
+A pruned key no longer deduplicates: a lookup answers NOT_FOUND and a new Apply would write the
+effect again. The retention is advertised on every response, so the reconciler never re-drives an
+operation whose first attempt is older than it and escalates it instead (reconciler/domain.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from decisionflow import housekeeping_commands, logs, migrating, startup
+from decisionflow.settings import SettingError, parse_settings
+from decisionflow.startup import StartupError
+from effect_receiver import config as configuration
+from effect_receiver.errors import Unavailable
+from effect_receiver.service import Clock, utc_now
+from effect_receiver.store import EffectStore
+
+logger = logging.getLogger("effect_receiver")
+
+PROGRAM = "decisionflow-receiver"
+COMMAND = "prune-keys"
+DESCRIPTION = (
+    "delete the effects (keys and business records) applied longer ago than the key retention; their "
+    "operations can no longer be deduplicated, and the reconciler escalates instead of re-driving them"
+)
+# Rows per transaction: a large prune never holds the write lock (SQLite) or its row locks for long.
+PRUNE_BATCH = 500
+
+
+def prune_keys(
+    store: EffectStore, retention: timedelta, now: datetime, *, dry_run: bool, batch: int = PRUNE_BATCH
+) -> int:
+    """Delete (or count, on a dry run) the effects applied before now - retention, batch rows per transaction."""
+    cutoff = now - retention
+    if dry_run:
+        return store.count_keys_before(cutoff)
+    total = 0
+    while True:
+        deleted = store.prune_keys_before(cutoff, limit=batch)
+        total += deleted
+        if deleted < batch:
+            return total
+
+
+class PruneJob:
+    """Prunes keys older than the retention once at start and then every interval while the server runs;
+    a run that fails is logged and the next one tries again."""
+
+    def __init__(self, store: EffectStore, retention: timedelta, interval: float, clock: Clock = utc_now) -> None:
+        self._store = store
+        self._retention = retention
+        self._interval = interval
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the periodic runs on the running event loop."""
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        """Stop the periodic runs (a batch in flight finishes or rolls back on its own)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def run_once(self) -> int:
+        """Prune once; return how many keys were deleted."""
+        deleted = await asyncio.to_thread(prune_keys, self._store, self._retention, self._clock(), dry_run=False)
+        if deleted:
+            logger.info(
+                "pruned %d keys older than the key retention of %.0f s",
+                deleted,
+                self._retention.total_seconds(),
+                extra={"service": "effect_receiver"},
+            )
+        return deleted
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                logger.exception("pruning keys failed; trying again in %.0f s", self._interval)
+            await asyncio.sleep(self._interval)
+
+
+def prune_job(store: EffectStore, retention: timedelta | None, interval: float) -> PruneJob | None:
+    """Return the server's prune job, or None when keys are kept forever or the interval is 0."""
+    if retention is None or interval <= 0:
+        return None
+    return PruneJob(store, retention, interval)
+
+
+def main(args: Sequence[str], schema: migrating.Schema) -> int:
+    """Run ``decisionflow-receiver prune-keys``; return the exit status (2 for usage, as argparse does)."""
+    cli = housekeeping_commands.parser(PROGRAM, COMMAND, DESCRIPTION, configuration.HOUSEKEEPING_SETTINGS)
+    ns = cli.parse_args(list(args))
+    try:
+        values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
+        retention = values.required(configuration.KEY_RETENTION_SECONDS)
+        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
+    except SettingError as error:
+        cli.error(str(error))
+    level = values.required(configuration.LOG_LEVEL)
+    logs.configure(level)
+    try:
+        # Housekeeping never creates or migrates a database: a mistyped path must not become an empty one.
+        engine = migrating.open_existing(database_url, schema)
+    except StartupError as error:
+        return startup.report(f"{PROGRAM} {COMMAND}", error, logger, debug=level == "debug", service="effect_receiver")
+    try:
+        pruned = prune_keys(EffectStore(engine), retention, utc_now(), dry_run=ns.dry_run)
+    except Unavailable as error:
+        # Batches already deleted stay deleted; running the command again finishes the work.
+        logger.error("%s: %s", COMMAND, error, extra={"service": "effect_receiver"})
+        return 1
+    finally:
+        engine.dispose()
+    housekeeping_commands.report_count(
+        COMMAND,
+        dry_run=ns.dry_run,
+        noun="keys",
+        count=pruned,
+        what=f"keys (effects and their records) applied more than {retention.total_seconds():.0f} s ago",
+    )
+    return 0
