@@ -9,6 +9,8 @@ PostgreSQL database in a test without stepping on each other.
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -46,6 +48,21 @@ def _file_identity(database: str | None) -> tuple[int, int] | None:
     return status.st_dev, status.st_ino
 
 
+def _enter_wal(cursor: Any) -> None:
+    # Switching a new file to WAL needs a moment alone with it, and SQLite answers "database is
+    # locked" at once, without its busy handler, while another connection is opening it too
+    # (replicas starting together): wait as a busy handler would.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def create_engine(url: str, *, pool_size: int = 10) -> Engine:
     """Return an engine for url with the project's durability settings applied to every connection."""
     url = normalise_url(url)
@@ -65,7 +82,7 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
             # instead of failing with "database is locked" on upgrade.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(cursor)
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys=ON")

@@ -56,4 +56,5 @@ def test_the_step_by_step_block_approves_the_example(tmp_path: Path) -> None:
     assert "started: case T-2001 operation op-v1-" in transcript, transcript
     assert "outcome COMMITTED for op-v1-" in transcript, transcript
     assert "COMMITTED, receipt rcpt-" in transcript, transcript
+    assert "T-2001  COMMITTED  APPROVE" in transcript, transcript  # the operator's table
     assert (root / "quickstart" / "orchestrator.db").exists()
