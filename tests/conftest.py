@@ -33,4 +33,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--partition-ops", type=int, default=24, help="approvals per network partition scenario (default 24)"
     )
     group.addoption("--disk-ops", type=int, default=24, help="operations per full-disk phase (default 24)")
+    group.addoption(
+        "--planted-bugs",
+        action="store_true",
+        default=False,
+        help="run the partition and full-disk scenarios against copies with one guard removed (about 2 minutes)",
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")

@@ -30,7 +30,7 @@ from tests.campaigns.cluster import Cluster
 from tests.campaigns.history import History, load
 from tests.campaigns.netns import Direction, Topology, topology
 from tests.campaigns.report import publish
-from tests.campaigns.workload import CHANNEL_OPTIONS, Reviewer, Settled, settle_and_check
+from tests.campaigns.workload import CAMPAIGN_POLICY, CHANNEL_OPTIONS, Reviewer, Settled, settle_and_check
 from tests.support.campaigns import CampaignOptions
 from tests.support.secure import NetworkSecurity, write_network_security
 
@@ -110,26 +110,43 @@ def partitioned(workdir: Path, history: History) -> Iterator[Partitioned]:
             cluster.close()
 
 
+@dataclass
+class Team:
+    """Reviewers on CONCURRENCY channels: deciders make one attempt (an indeterminate answer stays in the
+    history), starters retry (reviews are started before any fault, on links that are just up)."""
+
+    deciders: list[Reviewer]
+    starters: list[Reviewer]
+
+    def start_all(self, cases: list[str]) -> list[str]:
+        """Start a review of every case; return the operation ids."""
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            ops = list(pool.map(lambda i: self.starters[i % CONCURRENCY].start(cases[i]), range(len(cases))))
+        assert all(ops), f"a review did not start before the fault: {[r.last_error for r in self.starters]}"
+        return [str(op) for op in ops]
+
+
 @contextmanager
-def reviewers(stack: Partitioned) -> Iterator[list[Reviewer]]:
-    """CONCURRENCY reviewers with one attempt each, so an indeterminate answer stays in the history."""
+def reviewers(stack: Partitioned) -> Iterator[Team]:
+    """A team of reviewers in the root namespace, dialling the orchestrator's namespace."""
     connect = stack.connect("reviewer")
     channels = [connect(stack.cluster.orchestrators[0].target) for _ in range(CONCURRENCY)]
     try:
-        yield [
-            Reviewer(f"reviewer{i}", ReviewClient(ch, timeout=APPROVE_TIMEOUT_SECONDS, policy=NO_RETRY), stack.history)
-            for i, ch in enumerate(channels)
-        ]
+        yield Team(
+            [
+                Reviewer(
+                    f"reviewer{i}", ReviewClient(ch, timeout=APPROVE_TIMEOUT_SECONDS, policy=NO_RETRY), stack.history
+                )
+                for i, ch in enumerate(channels)
+            ],
+            [
+                Reviewer(f"author{i}", ReviewClient(ch, timeout=5, policy=CAMPAIGN_POLICY), stack.history)
+                for i, ch in enumerate(channels)
+            ],
+        )
     finally:
         for ch in channels:
             ch.close()
-
-
-def _start_all(team: list[Reviewer], cases: list[str]) -> list[str]:
-    with ThreadPoolExecutor(CONCURRENCY) as pool:
-        ops = list(pool.map(lambda i: team[i % CONCURRENCY].start(cases[i]), range(len(cases))))
-    assert all(ops), "a review did not start before the fault"
-    return [str(op) for op in ops]
 
 
 def _approve_during(
@@ -203,15 +220,15 @@ def test_a_cut_mid_approve_then_healed_settles_in_one_pass(
     n, name = campaign.partition_ops, f"cut_{direction.name.lower()}"
     with partitioned(tmp_path, history) as stack, reviewers(stack) as team:
         cases = [f"P{campaign.base_seed}-{name}-{i}" for i in range(n)]
-        ops = _start_all(team, cases)
+        ops = team.start_all(cases)
 
         def cut_then_heal() -> None:
             stack.top.cut(direction)
             time.sleep(CUT_SECONDS)
             stack.top.heal()
 
-        answers = _approve_during(team, cases, ops, cut_then_heal)
-        canary_tries = _canary(team, f"P{campaign.base_seed}-{name}")
+        answers = _approve_during(team.deciders, cases, ops, cut_then_heal)
+        canary_tries = _canary(team.starters, f"P{campaign.base_seed}-{name}")
         settled = stack.settle()
     _report(name, stack, answers, settled, canary_tries=canary_tries, seconds=round(time.monotonic() - started, 1))
     assert not settled.failures(), "\n".join(settled.failures()[:30])
@@ -228,12 +245,12 @@ def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path
     n, name = campaign.partition_ops, "degraded"
     with partitioned(tmp_path, history) as stack, reviewers(stack) as team:
         cases = [f"P{campaign.base_seed}-{name}-{i}" for i in range(n)]
-        ops = _start_all(team, cases)
+        ops = team.start_all(cases)
         stack.top.lose(LOSS)
         delayed = stack.top.delay(DELAY_MS)
-        answers = _approve_during(team, cases, ops, lambda: None)
+        answers = _approve_during(team.deciders, cases, ops, lambda: None)
         stack.top.heal()
-        canary_tries = _canary(team, f"P{campaign.base_seed}-{name}")
+        canary_tries = _canary(team.starters, f"P{campaign.base_seed}-{name}")
         settled = stack.settle()
     _report(
         name,
