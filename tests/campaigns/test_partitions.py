@@ -7,7 +7,9 @@ once a quarter of the approvals have answered, the orchestrator-receiver link is
 only, replies only, or both) for a few seconds while the rest are in flight, then healed. A
 degraded link drops 10 % of the packets each way (and delays them 200 ms where the kernel has
 netem) for a whole batch. After healing: 0 duplicates, no decision lost or changed, and every
-Unknown settled by ONE reconciler pass.
+Unknown settled by ONE reconciler pass. Before that pass, as a caller's retry loop would, every
+other indeterminate approval is approved again: a replay, so the orchestrator sends Apply again
+and the receiver must deduplicate it.
 """
 
 from __future__ import annotations
@@ -174,13 +176,30 @@ def _canary(team: list[Reviewer], prefix: str) -> int:
     raise AssertionError(f"no approval committed within {CANARY_TRIES} tries after healing")
 
 
+def _is_indeterminate(answer: ApproveResult | DecisionflowError) -> bool:
+    if isinstance(answer, ApproveResult):
+        return answer.outcome is Outcome.UNKNOWN
+    return not answer.definite
+
+
 def _indeterminate(answers: list[ApproveResult | DecisionflowError]) -> int:
-    return sum(
-        1
-        for a in answers
-        if (isinstance(a, ApproveResult) and a.outcome is Outcome.UNKNOWN)
-        or (isinstance(a, DecisionflowError) and not a.definite)
-    )
+    return sum(1 for a in answers if _is_indeterminate(a))
+
+
+def _retry_half(
+    team: list[Reviewer], cases: list[str], ops: list[str], answers: list[ApproveResult | DecisionflowError]
+) -> int:
+    """Like a caller's retry loop, approve again every other indeterminate approval (a replay: the
+    orchestrator drives Apply again and the receiver must deduplicate it); the reconciler gets the rest."""
+    again = [i for i, a in enumerate(answers) if _is_indeterminate(a)][::2]
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(
+            pool.map(
+                lambda k: team[k % CONCURRENCY].decide(cases[again[k]], ops[again[k]], Decision.APPROVE),
+                range(len(again)),
+            )
+        )
+    return len(again)
 
 
 def _report(
@@ -229,8 +248,17 @@ def test_a_cut_mid_approve_then_healed_settles_in_one_pass(
 
         answers = _approve_during(team.deciders, cases, ops, cut_then_heal)
         canary_tries = _canary(team.starters, f"P{campaign.base_seed}-{name}")
+        retries = _retry_half(team.deciders, cases, ops, answers)
         settled = stack.settle()
-    _report(name, stack, answers, settled, canary_tries=canary_tries, seconds=round(time.monotonic() - started, 1))
+    _report(
+        name,
+        stack,
+        answers,
+        settled,
+        client_retries=retries,
+        canary_tries=canary_tries,
+        seconds=round(time.monotonic() - started, 1),
+    )
     assert not settled.failures(), "\n".join(settled.failures()[:30])
     assert stack.top.dropped > 0, "the cut dropped no packet: the approvals were not in flight"
     approved = {op for op, d in settled.observed.decisions().items() if d is Decision.APPROVE}
@@ -251,6 +279,7 @@ def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path
         answers = _approve_during(team.deciders, cases, ops, lambda: None)
         stack.top.heal()
         canary_tries = _canary(team.starters, f"P{campaign.base_seed}-{name}")
+        retries = _retry_half(team.deciders, cases, ops, answers)
         settled = stack.settle()
     _report(
         name,
@@ -259,6 +288,7 @@ def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path
         settled,
         loss=LOSS,
         delay_ms=DELAY_MS if delayed else "unavailable (the kernel has no netem)",
+        client_retries=retries,
         canary_tries=canary_tries,
         seconds=round(time.monotonic() - started, 1),
     )
