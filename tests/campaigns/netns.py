@@ -7,7 +7,8 @@
 
 Faults are per direction, as iptables rules in the sending namespace's OUTPUT chain: a cut drops
 every packet (requests, or replies, or both), a lossy link drops a random share; a delay is
-``tc netem`` on the same interfaces when the kernel has it. Healing flushes both. The root
+``tc netem`` on the same interfaces when the kernel has it, else an NFQUEUE rule whose packets a
+delayer process (``tests.campaigns.netdelay``) holds before accepting them. Healing flushes both. The root
 namespace keeps a direct path to each server, so the checks and the reconciler reach both
 whatever the faults are.
 """
@@ -127,7 +128,7 @@ class Topology:
             )  # fmt: skip
         self.faults.append(f"loss {share:.0%} {direction.value}")
 
-    def delay(self, milliseconds: int) -> bool:
+    def netem_delay(self, milliseconds: int) -> bool:
         """Delay every packet on the link both ways with tc netem; False when the kernel has no netem."""
         try:
             for namespace, device in ((self.orchestrator_ns, "toreceiver"), (self.receiver_ns, "toorch")):
@@ -151,6 +152,15 @@ class Topology:
         self.netem = True
         self.faults.append(f"delay {milliseconds}ms both")
         return True
+
+    def queue(self, direction: Direction, queue: int = 0) -> None:
+        """Send the link's packets going this way to an NFQUEUE (a delayer holds them; none: they pass)."""
+        for namespace, destination in self._egress(direction):
+            self._iptables(
+                namespace, "-A", "OUTPUT", "-d", destination, "-j", "NFQUEUE", "--queue-num", str(queue),
+                "--queue-bypass",
+            )  # fmt: skip
+        self.faults.append(f"queued for delay {direction.value}")
 
     def _count_dropped(self, namespace: str) -> int:
         listing = _run("iptables", "-w", "-L", "OUTPUT", "-n", "-v", "-x", namespace=namespace)

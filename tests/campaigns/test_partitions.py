@@ -5,11 +5,11 @@ beyond loopback); the reviewers, the checks and the reconciler sit in the root n
 has its own link to each. ``--partition-ops`` reviews are started, then approved by 8 reviewers;
 once a quarter of the approvals have answered, the orchestrator-receiver link is cut (requests
 only, replies only, or both) for a few seconds while the rest are in flight, then healed. A
-degraded link drops 10 % of the packets each way (and delays them 200 ms where the kernel has
-netem) for a whole batch. After healing: 0 duplicates, no decision lost or changed, and every
-Unknown settled by ONE reconciler pass. Before that pass, as a caller's retry loop would, every
-other indeterminate approval is approved again: a replay, so the orchestrator sends Apply again
-and the receiver must deduplicate it.
+degraded link drops 10 % of the packets each way and delays the rest 200 ms (tc netem, or an
+NFQUEUE delayer where the kernel has no netem) for a whole batch. After healing, as a caller's
+retry loop would, every other indeterminate approval is approved again: a replay, so the
+orchestrator sends Apply again and the receiver must deduplicate it. Then ONE reconciler pass,
+and: 0 duplicates, no decision lost or changed, every Unknown settled.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ APPROVE_TIMEOUT_SECONDS = 3.0
 CUT_SECONDS = 5.0
 LOSS, DELAY_MS = 0.1, 200
 CANARY_TRIES = 10
+DELAYER_START_POLLS = 200
 PRINCIPALS = {
     "reviewer": frozenset({Role.REVIEWER, Role.AUTHOR}),
     "reconciler": frozenset({Role.OPERATOR, Role.EFFECT_READER}),
@@ -228,6 +229,38 @@ def _report(
     )
 
 
+def _delay(stack: Partitioned) -> str:
+    """Delay the link DELAY_MS each way: netem where the kernel has it, else NFQUEUE delayers; return which."""
+    if stack.top.netem_delay(DELAY_MS):
+        return "netem"
+    delayers = [
+        stack.cluster.launcher.start(
+            f"netdelay-{namespace}", "tests.campaigns.netdelay", ["--delay-ms", str(DELAY_MS)], netns=namespace
+        )
+        for namespace in (stack.top.orchestrator_ns, stack.top.receiver_ns)
+    ]
+    for delayer in delayers:
+        for _ in range(DELAYER_START_POLLS):
+            if not delayer.alive or (delayer.stdout_path.exists() and "ready" in delayer.stdout()):
+                break
+            time.sleep(0.05)
+        assert "ready" in delayer.stdout(), f"the delayer did not start: {delayer.stderr()[-2000:]}"
+    stack.top.queue(Direction.BOTH)
+    return "nfqueue"
+
+
+def _packets_delayed(stack: Partitioned) -> int | None:
+    """Packets the NFQUEUE delayers passed on (None with netem, which does not count them)."""
+    counts = [
+        int(line.split()[1])
+        for child in stack.cluster.launcher.children
+        if child.name.startswith("netdelay-")
+        for line in child.stdout().splitlines()[-1:]
+        if line.startswith("delayed ")
+    ]
+    return sum(counts) if counts else None
+
+
 @pytest.mark.campaign
 @pytest.mark.slow
 @pytest.mark.parametrize("direction", list(Direction), ids=[d.name.lower() for d in Direction])
@@ -268,14 +301,14 @@ def test_a_cut_mid_approve_then_healed_settles_in_one_pass(
 @pytest.mark.campaign
 @pytest.mark.slow
 def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path: Path, history: History) -> None:
-    """With 10 % loss (and 200 ms delay where netem exists) each way, nothing is lost or doubled."""
+    """With 10 % loss and a 200 ms delay each way, nothing is lost or doubled."""
     started = time.monotonic()
     n, name = campaign.partition_ops, "degraded"
     with partitioned(tmp_path, history) as stack, reviewers(stack) as team:
         cases = [f"P{campaign.base_seed}-{name}-{i}" for i in range(n)]
         ops = team.start_all(cases)
         stack.top.lose(LOSS)
-        delayed = stack.top.delay(DELAY_MS)
+        delay = _delay(stack)
         answers = _approve_during(team.deciders, cases, ops, lambda: None)
         stack.top.heal()
         canary_tries = _canary(team.starters, f"P{campaign.base_seed}-{name}")
@@ -287,7 +320,9 @@ def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path
         answers,
         settled,
         loss=LOSS,
-        delay_ms=DELAY_MS if delayed else "unavailable (the kernel has no netem)",
+        delay_ms=DELAY_MS,
+        delay_by=delay,
+        packets_delayed=_packets_delayed(stack),
         client_retries=retries,
         canary_tries=canary_tries,
         seconds=round(time.monotonic() - started, 1),
