@@ -95,7 +95,7 @@ def run(queue: int, delay: float) -> None:
             verdict = _attribute(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, packet_id))
             sock.send(_message(NFQNL_MSG_VERDICT, queue, [verdict], NLM_F_REQUEST, 0))
             delayed += 1
-        if delayed != reported and now - reported_at >= 0.5:
+        if delayed != reported and (not held or now - reported_at >= 0.5):
             print(f"delayed {delayed}", flush=True)
             reported, reported_at = delayed, now
 

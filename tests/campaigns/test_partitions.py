@@ -42,6 +42,9 @@ RECEIVER_TIMEOUT_SECONDS = 1.0
 APPROVE_TIMEOUT_SECONDS = 3.0
 CUT_SECONDS = 5.0
 LOSS, DELAY_MS = 0.1, 200
+# On the degraded link an Apply takes a round trip of 400 ms: an attempt of 0.5 s times out on any
+# retransmission, so the orchestrator sends Apply again while the first may have committed.
+DEGRADED_ATTEMPT_SECONDS = 0.5
 CANARY_TRIES = 10
 DELAYER_START_POLLS = 200
 PRINCIPALS = {
@@ -71,7 +74,9 @@ class Partitioned:
 
 
 @contextmanager
-def partitioned(workdir: Path, history: History) -> Iterator[Partitioned]:
+def partitioned(
+    workdir: Path, history: History, receiver_timeout: float = RECEIVER_TIMEOUT_SECONDS
+) -> Iterator[Partitioned]:
     """Start the receiver and the orchestrator in fresh namespaces; kill them and delete the namespaces after."""
     with topology() as top:
         security = write_network_security(
@@ -86,7 +91,7 @@ def partitioned(workdir: Path, history: History) -> Iterator[Partitioned]:
             workdir,
             f"sqlite:///{workdir / 'receiver.db'}",
             f"sqlite:///{workdir / 'orchestrator.db'}",
-            receiver_timeout_seconds=RECEIVER_TIMEOUT_SECONDS,
+            receiver_timeout_seconds=receiver_timeout,
         )
         receiver, orchestrator = cluster.receiver, cluster.orchestrators[0]
         for server, name, namespace, host in (
@@ -167,7 +172,10 @@ def _approve_during(
 
 
 def _canary(team: list[Reviewer], prefix: str) -> int:
-    """After healing, approve fresh reviews until one commits (the link carries Apply again); return tries."""
+    """Approve fresh reviews until one commits (the link carries Apply); return the tries.
+
+    Before a fault it opens the orchestrator's connection to the receiver, as in steady state;
+    after healing it shows the link works again."""
     for attempt in range(1, CANARY_TRIES + 1):
         case = f"{prefix}-canary{attempt}"
         op = team[0].start(case)
@@ -203,6 +211,12 @@ def _retry_half(
     return len(again)
 
 
+def _applies(stack: Partitioned, outcome: str) -> int:
+    """Apply calls the receiver logged with this outcome (CREATED, or REPLAYED: a repeat it deduplicated)."""
+    child = stack.cluster.receiver.child
+    return 0 if child is None else child.stderr().count(f'"outcome": "{outcome}"')
+
+
 def _report(
     name: str, stack: Partitioned, answers: list[ApproveResult | DecisionflowError], settled: Settled, **more: object
 ) -> None:
@@ -222,6 +236,7 @@ def _report(
             "redriven_by_pass": settled.run.summary.get("redriven"),
             "violations": len(settled.result.violations) + len(settled.states),
             "duplicates_found": settled.result.duplicates,
+            "applies_deduplicated": _applies(stack, "REPLAYED"),
             "decisions_lost": settled.result.decisions_lost,
             "decisions_changed": settled.result.decisions_changed,
             **{k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in more.items()},
@@ -273,6 +288,7 @@ def test_a_cut_mid_approve_then_healed_settles_in_one_pass(
     with partitioned(tmp_path, history) as stack, reviewers(stack) as team:
         cases = [f"P{campaign.base_seed}-{name}-{i}" for i in range(n)]
         ops = team.start_all(cases)
+        _canary(team.starters, f"P{campaign.base_seed}-{name}-warm")
 
         def cut_then_heal() -> None:
             stack.top.cut(direction)
@@ -304,9 +320,10 @@ def test_a_degraded_link_settles_in_one_pass(campaign: CampaignOptions, tmp_path
     """With 10 % loss and a 200 ms delay each way, nothing is lost or doubled."""
     started = time.monotonic()
     n, name = campaign.partition_ops, "degraded"
-    with partitioned(tmp_path, history) as stack, reviewers(stack) as team:
+    with partitioned(tmp_path, history, DEGRADED_ATTEMPT_SECONDS) as stack, reviewers(stack) as team:
         cases = [f"P{campaign.base_seed}-{name}-{i}" for i in range(n)]
         ops = team.start_all(cases)
+        _canary(team.starters, f"P{campaign.base_seed}-{name}-warm")
         stack.top.lose(LOSS)
         delay = _delay(stack)
         answers = _approve_during(team.deciders, cases, ops, lambda: None)

@@ -1,4 +1,4 @@
-"""The partition and full-disk campaigns catch a removed guarantee (``--planted-bugs``; about 2 minutes).
+"""The partition and full-disk campaigns catch a removed guarantee (``--planted-bugs``; about 3 minutes).
 
 Each plant copies the tree to a scratch directory, removes one guard there by a text patch, and
 runs one scenario of the copy: the scenario must fail, and its output must show the checker's
@@ -30,36 +30,41 @@ class Plant:
     caught_by: tuple[str, ...]  # any of these in the scenario's output is the checker's report
 
 
+PARTITIONS = "tests/campaigns/test_partitions.py"
+CUT = PARTITIONS + "::test_a_cut_mid_approve_then_healed_settles_in_one_pass"
+# The receiver's once-per-key: the unique operation_id of effects, and the records keyed by it.
+DEDUP_REMOVED = (
+    (
+        "effect_receiver/migrations/versions/0001_initial.py",
+        '        sa.UniqueConstraint("operation_id", name="uq_effects_operation_id"),\n',
+        "",
+    ),
+    (
+        "effect_receiver/migrations/versions/0001_initial.py",
+        'sa.Column("operation_id", sa.String(80), primary_key=True),',
+        'sa.Column("operation_id", sa.String(80), nullable=False),',
+    ),
+    (
+        "effect_receiver/migrations/versions/0001_initial.py",
+        '        sa.ForeignKeyConstraint(["operation_id"], ["effects.operation_id"], '
+        'name="fk_support_review_records_effect"),\n',
+        "",
+    ),
+)
+UNKNOWN_AS_COMMITTED = (("orchestrator/domain.py", "}.get(state, Outcome.UNKNOWN)", "}.get(state, Outcome.COMMITTED)"),)
+DUPLICATE = ("effects for one operation id",)
+FALSE_COMMIT = ("approval answered COMMITTED but", "clients were told receipts")
+
 PLANTS = (
+    Plant("receiver_dedup_removed-cut_replies", DEDUP_REMOVED, CUT + "[replies]", DUPLICATE),
     Plant(
-        "receiver_dedup_removed",
-        (
-            (
-                "effect_receiver/migrations/versions/0001_initial.py",
-                '        sa.UniqueConstraint("operation_id", name="uq_effects_operation_id"),\n',
-                "",
-            ),
-            (
-                "effect_receiver/migrations/versions/0001_initial.py",
-                'sa.Column("operation_id", sa.String(80), primary_key=True),',
-                'sa.Column("operation_id", sa.String(80), nullable=False),',
-            ),
-            (
-                "effect_receiver/migrations/versions/0001_initial.py",
-                '        sa.ForeignKeyConstraint(["operation_id"], ["effects.operation_id"], '
-                'name="fk_support_review_records_effect"),\n',
-                "",
-            ),
-        ),
-        "tests/campaigns/test_partitions.py::test_a_cut_mid_approve_then_healed_settles_in_one_pass[replies]",
-        ("effects for one operation id",),
+        "receiver_dedup_removed-degraded",
+        DEDUP_REMOVED,
+        PARTITIONS + "::test_a_degraded_link_settles_in_one_pass",
+        DUPLICATE,
     ),
-    Plant(
-        "unknown_reported_as_committed",
-        (("orchestrator/domain.py", "}.get(state, Outcome.UNKNOWN)", "}.get(state, Outcome.COMMITTED)"),),
-        "tests/campaigns/test_partitions.py::test_a_cut_mid_approve_then_healed_settles_in_one_pass[requests]",
-        ("approval answered COMMITTED but", "clients were told receipts"),
-    ),
+    Plant("unknown_reported_as_committed-cut_requests", UNKNOWN_AS_COMMITTED, CUT + "[requests]", FALSE_COMMIT),
+    Plant("unknown_reported_as_committed-cut_both", UNKNOWN_AS_COMMITTED, CUT + "[both]", FALSE_COMMIT),
     Plant(
         "full_disk_error_unmapped",
         (
@@ -106,7 +111,7 @@ def plant(tree: Path, patches: tuple[tuple[str, str, str], ...]) -> None:
 def test_a_planted_bug_is_caught(planted: Plant, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The scenario run against a copy with the guard removed fails with the checker's violation."""
     if not request.config.getoption("--planted-bugs"):
-        pytest.skip("planted-bug runs take about 2 minutes: run with --planted-bugs")
+        pytest.skip("planted-bug runs take about 3 minutes: run with --planted-bugs")
     tree = scratch_copy(tmp_path / "tree")
     plant(tree, planted.patches)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DECISIONFLOW_CAMPAIGN"))}
