@@ -37,6 +37,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--planted-bugs",
         action="store_true",
         default=False,
-        help="run the partition and full-disk scenarios against copies with one guard removed (about 3 minutes)",
+        help="run the partition and full-disk scenarios against copies with one guard removed (about 70 s)",
     )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")

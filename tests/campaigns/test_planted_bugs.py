@@ -1,4 +1,4 @@
-"""The partition and full-disk campaigns catch a removed guarantee (``--planted-bugs``; about 3 minutes).
+"""The partition and full-disk campaigns catch a removed guarantee (``--planted-bugs``; about 70 s).
 
 Each plant copies the tree to a scratch directory, removes one guard there by a text patch, and
 runs one scenario of the copy: the scenario must fail, and its output must show the checker's
@@ -111,7 +111,7 @@ def plant(tree: Path, patches: tuple[tuple[str, str, str], ...]) -> None:
 def test_a_planted_bug_is_caught(planted: Plant, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The scenario run against a copy with the guard removed fails with the checker's violation."""
     if not request.config.getoption("--planted-bugs"):
-        pytest.skip("planted-bug runs take about 3 minutes: run with --planted-bugs")
+        pytest.skip("planted-bug runs take about 70 s: run with --planted-bugs")
     tree = scratch_copy(tmp_path / "tree")
     plant(tree, planted.patches)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DECISIONFLOW_CAMPAIGN"))}
