@@ -115,6 +115,20 @@ def reading(engine: Engine) -> Iterator[sa.Connection]:
         yield conn.execution_options(**{_READ_ONLY: True})
 
 
+# SQLite's SQLITE_FULL and PostgreSQL's disk_full (SQLSTATE 53100): the write did not happen,
+# and it will succeed again once space returns, without a restart.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+STORAGE_FULL_MESSAGE = "database or disk is full"
+
+
+def storage_full(cause: BaseException) -> bool:
+    """Return True when cause (a DB-API error) says the database's storage is full."""
+    if getattr(cause, "sqlite_errorcode", None) == _SQLITE_FULL:
+        return True
+    return getattr(cause, "sqlstate", None) == _PG_DISK_FULL
+
+
 def is_sqlite(engine: Engine) -> bool:
     """Return True when engine talks to SQLite."""
     return engine.dialect.name == "sqlite"

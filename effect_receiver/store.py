@@ -56,7 +56,9 @@ def _reachable() -> Iterator[None]:
         yield
     except _UNREACHABLE as exc:
         cause = getattr(exc, "orig", None) or exc
-        raise Unavailable(f"receiver database unavailable: {type(cause).__name__}") from exc
+        # The driver's text may name hosts; only the full disk, which an operator must act on, is spelt out.
+        detail = db.STORAGE_FULL_MESSAGE if db.storage_full(cause) else type(cause).__name__
+        raise Unavailable(f"receiver database unavailable: {detail}") from exc
 
 
 class EffectStore:

@@ -29,6 +29,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--crash-repetitions", type=int, default=3, help="repetitions of each crash point (default 3)")
     group.addoption("--race-reviews", type=int, default=200, help="reviews raced by 8 approvers (default 200)")
+    group.addoption(
+        "--partition-ops", type=int, default=24, help="approvals per network partition scenario (default 24)"
+    )
+    group.addoption("--disk-ops", type=int, default=24, help="operations per full-disk phase (default 24)")
+    group.addoption(
+        "--planted-bugs",
+        action="store_true",
+        default=False,
+        help="run the partition and full-disk scenarios against copies with one guard removed (about 70 s)",
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
         "--outage-seconds",

@@ -31,11 +31,16 @@ class Server:
     port: int = 0
     child: Child | None = None
     starts: int = 0
+    # Where it listens and where the test dials it; a server in a network namespace listens beyond
+    # loopback (with TLS and authentication) and is dialled at its namespace's address.
+    netns: str | None = None
+    bind_host: str = "127.0.0.1"
+    host: str = "127.0.0.1"
 
     @property
     def target(self) -> str:
         """host:port to dial."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -49,9 +54,10 @@ class Server:
         child, port = self.launcher.serve(
             f"{self.name}-{self.starts}",
             self.module,
-            f"127.0.0.1:{self.port}",
+            f"{self.bind_host}:{self.port}",
             [*self.argv, *extra_argv],
             {**self.env, **(env or {})},
+            self.netns,
         )
         self.child, self.port = child, port
 
@@ -88,6 +94,7 @@ class Cluster:
     reconciler_runs: int = 0
     loop: Child | None = None
     loop_starts: int = 0
+    reconciler_extra_argv: list[str] = field(default_factory=list)
 
     @classmethod
     def create(
@@ -146,6 +153,7 @@ class Cluster:
             "0",
             "--timeout-seconds",
             "5",
+            *self.reconciler_extra_argv,
         ]
 
     def reconcile_once(self, orchestrator: int = 0) -> ReconcilerRun:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow.processes import SETTINGS_PREFIX, wait_for_port_file
+from tests.campaigns.netns import enter
 
 PRELOAD = ("effect_receiver.main", "orchestrator.main", "reconciler.main")
 START_TIMEOUT_SECONDS = 30.0
@@ -40,8 +41,13 @@ def _fork_server() -> ForkServerContext:
     return _context
 
 
-def run_child(module: str, argv: Sequence[str], env: Mapping[str, str], stdout: str, stderr: str) -> None:
-    """Entry point in the forked child: redirect output, set the environment, run the module's main."""
+def run_child(
+    module: str, argv: Sequence[str], env: Mapping[str, str], stdout: str, stderr: str, netns: str | None = None
+) -> None:
+    """Entry point in the forked child: enter netns (if named), redirect output, set the environment,
+    run the module's main."""
+    if netns is not None:
+        enter(netns)
     for fd, path in ((1, stdout), (2, stderr)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
@@ -118,11 +124,19 @@ class Launcher:
     workdir: Path
     children: list[Child] = field(default_factory=list)
 
-    def start(self, name: str, module: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
-        """Fork a child running module's main(argv) with env (DECISIONFLOW_* variables come only from env)."""
+    def start(
+        self,
+        name: str,
+        module: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
+    ) -> Child:
+        """Fork a child running module's main(argv) with env (DECISIONFLOW_* variables come only from env),
+        inside the named network namespace if netns is given."""
         stdout, stderr = self.workdir / f"{name}.stdout", self.workdir / f"{name}.stderr"
         process = _fork_server().Process(
-            target=run_child, args=(module, list(argv), dict(env or {}), str(stdout), str(stderr)), name=name
+            target=run_child, args=(module, list(argv), dict(env or {}), str(stdout), str(stderr), netns), name=name
         )
         process.start()
         child = Child(name, process, stdout, stderr)
@@ -130,13 +144,19 @@ class Launcher:
         return child
 
     def serve(
-        self, name: str, module: str, address: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        module: str,
+        address: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        netns: str | None = None,
     ) -> tuple[Child, int]:
         """Start a server child on address and wait until it announced its port; return it and the port."""
         port_file = self.workdir / f"{name}.port"
         for attempt in range(1, BIND_ATTEMPTS + 1):
             port_file.unlink(missing_ok=True)
-            child = self.start(name, module, ["--address", address, *argv, "--port-file", str(port_file)], env)
+            child = self.start(name, module, ["--address", address, *argv, "--port-file", str(port_file)], env, netns)
             port = wait_for_port_file(port_file, child.process.is_alive, START_TIMEOUT_SECONDS, poll=0.01)
             if port is not None:
                 return child, port

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -152,12 +152,19 @@ class Observed:
         return grouped
 
 
+Connect = Callable[[str], grpc.Channel]
+
+
 def observe(
-    receiver_target: str, orchestrator_target: str, case_ids: Iterable[str], operation_ids: Iterable[str]
+    receiver_target: str,
+    orchestrator_target: str,
+    case_ids: Iterable[str],
+    operation_ids: Iterable[str],
+    connect: Connect = channel,
 ) -> Observed:
     """Read effects (ListEffects per case), Lookups and every operation's state through the real APIs."""
     cases, ops = sorted(set(case_ids)), sorted(set(operation_ids))
-    receiver_channel, orchestrator_channel = channel(receiver_target), channel(orchestrator_target)
+    receiver_channel, orchestrator_channel = connect(receiver_target), connect(orchestrator_target)
     try:
         receiver = ReceiverClient(receiver_channel, timeout=10)
         effects = tuple(e for case in cases for e in receiver.list_effects(case, page_size=100))
@@ -174,12 +181,19 @@ def observe(
 
 
 def check_history(
-    history: History, receiver_target: str, orchestrator_target: str, *, cases: Iterable[str] | None = None
+    history: History,
+    receiver_target: str,
+    orchestrator_target: str,
+    *,
+    cases: Iterable[str] | None = None,
+    connect: Connect = channel,
 ) -> tuple[CheckResult, Observed]:
     """Check the history's events (of the given cases, or all) against what the services hold now."""
     wanted = None if cases is None else set(cases)
     events = [e for e in load(history.path) if wanted is None or e.case in wanted]
-    observed = observe(receiver_target, orchestrator_target, (e.case for e in events), (e.op for e in events if e.op))
+    observed = observe(
+        receiver_target, orchestrator_target, (e.case for e in events), (e.op for e in events if e.op), connect
+    )
     return check(events, observed.effects, observed.lookups, observed.decisions()), observed
 
 
@@ -224,8 +238,12 @@ class Settled:
         return problems + self.result.violations + self.states
 
 
-def settle_and_check(cluster: Cluster, history: History, cases: Iterable[str] | None = None) -> Settled:
+def settle_and_check(
+    cluster: Cluster, history: History, cases: Iterable[str] | None = None, connect: Connect = channel
+) -> Settled:
     """Run one reconciler pass, then check the history (of cases) and the operations' states."""
     run = cluster.reconcile_once()
-    result, observed = check_history(history, cluster.receiver.target, cluster.orchestrators[0].target, cases=cases)
+    result, observed = check_history(
+        history, cluster.receiver.target, cluster.orchestrators[0].target, cases=cases, connect=connect
+    )
     return Settled(run, result, state_violations(observed, settled=True), observed)

@@ -22,6 +22,8 @@ class CampaignOptions:
     operations: int
     crash_repetitions: int
     race_reviews: int
+    partition_ops: int
+    disk_ops: int
     seed: int | None
 
     @property
@@ -32,16 +34,19 @@ class CampaignOptions:
 
 @pytest.fixture
 def campaign(request: pytest.FixtureRequest) -> CampaignOptions:
-    """The campaign sizes from --schedules, --campaign-ops, --crash-repetitions, --race-reviews, --seed."""
+    """The campaign sizes from --schedules, --campaign-ops, --crash-repetitions, --race-reviews,
+    --partition-ops, --disk-ops and --seed."""
     get = request.config.getoption
     options = CampaignOptions(
         schedules=int(get("--schedules")),
         operations=int(get("--campaign-ops")),
         crash_repetitions=int(get("--crash-repetitions")),
         race_reviews=int(get("--race-reviews")),
+        partition_ops=int(get("--partition-ops")),
+        disk_ops=int(get("--disk-ops")),
         seed=get("--seed"),
     )
-    for name in ("schedules", "operations", "crash_repetitions", "race_reviews"):
+    for name in ("schedules", "operations", "crash_repetitions", "race_reviews", "partition_ops", "disk_ops"):
         if getattr(options, name) < 1:
             raise pytest.UsageError(f"campaign size {name} must be at least 1")
     return options

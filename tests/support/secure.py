@@ -1,5 +1,6 @@
 """Real orchestrator and receiver servers with authentication on: a credentials file made with
-issue_token, one principal per role (and one holding two), and raw channels to call them."""
+issue_token, one principal per role (and one holding two), and raw channels to call them; and the
+TLS material and token files for servers dialled at IP addresses (``NetworkSecurity``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+import trustme
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
 from decisionflow.auth.testing import ROLES
@@ -81,6 +83,70 @@ def raw_call(
         return error.code(), b""
     assert isinstance(response, bytes)
     return grpc.StatusCode.OK, response
+
+
+@dataclass(frozen=True)
+class NetworkSecurity:
+    """A CA, one certificate per server naming the IP addresses it is dialled at, a credentials file,
+    and one token file per principal, all in one directory."""
+
+    directory: Path
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate every client trusts."""
+        return self.directory / "ca.pem"
+
+    @property
+    def credentials_file(self) -> Path:
+        """The credentials file every server checks tokens against."""
+        return self.directory / "credentials.json"
+
+    def cert(self, server: str) -> Path:
+        """The server's certificate chain (PEM)."""
+        return self.directory / f"{server}.pem"
+
+    def key(self, server: str) -> Path:
+        """The server's private key (PEM)."""
+        return self.directory / f"{server}.key"
+
+    def token_file(self, principal: str) -> Path:
+        """The file holding principal's bearer token."""
+        return self.directory / f"{principal}.token"
+
+    def token(self, principal: str) -> str:
+        """principal's bearer token."""
+        return self.token_file(principal).read_text(encoding="utf-8").strip()
+
+    def server_argv(self, server: str) -> list[str]:
+        """The flags that make a server require TLS and a token."""
+        return [
+            "--tls-cert",
+            str(self.cert(server)),
+            "--tls-key",
+            str(self.key(server)),
+            "--credentials-file",
+            str(self.credentials_file),
+        ]
+
+
+def write_network_security(
+    directory: Path, servers: Mapping[str, Sequence[str]], principals: Mapping[str, frozenset[Role]]
+) -> NetworkSecurity:
+    """Issue a CA, a certificate per server whose subject alternative names are the addresses given
+    (IP addresses become IP SANs), and a token per principal with its roles."""
+    directory.mkdir(parents=True, exist_ok=True)
+    security = NetworkSecurity(directory)
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(security.ca_file))
+    for server, addresses in servers.items():
+        leaf = ca.issue_cert(*addresses, common_name=server)
+        leaf.cert_chain_pems[0].write_to_path(str(security.cert(server)))
+        leaf.private_key_pem.write_to_path(str(security.key(server)))
+    for principal, roles in principals.items():
+        security.token_file(principal).write_text(issue_token(security.credentials_file, principal, roles) + "\n")
+        security.token_file(principal).chmod(0o600)
+    return security
 
 
 @pytest.fixture
