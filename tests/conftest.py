@@ -29,4 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--crash-repetitions", type=int, default=3, help="repetitions of each crash point (default 3)")
     group.addoption("--race-reviews", type=int, default=200, help="reviews raced by 8 approvers (default 200)")
+    group.addoption(
+        "--soak-seconds", type=float, default=60, help="length of the soak's mixed traffic in seconds (default 60)"
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
