@@ -4,6 +4,8 @@ Reviewers start, edit, approve, decline, replay and contradict on fresh cases wi
 while a chaos thread SIGKILLs the orchestrator or the receiver (in turn, every
 ``KILL_EVERY_SECONDS``), restarts it on its port and runs one reconciler pass, and every
 ``PRUNE_EVERY_SECONDS`` runs ``decisionflow-orchestrator prune-checkpoints --older-than-days 0``.
+The receiver loses one reply in twenty after its commit (``DECISIONFLOW_RECEIVER_FAULTS``), so
+Apply is repeated under the same key all along, by the orchestrator's retries and by replays.
 A sampler reads each service process's RSS (``/proc/PID/status`` VmRSS) and open descriptors
 (``/proc/PID/fd``), the SQLite files' sizes and the checkpoint rows. At the end the faults stop,
 one pass runs and the history must hold. Only safety is asserted; the resource series is printed
@@ -36,6 +38,9 @@ PRUNE_EVERY_SECONDS = 20.0
 SAMPLE_EVERY_SECONDS = 5.0
 WARM_UP_SECONDS = 30.0
 REVIEWERS = 3
+SEED = 20261201
+FAULTS_ENV = "DECISIONFLOW_RECEIVER_FAULTS"
+LOSE_REPLY = 0.05
 EDIT_SHARE, DECLINE_SHARE, REPLAY_SHARE, CONTRADICT_SHARE, RESTART_SHARE = 0.2, 0.15, 0.3, 0.05, 0.1
 
 
@@ -190,6 +195,7 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
     if seconds <= 0:
         raise pytest.UsageError("--soak-seconds must be positive")
     cluster = make_cluster()
+    cluster.receiver.env[FAULTS_ENV] = f"lose_reply={LOSE_REPLY},seed={SEED}"
     workdir = cluster.launcher.workdir
     orchestrator_url = f"sqlite:///{workdir / 'orchestrator.db'}"
     cluster.start()
@@ -199,7 +205,7 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
     connected = [Reviewer.connect(f"soak{i}", cluster.orchestrators[0].target, history) for i in range(REVIEWERS)]
     cases: list[int] = []
     workers = [
-        threading.Thread(target=lambda r=r, i=i: cases.append(_traffic(r, i, 20261201, stop)), name=f"soak{i}")
+        threading.Thread(target=lambda r=r, i=i: cases.append(_traffic(r, i, SEED, stop)), name=f"soak{i}")
         for i, (r, _) in enumerate(connected)
     ]
     chaos_thread = threading.Thread(target=chaos.run, args=(stop,), name="chaos")
@@ -216,7 +222,9 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
             thread.join()
         for _, ch in connected:
             ch.close()
-    # Faults stop: everything up, one pass, then a last prune (settled operations need no checkpoint).
+    # Faults stop: the receiver restarts without lost replies, one pass runs, then a last prune.
+    cluster.receiver.kill()
+    del cluster.receiver.env[FAULTS_ENV]
     cluster.ensure_all()
     settled = settle_and_check(cluster, history)
     chaos.prune()
@@ -231,6 +239,7 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
             "operations": settled.result.operations,
             "calls": sum(settled.result.calls.values()),
             "indeterminate_calls": settled.result.calls.get("info", 0),
+            "lost_replies": _lost_replies(workdir),
             "kills": chaos.kills,
             "reconciler_passes": chaos.passes + 1,
             "prunes": chaos.prunes,
@@ -253,3 +262,11 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
 def _range(samples: list[Sample], name: str) -> str:
     fds = [s.processes[name].fds for s in samples if name in s.processes]
     return f"{min(fds)}-{max(fds)}" if fds else "n/a"
+
+
+def _lost_replies(workdir: Path) -> int:
+    lost = 0
+    for log in workdir.glob("receiver-*.stderr"):
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        lost += sum('"fault injected' in line for line in lines)
+    return lost
