@@ -30,6 +30,7 @@ from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, settle_
 
 PATIENT, IMPATIENT = 2, 2
 DECLINE_EVERY = 5
+RETRY_PAUSE_SECONDS = 0.05
 LOAD_BEFORE_SECONDS, LOAD_AFTER_SECONDS = 2.0, 4.0
 RESTART_MODES = ("fast", "immediate")
 # What a call may end with when the database is away: a retryable refusal, or an outcome left open.
@@ -58,8 +59,10 @@ def _load(reviewer: Reviewer, name: str, stop: threading.Event) -> None:
         case = f"{name}-{n}"
         n += 1
         op = reviewer.start(case)
-        if op is not None:
-            reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
+        if op is None:
+            time.sleep(RETRY_PAUSE_SECONDS)  # a client without retries still does not spin on an outage
+            continue
+        reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
 
 
 def _recovery_seconds(events: list[Event], restart: Restart) -> float | None:
@@ -71,6 +74,16 @@ def _recovery_seconds(events: list[Event], restart: Restart) -> float | None:
         if e.type == "ok" and invoked.get((e.process, e.op, e.call), -1.0) >= restart.returned
     ]
     return round(min(ok_after), 3) if ok_after else None
+
+
+def _failed_after(events: list[Event], restart: Restart, until: float) -> int:
+    """Calls sent between the restart's return and until that did not succeed (stale pooled connections)."""
+    invoked = {(e.process, e.op, e.call): e.time for e in events if e.type == "invoke"}
+    return sum(
+        1
+        for e in events
+        if e.type in ("fail", "info") and restart.returned <= invoked.get((e.process, e.op, e.call), -1.0) < until
+    )
 
 
 def _endings(events: list[Event]) -> Counter[str]:
@@ -136,6 +149,9 @@ def test_postgres_restarted_under_load_services_recover_without_restart(
             "ok": sum(v for k, v in endings.items() if k.startswith("ok:")),
             "failures_by_status": ",".join(f"{k}={v}" for k, v in sorted(endings.items()) if not k.startswith("ok")),
             "unknown_outcomes_told": sum(1 for e in events if e.outcome == "UNKNOWN"),
+            "failed_within_2s_after_back": ",".join(
+                f"{r.mode}:{_failed_after(events, r, r.returned + 2.0)}" for r in restarts
+            ),
             "recovery_seconds": ",".join(f"{mode}:{seconds}" for mode, seconds in recovery.items()),
             "service_starts": ",".join(f"{k}:{v}" for k, v in sorted(starts.items())),
             "operations": settled.result.operations,
