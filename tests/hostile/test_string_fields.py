@@ -121,7 +121,7 @@ ID_FIELDS = [(method, path) for method, path in FIELDS if _is_id(path)]
 
 @pytest.mark.parametrize(("method", "path"), ID_FIELDS, ids=[_field_id(f) for f in ID_FIELDS])
 def test_ids_of_the_wrong_shape_are_refused(target: Target, method: MethodDescriptor, path: StringPath) -> None:
-    shapes = CASE_ID_SHAPES if "case_id" in path else OPERATION_ID_SHAPES
+    shapes: tuple[str, ...] = CASE_ID_SHAPES if "case_id" in path else OPERATION_ID_SHAPES
     if (method.name, tuple(path)) in OPTIONAL_IDS:
         shapes = tuple(shape for shape in shapes if shape)  # empty means "not given"
     before = target.states()
