@@ -61,6 +61,7 @@ class Sample:
     processes: dict[str, ProcessSample]
     database_bytes: dict[str, int]
     checkpoint_rows: int
+    unsettled_checkpoint_rows: int  # of operations still pending review: prune-checkpoints keeps them
 
     def line(self) -> str:
         """One compact line of the time series."""
@@ -68,7 +69,7 @@ class Sample:
             f"{name}={p.pid}/{p.rss_kb / 1024:.0f}MB/{p.fds}fd" for name, p in sorted(self.processes.items())
         )
         sizes = " ".join(f"{name}={size // 1024}KiB" for name, size in sorted(self.database_bytes.items()))
-        return f"t={self.at:6.0f}s {procs} {sizes} checkpoints={self.checkpoint_rows}"
+        return f"t={self.at:6.0f}s {procs} {sizes} checkpoints={self.checkpoint_rows}/{self.unsettled_checkpoint_rows}"
 
 
 def _process_sample(pid: int) -> ProcessSample | None:
@@ -86,9 +87,14 @@ def _database_bytes(workdir: Path, name: str) -> int:
     return sum(p.stat().st_size for p in workdir.glob(f"{name}.db*") if p.exists())
 
 
-def _checkpoint_rows(database: Path) -> int:
+def _checkpoint_rows(database: Path) -> tuple[int, int]:
+    """All checkpoint rows, and those of operations still pending review (superseded ones included)."""
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10) as conn:
-        return int(conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
+        total = int(conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
+        unsettled = conn.execute(
+            "SELECT count(*) FROM checkpoints JOIN operations o USING (operation_id) WHERE o.state = 'pending_review'"
+        ).fetchone()[0]
+        return total, int(unsettled)
 
 
 def sample(cluster: Cluster, workdir: Path, at: float) -> Sample:
@@ -101,7 +107,7 @@ def sample(cluster: Cluster, workdir: Path, at: float) -> Sample:
             if found is not None:
                 processes[server.name] = found
     sizes = {name: _database_bytes(workdir, name) for name in ("orchestrator", "receiver")}
-    return Sample(round(at, 1), processes, sizes, _checkpoint_rows(workdir / "orchestrator.db"))
+    return Sample(round(at, 1), processes, sizes, *_checkpoint_rows(workdir / "orchestrator.db"))
 
 
 def _traffic(reviewer: Reviewer, worker: int, seed: int, stop: threading.Event) -> int:
@@ -230,7 +236,8 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
     chaos.prune()
     samples.append(sample(cluster, workdir, time.monotonic() - began))
     series = "\n".join(s.line() for s in samples)
-    print("\nsoak time series (pid/RSS/open fds per service, SQLite file sizes, checkpoint rows):\n" + series)
+    legend = "pid/RSS/open fds per service, SQLite file sizes, checkpoint rows all/unsettled"
+    print(f"\nsoak time series ({legend}):\n{series}")
     publish(
         "soak",
         {
@@ -246,6 +253,7 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
             "checkpoints_pruned": chaos.pruned,
             "checkpoint_rows_max": max(s.checkpoint_rows for s in samples),
             "checkpoint_rows_end": samples[-1].checkpoint_rows,
+            "unsettled_checkpoint_rows_end": samples[-1].unsettled_checkpoint_rows,
             "rss_growth_orchestrator": _growth(samples, "orchestrator0"),
             "rss_growth_receiver": _growth(samples, "receiver"),
             "fds_range_orchestrator": _range(samples, "orchestrator0"),
