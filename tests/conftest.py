@@ -39,6 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the partition and full-disk scenarios against copies with one guard removed (about 70 s)",
     )
+    group.addoption(
+        "--soak-seconds", type=float, default=60, help="length of the soak's mixed traffic in seconds (default 60)"
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
         "--outage-seconds",
