@@ -30,3 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-repetitions", type=int, default=3, help="repetitions of each crash point (default 3)")
     group.addoption("--race-reviews", type=int, default=200, help="reviews raced by 8 approvers (default 200)")
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
+    group.addoption(
+        "--model-depth",
+        choices=("ci", "deep"),
+        default="ci",
+        help="bounds of the spin model check in tests/model (default ci; deep runs larger bounds)",
+    )
