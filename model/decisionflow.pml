@@ -1,15 +1,18 @@
 /*
  * decisionflow's exactly-once protocol, for spin (docs/model.md maps every step to the code).
  *
- * Two orchestrator replicas serve requests from one shared ledger; every atomic/d_step block
- * over ledger variables is one database transaction of orchestrator/store. One receiver holds
- * the effects table keyed by operation id (with the payload digest) and a lagging read replica.
+ * Orchestrator replicas serve requests over one shared ledger (a replica keeps nothing between
+ * requests, so each request runs in its client's process and requests interleave as on separate
+ * replicas); every atomic/d_step block over ledger variables is one database transaction of
+ * orchestrator/store. One receiver holds the effects table keyed by operation id (with the
+ * payload digest) and a read replica that may lag.
  * Two authors propose and edit one case, two reviewers approve or decline the operation id they
  * read, a reconciler settles and re-drives, replies may be lost and replicas may crash.
  *
  * Bounds are #defines, overridable with -D. Seeded faults remove one guard each:
  *   -DNO_UNIQUE_KEY -DNO_CONFLICT_CHECK -DNO_STALE_CHECK -DNO_ATTEMPT_RECORD
  *   -DNO_RETENTION_RULE -DNO_OPEN_CHECK
+ * -DAGE_ANYTIME drops the assumption that requests and passes are shorter than the key retention.
  * -DLIVENESS builds the liveness configuration (a reconciler that never stops, strong lookups)
  * checked with the ltl formula `settles` (spin -a; pan -a -f); -DEVENTUAL_LOOKUPS is its fault.
  */
@@ -80,7 +83,7 @@
 
 #define OPEN(s) ((s) == APPROVED || (s) == UNKNOWN)
 
-/* ---- the orchestrator's ledger (shared by both replicas) ---- */
+/* ---- the orchestrator's ledger (shared by every replica) ---- */
 byte current;                  /* cases.current_operation_id */
 bool proposed[NOPS + 1];       /* proposals row exists */
 byte state[NOPS + 1];          /* operations.state */

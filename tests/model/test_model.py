@@ -137,8 +137,9 @@ def run_spin(workdir: Path, defines: tuple[str, ...], *, liveness: bool, optimis
     shutil.copyfile(MODEL, model)
     flags = [f"-D{d}" for d in defines]
     _run(["spin", "-a", *flags, model.name], workdir, check=True)
-    # COLLAPSE compresses the state vector; liveness needs the full search (no -DSAFETY).
-    cflags = ["-DCOLLAPSE"] if liveness else ["-DSAFETY", "-DCOLLAPSE"]
+    # COLLAPSE compresses the state vector; liveness needs the full search (no -DSAFETY) and
+    # room in the fairness bookkeeping for every process (NFAIR).
+    cflags = ["-DCOLLAPSE", "-DNFAIR=3"] if liveness else ["-DSAFETY", "-DCOLLAPSE"]
     # Compiling pan.c costs more than searching the CI bounds: -O1 (or -O0 for a search that stops
     # at its first error) keeps the whole check short; the deep bounds use -O2.
     _run(["gcc", optimise, *cflags, "-o", "pan", "pan.c"], workdir, check=True)
