@@ -48,3 +48,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="30",
         help="receiver outages to recover from in tests/recovery, comma-separated (default 30; e.g. 10,30,60)",
     )
+    group.addoption(
+        "--model-depth",
+        choices=("ci", "deep"),
+        default="ci",
+        help="bounds of the spin model check in tests/model (default ci; deep runs larger bounds)",
+    )
