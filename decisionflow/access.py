@@ -13,7 +13,6 @@ parsed request are known, and notes them for the access line and the span.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
@@ -25,7 +24,7 @@ import grpc
 from decisionflow import tracing
 from decisionflow.auth import ANONYMOUS, current_principal
 from decisionflow.errors import DomainError
-from decisionflow.handlers import behaviour_of, with_behaviour
+from decisionflow.handlers import behaviour_of, final_code, with_behaviour
 
 logger = logging.getLogger("decisionflow.access")
 
@@ -36,7 +35,6 @@ SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset(
 QUIET_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 NOTED_FIELDS = ("principal", "operation_id", "case_id", "outcome")
 
-_CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
 if TYPE_CHECKING:
     _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -53,20 +51,6 @@ def access_level(method: str, code: grpc.StatusCode) -> int:
     if code in SERVER_FAULT_CODES:
         return logging.ERROR
     return logging.WARNING
-
-
-def _final_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> grpc.StatusCode:
-    """The code the caller receives: the one the call set or aborted with; else from how it ended."""
-    set_code: object = context.code()
-    if isinstance(set_code, int):  # some grpc versions keep the number, not the enum
-        set_code = _CODES_BY_VALUE.get(set_code)
-    if isinstance(set_code, grpc.StatusCode):
-        return set_code
-    if error is None:
-        return grpc.StatusCode.OK
-    if isinstance(error, asyncio.CancelledError):
-        return grpc.StatusCode.CANCELLED
-    return grpc.StatusCode.UNKNOWN
 
 
 def log_access(method: str, code: grpc.StatusCode, duration_ms: float, notes: Mapping[str, str]) -> None:
@@ -105,7 +89,7 @@ class ObservedCalls(_ServerInterceptor):
                     error = exc
                     raise
                 finally:
-                    code = _final_code(context, error)
+                    code = final_code(context, error)
                     tracing.end_status(span, code)
                     log_access(method, code, (time.perf_counter() - started) * 1000, notes)
 

@@ -9,7 +9,6 @@ gets: refusals of the status table and of authentication included.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import inspect
@@ -27,7 +26,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from decisionflow import startup
 from decisionflow.errors import DomainError
-from decisionflow.handlers import behaviour_of, with_behaviour
+from decisionflow.handlers import behaviour_of, final_code, with_behaviour
 from decisionflow.settings import MetricsSettings
 
 if TYPE_CHECKING:
@@ -73,22 +72,6 @@ def _declared_kind(service: str, method: str) -> str | None:
     except KeyError:
         return None
     return _kind_of(declared.client_streaming, declared.server_streaming)
-
-
-def _final_code(context: _Context, error: BaseException | None) -> str:
-    """Return the status code name the caller gets: the code an abort (or the method) set, else OK;
-    for an exception that escapes the method, what gRPC answers for it."""
-    if error is not None and not isinstance(error, grpc.aio.AbortError):
-        if isinstance(error, asyncio.CancelledError):
-            # The call ended under the method: its deadline passed, or the caller went away.
-            remaining = context.time_remaining()
-            expired = remaining is not None and remaining <= 0
-            return (grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED).name
-        return grpc.StatusCode.UNKNOWN.name
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return code.name
-    return grpc.StatusCode.OK.name if error is None else grpc.StatusCode.UNKNOWN.name
 
 
 class GrpcServerMetrics:
@@ -143,7 +126,7 @@ class GrpcMetricsInterceptor(_ServerInterceptor):
     def _record(
         self, labels: tuple[str, str, str], context: _Context, error: BaseException | None, began: float
     ) -> None:
-        self._metrics.handled.labels(*labels, _final_code(context, error)).inc()
+        self._metrics.handled.labels(*labels, final_code(context, error).name).inc()
         self._metrics.handling_seconds.labels(*labels).observe(time.perf_counter() - began)
 
     def _unary(self, behaviour: Callable[..., Any], labels: tuple[str, str, str]) -> Callable[..., Any]:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
 
-from decisionflow.processes import ServiceProcess, free_port, spawn
+from decisionflow.processes import ServiceProcess, spawn
 from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, ProcessStack, orchestrator_args
-from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
 from tests.support.cli import ROOT
 from tests.support.stack import CHECKPOINT_KEY, approve, start_request
 
@@ -100,11 +102,32 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_retry_lines_name_the_operation_while_the_receiver_is_down(tmp_path: Path) -> None:
-    nobody = f"127.0.0.1:{free_port()}"
+def _unavailable(_request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.abort(grpc.StatusCode.UNAVAILABLE, "receiver database unavailable")
+
+
+@pytest.fixture
+def unavailable_receiver() -> Iterator[str]:
+    """The target of a receiver answering every Apply UNAVAILABLE, as one whose database is down does
+    (a stand-in at the seam; the orchestrator's log is what is checked)."""
+    server = grpc.server(ThreadPoolExecutor(4))
+    service = effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name
+    apply = grpc.unary_unary_rpc_method_handler(_unavailable)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(service, {"Apply": apply})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
+    tmp_path: Path, unavailable_receiver: str
+) -> None:
     orchestrator = spawn(
         ORCHESTRATOR_MODULE,
-        orchestrator_args(f"sqlite:///{tmp_path / 'orch.db'}", nobody),
+        orchestrator_args(f"sqlite:///{tmp_path / 'orch.db'}", unavailable_receiver),
         tmp_path,
         "orchestrator",
         env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
