@@ -336,8 +336,9 @@ def _housekeeping(command: str, args: list[str]) -> int:
 
 
 HOUSEKEEPING = {
-    "prune-checkpoints": "delete checkpoints of operations settled before a retention; proposals, decisions "
-    "and receipts are kept forever; pending reviews are never touched",
+    "prune-checkpoints": "delete checkpoints of operations settled before a retention, and of undecided "
+    "proposals superseded on a case unchanged for as long; proposals, decisions and receipts are kept forever; "
+    "a case's current pending review is never touched",
     "reopen-reviews": "re-open pending reviews recorded under another workflow graph under the running one "
     "(same operation id; the old checkpoint is retired, never resumed)",
 }

@@ -11,7 +11,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from orchestrator.domain import PendingReview, SealedCheckpoint, State
-from orchestrator.schema import checkpoints, decisions, operations, pending_reviews
+from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
 from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
 from orchestrator.store._rows import review_from, sealed_checkpoint_from
 from orchestrator.store._transactions import Transactions
@@ -27,14 +27,26 @@ class Housekeeping:
         self._checkpoints = checkpoint_table
 
     def prune_checkpoints(self, cutoff: datetime, *, dry_run: bool) -> int:
-        """Delete (or count, on a dry run) the checkpoints of operations settled before cutoff.
+        """Delete (or count, on a dry run) the checkpoints of operations settled before cutoff, and of
+        undecided proposals superseded on a case that has not moved since cutoff.
 
-        Checkpoints of pending reviews (any operation not settled) are never touched.
+        The case's current pending review is never touched. A superseded proposal made current again
+        by an edit gets a fresh checkpoint then (see create_edit), so none is ever resumed from a
+        pruned one.
         """
         settled = sa.select(operations.c.operation_id).where(
             operations.c.state.in_([s.value for s in SETTLED_STATES]), operations.c.state_changed_at < cutoff
         )
-        of_settled = checkpoints.c.operation_id.in_(settled)
+        superseded = (
+            sa.select(operations.c.operation_id)
+            .join(cases, cases.c.case_id == operations.c.case_id)
+            .where(
+                operations.c.state == State.PENDING_REVIEW.value,
+                cases.c.current_operation_id != operations.c.operation_id,
+                cases.c.updated_at < cutoff,
+            )
+        )
+        of_settled = sa.or_(checkpoints.c.operation_id.in_(settled), checkpoints.c.operation_id.in_(superseded))
         with self._transactions.write() as conn:
             if dry_run:
                 return int(

@@ -97,6 +97,28 @@ def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation
     return bool(moved == 1)
 
 
+def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
+    """Point an undecided proposal's pending review at a freshly written checkpoint, retiring the old
+    one (which pruning may have removed while the proposal was superseded); False if it is decided."""
+    renewed = conn.execute(
+        pending_reviews.update()
+        .where(
+            pending_reviews.c.operation_id == review.operation_id,
+            sa.exists().where(
+                operations.c.operation_id == review.operation_id, operations.c.state == State.PENDING_REVIEW.value
+            ),
+        )
+        .values(
+            workflow_name=review.workflow_name,
+            workflow_version=review.workflow_version,
+            graph_signature=review.graph_signature,
+            checkpoint_id=review.checkpoint_id,
+            retired_checkpoint_id=pending_reviews.c.checkpoint_id,
+        )
+    ).rowcount
+    return bool(renewed == 1)
+
+
 def current_txn(conn: sa.Connection, case_id: str) -> str | None:
     """Return the operation id of the case's current proposal, if the case exists."""
     return conn.execute(sa.select(cases.c.current_operation_id).where(cases.c.case_id == case_id)).scalar_one_or_none()

@@ -118,7 +118,8 @@ class OrchestratorStore:
     ) -> Proposal:
         """Record an edited proposal and move the case's current pointer from expected to it (or refuse as stale).
 
-        When the edited content already exists as a proposal, that proposal becomes current again.
+        When the edited content already exists as a proposal, that proposal becomes current again;
+        if it is undecided, its pending review moves to the checkpoint of this edit's run.
         """
         with self.transactions.write() as conn:
             created = True
@@ -131,6 +132,10 @@ class OrchestratorStore:
                 created = False
             if created:
                 _proposals.insert_operation_and_review_txn(conn, proposal, review)
+            # An earlier, undecided proposal made current again resumes from this run's checkpoint,
+            # never from one pruning may have removed while it was superseded.
+            written = created or _proposals.renew_review_txn(conn, review)
+            if written:
                 self.checkpoints.insert_txn(conn, saved)
             if not _proposals.move_current_txn(
                 conn, proposal.case_id, expected_operation_id, proposal.operation_id, proposal.created_at
@@ -138,7 +143,7 @@ class OrchestratorStore:
                 current = _proposals.current_txn(conn, proposal.case_id)
                 raise StaleProposal(expected_operation_id, current or "")
             stored = _proposals.proposal_txn(conn, proposal.operation_id)
-        if created:
+        if written:
             self._wrote(saved)
         return stored
 

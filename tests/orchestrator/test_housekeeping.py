@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from decisionflow.v1 import common_pb2
+from decisionflow.v1 import common_pb2, review_pb2
 from orchestrator.workflow import ReviewWorkflow
-from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, policy, start_request
 
 
 def _run(*args: str) -> dict[str, object]:
@@ -57,6 +57,30 @@ def test_prune_removes_only_settled_operations_checkpoints(make_stack: Callable[
     assert count(url, "SELECT count(*) FROM decisions") == 1
     assert count(url, "SELECT count(*) FROM operations WHERE receipt_id IS NOT NULL") == 1
     assert review.Approve(approve(pending), timeout=10).outcome == common_pb2.OUTCOME_COMMITTED
+
+
+@pytest.mark.slow
+def test_a_superseded_proposal_pruned_then_edited_back_is_approved(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack()
+    review = stack.review()
+    first = review.StartReview(start_request(case_id="T-5"), timeout=10).proposal
+
+    def edit(expected: str, body: str) -> str:
+        request = review_pb2.EditProposalRequest(
+            expected_operation_id=expected, body=body, evidence=list(first.evidence), policy=policy()
+        )
+        return review.EditProposal(request, timeout=10).proposal.operation_id
+
+    second = edit(first.operation_id, first.body + " Thanks.")
+    url = stack.orchestrator_url
+    pruned = _run("prune-checkpoints", "--database-url", url, "--older-than-days", "0")
+    assert isinstance(pruned["checkpoints"], int) and pruned["checkpoints"] > 0
+    assert count(url, f"SELECT count(*) FROM checkpoints WHERE operation_id = '{first.operation_id}'") == 0
+    assert count(url, f"SELECT count(*) FROM checkpoints WHERE operation_id = '{second}'") > 0
+
+    assert edit(second, first.body) == first.operation_id  # the same content: the same operation, current again
+    assert review.Approve(approve(first.operation_id), timeout=10).outcome == common_pb2.OUTCOME_COMMITTED
+    assert stack.effects("T-5") == 1
 
 
 @pytest.mark.slow

@@ -140,11 +140,15 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
     assert store.find_proposal(stale.operation_id) is None
     assert rows(store, "SELECT count(*) FROM checkpoints") == 2
 
-    # Editing back to content that exists makes that proposal current again; nothing is added.
+    # Editing back to content that exists makes that proposal current again, adding no proposal; its
+    # pending review moves to this edit's checkpoint and the one it had is retired.
     back = proposal(parent=edit.operation_id)
-    assert store.create_edit(back, edit.operation_id, review(back, "cp-back"), []) == first
+    assert store.create_edit(back, edit.operation_id, review(back, "cp-back"), [checkpoint(back, "cp-back")]) == first
     assert store.current_operation_id("T-1") == first.operation_id
     assert rows(store, "SELECT count(*) FROM proposals") == 2
+    assert store.get_pending_review(first.operation_id).checkpoint_id == "cp-back"
+    retired = "SELECT count(*) FROM pending_reviews WHERE retired_checkpoint_id = :cp"
+    assert rows(store, retired, cp=review(first).checkpoint_id) == 1
 
 
 def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
@@ -311,6 +315,27 @@ def test_prune_deletes_only_settled_operations_checkpoints(store: OrchestratorSt
     assert left == 1 and rows(store, "SELECT count(*) FROM checkpoints") == 1
     assert store.get_decision(settled.operation_id) is not None
     assert store.get_proposal(settled.operation_id) == settled
+
+
+def test_prune_deletes_superseded_reviews_checkpoints_and_an_edit_back_writes_a_fresh_one(
+    store: OrchestratorStore,
+) -> None:
+    first = started(store, proposal(case_id="T-3"))
+    later = T0 + timedelta(minutes=5)
+    edit = proposal(case_id="T-3", body="Please update to 4.2.2.", parent=first.operation_id, at=later)
+    store.create_edit(edit, first.operation_id, review(edit), [checkpoint(edit)])
+    housekeeping = store.housekeeping
+    assert housekeeping.prune_checkpoints(later, dry_run=True) == 0  # the case moved at the cutoff, not before
+    assert housekeeping.prune_checkpoints(later + timedelta(seconds=1), dry_run=False) == 1
+    of = "SELECT count(*) FROM checkpoints WHERE operation_id = :op"
+    assert rows(store, of, op=first.operation_id) == 0
+    assert rows(store, of, op=edit.operation_id) == 1  # the current review's checkpoint is kept
+
+    back = proposal(case_id="T-3", parent=edit.operation_id, at=later)
+    store.create_edit(back, edit.operation_id, review(back, "cp-fresh"), [checkpoint(back, "cp-fresh")])
+    assert store.get_pending_review(first.operation_id).checkpoint_id == "cp-fresh"
+    assert rows(store, of, op=first.operation_id) == 1
+    assert store.checkpoints.get("cp-fresh") is not None
 
 
 def test_reopen_moves_an_undecided_review_to_the_running_workflow_once(store: OrchestratorStore) -> None:
