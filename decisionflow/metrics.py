@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from google.protobuf import descriptor_pool
-from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from decisionflow import startup
@@ -41,6 +41,10 @@ else:
 # go-grpc-prometheus's default buckets (the Prometheus client defaults), so dashboards carry over.
 HANDLING_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HEALTH_PATH = "/healthz"
+
+# Every counter and histogram would also expose a ``_created`` sample (its start time), which no
+# rule or panel uses and which doubles what a scrape carries.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def _split_method(method: str) -> tuple[str, str]:
