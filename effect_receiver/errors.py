@@ -42,8 +42,7 @@ class IdempotencyKeyReused(DomainError):
 
 
 class KeyRetentionExceeded(DomainError):
-    """The key of operation_id is absent and its first attempt is beyond the retention: it may have been
-    written and pruned, so writing it now could apply the effect twice; nothing was written."""
+    """operation_id's key is absent and its first attempt beyond the retention (maybe pruned); nothing written."""
 
     reason = reasons.KEY_RETENTION_EXCEEDED
 

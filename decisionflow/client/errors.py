@@ -169,9 +169,10 @@ class IdempotencyKeyReused(PreconditionFailed):
 
 
 class KeyRetentionExceeded(PreconditionFailed):
-    """The receiver wrote nothing: the key is absent and the first attempt is beyond its key retention, so
-    an earlier attempt may have been written and pruned. Definite for this call, not for the operation:
-    escalate it, never re-drive it."""
+    """Nothing written: the key is absent and may have been pruned (first attempt beyond the retention); escalate."""
+
+    # Definite for this call only: an earlier attempt may have written the effect before its key was
+    # pruned, so the operation's outcome stays unknown and it must never be re-driven.
 
     @property
     def first_attempted_at(self) -> str:

@@ -42,7 +42,7 @@ def stack(tmp_path: Path) -> Iterator[ProcessStack]:
 
 
 def _effects(stack: ProcessStack, case_id: str) -> int:
-    return count(stack.receiver_url, f"SELECT count(*) FROM effects WHERE case_id = '{case_id}'")  # noqa: S608
+    return count(stack.receiver_url, f"SELECT count(*) FROM effects WHERE case_id = '{case_id}'")
 
 
 def _approve_unknown(review: review_pb2_grpc.ReviewServiceStub, case_id: str) -> str:
@@ -61,8 +61,11 @@ def _state(review: review_pb2_grpc.ReviewServiceStub, op: str) -> int:
 
 def _prune(stack: ProcessStack) -> int:
     done = subprocess.run(
-        [sys.executable, "-m", "effect_receiver.main", "prune-keys", "--database-url", stack.receiver_url]
-        + ["--key-retention-seconds", str(RETENTION_SECONDS)],
+        [
+            sys.executable,
+            *("-m", "effect_receiver.main", "prune-keys"),
+            *("--database-url", stack.receiver_url, "--key-retention-seconds", str(RETENTION_SECONDS)),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
