@@ -1,5 +1,6 @@
-"""A replayed Approve or a RedriveOperation past the receiver's key retention: the receiver refuses the
-pruned key, the operation stays Unknown, and no second effect is written (real processes)."""
+"""A replayed Approve or a RedriveOperation past the receiver's key retention: the receiver refuses an
+absent key, the operation stays Unknown, and no second effect is written; a key still on record
+replays (real servers in process, and real processes with a real prune)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -16,12 +18,64 @@ import pytest
 from decisionflow.processes import child_environment
 from decisionflow.stack import ProcessStack
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from tests.support.reconciling import LOST_REPLY
-from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
+from tests.support.reconciling import (
+    AFTER_ATTEMPT,
+    LOST_REPLY,
+    age_first_attempt,
+    approve_and_crash,
+    approve_unknown,
+    operation,
+)
+from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
 
 ROOT = Path(__file__).resolve().parents[2]
 RETENTION_SECONDS = 2
 UNKNOWN = common_pb2.OUTCOME_UNKNOWN
+
+
+HOUR = timedelta(hours=1)
+
+
+def test_an_unknown_operation_first_attempted_beyond_the_retention_is_refused_never_applied(
+    make_stack: Callable[..., Stack],
+) -> None:
+    # The attempt is recorded and the orchestrator fails before Apply: Unknown, no effect anywhere.
+    stack = make_stack(receiver={"key_retention": HOUR, "prune_interval_seconds": 0}, failpoints=AFTER_ATTEMPT)
+    op = approve_and_crash(stack, "RETAIN-OLD")
+    stack.stop_orchestrator()
+    stack.start_orchestrator()
+    age_first_attempt(stack.orchestrator_url, op, 2 * HOUR)
+
+    again = stack.review().Approve(approve(op), timeout=10)
+    assert (again.outcome, again.replay) == (UNKNOWN, True)
+    redrive = stack.operations().RedriveOperation(operations_pb2.RedriveOperationRequest(operation_id=op), timeout=10)
+    assert redrive.outcome == UNKNOWN
+    assert operation(stack, op).state == common_pb2.OPERATION_STATE_UNKNOWN
+    assert stack.effects("RETAIN-OLD") == 0
+
+
+def test_an_unknown_operation_within_the_retention_is_applied(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(receiver={"key_retention": HOUR, "prune_interval_seconds": 0}, failpoints=AFTER_ATTEMPT)
+    op = approve_and_crash(stack, "RETAIN-FRESH")
+    stack.stop_orchestrator()
+    stack.start_orchestrator()
+    assert stack.review().Approve(approve(op), timeout=10).outcome == common_pb2.OUTCOME_COMMITTED
+    assert stack.effects("RETAIN-FRESH") == 1
+
+
+def test_an_old_operation_whose_effect_is_still_on_record_commits_with_its_receipt(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(receiver_failpoints=LOST_REPLY, receiver={"key_retention": HOUR}, receiver_timeout_seconds=1.0)
+    op = approve_unknown(stack, "RETAIN-KEPT")
+    stack.stop_orchestrator()
+    stack.start_receiver(key_retention=HOUR)  # replies are delivered again from here on
+    stack.start_orchestrator()
+    age_first_attempt(stack.orchestrator_url, op, 2 * HOUR)
+
+    again = stack.review().Approve(approve(op), timeout=10)
+    assert (again.outcome, again.replay) == (common_pb2.OUTCOME_COMMITTED, True)
+    assert stack.effects("RETAIN-KEPT") == 1
 
 
 @pytest.fixture
