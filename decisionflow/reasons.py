@@ -21,6 +21,7 @@ WORKFLOW_PROTOCOL = "WORKFLOW_PROTOCOL"
 CHECKPOINT_INTEGRITY = "CHECKPOINT_INTEGRITY"
 CHECKPOINT_SAVE_FAILED = "CHECKPOINT_SAVE_FAILED"
 REPLY_LOST = "REPLY_LOST"
+KEY_RETENTION_EXCEEDED = "KEY_RETENTION_EXCEEDED"
 
 # ErrorInfo metadata keys. An operation is always named by OPERATION_ID; enum values are spelled
 # as the proto spells them (DECISION_APPROVE, OPERATION_STATE_COMMITTED).
@@ -33,3 +34,5 @@ RECORDED = "recorded"
 RUNNING = "running"
 CHECKPOINT_ID = "checkpoint_id"
 PRINCIPAL = "principal"
+FIRST_ATTEMPTED_AT = "first_attempted_at"
+KEY_RETENTION = "key_retention"

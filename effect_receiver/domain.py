@@ -12,7 +12,7 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from decisionflow.identity import OPERATION_ID_PATTERN
 from decisionflow.payload import EffectPayload, PayloadError, payload_digest
@@ -27,6 +27,9 @@ DIGEST_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
 MAX_BATCH_LOOKUP = 1000
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# Allowance for the orchestrator's clock running behind the receiver's: an Apply is refused this much
+# before its key could have been pruned. Refusing early is always safe; it only escalates sooner.
+RETENTION_SKEW_MARGIN = timedelta(seconds=60)
 
 
 class ApplyOutcome(enum.Enum):
@@ -198,3 +201,22 @@ def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, dig
         reviewer=decoded.reviewer,
         decided_at=decoded.decided_at,
     )
+
+
+def retention_margin(retention: timedelta) -> timedelta:
+    """The clock-skew allowance for retention: RETENTION_SKEW_MARGIN, at most half the retention."""
+    return min(RETENTION_SKEW_MARGIN, retention / 2)
+
+
+def beyond_retention(first_attempted_at: datetime | None, retention: timedelta | None, now: datetime) -> bool:
+    """True when an effect first attempted at first_attempted_at may already have had its key pruned.
+
+    The prune deletes effects applied before now - retention, and an effect is applied no earlier
+    than its operation's first attempt (less the clocks' skew). So an absent key whose first attempt
+    is later than now - retention + margin was never written, and a new Apply cannot write a second
+    effect; an earlier one may have been written and pruned, and only a refusal is safe. Without a
+    retention keys are kept forever, and without first_attempted_at (an older caller) nothing is known.
+    """
+    if retention is None or first_attempted_at is None:
+        return False
+    return first_attempted_at < now - retention + retention_margin(retention)

@@ -3,6 +3,7 @@
     DomainError                      decisionflow.errors: every refusal on the wire
     ├── InvalidRequest               INVALID_ARGUMENT, field violations; nothing was written
     ├── IdempotencyKeyReused         FAILED_PRECONDITION; the stored effect is unchanged; never retry
+    ├── KeyRetentionExceeded         FAILED_PRECONDITION; the key may have been pruned; nothing written
     └── Unavailable                  UNAVAILABLE; the database cannot be reached; retry with the same key
         └── ReplyLost                UNAVAILABLE (failpoint): the effect committed, the reply was withheld
 
@@ -10,6 +11,8 @@
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 from decisionflow import reasons
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest, Unavailable
@@ -19,6 +22,7 @@ __all__ = [
     "FieldViolation",
     "IdempotencyKeyReused",
     "InvalidRequest",
+    "KeyRetentionExceeded",
     "ReplyLost",
     "Unavailable",
 ]
@@ -35,6 +39,26 @@ class IdempotencyKeyReused(DomainError):
             metadata={reasons.OPERATION_ID: operation_id},
         )
         self.operation_id = operation_id
+
+
+class KeyRetentionExceeded(DomainError):
+    """operation_id's key is absent and its first attempt beyond the retention (maybe pruned); nothing written."""
+
+    reason = reasons.KEY_RETENTION_EXCEEDED
+
+    def __init__(self, operation_id: str, first_attempted_at: datetime, key_retention: timedelta) -> None:
+        super().__init__(
+            f"operation {operation_id} was first attempted at {first_attempted_at.isoformat()}, beyond the key "
+            f"retention of {key_retention.total_seconds():g} s; its key may have been pruned, so it is not applied",
+            metadata={
+                reasons.OPERATION_ID: operation_id,
+                reasons.FIRST_ATTEMPTED_AT: first_attempted_at.isoformat(),
+                reasons.KEY_RETENTION: f"{key_retention.total_seconds():g}s",
+            },
+        )
+        self.operation_id = operation_id
+        self.first_attempted_at = first_attempted_at
+        self.key_retention = key_retention
 
 
 class ReplyLost(Unavailable):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -11,10 +12,17 @@ from google.protobuf import duration_pb2
 
 from decisionflow.auth import AUTH_STATUS
 from decisionflow.rpc_errors import StatusTable
-from decisionflow.timestamps import to_timestamp
+from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc
 from effect_receiver.domain import AppliedEffect, ApplyOutcome, Consistency, LookupAnswer, Receipt
-from effect_receiver.errors import IdempotencyKeyReused, InvalidRequest, ReplyLost, Unavailable
+from effect_receiver.errors import (
+    FieldViolation,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    KeyRetentionExceeded,
+    ReplyLost,
+    Unavailable,
+)
 from effect_receiver.service import ReceiverService
 
 SERVICE_NAME = effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name
@@ -23,6 +31,7 @@ STATUS_TABLE: StatusTable = {
     **AUTH_STATUS,
     InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
     IdempotencyKeyReused: grpc.StatusCode.FAILED_PRECONDITION,
+    KeyRetentionExceeded: grpc.StatusCode.FAILED_PRECONDITION,
     ReplyLost: grpc.StatusCode.UNAVAILABLE,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
@@ -58,6 +67,15 @@ def _lookup_result(answer: LookupAnswer) -> effect_receiver_pb2.LookupResult:
     if answer.receipt is not None:
         result.receipt.CopyFrom(receipt_message(answer.receipt))
     return result
+
+
+def _first_attempted_at(request: effect_receiver_pb2.ApplyRequest) -> datetime | None:
+    if not request.HasField("first_attempted_at"):
+        return None  # an older caller: the retention check cannot be made
+    try:
+        return from_timestamp(request.first_attempted_at)
+    except ValueError as exc:
+        raise InvalidRequest([FieldViolation("first_attempted_at", "not a valid time (years 1 to 9999)")]) from exc
 
 
 def _effect_message(effect: AppliedEffect) -> effect_receiver_pb2.Effect:
@@ -98,6 +116,7 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
             request.kind,
             request.payload,
             request.payload_digest,
+            _first_attempted_at(request),
         )
         response = effect_receiver_pb2.ApplyResponse(
             result=_APPLY_RESULTS[answer.outcome], receipt=receipt_message(answer.receipt)

@@ -28,12 +28,13 @@ from effect_receiver.domain import (
     Receipt,
     Violation,
     batch_violations,
+    beyond_retention,
     case_id_violations,
     check_effect,
     operation_id_violations,
     page_size_violations,
 )
-from effect_receiver.errors import FieldViolation, InvalidRequest, ReplyLost
+from effect_receiver.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, ReplyLost
 from effect_receiver.store import EffectStore
 
 COMMIT_THEN_LOSE_REPLY = "receiver.commit_then_lose_reply"
@@ -103,17 +104,38 @@ class ReceiverService:
         self._receipt_ids = receipt_ids
         self.key_retention = key_retention
 
-    def apply(self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str) -> ApplyAnswer:
+    def apply(
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        first_attempted_at: datetime | None = None,
+    ) -> ApplyAnswer:
         """Write the effect once: CREATED the first time, REPLAYED with the original receipt after.
 
         Raises InvalidRequest (nothing written), IdempotencyKeyReused (stored effect
-        unchanged), Unavailable, or ReplyLost when that failpoint fires after the commit.
+        unchanged), KeyRetentionExceeded (the key is absent and may have been pruned; nothing
+        written), Unavailable, or ReplyLost when that failpoint fires after the commit.
         """
         checked = check_effect(operation_id, case_id, kind, payload, payload_digest)
         if isinstance(checked, list):
             raise _refuse(checked)
-        receipt = Receipt(self._receipt_ids(), operation_id, self._clock())
-        answer = self._primary.apply(checked, receipt)
+        now = self._clock()
+        if beyond_retention(first_attempted_at, self.key_retention, now):
+            # Replay only: a present key still answers REPLAYED, an absent one may have been pruned.
+            replayed = self._primary.replay(checked)
+            if replayed is None:
+                assert first_attempted_at is not None and self.key_retention is not None
+                logger.warning(
+                    "apply refused: first attempt beyond the key retention",
+                    extra={"rpc": "Apply", "operation_id": operation_id, "case_id": case_id},
+                )
+                raise KeyRetentionExceeded(operation_id, first_attempted_at, self.key_retention)
+            answer = replayed
+        else:
+            answer = self._primary.apply(checked, Receipt(self._receipt_ids(), operation_id, now))
         tracing.annotate(outcome=answer.outcome.value)
         logger.info(
             "effect %s",

@@ -140,6 +140,21 @@ class EffectStore:
             raise IdempotencyKeyReused(effect.operation_id) from exc
         return ApplyAnswer(ApplyOutcome.REPLAYED, _receipt(row))
 
+    def replay(self, effect: Effect) -> ApplyAnswer | None:
+        """Replay the stored receipt of effect's key, or return None when it is absent; never writes.
+
+        Raises IdempotencyKeyReused when the stored effect has another payload digest.
+        """
+        # No INSERT at all: an Apply that may only replay cannot write a second effect, whatever a
+        # concurrent prune does between this read and the reply.
+        with self._transaction() as conn:
+            row = conn.execute(_STORED_EFFECT, {"b_operation_id": effect.operation_id}).one_or_none()
+        if row is None:
+            return None
+        if row.payload_digest != effect.payload_digest:
+            raise IdempotencyKeyReused(effect.operation_id)
+        return ApplyAnswer(ApplyOutcome.REPLAYED, _receipt(row))
+
     def lookup(self, operation_id: str) -> Receipt | None:
         """Return the receipt of the effect written under operation_id, or None when there is none."""
         with self._reading() as conn:

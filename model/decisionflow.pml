@@ -11,8 +11,10 @@
  *
  * Bounds are #defines, overridable with -D. Seeded faults remove one guard each:
  *   -DNO_UNIQUE_KEY -DNO_CONFLICT_CHECK -DNO_STALE_CHECK -DNO_ATTEMPT_RECORD
- *   -DNO_RETENTION_RULE -DNO_OPEN_CHECK
- * -DAGE_ANYTIME drops the assumption that requests and passes are shorter than the key retention.
+ *   -DNO_RETENTION_RULE -DNO_OPEN_CHECK -DNO_RECEIVER_RETENTION
+ * -DAGE_ANYTIME drops the assumption that requests and passes are shorter than the key retention
+ * (the receiver's own retention check keeps property 1 without it; with -DNO_RECEIVER_RETENTION
+ * it fails).
  * -DLIVENESS builds the liveness configuration (a reconciler that never stops, strong lookups)
  * checked with the ltl formula `settles` (spin -a; pan -a -f); -DEVENTUAL_LOOKUPS is its fault.
  */
@@ -73,6 +75,7 @@
 #define A_OK       1    /* CREATED or REPLAYED, with the receipt */
 #define A_REFUSED  2    /* IDEMPOTENCY_KEY_REUSED */
 #define A_LOST     3    /* indeterminate */
+#define A_RETAINED 4    /* KEY_RETENTION_EXCEEDED: nothing written, the effect may exist (indeterminate) */
 /* clients */
 #define AUTHOR1   0
 #define AUTHOR2   1
@@ -134,9 +137,17 @@ inline replace_current(c, e) {
   current = c
 }
 
-/* EffectReceiver.Apply: one transaction on the unique key (effect_receiver/store.py apply) */
+/* EffectReceiver.Apply: one transaction on the unique key (effect_receiver/store.py apply).
+   The request carries the operation's first attempt when one is recorded (attempted[o]); a first
+   Apply older than the retention (old[o]) means that first attempt is older still, so the receiver
+   (effect_receiver/service.py apply, store.py replay) may only replay: an absent key is refused. */
 inline receiver_apply(o, digest, ans) {
   {
+#ifndef NO_RECEIVER_RETENTION
+    if
+    :: attempted[o] && old[o] && !effect[o] -> ans = A_RETAINED      /* KEY_RETENTION_EXCEEDED */
+    :: else ->
+#endif
     sent[o] = 1;
 #ifndef NO_UNIQUE_KEY
     if
@@ -153,6 +164,9 @@ inline receiver_apply(o, digest, ans) {
     assert(written[o] <= 1);
     /* property 2: an effect only for an approved operation that was current at decision time */
     assert(decision[o] == APPROVE && current_at_decision[o])
+#ifndef NO_RECEIVER_RETENTION
+    fi
+#endif
   }
 }
 
@@ -320,7 +334,7 @@ inline serve(req, who, op, arg, exp, res) {
           :: ans == A_OK && crashes < CRASHES -> crashes++; res = R_LOST
           :: ans == A_OK -> if :: OPEN(state[op]) -> state[op] = COMMITTED :: else -> skip fi
           :: ans == A_REFUSED -> if :: OPEN(state[op]) -> state[op] = REJECTED :: else -> skip fi
-          :: ans == A_LOST -> skip
+          :: ans == A_LOST || ans == A_RETAINED -> skip               /* stays UNKNOWN */
           fi;
           if :: res == NONE -> res = OUTCOME + state[op] :: else -> skip fi
         }

@@ -7,15 +7,19 @@ restarts reaches it; one whose deadline passes first is indeterminate, never a r
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import datetime
 from pathlib import Path
 
 import grpc
 
 from decisionflow.channels import open_aio_channel
-from decisionflow.client import AsyncReceiverClient, DecisionflowError
+from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
 from orchestrator.domain import Receipt
 from orchestrator.ports import EffectIndeterminate, EffectRefused
+
+logger = logging.getLogger(__name__)
 
 
 class ReceiverEffects:
@@ -46,13 +50,40 @@ class ReceiverEffects:
         await self._channel.close(None)
 
     async def apply(
-        self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str, *, deadline: float | None
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        *,
+        deadline: float | None,
+        first_attempted_at: datetime | None = None,
     ) -> Receipt:
-        """Write the effect once; a definite refusal raises EffectRefused, anything unsure EffectIndeterminate."""
+        """Write the effect once; a definite refusal raises EffectRefused, anything unsure EffectIndeterminate.
+
+        A refusal for the key retention is indeterminate: this call wrote nothing, but an earlier
+        attempt may have written the effect before its key was pruned.
+        """
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         try:
-            applied = await self._client.apply(operation_id, case_id, kind, payload, payload_digest, deadline=deadline)
+            applied = await self._client.apply(
+                operation_id,
+                case_id,
+                kind,
+                payload,
+                payload_digest,
+                deadline=deadline,
+                first_attempted_at=first_attempted_at,
+            )
+        except KeyRetentionExceeded as error:
+            logger.warning(
+                "operation %s was first attempted beyond the receiver's key retention; escalate, never re-drive",
+                operation_id,
+                extra={"operation_id": operation_id, "case_id": case_id},
+            )
+            raise EffectIndeterminate(f"{error.code.name} {error.reason}: {error.message}") from error
         except DecisionflowError as error:
             if error.definite:
                 raise EffectRefused(f"{error.code.name} {error.reason}: {error.message}") from error

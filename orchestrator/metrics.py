@@ -104,13 +104,29 @@ class TimedEffects:
         self._observe = observe
 
     async def apply(
-        self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str, *, deadline: float | None
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        *,
+        deadline: float | None,
+        first_attempted_at: datetime | None = None,
     ) -> Receipt:
         """Apply through the wrapped port, recording the call's duration and result."""
         began = time.perf_counter()
         result = "indeterminate"
         try:
-            receipt = await self._effects.apply(operation_id, case_id, kind, payload, payload_digest, deadline=deadline)
+            receipt = await self._effects.apply(
+                operation_id,
+                case_id,
+                kind,
+                payload,
+                payload_digest,
+                deadline=deadline,
+                first_attempted_at=first_attempted_at,
+            )
             result = "committed"
             return receipt
         except EffectRefused:

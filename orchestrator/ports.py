@@ -6,6 +6,7 @@ and tests may stand in for it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from orchestrator.domain import Receipt
@@ -23,7 +24,16 @@ class EffectPort(Protocol):
     """The seam to the EffectReceiver: Apply with the operation id as idempotency key."""
 
     async def apply(
-        self, operation_id: str, case_id: str, kind: str, payload: bytes, payload_digest: str, *, deadline: float | None
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        *,
+        deadline: float | None,
+        first_attempted_at: datetime | None = None,
     ) -> Receipt:
-        """Write the effect once; raise EffectRefused or EffectIndeterminate."""
+        """Write the effect once; raise EffectRefused or EffectIndeterminate (also when the receiver refuses an
+        operation first attempted beyond its key retention: the effect may exist)."""
         ...

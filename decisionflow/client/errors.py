@@ -12,6 +12,7 @@
     │   ├── CaseHasOpenProposal        CASE_HAS_OPEN_PROPOSAL; case_id, current_operation_id
     │   ├── NotRedrivable              NOT_REDRIVABLE; operation_id, state (already settled)
     │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED; operation_id
+    │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED; operation_id, first_attempted_at, key_retention
     │   └── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
     ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT; operation_id, recorded_decision
     ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY; operation_id, checkpoint_id
@@ -167,6 +168,23 @@ class IdempotencyKeyReused(PreconditionFailed):
     """An effect exists under this operation id with another payload; it was left unchanged."""
 
 
+class KeyRetentionExceeded(PreconditionFailed):
+    """Nothing written: the key is absent and may have been pruned (first attempt beyond the retention); escalate."""
+
+    # Definite for this call only: an earlier attempt may have written the effect before its key was
+    # pruned, so the operation's outcome stays unknown and it must never be re-driven.
+
+    @property
+    def first_attempted_at(self) -> str:
+        """The first attempt the refusal was judged by (RFC 3339), as reported by the receiver."""
+        return self.metadata.get(reasons.FIRST_ATTEMPTED_AT, "")
+
+    @property
+    def key_retention(self) -> str:
+        """The receiver's key retention (for example "86400s"), as reported by the receiver."""
+        return self.metadata.get(reasons.KEY_RETENTION, "")
+
+
 class WorkflowVersionMismatch(PreconditionFailed):
     """The pending review was checkpointed by a workflow graph the server no longer runs."""
 
@@ -239,6 +257,7 @@ _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.CASE_HAS_OPEN_PROPOSAL): CaseHasOpenProposal,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE): NotRedrivable,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED): IdempotencyKeyReused,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.KEY_RETENTION_EXCEEDED): KeyRetentionExceeded,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,
     (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT): DecisionConflict,
     (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY): CheckpointIntegrity,

@@ -27,35 +27,35 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%decisionflow/v1/effect_receiver.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1c\x64\x65\x63isionflow/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n\x0c\x41pplyRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61se_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x16\n\x0epayload_digest\x18\x05 \x01(\t\"\x9a\x01\n\rApplyResponse\x12,\n\x06result\x18\x01 \x01(\x0e\x32\x1c.decisionflow.v1.ApplyResult\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x30\n\rkey_retention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"%\n\rLookupRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xe2\x01\n\x0cLookupResult\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.decisionflow.v1.LookupStatus\x12)\n\x07receipt\x18\x03 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x31\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x1c.decisionflow.v1.Consistency\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x0eLookupResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.decisionflow.v1.LookupResult\x12\x30\n\rkey_retention\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"+\n\x12\x42\x61tchLookupRequest\x12\x15\n\roperation_ids\x18\x01 \x03(\t\"w\n\x13\x42\x61tchLookupResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.decisionflow.v1.LookupResult\x12\x30\n\rkey_retention\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"L\n\x12ListEffectsRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xa0\x01\n\x06\x45\x66\x66\x65\x63t\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61se_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x16\n\x0epayload_digest\x18\x04 \x01(\t\x12)\n\x07receipt\x18\x05 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x10\n\x08reviewer\x18\x06 \x01(\t\x12\x0c\n\x04\x62ody\x18\x07 \x01(\t\"\x8a\x01\n\x13ListEffectsResponse\x12(\n\x07\x65\x66\x66\x65\x63ts\x18\x01 \x03(\x0b\x32\x17.decisionflow.v1.Effect\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x30\n\rkey_retention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration*`\n\x0b\x41pplyResult\x12\x1c\n\x18\x41PPLY_RESULT_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41PPLY_RESULT_CREATED\x10\x01\x12\x19\n\x15\x41PPLY_RESULT_REPLAYED\x10\x02\x32\xde\x02\n\x15\x45\x66\x66\x65\x63tReceiverService\x12\x46\n\x05\x41pply\x12\x1d.decisionflow.v1.ApplyRequest\x1a\x1e.decisionflow.v1.ApplyResponse\x12I\n\x06Lookup\x12\x1e.decisionflow.v1.LookupRequest\x1a\x1f.decisionflow.v1.LookupResponse\x12X\n\x0b\x42\x61tchLookup\x12#.decisionflow.v1.BatchLookupRequest\x1a$.decisionflow.v1.BatchLookupResponse\x12X\n\x0bListEffects\x12#.decisionflow.v1.ListEffectsRequest\x1a$.decisionflow.v1.ListEffectsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%decisionflow/v1/effect_receiver.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1c\x64\x65\x63isionflow/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x01\n\x0c\x41pplyRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61se_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x16\n\x0epayload_digest\x18\x05 \x01(\t\x12\x36\n\x12\x66irst_attempted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9a\x01\n\rApplyResponse\x12,\n\x06result\x18\x01 \x01(\x0e\x32\x1c.decisionflow.v1.ApplyResult\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x30\n\rkey_retention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"%\n\rLookupRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xe2\x01\n\x0cLookupResult\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.decisionflow.v1.LookupStatus\x12)\n\x07receipt\x18\x03 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x31\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x1c.decisionflow.v1.Consistency\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"q\n\x0eLookupResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.decisionflow.v1.LookupResult\x12\x30\n\rkey_retention\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"+\n\x12\x42\x61tchLookupRequest\x12\x15\n\roperation_ids\x18\x01 \x03(\t\"w\n\x13\x42\x61tchLookupResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.decisionflow.v1.LookupResult\x12\x30\n\rkey_retention\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"L\n\x12ListEffectsRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xa0\x01\n\x06\x45\x66\x66\x65\x63t\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61se_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x16\n\x0epayload_digest\x18\x04 \x01(\t\x12)\n\x07receipt\x18\x05 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x10\n\x08reviewer\x18\x06 \x01(\t\x12\x0c\n\x04\x62ody\x18\x07 \x01(\t\"\x8a\x01\n\x13ListEffectsResponse\x12(\n\x07\x65\x66\x66\x65\x63ts\x18\x01 \x03(\x0b\x32\x17.decisionflow.v1.Effect\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x30\n\rkey_retention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration*`\n\x0b\x41pplyResult\x12\x1c\n\x18\x41PPLY_RESULT_UNSPECIFIED\x10\x00\x12\x18\n\x14\x41PPLY_RESULT_CREATED\x10\x01\x12\x19\n\x15\x41PPLY_RESULT_REPLAYED\x10\x02\x32\xde\x02\n\x15\x45\x66\x66\x65\x63tReceiverService\x12\x46\n\x05\x41pply\x12\x1d.decisionflow.v1.ApplyRequest\x1a\x1e.decisionflow.v1.ApplyResponse\x12I\n\x06Lookup\x12\x1e.decisionflow.v1.LookupRequest\x1a\x1f.decisionflow.v1.LookupResponse\x12X\n\x0b\x42\x61tchLookup\x12#.decisionflow.v1.BatchLookupRequest\x1a$.decisionflow.v1.BatchLookupResponse\x12X\n\x0bListEffects\x12#.decisionflow.v1.ListEffectsRequest\x1a$.decisionflow.v1.ListEffectsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'decisionflow.v1.effect_receiver_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPLYRESULT']._serialized_start=1351
-  _globals['_APPLYRESULT']._serialized_end=1447
-  _globals['_APPLYREQUEST']._serialized_start=153
-  _globals['_APPLYREQUEST']._serialized_end=261
-  _globals['_APPLYRESPONSE']._serialized_start=264
-  _globals['_APPLYRESPONSE']._serialized_end=418
-  _globals['_LOOKUPREQUEST']._serialized_start=420
-  _globals['_LOOKUPREQUEST']._serialized_end=457
-  _globals['_LOOKUPRESULT']._serialized_start=460
-  _globals['_LOOKUPRESULT']._serialized_end=686
-  _globals['_LOOKUPRESPONSE']._serialized_start=688
-  _globals['_LOOKUPRESPONSE']._serialized_end=801
-  _globals['_BATCHLOOKUPREQUEST']._serialized_start=803
-  _globals['_BATCHLOOKUPREQUEST']._serialized_end=846
-  _globals['_BATCHLOOKUPRESPONSE']._serialized_start=848
-  _globals['_BATCHLOOKUPRESPONSE']._serialized_end=967
-  _globals['_LISTEFFECTSREQUEST']._serialized_start=969
-  _globals['_LISTEFFECTSREQUEST']._serialized_end=1045
-  _globals['_EFFECT']._serialized_start=1048
-  _globals['_EFFECT']._serialized_end=1208
-  _globals['_LISTEFFECTSRESPONSE']._serialized_start=1211
-  _globals['_LISTEFFECTSRESPONSE']._serialized_end=1349
-  _globals['_EFFECTRECEIVERSERVICE']._serialized_start=1450
-  _globals['_EFFECTRECEIVERSERVICE']._serialized_end=1800
+  _globals['_APPLYRESULT']._serialized_start=1408
+  _globals['_APPLYRESULT']._serialized_end=1504
+  _globals['_APPLYREQUEST']._serialized_start=154
+  _globals['_APPLYREQUEST']._serialized_end=318
+  _globals['_APPLYRESPONSE']._serialized_start=321
+  _globals['_APPLYRESPONSE']._serialized_end=475
+  _globals['_LOOKUPREQUEST']._serialized_start=477
+  _globals['_LOOKUPREQUEST']._serialized_end=514
+  _globals['_LOOKUPRESULT']._serialized_start=517
+  _globals['_LOOKUPRESULT']._serialized_end=743
+  _globals['_LOOKUPRESPONSE']._serialized_start=745
+  _globals['_LOOKUPRESPONSE']._serialized_end=858
+  _globals['_BATCHLOOKUPREQUEST']._serialized_start=860
+  _globals['_BATCHLOOKUPREQUEST']._serialized_end=903
+  _globals['_BATCHLOOKUPRESPONSE']._serialized_start=905
+  _globals['_BATCHLOOKUPRESPONSE']._serialized_end=1024
+  _globals['_LISTEFFECTSREQUEST']._serialized_start=1026
+  _globals['_LISTEFFECTSREQUEST']._serialized_end=1102
+  _globals['_EFFECT']._serialized_start=1105
+  _globals['_EFFECT']._serialized_end=1265
+  _globals['_LISTEFFECTSRESPONSE']._serialized_start=1268
+  _globals['_LISTEFFECTSRESPONSE']._serialized_end=1406
+  _globals['_EFFECTRECEIVERSERVICE']._serialized_start=1507
+  _globals['_EFFECTRECEIVERSERVICE']._serialized_end=1857
 # @@protoc_insertion_point(module_scope)

@@ -57,6 +57,7 @@ class ApplyRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     PAYLOAD_DIGEST_FIELD_NUMBER: _builtins.int
+    FIRST_ATTEMPTED_AT_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     """Idempotency key: the operation id (op-v1- followed by 64 lowercase hex digits)."""
     case_id: _builtins.str
@@ -67,6 +68,14 @@ class ApplyRequest(_message.Message):
     """Canonical JSON payload built once by the orchestrator (at most 256 KiB)."""
     payload_digest: _builtins.str
     """Lowercase hex SHA-256 of payload; a mismatch is refused."""
+    @_builtins.property
+    def first_attempted_at(self) -> _timestamp_pb2.Timestamp:
+        """When the orchestrator first attempted this operation's effect. With a key
+        retention configured, the receiver refuses (FAILED_PRECONDITION,
+        KEY_RETENTION_EXCEEDED) an Apply whose key is absent and may already have
+        been pruned; unset, no such check is made.
+        """
+
     def __init__(
         self,
         *,
@@ -75,10 +84,11 @@ class ApplyRequest(_message.Message):
         kind: _builtins.str = ...,
         payload: _builtins.bytes = ...,
         payload_digest: _builtins.str = ...,
+        first_attempted_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["first_attempted_at", b"first_attempted_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["case_id", b"case_id", "kind", b"kind", "operation_id", b"operation_id", "payload", b"payload", "payload_digest", b"payload_digest"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["case_id", b"case_id", "first_attempted_at", b"first_attempted_at", "kind", b"kind", "operation_id", b"operation_id", "payload", b"payload", "payload_digest", b"payload_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

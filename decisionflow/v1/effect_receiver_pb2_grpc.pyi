@@ -46,6 +46,7 @@ class EffectReceiverServiceStub:
       INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
       IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+      KEY_RETENTION_EXCEEDED    FAILED_PRECONDITION  operation_id, first_attempted_at, key_retention; nothing written
       REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
@@ -100,6 +101,7 @@ class EffectReceiverServiceAsyncStub(EffectReceiverServiceStub):
       INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
       IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+      KEY_RETENTION_EXCEEDED    FAILED_PRECONDITION  operation_id, first_attempted_at, key_retention; nothing written
       REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)
@@ -157,6 +159,7 @@ class EffectReceiverServiceServicer(metaclass=_abc_1.ABCMeta):
           INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
           IDEMPOTENCY_KEY_REUSED    FAILED_PRECONDITION  operation_id; the stored effect is unchanged
           UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same key
+          KEY_RETENTION_EXCEEDED    FAILED_PRECONDITION  operation_id, first_attempted_at, key_retention; nothing written
           REPLY_LOST                UNAVAILABLE          operation_id; fault switch only: committed, reply withheld
           UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
           PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (effect_writer)

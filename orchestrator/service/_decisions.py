@@ -186,6 +186,8 @@ class DecisionService:
                 operation.payload,
                 operation.payload_digest,
                 deadline=deadline,
+                # The receiver refuses a key it may have pruned; this is the time it judges by.
+                first_attempted_at=operation.first_attempt_at,
             )
         except EffectRefused as refused:
             operation = await self._store.record_rejection(proposal.operation_id, str(refused), self._clock())

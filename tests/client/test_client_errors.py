@@ -4,6 +4,7 @@ reason of the contract has its own class, and the services' refusals arrive with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -106,6 +107,8 @@ def test_idempotency_key_reused_names_the_key(server: StandIn) -> None:
         (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE, errors.NotRedrivable, True),
         (grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL, errors.StaleProposal, True),
         (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED, errors.IdempotencyKeyReused, True),
+        # Definite for the call (nothing written); the orchestrator still takes its operation as Unknown.
+        (grpc.StatusCode.FAILED_PRECONDITION, reasons.KEY_RETENTION_EXCEEDED, errors.KeyRetentionExceeded, True),
         (grpc.StatusCode.FAILED_PRECONDITION, "SOME_NEW_PRECONDITION", errors.PreconditionFailed, True),
         (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT, errors.DecisionConflict, True),
         # Tampered: no retry can help, an operator must act.
@@ -202,6 +205,7 @@ CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
     reasons.NOT_REDRIVABLE: (grpc.StatusCode.FAILED_PRECONDITION, errors.NotRedrivable),
     reasons.WORKFLOW_VERSION_MISMATCH: (grpc.StatusCode.FAILED_PRECONDITION, errors.WorkflowVersionMismatch),
     reasons.IDEMPOTENCY_KEY_REUSED: (grpc.StatusCode.FAILED_PRECONDITION, errors.IdempotencyKeyReused),
+    reasons.KEY_RETENTION_EXCEEDED: (grpc.StatusCode.FAILED_PRECONDITION, errors.KeyRetentionExceeded),
     reasons.CHECKPOINT_INTEGRITY: (grpc.StatusCode.DATA_LOSS, errors.CheckpointIntegrity),
     reasons.CHECKPOINT_SAVE_FAILED: (grpc.StatusCode.UNAVAILABLE, errors.CheckpointSaveFailed),
     reasons.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, errors.Unavailable),
@@ -279,6 +283,20 @@ def test_every_reason_has_a_class_of_its_own() -> None:
             {"operation_id": OP, "checkpoint_id": "ckpt-9", "definite": True},
         ),
         (receiver_errors.IdempotencyKeyReused(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP}),
+        (
+            receiver_errors.KeyRetentionExceeded(OP, datetime(2026, 11, 29, 21, 0, tzinfo=UTC), timedelta(days=1)),
+            {
+                reasons.OPERATION_ID: OP,
+                reasons.FIRST_ATTEMPTED_AT: "2026-11-29T21:00:00+00:00",
+                reasons.KEY_RETENTION: "86400s",
+            },
+            {
+                "operation_id": OP,
+                "first_attempted_at": "2026-11-29T21:00:00+00:00",
+                "key_retention": "86400s",
+                "definite": True,
+            },
+        ),
         (receiver_errors.ReplyLost(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP, "definite": False}),
         (FourEyesViolation("sam"), {reasons.PRINCIPAL: "sam"}, {"principal": "sam"}),
     ],
