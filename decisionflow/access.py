@@ -17,14 +17,14 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from decisionflow import tracing
 from decisionflow.auth import ANONYMOUS, current_principal
 from decisionflow.errors import DomainError
-from decisionflow.handlers import behaviour_of, final_code, with_behaviour
+from decisionflow.handlers import ServerInterceptor, behaviour_of, final_code, with_behaviour
 
 logger = logging.getLogger("decisionflow.access")
 
@@ -34,12 +34,6 @@ SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset(
 # Calls an orchestrator or probe makes all the time; their lines help only when debugging.
 QUIET_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 NOTED_FIELDS = ("principal", "operation_id", "case_id", "outcome")
-
-
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
 def access_level(method: str, code: grpc.StatusCode) -> int:
@@ -63,7 +57,7 @@ def log_access(method: str, code: grpc.StatusCode, duration_ms: float, notes: Ma
     logger.log(level, "%s %s in %.1f ms", method, code.name, duration_ms, extra=extra)
 
 
-class ObservedCalls(_ServerInterceptor):
+class ObservedCalls(ServerInterceptor):
     """Outermost interceptor: a SERVER span per unary call and one access line when it ends."""
 
     async def intercept_service(
@@ -96,7 +90,7 @@ class ObservedCalls(_ServerInterceptor):
         return with_behaviour(handler, observed)
 
 
-class NotedCalls(_ServerInterceptor):
+class NotedCalls(ServerInterceptor):
     """Innermost interceptor: notes the admitted principal and the request's operation and case ids."""
 
     async def intercept_service(

@@ -28,16 +28,11 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-    _Context = grpc.aio.ServicerContext[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
-    _Context = grpc.aio.ServicerContext
+from decisionflow.handlers import Context, ServerInterceptor
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +104,10 @@ class FaultPlan:
         return Fault.NONE
 
 
-_Behaviour = Callable[[Any, _Context], Awaitable[Any]]
+_Behaviour = Callable[[Any, Context], Awaitable[Any]]
 
 
-class FaultInterceptor(_ServerInterceptor):
+class FaultInterceptor(ServerInterceptor):
     """Lets each unary handler run, then, as the plan draws, loses its reply or holds it past the deadline."""
 
     def __init__(self, plan: FaultPlan, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
@@ -144,7 +139,7 @@ class FaultInterceptor(_ServerInterceptor):
         )
 
     def _wrap(self, behaviour: _Behaviour, method: str) -> _Behaviour:
-        async def faulty(request: Any, context: _Context) -> Any:
+        async def faulty(request: Any, context: Context) -> Any:
             response = await behaviour(request, context)
             key = str(getattr(request, "operation_id", ""))
             # Counted after the handler ran: a refused call is not faulted and does not shift the draws.

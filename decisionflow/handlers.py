@@ -10,12 +10,20 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
+# The gRPC generics are not subscriptable at run time: these aliases are what every interceptor of
+# the project subclasses or annotates with.
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
     Context = grpc.aio.ServicerContext[Any, Any]
+    ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
+    AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor[Any, Any]
 else:
-    Handler = grpc.RpcMethodHandler  # not subscriptable at run time
+    Handler = grpc.RpcMethodHandler
     Context = grpc.aio.ServicerContext
+    ServerInterceptor = grpc.aio.ServerInterceptor
+    AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor
+    UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor
 
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 

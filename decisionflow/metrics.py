@@ -26,17 +26,11 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from decisionflow import startup
 from decisionflow.errors import DomainError
-from decisionflow.handlers import behaviour_of, final_code, with_behaviour
+from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, final_code, with_behaviour
 from decisionflow.settings import MetricsSettings
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
-
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-    _Context = grpc.aio.ServicerContext[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
-    _Context = grpc.aio.ServicerContext
 
 # go-grpc-prometheus's default buckets (the Prometheus client defaults), so dashboards carry over.
 HANDLING_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -103,7 +97,7 @@ class GrpcServerMetrics:
         return GrpcMetricsInterceptor(self)
 
 
-class GrpcMetricsInterceptor(_ServerInterceptor):
+class GrpcMetricsInterceptor(ServerInterceptor):
     """Counts each call as it starts and as it ends (with the final status code) and times it."""
 
     def __init__(self, metrics: GrpcServerMetrics) -> None:
@@ -128,13 +122,13 @@ class GrpcMetricsInterceptor(_ServerInterceptor):
         return handler  # a synchronous behaviour runs on a thread; no server of ours has one
 
     def _record(
-        self, labels: tuple[str, str, str], context: _Context, error: BaseException | None, began: float
+        self, labels: tuple[str, str, str], context: Context, error: BaseException | None, began: float
     ) -> None:
         self._metrics.handled.labels(*labels, final_code(context, error).name).inc()
         self._metrics.handling_seconds.labels(*labels).observe(time.perf_counter() - began)
 
     def _unary(self, behaviour: Callable[..., Any], labels: tuple[str, str, str]) -> Callable[..., Any]:
-        async def recorded(request: Any, context: _Context) -> Any:
+        async def recorded(request: Any, context: Context) -> Any:
             self._metrics.started.labels(*labels).inc()
             began = time.perf_counter()
             try:
@@ -148,7 +142,7 @@ class GrpcMetricsInterceptor(_ServerInterceptor):
         return recorded
 
     def _streamed(self, behaviour: Callable[..., Any], labels: tuple[str, str, str]) -> Callable[..., Any]:
-        async def recorded(request: Any, context: _Context) -> AsyncIterator[Any]:
+        async def recorded(request: Any, context: Context) -> AsyncIterator[Any]:
             self._metrics.started.labels(*labels).inc()
             began = time.perf_counter()
             try:
@@ -166,7 +160,7 @@ OnAnswer = Callable[[Any], None]
 OnRefusal = Callable[[DomainError], None]
 
 
-class ObserveAnswers(_ServerInterceptor):
+class ObserveAnswers(ServerInterceptor):
     """Hands each answer of chosen unary methods (the response message, or the domain error that
     refuses it) to a callback; installed inside the status mapping, so it sees the error itself."""
 
@@ -190,7 +184,7 @@ class ObserveAnswers(_ServerInterceptor):
         on_answer = self._answers.get(method)
         on_refusal = self._refusals.get(method)
 
-        async def observed(request: Any, context: _Context) -> Any:
+        async def observed(request: Any, context: Context) -> Any:
             try:
                 response = await behaviour(request, context)
             except DomainError as error:

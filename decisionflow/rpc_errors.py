@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -18,14 +18,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
-from decisionflow.handlers import behaviour_of, with_behaviour
-
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-    _Context = grpc.aio.ServicerContext[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
-    _Context = grpc.aio.ServicerContext
+from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
 
 ERROR_DOMAIN = "decisionflow.v1"
 
@@ -93,7 +86,7 @@ def error_info(call_error: grpc.RpcError) -> tuple[str, dict[str, str], list[Fie
     return reason, metadata, violations
 
 
-class RefusalsAsStatus(_ServerInterceptor):
+class RefusalsAsStatus(ServerInterceptor):
     """Answers a DomainError raised by any method, or by an interceptor inside this one, with the
     rich status its server's table assigns."""
 
@@ -116,11 +109,11 @@ class RefusalsAsStatus(_ServerInterceptor):
             return with_behaviour(handler, self._unary(behaviour))
         return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
 
-    async def _refuse(self, error: DomainError, context: _Context) -> None:
+    async def _refuse(self, error: DomainError, context: Context) -> None:
         await context.abort_with_status(rich_status(code_for(self._table, error), error))  # type: ignore[attr-defined]
 
     def _unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        async def answered(request: Any, context: _Context) -> Any:
+        async def answered(request: Any, context: Context) -> Any:
             try:
                 return await behaviour(request, context)
             except DomainError as error:
@@ -129,7 +122,7 @@ class RefusalsAsStatus(_ServerInterceptor):
         return answered
 
     def _streamed(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        async def answered(request: Any, context: _Context) -> AsyncIterator[Any]:
+        async def answered(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
                 async for response in behaviour(request, context):
                     yield response

@@ -28,14 +28,10 @@ import grpc
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from decisionflow.handlers import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-
-    _AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
-    _UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor[Any, Any]
-else:
-    _AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor
-    _UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor
 
 INSTRUMENTATION = "decisionflow"
 EXPORTER_VARIABLE = "OTEL_TRACES_EXPORTER"
@@ -247,7 +243,7 @@ def _client_end(span: trace.Span, code: grpc.StatusCode | None) -> None:
         span.set_status(Status(StatusCode.ERROR, code.name))
 
 
-class ClientSpans(_UnaryUnaryClientInterceptor):
+class ClientSpans(UnaryUnaryClientInterceptor):
     """Opens a CLIENT span per unary call of a sync channel and sends its context as ``traceparent``."""
 
     def intercept_unary_unary(
@@ -287,7 +283,7 @@ class ClientSpans(_UnaryUnaryClientInterceptor):
         return outcome
 
 
-class AioClientSpans(_AioUnaryUnaryClientInterceptor):
+class AioClientSpans(AioUnaryUnaryClientInterceptor):
     """Opens a CLIENT span per unary call of an asyncio channel and sends its context as ``traceparent``."""
 
     async def intercept_unary_unary(

@@ -6,16 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
-if TYPE_CHECKING:
-    _AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
-    _UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor[Any, Any]
-else:
-    _AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor
-    _UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor
+from decisionflow.handlers import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
 
 AUTHORIZATION = "authorization"
 
@@ -31,7 +26,7 @@ def _has_authorization(metadata: Iterable[tuple[str, Any]] | None) -> bool:
     return any(key.lower() == AUTHORIZATION for key, _ in metadata or ())
 
 
-class BearerTokenInterceptor(_AioUnaryUnaryClientInterceptor):
+class BearerTokenInterceptor(AioUnaryUnaryClientInterceptor):
     """grpc.aio client interceptor adding ``authorization: Bearer <token>`` to every unary call
     that does not already carry an authorization header."""
 
@@ -68,7 +63,7 @@ class _CallDetails(grpc.ClientCallDetails):
     compression: grpc.Compression | None
 
 
-class SyncBearerTokenInterceptor(_UnaryUnaryClientInterceptor):
+class SyncBearerTokenInterceptor(UnaryUnaryClientInterceptor):
     """Synchronous client interceptor adding ``authorization: Bearer <token>`` to every unary call
     that does not already carry an authorization header."""
 

@@ -13,7 +13,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import grpc
 
@@ -21,14 +21,7 @@ from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
-from decisionflow.handlers import behaviour_of, with_behaviour
-
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-    _Context = grpc.aio.ServicerContext[Any, Any]
-else:
-    _ServerInterceptor = grpc.aio.ServerInterceptor
-    _Context = grpc.aio.ServicerContext
+from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +67,7 @@ def _certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> list[str]
     return names
 
 
-class AuthInterceptor(_ServerInterceptor):
+class AuthInterceptor(ServerInterceptor):
     """Authenticates each call and admits it only if the principal holds a role the policy allows
     for the method; health and reflection are exempt, methods absent from the policy are refused."""
 
@@ -147,7 +140,7 @@ class AuthInterceptor(_ServerInterceptor):
             return principal
         raise Unauthenticated("credentials required: 'authorization: Bearer <token>' or a client certificate")
 
-    def _admit_call(self, method: str, context: _Context) -> Principal:
+    def _admit_call(self, method: str, context: Context) -> Principal:
         try:
             return self.admit(method, context.invocation_metadata() or (), context.auth_context())
         except AuthError as error:
@@ -184,7 +177,7 @@ class AuthInterceptor(_ServerInterceptor):
         if isinstance(early, AuthError):
             return _refusing_handler(handler, early)
 
-        def admit(context: _Context) -> Principal:
+        def admit(context: Context) -> Principal:
             return early if early is not None else self._admit_call(method, context)
 
         return _wrap_handler(handler, admit, method)
@@ -210,7 +203,7 @@ def _refusing_handler(handler: grpc.RpcMethodHandler[Any, Any], error: AuthError
     # unary handler would first wait for (and buffer) the whole request message.
     if handler.response_streaming:
 
-        async def refused_stream(requests: Any, context: _Context) -> AsyncIterator[Any]:
+        async def refused_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
             raise error
             yield  # an async generator, as a streaming behaviour is
 
@@ -220,7 +213,7 @@ def _refusing_handler(handler: grpc.RpcMethodHandler[Any, Any], error: AuthError
             response_serializer=handler.response_serializer,
         )
 
-    async def refused(requests: Any, context: _Context) -> Any:
+    async def refused(requests: Any, context: Context) -> Any:
         raise error
 
     return grpc.stream_unary_rpc_method_handler(
@@ -228,12 +221,12 @@ def _refusing_handler(handler: grpc.RpcMethodHandler[Any, Any], error: AuthError
     )
 
 
-_Admit = Callable[[_Context], Principal]
-_Behaviour = Callable[[Any, _Context], Any]
+_Admit = Callable[[Context], Principal]
+_Behaviour = Callable[[Any, Context], Any]
 
 
 def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
-    async def admitted(request: Any, context: _Context) -> Any:
+    async def admitted(request: Any, context: Context) -> Any:
         principal = admit(context)
         reset = _principal.set(principal)
         try:
@@ -245,7 +238,7 @@ def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
 
 
 def _wrap_async_generator(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
-    async def admitted(request: Any, context: _Context) -> AsyncIterator[Any]:
+    async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
         principal = admit(context)
         reset = _principal.set(principal)
         try:
@@ -261,7 +254,7 @@ def _wrap_async_generator(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
 
 
 def _refuse_sync(method: str) -> _Behaviour:
-    async def refused(request: Any, context: _Context) -> None:
+    async def refused(request: Any, context: Context) -> None:
         # A synchronous behaviour would run on a thread without the principal; refuse rather than
         # serve it unauthenticated.
         logger.error("refused %s: AuthInterceptor admits only async behaviours", method)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -21,13 +21,9 @@ from decisionflow.auth._errors import AUTH_STATUS
 from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods
 from decisionflow.auth._roles import Principal, Role
 from decisionflow.auth._server import AuthInterceptor, current_principal
+from decisionflow.handlers import Context
 from decisionflow.rpc_errors import error_info
 from decisionflow.serving import RunningServer, start_server
-
-if TYPE_CHECKING:
-    _Context = grpc.aio.ServicerContext[Any, Any]
-else:
-    _Context = grpc.aio.ServicerContext
 
 # One principal per role, plus one holding two roles.
 TOKENS: Mapping[str, str] = {
@@ -91,8 +87,8 @@ class ContractRecorder:
         """The principals of the recorded calls, in order."""
         return [principal for _, principal in self.calls]
 
-    def _answer(self, method: str) -> Callable[[bytes, _Context], Any]:
-        async def answer(request: bytes, context: _Context) -> bytes:
+    def _answer(self, method: str) -> Callable[[bytes, Context], Any]:
+        async def answer(request: bytes, context: Context) -> bytes:
             if self._delay:
                 await asyncio.sleep(self._delay)  # lets concurrent calls interleave before the read
             self.calls.append((method, current_principal()))
