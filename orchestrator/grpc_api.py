@@ -56,8 +56,10 @@ STATUS_TABLE: StatusTable = {
     errors.WorkflowProtocolError: grpc.StatusCode.INTERNAL,
 }
 
-# Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it.
-REPLY_MARGIN_SECONDS = 0.05
+# Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it: after
+# the last Apply attempt the orchestrator still reads the operation, logs, and sends the answer,
+# which on a loaded 2-core machine was seen to take more than 100 ms.
+REPLY_MARGIN_SECONDS = 0.25
 # gRPC sends the caller's deadline as a grpc-timeout header of a few digits and a unit, and its
 # core rounds the value *up* to the next step the unit can express: 10 ms up to 10 s, 100 ms up to
 # 100 s, 1 s up to 1,000 s, and so on; never more than 1% of the timeout. On top of that a few
