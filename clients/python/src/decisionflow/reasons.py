@@ -1,8 +1,13 @@
-"""The ErrorInfo reasons and metadata keys every service and client shares (no grpc here).
+"""The ErrorInfo reasons and metadata keys every service and client shares, and the field violation
+a BadRequest carries (no grpc here).
 
 docs/errors.md lists each reason with its status code, whether a retry can help, and the
 metadata keys it carries.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 DECISION_REQUIRED = "DECISION_REQUIRED"
 INVALID_ARGUMENT = "INVALID_ARGUMENT"
@@ -36,3 +41,11 @@ CHECKPOINT_ID = "checkpoint_id"
 PRINCIPAL = "principal"
 FIRST_ATTEMPTED_AT = "first_attempted_at"
 KEY_RETENTION = "key_retention"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One bad field: its path (for example ``evidence[2].source_id``) and why."""
+
+    field: str
+    description: str
