@@ -94,6 +94,7 @@ def test_the_documented_pages_exist() -> None:
         "effect-receiver.md",
         "reconciler.md",
         "errors.md",
+        "clients.md",
         "security.md",
         "demo.md",
     }

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.client_examples import ExampleServices, check_story, example_services
-
-__all__ = ["example_services"]  # re-exported so pytest finds the fixture here
+from tests.support.client_examples import ExampleServices, check_story
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"

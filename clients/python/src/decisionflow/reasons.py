@@ -7,6 +7,7 @@ metadata keys it carries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DECISION_REQUIRED = "DECISION_REQUIRED"
@@ -41,6 +42,32 @@ CHECKPOINT_ID = "checkpoint_id"
 PRINCIPAL = "principal"
 FIRST_ATTEMPTED_AT = "first_attempted_at"
 KEY_RETENTION = "key_retention"
+RPC = "rpc"
+REQUIRED_ROLES = "required_roles"
+
+# The metadata keys each reason's ErrorInfo may carry. A refusal carries a subset when a key does
+# not apply: NOT_FOUND names the operation or the case; PERMISSION_DENIED names the principal and
+# the roles only when the method is in the policy. docs/clients.md lists the same keys.
+METADATA_KEYS: Mapping[str, tuple[str, ...]] = {
+    INVALID_ARGUMENT: (),
+    DECISION_REQUIRED: (),
+    NOT_FOUND: (OPERATION_ID, CASE_ID),
+    STALE_PROPOSAL: (OPERATION_ID, CURRENT_OPERATION_ID),
+    CASE_HAS_OPEN_PROPOSAL: (CASE_ID, CURRENT_OPERATION_ID),
+    DECISION_CONFLICT: (OPERATION_ID, RECORDED_DECISION),
+    NOT_REDRIVABLE: (OPERATION_ID, STATE),
+    WORKFLOW_VERSION_MISMATCH: (OPERATION_ID, RECORDED, RUNNING),
+    IDEMPOTENCY_KEY_REUSED: (OPERATION_ID,),
+    KEY_RETENTION_EXCEEDED: (OPERATION_ID, FIRST_ATTEMPTED_AT, KEY_RETENTION),
+    CHECKPOINT_INTEGRITY: (OPERATION_ID, CHECKPOINT_ID),
+    CHECKPOINT_SAVE_FAILED: (),
+    UNAVAILABLE: (),
+    REPLY_LOST: (OPERATION_ID,),
+    WORKFLOW_PROTOCOL: (),
+    UNAUTHENTICATED: (),
+    PERMISSION_DENIED: (RPC, PRINCIPAL, REQUIRED_ROLES),
+    FOUR_EYES: (PRINCIPAL,),
+}
 
 
 @dataclass(frozen=True, slots=True)
