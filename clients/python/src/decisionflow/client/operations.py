@@ -3,16 +3,16 @@ uses it. Both build the same requests and read the same responses; only the call
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
+from functools import cached_property
 
 import grpc
 from google.protobuf import duration_pb2
 
 from decisionflow.client import _convert as convert
-from decisionflow.client._calls import AsyncCallSettings, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
 from decisionflow.client.views import OperationState, OperationView, RedriveResult, Settlement, SettleResult
 from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc
@@ -106,25 +106,13 @@ class OperationsClient:
         return _redrive_result(call(self._stub.RedriveOperation, _redrive_request(operation_id), self._settings))
 
 
-class AsyncOperationsClient:
+class AsyncOperationsClient(AsyncClient):
     """asyncio client of OperationsService on a ``grpc.aio`` channel: the methods, deadlines, retry
     policy, typed errors and ``definite`` flag of ``OperationsClient``, awaited."""
 
-    def __init__(
-        self,
-        channel: grpc.aio.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-        wait_for_ready: bool = False,
-    ) -> None:
-        self._stub = operations_pb2_grpc.OperationsServiceStub(channel)
-        self._settings = AsyncCallSettings(
-            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
-        )
+    @cached_property
+    def _stub(self) -> operations_pb2_grpc.OperationsServiceAsyncStub:
+        return operations_pb2_grpc.OperationsServiceStub(self._channel)
 
     async def list_operations(
         self,

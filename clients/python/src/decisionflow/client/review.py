@@ -8,14 +8,14 @@ each with a deadline on every attempt, the named retry policy and the one mappin
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from functools import cached_property
 
 import grpc
 
 from decisionflow.client import _convert as convert
-from decisionflow.client._calls import AsyncCallSettings, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
 from decisionflow.client.errors import DecisionflowError, StaleProposal
 from decisionflow.client.views import (
     ApproveResult,
@@ -221,29 +221,13 @@ class ReviewClient:
         return _operation(call(self._stub.GetOperation, _get_operation_request(operation_id), self._settings))
 
 
-class AsyncReviewClient:
+class AsyncReviewClient(AsyncClient):
     """asyncio client of ReviewService on a ``grpc.aio`` channel: the methods, deadlines, retry
-    policy, typed errors and ``definite`` flag of ``ReviewClient``, awaited.
+    policy, typed errors and ``definite`` flag of ``ReviewClient``, awaited."""
 
-    With wait_for_ready (off by default, as the synchronous client) an attempt made while the
-    channel reconnects waits for the connection within its deadline instead of failing at once.
-    """
-
-    def __init__(
-        self,
-        channel: grpc.aio.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-        wait_for_ready: bool = False,
-    ) -> None:
-        self._stub = review_pb2_grpc.ReviewServiceStub(channel)
-        self._settings = AsyncCallSettings(
-            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
-        )
+    @cached_property
+    def _stub(self) -> review_pb2_grpc.ReviewServiceAsyncStub:
+        return review_pb2_grpc.ReviewServiceStub(self._channel)
 
     async def start_review(
         self,
