@@ -3,6 +3,7 @@ against real services (a retry through a lost reply, a stale tab)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,35 @@ def test_the_typescript_example_approves_once_through_a_lost_reply_and_meets_a_s
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     check_story(done.stdout, example_services)
+
+
+@pytest.mark.slow
+def test_the_typescript_client_sends_a_token_in_cleartext_only_to_loopback(
+    typescript_package: TypeScriptPackage,
+) -> None:
+    script = """
+import { reviewClient } from "./dist/src/client.js";
+const told = {};
+for (const [target, options] of JSON.parse(process.argv[1])) {
+  try { reviewClient(target, options); told[target + " " + JSON.stringify(options)] = "sent"; }
+  catch (error) { told[target + " " + JSON.stringify(options)] = "refused"; }
+}
+console.log(JSON.stringify(told));
+"""
+    cases = [
+        ["127.0.0.1:50051", {"token": "t"}],
+        ["[::1]:50051", {"token": "t"}],
+        ["localhost:50051", {"token": "t"}],
+        ["orchestrator:50051", {"token": "t"}],
+        ["127.0.0.1.example:50051", {"token": "t"}],
+        ["orchestrator:50051", {"token": "t", "scheme": "https"}],
+        ["orchestrator:50051", {"token": "t", "allowCleartextToken": True}],
+        ["orchestrator:50051", {}],
+    ]
+
+    done = typescript_package.run("--input-type=module", "-e", script, json.dumps(cases))
+
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout).values()) == [
+        "sent", "sent", "sent", "refused", "refused", "sent", "sent", "sent"
+    ]  # fmt: skip

@@ -12,12 +12,21 @@ import { refusalOf } from "./refusal.js";
 export const DEFAULT_TIMEOUT_MS = 5_000;
 
 export interface ConnectOptions {
-  /** A bearer token sent as ``authorization: Bearer <token>``; use TLS beyond loopback. */
+  /** A bearer token sent as ``authorization: Bearer <token>``; beyond loopback only over https. */
   readonly token?: string;
   /** The deadline of each call that names none. */
   readonly timeoutMs?: number;
   /** "https" with a CA-trusted server certificate; "http" (the default) is for loopback. */
   readonly scheme?: "http" | "https";
+  /** Send the token over plain http beyond loopback all the same (refused otherwise). */
+  readonly allowCleartextToken?: boolean;
+}
+
+/** Whether target's literal host is loopback: localhost, 127.0.0.0/8 or ::1 (nothing is resolved). */
+export function isLoopback(target: string): boolean {
+  const host = (target.startsWith("[") ? target.slice(1, target.indexOf("]")) : target.slice(0, target.lastIndexOf(":")))
+    .toLowerCase();
+  return host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
 function bearer(token: string): Interceptor {
@@ -28,6 +37,11 @@ function bearer(token: string): Interceptor {
 }
 
 function transport(target: string, options: ConnectOptions) {
+  // A token is a password: without TLS it goes only to a loopback target, unless the caller opts in.
+  const cleartext = (options.scheme ?? "http") === "http";
+  if (options.token && cleartext && !options.allowCleartextToken && !isLoopback(target)) {
+    throw new Error(`refusing to send a bearer token in cleartext to ${target}: use https beyond loopback`);
+  }
   return createGrpcTransport({
     baseUrl: `${options.scheme ?? "http"}://${target}`,
     defaultTimeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
