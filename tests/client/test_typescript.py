@@ -81,3 +81,33 @@ console.log(JSON.stringify(told));
     assert list(json.loads(done.stdout).values()) == [
         "sent", "sent", "sent", "refused", "refused", "sent", "sent", "sent"
     ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_refusal_helper_reads_a_real_refusals_error_info_and_field_violations(
+    typescript_package: TypeScriptPackage, example_services: ExampleServices
+) -> None:
+    script = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, GetOperationRequestSchema } from "./dist/src/index.js";
+import { refusalOf, reviewClient } from "./dist/src/index.js";
+const reviews = reviewClient(process.argv[1]);
+const [unknown, missing] = ["op-v1-" + "0".repeat(64), "op-v1-" + "1".repeat(64)];
+const told = [];
+for (const call of [
+  () => reviews.approve(create(ApproveRequestSchema, { operationId: unknown, decision: Decision.UNSPECIFIED })),
+  () => reviews.getOperation(create(GetOperationRequestSchema, { operationId: missing })),
+]) {
+  try { await call(); told.push(null); } catch (error) { told.push(refusalOf(error)); }
+}
+console.log(JSON.stringify(told));
+"""
+    done = typescript_package.run("--input-type=module", "-e", script, example_services.target)
+
+    assert done.returncode == 0, done.stderr
+    omitted, missing = json.loads(done.stdout)
+    assert (omitted["code"], omitted["reason"], omitted["domain"]) == (3, "DECISION_REQUIRED", "decisionflow.v1")
+    assert [v["field"] for v in omitted["violations"]] == ["decision"]
+    assert (omitted["definite"], omitted["retry"]) == (True, "no")
+    assert (missing["code"], missing["reason"], missing["definite"]) == (5, "NOT_FOUND", True)
+    assert missing["metadata"] == {"operation_id": "op-v1-" + "1" * 64}
