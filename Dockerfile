@@ -6,13 +6,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/decisionflow
 
 COPY pyproject.toml README.md ./
+# The light client (stubs, errors, retry policies, channels, clients) is its own distribution;
+# the server distribution depends on it, so both are installed by the one pip command below.
+COPY clients/python ./clients/python
 COPY decisionflow ./decisionflow
 COPY orchestrator ./orchestrator
 COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler
 # The services run as uid/gid 10001 and read their mounted secrets through the supplementary group
 # compose adds (docs/deployment.md), never through world-readable files.
-RUN pip install . \
+RUN pip install ./clients/python . \
     && groupadd --system --gid 10001 decisionflow \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin decisionflow
 

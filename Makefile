@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The light client (clients/python) first: the server distribution depends on it.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e 'clients/python[tracing]' -e '.[dev]'
 	PYTHON=$(PY) tools/gen_protos.sh
 	@touch $(STAMP)
 

@@ -23,6 +23,7 @@ import grpc
 
 from decisionflow import tracing
 from decisionflow.auth import ANONYMOUS, current_principal
+from decisionflow.client_tracing import request_ids
 from decisionflow.errors import DomainError
 from decisionflow.handlers import ServerInterceptor, behaviour_of, final_code, with_behaviour
 
@@ -110,7 +111,7 @@ class NotedCalls(ServerInterceptor):
             except DomainError:  # a server wired without authentication has no principal to name
                 admitted = ANONYMOUS
             principal = "" if admitted is ANONYMOUS else admitted.name
-            tracing.annotate(principal=principal, **tracing.request_ids(request))
+            tracing.annotate(principal=principal, **request_ids(request))
             return await behaviour(request, context)
 
         return with_behaviour(handler, noted)

@@ -13,17 +13,11 @@ them into a rich gRPC status at the server's edge. The reason strings are in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from decisionflow import reasons
+from decisionflow.reasons import FieldViolation
 
-
-@dataclass(frozen=True, slots=True)
-class FieldViolation:
-    """One bad field: its path (for example ``evidence[2].source_id``) and why."""
-
-    field: str
-    description: str
+__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable"]
 
 
 class DomainError(Exception):

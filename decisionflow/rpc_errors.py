@@ -1,5 +1,5 @@
 """Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo
-and BadRequest.
+and BadRequest (read back by ``decisionflow.status_details.error_info``).
 
 Each server maps its domain errors to a status code in exactly one table (``StatusTable``);
 ``RefusalsAsStatus``, installed once when the server is built (``decisionflow.serving``),
@@ -17,11 +17,9 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
+from decisionflow.errors import DomainError, InvalidRequest
 from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
-
-ERROR_DOMAIN = "decisionflow.v1"
-
+from decisionflow.status_details import ERROR_DOMAIN
 
 StatusTable = Mapping[type[DomainError], grpc.StatusCode]
 
@@ -66,24 +64,6 @@ def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
         details.append(packed_bad)
     status = status_pb2.Status(code=code.value[0], message=error.message[:1024], details=details)
     return rpc_status.to_status(status)
-
-
-def error_info(call_error: grpc.RpcError) -> tuple[str, dict[str, str], list[FieldViolation]]:
-    """Return (reason, metadata, field violations) carried by a failed call's rich status."""
-    status = rpc_status.from_call(call_error)  # type: ignore[arg-type]
-    reason, metadata, violations = "", dict[str, str](), list[FieldViolation]()
-    if status is None:
-        return reason, metadata, violations
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason, metadata = info.reason, dict(info.metadata)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
-    return reason, metadata, violations
 
 
 class RefusalsAsStatus(ServerInterceptor):

@@ -25,11 +25,11 @@ from grpc_reflection.v1alpha import reflection
 from decisionflow import tracing
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
+from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
 from decisionflow.settings import SettingValues, TransportSettings
 
-MAX_MESSAGE_BYTES = 1024 * 1024
 # A method without a size of its own receives at most this (ids, page tokens, a decision).
 DEFAULT_RECEIVE_BYTES = 64 * 1024
 # Clients may ping an idle connection no more often than this; a third ping sooner is answered

@@ -9,39 +9,38 @@ below cost one check per call. When it is set, the SDK reads the standard variab
 ``OTEL_PROPAGATORS`` (default ``tracecontext,baggage``) chooses what travels in call metadata.
 
 Server side, ``server_span`` opens a SERVER span per call from the caller's ``traceparent``
-(``decisionflow.access.ObservedCalls`` uses it); client side, ``ClientSpans`` and ``AioClientSpans``
-open a CLIENT span per call and inject its context into the call's metadata. ``annotate`` names
-the operation, case and outcome on the current span and the current call's access line.
+(``decisionflow.access.ObservedCalls`` uses it); client side, ``decisionflow.client_tracing`` (in
+the client distribution) opens a CLIENT span per call and injects its context into the call's
+metadata. ``annotate`` names the operation, case and outcome on the current span and the current
+call's access line.
 """
 
 from __future__ import annotations
 
 import contextvars
 import sys
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from decisionflow.handlers import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
+from decisionflow.client_tracing import (
+    ATTRIBUTES,
+    recording,
+    rpc_attributes,
+    tracer,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-INSTRUMENTATION = "decisionflow"
 EXPORTER_VARIABLE = "OTEL_TRACES_EXPORTER"
 # The short names the OpenTelemetry SDK documents, mapped to the exporters' entry-point names.
 _EXPORTER_ALIASES = {"otlp": "otlp_proto_grpc"}
-# Attribute names of the product's own span attributes; each is also a field of the access line.
-OPERATION_ID = "decisionflow.operation_id"
-CASE_ID = "decisionflow.case_id"
-OUTCOME = "decisionflow.outcome"
-_ATTRIBUTES = {"operation_id": OPERATION_ID, "case_id": CASE_ID, "outcome": OUTCOME}
 
 _provider: TracerProvider | None = None
 # The ids and outcome noted during the call being served; the access line reads them at its end.
@@ -117,28 +116,7 @@ def shutdown() -> None:
 
 def _recording() -> bool:
     # Without an SDK provider the API hands out non-recording spans: skip the work altogether.
-    return _provider is not None or not isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-    )
-
-
-def _tracer() -> trace.Tracer:
-    return trace.get_tracer(INSTRUMENTATION)
-
-
-def _rpc_attributes(method: str) -> dict[str, str]:
-    service, _, name = method.lstrip("/").partition("/")
-    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
-
-
-def request_ids(request: object) -> dict[str, str]:
-    """Return the operation_id and case_id fields a request message carries (the non-empty ones)."""
-    ids: dict[str, str] = {}
-    for field in ("operation_id", "case_id"):
-        value = getattr(request, field, None)
-        if isinstance(value, str) and value:
-            ids[field] = value
-    return ids
+    return _provider is not None or recording()
 
 
 @contextmanager
@@ -160,7 +138,7 @@ def annotate(**fields: str) -> None:
         notes.update({k: v for k, v in fields.items() if v})
     span = _call_span.get() or trace.get_current_span()
     if span.is_recording():
-        span.set_attributes({_ATTRIBUTES[k]: v for k, v in fields.items() if v and k in _ATTRIBUTES})
+        span.set_attributes({ATTRIBUTES[k]: v for k, v in fields.items() if v and k in ATTRIBUTES})
 
 
 @contextmanager
@@ -171,11 +149,11 @@ def server_span(method: str, metadata: Sequence[tuple[str, str | bytes]] | None)
         return
     carrier = {key: value for key, value in (metadata or ()) if isinstance(value, str)}
     parent = propagate.extract(carrier)
-    with _tracer().start_as_current_span(
+    with tracer().start_as_current_span(
         method,
         context=parent,
         kind=SpanKind.SERVER,
-        attributes=_rpc_attributes(method),
+        attributes=rpc_attributes(method),
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
@@ -207,103 +185,3 @@ SERVER_FAULTS: frozenset[grpc.StatusCode] = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _CallDetails(grpc.ClientCallDetails):
-    method: str
-    timeout: float | None
-    metadata: Any
-    credentials: grpc.CallCredentials | None
-    wait_for_ready: bool | None
-    compression: grpc.Compression | None
-
-
-def _method_name(method: str | bytes) -> str:
-    return method.decode() if isinstance(method, bytes) else method
-
-
-@contextmanager
-def _client_span(method: str, request: object) -> Iterator[tuple[trace.Span, list[tuple[str, str | bytes]]]]:
-    attributes: dict[str, str] = _rpc_attributes(method)
-    attributes.update({_ATTRIBUTES[k]: v for k, v in request_ids(request).items()})
-    with _tracer().start_as_current_span(
-        method, kind=SpanKind.CLIENT, attributes=attributes, record_exception=False, set_status_on_exception=False
-    ) as span:
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        yield span, list(carrier.items())
-
-
-def _client_end(span: trace.Span, code: grpc.StatusCode | None) -> None:
-    if code is None:
-        return
-    span.set_attribute("rpc.grpc.status_code", code.value[0])
-    if code is not grpc.StatusCode.OK:
-        span.set_status(Status(StatusCode.ERROR, code.name))
-
-
-class ClientSpans(UnaryUnaryClientInterceptor):
-    """Opens a CLIENT span per unary call of a sync channel and sends its context as ``traceparent``."""
-
-    def intercept_unary_unary(
-        self,
-        continuation: Callable[[grpc.ClientCallDetails, Any], Any],
-        client_call_details: grpc.ClientCallDetails,
-        request: Any,
-    ) -> Any:
-        """Send the call with the span's context in its metadata; the span ends with the call's code."""
-        if not _recording():
-            return continuation(client_call_details, request)
-        method = _method_name(client_call_details.method)
-        attributes = {**_rpc_attributes(method), **{_ATTRIBUTES[k]: v for k, v in request_ids(request).items()}}
-        span = _tracer().start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
-        details = _CallDetails(
-            client_call_details.method,
-            client_call_details.timeout,
-            [*(client_call_details.metadata or ()), *carrier.items()],
-            client_call_details.credentials,
-            getattr(client_call_details, "wait_for_ready", None),
-            getattr(client_call_details, "compression", None),
-        )
-        try:
-            outcome = continuation(details, request)
-        except BaseException:
-            span.end()
-            raise
-
-        # Called at once for a blocking call (already complete), on completion for a future.
-        def ended(call: Any) -> None:
-            _client_end(span, call.code())
-            span.end()
-
-        outcome.add_done_callback(ended)
-        return outcome
-
-
-class AioClientSpans(AioUnaryUnaryClientInterceptor):
-    """Opens a CLIENT span per unary call of an asyncio channel and sends its context as ``traceparent``."""
-
-    async def intercept_unary_unary(
-        self,
-        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Any],
-        client_call_details: grpc.aio.ClientCallDetails,
-        request: Any,
-    ) -> Any:
-        """Send the call with the span's context in its metadata; the span ends with the call's code."""
-        if not _recording():
-            return await continuation(client_call_details, request)
-        method = _method_name(client_call_details.method)
-        with _client_span(method, request) as (span, headers):
-            details = grpc.aio.ClientCallDetails(
-                method=client_call_details.method,
-                timeout=client_call_details.timeout,
-                metadata=grpc.aio.Metadata(*(client_call_details.metadata or ()), *headers),
-                credentials=client_call_details.credentials,
-                wait_for_ready=client_call_details.wait_for_ready,
-            )
-            call = await continuation(details, request)
-            _client_end(span, await call.code())
-            return call

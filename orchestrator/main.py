@@ -21,10 +21,9 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing
-from decisionflow.channels import check_cleartext_token
+from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
-    MAX_MESSAGE_BYTES,
     ReceiveLimits,
     RunningServer,
     announce_listening,

@@ -17,6 +17,8 @@ pytest_plugins = [
     "tests.support.hostile",
     "tests.support.review_cli",
     "tests.support.campaigns",
+    "tests.support.client_examples",
+    "tests.support.typescript",
 ]
 
 

@@ -25,7 +25,8 @@ def _block() -> str:
 def _checkout_copy(into: Path) -> Path:
     """The files the block uses, copied with their times (so make sees the environment as set up),
     and the project's environment linked in, as in the reader's checkout."""
-    for name in ("Makefile", "pyproject.toml"):
+    (into / "clients" / "python").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", "clients/python/pyproject.toml"):
         shutil.copy2(ROOT / name, into / name)
     shutil.copytree(ROOT / "examples", into / "examples")
     (into / ".venv").symlink_to(ROOT / ".venv")

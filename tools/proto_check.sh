@@ -17,7 +17,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tools/gen_protos.sh "$tmp" >/dev/null
-if ! diff -r -q "$tmp/decisionflow/v1" decisionflow/v1 --exclude=__pycache__; then
+if ! diff -r -q "$tmp/decisionflow/v1" clients/python/src/decisionflow/v1 --exclude=__pycache__; then
   echo "proto-check: committed stubs differ from the protos; run tools/gen_protos.sh" >&2
   exit 1
 fi

@@ -6,16 +6,12 @@ _credentials.py  the credentials file (hashed bearer tokens, certificate princip
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
 _server.py       AuthInterceptor and current_principal()
 _reload.py       CredentialsReloader: the credentials file read again (SIGHUP) and swapped in
-_client.py       bearer metadata and the client interceptors that send it
 testing.py       known identities per role and a recording server, for tests
+
+The client side, bearer metadata and the interceptors that send it, is ``decisionflow.bearer`` in
+the client distribution; it is re-exported here.
 """
 
-from decisionflow.auth._client import (
-    AUTHORIZATION,
-    BearerTokenInterceptor,
-    SyncBearerTokenInterceptor,
-    bearer_metadata,
-)
 from decisionflow.auth._credentials import (
     CertificateEntry,
     Credentials,
@@ -38,6 +34,12 @@ from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eye
 from decisionflow.auth._reload import CredentialsReloader, principal_count
 from decisionflow.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
 from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, current_principal
+from decisionflow.bearer import (
+    AUTHORIZATION,
+    BearerTokenInterceptor,
+    SyncBearerTokenInterceptor,
+    bearer_metadata,
+)
 
 __all__ = [
     "ALL_ROLES",

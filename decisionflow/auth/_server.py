@@ -110,12 +110,12 @@ class AuthInterceptor(ServerInterceptor):
         principal = self._authenticate(metadata, auth_context)
         allowed = self._policy.get(method)
         if allowed is None:
-            raise PermissionDenied(f"{method} is not in the authorization policy", metadata={"rpc": method})
+            raise PermissionDenied(f"{method} is not in the authorization policy", metadata={reasons.RPC: method})
         if not principal.has_any(allowed):
             required = ",".join(sorted(role.value for role in allowed))
             raise PermissionDenied(
                 f"{principal.name!r} may not call {method} (needs one of: {required})",
-                metadata={"rpc": method, reasons.PRINCIPAL: principal.name, "required_roles": required},
+                metadata={reasons.RPC: method, reasons.PRINCIPAL: principal.name, reasons.REQUIRED_ROLES: required},
             )
         return principal
 

@@ -22,8 +22,8 @@ from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods
 from decisionflow.auth._roles import Principal, Role
 from decisionflow.auth._server import AuthInterceptor, current_principal
 from decisionflow.handlers import Context
-from decisionflow.rpc_errors import error_info
 from decisionflow.serving import RunningServer, start_server
+from decisionflow.status_details import error_info
 
 # One principal per role, plus one holding two roles.
 TOKENS: Mapping[str, str] = {

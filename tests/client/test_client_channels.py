@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from decisionflow import channels
+from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.client import ReviewClient, Unavailable
 from decisionflow.retry import RetryPolicy
-from decisionflow.serving import MAX_MESSAGE_BYTES
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from tests.security.pki import Pki, make_pki
 

@@ -190,6 +190,8 @@ def _dockerignore() -> list[str]:
         ".mypy_cache/3.11/x.json",
         ".pytest_cache/v/cache",
         ".ruff_cache/x",
+        "clients/typescript/node_modules/typescript/package.json",
+        "clients/python/src/decisionflow_client.egg-info/PKG-INFO",
     ],
 )
 def test_dockerignore_keeps_secrets_databases_and_caches_out(path: str) -> None:
@@ -199,7 +201,16 @@ def test_dockerignore_keeps_secrets_databases_and_caches_out(path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["pyproject.toml", "README.md", "decisionflow/cli/__init__.py", "orchestrator/main.py"]
+    "path",
+    [
+        "pyproject.toml",
+        "README.md",
+        "decisionflow/cli/__init__.py",
+        "orchestrator/main.py",
+        "clients/python/pyproject.toml",
+        "clients/python/src/decisionflow/client/__init__.py",
+        "clients/python/src/decisionflow/v1/review_pb2.py",
+    ],
 )
 def test_dockerignore_keeps_what_the_image_copies(path: str) -> None:
     assert not _ignored(_dockerignore(), path), path

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.channels import MAX_MESSAGE_BYTES
 from tests.security.contract import contract_methods, method_path, request_class, request_for, served_by_receiver
 from tests.support.hostile import Target
 from tests.support.secure import raw_call

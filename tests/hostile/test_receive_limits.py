@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
 from tests.support.hostile import Target

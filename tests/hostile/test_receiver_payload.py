@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.strict_json import MAX_DEPTH
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from effect_receiver.config import ReceiverConfig

@@ -13,8 +13,8 @@ import pytest
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 
-from decisionflow.rpc_errors import error_info
-from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.channels import MAX_MESSAGE_BYTES
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
 from tests.security.contract import (
     StringPath,

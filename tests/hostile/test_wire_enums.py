@@ -8,7 +8,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2
 from tests.security.dbstate import snapshot
 from tests.support.seeding import seed_operations

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from tests.support.stack import Stack, count, policy, start_request
 

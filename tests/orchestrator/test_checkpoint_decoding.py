@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db, reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2
 from orchestrator.checkpoints import CHECKPOINT_CLASSES, CheckpointSealer, decode_state
 from orchestrator.domain import SealedCheckpoint

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db, reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2
 from orchestrator.workflow import ReviewWorkflow
 from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request

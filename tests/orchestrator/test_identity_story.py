@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from tests.support.stack import T1042_BODY, Stack, approve, policy, start_request
 

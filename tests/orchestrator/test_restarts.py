@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from tests.support.servers import ServiceProcess
 from tests.support.stack import approve, count, decline, spawn_orchestrator, spawn_receiver, start_request

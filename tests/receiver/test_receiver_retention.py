@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import effect_receiver_pb2
 from effect_receiver.domain import beyond_retention, retention_margin

@@ -20,8 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import error_info
 from decisionflow.serving import ExposureRefused
+from decisionflow.status_details import error_info
 from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from effect_receiver.domain import MAX_PAYLOAD_BYTES

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from tests.security.dbstate import snapshot
 from tests.support.secure import SecureStack, start_secure_stack

@@ -11,7 +11,7 @@ import pytest
 
 from decisionflow import reasons
 from decisionflow.auth import CredentialsError, Role, bearer_metadata, issue_token
-from decisionflow.rpc_errors import error_info
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from tests.security.dbstate import snapshot
 from tests.support.secure import SecureStack, start_secure_stack

@@ -19,7 +19,7 @@ from google.rpc import error_details_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from decisionflow import reasons
-from decisionflow.rpc_errors import ERROR_DOMAIN
+from decisionflow.status_details import ERROR_DOMAIN
 from tests.support.secure import SecureStack, start_secure_stack
 
 BUF = Path(sys.executable).with_name("buf")

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
-from decisionflow.serving import MAX_MESSAGE_BYTES, ReceiveLimits
+from decisionflow.channels import MAX_MESSAGE_BYTES
+from decisionflow.serving import ReceiveLimits
 from decisionflow.v1 import effect_receiver_pb2, review_pb2
 from effect_receiver.main import RECEIVE_LIMITS as RECEIVER_LIMITS
 from orchestrator.main import RECEIVE_LIMITS as ORCHESTRATOR_LIMITS

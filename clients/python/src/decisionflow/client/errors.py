@@ -39,8 +39,8 @@ import grpc
 
 from decisionflow import reasons
 from decisionflow.client.views import Decision, OperationState
-from decisionflow.errors import FieldViolation
-from decisionflow.rpc_errors import error_info
+from decisionflow.reasons import FieldViolation
+from decisionflow.status_details import error_info
 
 DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
     {

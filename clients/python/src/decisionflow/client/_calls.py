@@ -11,7 +11,15 @@ from typing import TypeVar
 import grpc
 
 from decisionflow.client.errors import map_rpc_error
-from decisionflow.retry import Clock, LogContext, RetryPolicy, async_retrying, attempt_timeout, retrying
+from decisionflow.retry import (
+    CLIENT_DEFAULT,
+    Clock,
+    LogContext,
+    RetryPolicy,
+    async_retrying,
+    attempt_timeout,
+    retrying,
+)
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -53,6 +61,31 @@ class AsyncCallSettings:
     def __post_init__(self) -> None:
         if self.timeout <= 0:
             raise ValueError("timeout must be positive: every call carries a deadline")
+
+
+class AsyncClient:
+    """What every asyncio client of the orchestrator takes: a ``grpc.aio`` channel, the per-attempt
+    timeout, the retry policy, metadata for every call, the injectable sleep and clock.
+
+    With wait_for_ready (off by default, as on the synchronous clients) an attempt made while the
+    channel reconnects waits for the connection within its deadline instead of failing at once.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        timeout: float = 5.0,
+        policy: RetryPolicy = CLIENT_DEFAULT,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        clock: Clock = time.monotonic,
+        wait_for_ready: bool = False,
+    ) -> None:
+        self._channel = channel
+        self._settings = AsyncCallSettings(
+            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
+        )
 
 
 def metadata_tuple(metadata: Sequence[tuple[str, str | bytes]]) -> Metadata:

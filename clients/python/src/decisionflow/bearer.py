@@ -1,6 +1,7 @@
-"""Client side: bearer-token metadata, added to every call by an interceptor. Call credentials
-would need TLS; the interceptors also work over insecure loopback channels.
-``decisionflow.channels.open_channel`` and ``open_aio_channel`` install them."""
+"""Bearer-token metadata, added to every call by a client interceptor. Call credentials would need
+TLS; the interceptors also work over insecure loopback channels.
+``decisionflow.channels.open_channel`` and ``open_aio_channel`` install them; the servers' side of
+authentication is ``decisionflow.auth``."""
 
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ call is a CLIENT span whose W3C ``traceparent`` reaches the server, once the app
 an OpenTelemetry SDK (``trace.set_tracer_provider``); the orchestrator's spans then join the
 application's trace (docs/observability.md). Without an SDK nothing is added to a call.
 
+``AsyncReviewClient``, ``AsyncOperationsClient`` and ``AsyncReceiverClient`` are the same clients on
+a ``grpc.aio`` channel (``decisionflow.channels.open_aio_channel``); examples/approve_async.py drives
+one with tenacity's ``AsyncRetrying``.
+
 Approving against a running orchestrator; retrying the approval, by hand or with tenacity,
 is safe because the decision is bound to the operation id and the server replays it::
 
@@ -70,9 +74,9 @@ from decisionflow.client.errors import (
     WorkflowVersionMismatch,
     map_rpc_error,
 )
-from decisionflow.client.operations import OperationsClient
+from decisionflow.client.operations import AsyncOperationsClient, OperationsClient
 from decisionflow.client.receiver import AsyncReceiverClient, ReceiverClient
-from decisionflow.client.review import ReviewClient
+from decisionflow.client.review import AsyncReviewClient, ReviewClient
 from decisionflow.client.views import (
     AppliedEffect,
     ApplyResult,
@@ -103,7 +107,9 @@ __all__ = [
     "AppliedEffect",
     "ApplyResult",
     "ApproveResult",
+    "AsyncOperationsClient",
     "AsyncReceiverClient",
+    "AsyncReviewClient",
     "CaseHasOpenProposal",
     "CheckpointIntegrity",
     "CheckpointSaveFailed",

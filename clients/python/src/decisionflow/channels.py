@@ -1,4 +1,4 @@
-"""Client channels with the project's fixed options (docs/errors.md, docs/security.md).
+"""Client channels with the project's fixed options (see the client guide and the security page in docs/).
 
 Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) is the only
 retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in
@@ -7,7 +7,8 @@ promptly after a server comes back (``RECONNECT_OPTIONS``, which a caller may ov
 
 ``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
 CA file, a CLIENT span per call whose W3C ``traceparent`` travels in the call's metadata when the
-process has an OpenTelemetry SDK set up (``decisionflow.tracing``; nothing otherwise), and a
+process has the OpenTelemetry API installed and an SDK set up (``decisionflow.client_tracing``;
+nothing otherwise), and a
 bearer token attached to every call by the auth interceptors (call credentials
 would need TLS, and loopback deployments run without it). A token is a password: without a CA
 file it is sent only to a loopback target (decided by the literal host, see
@@ -16,16 +17,15 @@ file it is sent only to a loopback target (decided by the literal host, see
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import grpc
 
 from decisionflow.addresses import is_loopback
-from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor
-from decisionflow.serving import MAX_MESSAGE_BYTES
+from decisionflow.bearer import BearerTokenInterceptor, SyncBearerTokenInterceptor
 from decisionflow.tls import StrPath, channel_credentials
-from decisionflow.tracing import AioClientSpans, ClientSpans
 
 if TYPE_CHECKING:
     ClientInterceptor: TypeAlias = (
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     )
 
 ChannelOption: TypeAlias = tuple[str, Any]
+
+# The largest message a client sends or accepts, and a server's default receive limit.
+MAX_MESSAGE_BYTES = 1024 * 1024
 
 CHANNEL_OPTIONS: tuple[ChannelOption, ...] = (
     # Off: with a retry policy in a service config, gRPC would retry under every tenacity attempt.
@@ -76,6 +79,27 @@ class CleartextTokenRefused(ValueError):
             "to use TLS, or opt in to cleartext explicitly"
         )
         self.target = target
+
+
+def _traced() -> bool:
+    # The OpenTelemetry API is optional for a client (the "tracing" extra); without it, no spans.
+    return importlib.util.find_spec("opentelemetry") is not None
+
+
+def _span_interceptors() -> list[ClientInterceptor]:
+    if not _traced():
+        return []
+    from decisionflow.client_tracing import ClientSpans
+
+    return [ClientSpans()]
+
+
+def _aio_span_interceptors() -> list[AioClientInterceptor]:
+    if not _traced():
+        return []
+    from decisionflow.client_tracing import AioClientSpans
+
+    return [AioClientSpans()]
 
 
 def check_cleartext_token(
@@ -163,7 +187,7 @@ def open_channel(
     without a CA file to a target beyond loopback raises CleartextTokenRefused unless
     allow_cleartext_token is True."""
     check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
-    interceptors: list[ClientInterceptor] = [ClientSpans()]
+    interceptors = _span_interceptors()
     if token is not None:
         interceptors.append(SyncBearerTokenInterceptor(token))
     if ca_file is None:
@@ -184,7 +208,7 @@ def open_aio_channel(
     token without a CA file to a target beyond loopback raises CleartextTokenRefused unless
     allow_cleartext_token is True."""
     check_cleartext_token(target, ca_file=ca_file, token=token, allow_cleartext_token=allow_cleartext_token)
-    interceptors: list[AioClientInterceptor] = [AioClientSpans()]
+    interceptors = _aio_span_interceptors()
     if token is not None:
         interceptors.append(BearerTokenInterceptor(token))
     if ca_file is None:

@@ -1,0 +1,78 @@
+"""The ErrorInfo reasons and metadata keys every service and client shares, and the field violation
+a BadRequest carries (no grpc here).
+
+docs/errors.md lists each reason with its status code, whether a retry can help, and the
+metadata keys it carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DECISION_REQUIRED = "DECISION_REQUIRED"
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+STALE_PROPOSAL = "STALE_PROPOSAL"
+CASE_HAS_OPEN_PROPOSAL = "CASE_HAS_OPEN_PROPOSAL"
+DECISION_CONFLICT = "DECISION_CONFLICT"
+IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+NOT_FOUND = "NOT_FOUND"
+NOT_REDRIVABLE = "NOT_REDRIVABLE"
+UNAUTHENTICATED = "UNAUTHENTICATED"
+PERMISSION_DENIED = "PERMISSION_DENIED"
+FOUR_EYES = "FOUR_EYES"
+UNAVAILABLE = "UNAVAILABLE"
+WORKFLOW_VERSION_MISMATCH = "WORKFLOW_VERSION_MISMATCH"
+WORKFLOW_PROTOCOL = "WORKFLOW_PROTOCOL"
+CHECKPOINT_INTEGRITY = "CHECKPOINT_INTEGRITY"
+CHECKPOINT_SAVE_FAILED = "CHECKPOINT_SAVE_FAILED"
+REPLY_LOST = "REPLY_LOST"
+KEY_RETENTION_EXCEEDED = "KEY_RETENTION_EXCEEDED"
+
+# ErrorInfo metadata keys. An operation is always named by OPERATION_ID; enum values are spelled
+# as the proto spells them (DECISION_APPROVE, OPERATION_STATE_COMMITTED).
+OPERATION_ID = "operation_id"
+CASE_ID = "case_id"
+CURRENT_OPERATION_ID = "current_operation_id"
+RECORDED_DECISION = "recorded_decision"
+STATE = "state"
+RECORDED = "recorded"
+RUNNING = "running"
+CHECKPOINT_ID = "checkpoint_id"
+PRINCIPAL = "principal"
+FIRST_ATTEMPTED_AT = "first_attempted_at"
+KEY_RETENTION = "key_retention"
+RPC = "rpc"
+REQUIRED_ROLES = "required_roles"
+
+# The metadata keys each reason's ErrorInfo may carry. A refusal carries a subset when a key does
+# not apply: NOT_FOUND names the operation or the case; PERMISSION_DENIED names the principal and
+# the roles only when the method is in the policy. docs/clients.md lists the same keys.
+METADATA_KEYS: Mapping[str, tuple[str, ...]] = {
+    INVALID_ARGUMENT: (),
+    DECISION_REQUIRED: (),
+    NOT_FOUND: (OPERATION_ID, CASE_ID),
+    STALE_PROPOSAL: (OPERATION_ID, CURRENT_OPERATION_ID),
+    CASE_HAS_OPEN_PROPOSAL: (CASE_ID, CURRENT_OPERATION_ID),
+    DECISION_CONFLICT: (OPERATION_ID, RECORDED_DECISION),
+    NOT_REDRIVABLE: (OPERATION_ID, STATE),
+    WORKFLOW_VERSION_MISMATCH: (OPERATION_ID, RECORDED, RUNNING),
+    IDEMPOTENCY_KEY_REUSED: (OPERATION_ID,),
+    KEY_RETENTION_EXCEEDED: (OPERATION_ID, FIRST_ATTEMPTED_AT, KEY_RETENTION),
+    CHECKPOINT_INTEGRITY: (OPERATION_ID, CHECKPOINT_ID),
+    CHECKPOINT_SAVE_FAILED: (),
+    UNAVAILABLE: (),
+    REPLY_LOST: (OPERATION_ID,),
+    WORKFLOW_PROTOCOL: (),
+    UNAUTHENTICATED: (),
+    PERMISSION_DENIED: (RPC, PRINCIPAL, REQUIRED_ROLES),
+    FOUR_EYES: (PRINCIPAL,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One bad field: its path (for example ``evidence[2].source_id``) and why."""
+
+    field: str
+    description: str

@@ -1,0 +1,91 @@
+// Clients of the orchestrator's ReviewService and OperationsService over gRPC (HTTP/2), with a
+// deadline on every call and the same transient-failure retries as the Python client.
+
+import { type Client, type Interceptor, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+
+import { OperationsService } from "./gen/decisionflow/v1/operations_pb.js";
+import { ReviewService } from "./gen/decisionflow/v1/review_pb.js";
+import { refusalOf } from "./refusal.js";
+
+/** The deadline of a call that names none (each attempt's; the guide gives advice per RPC). */
+export const DEFAULT_TIMEOUT_MS = 5_000;
+
+export interface ConnectOptions {
+  /** A bearer token sent as ``authorization: Bearer <token>``; beyond loopback only over https. */
+  readonly token?: string;
+  /** The deadline of each call that names none. */
+  readonly timeoutMs?: number;
+  /** "https" with a CA-trusted server certificate; "http" (the default) is for loopback. */
+  readonly scheme?: "http" | "https";
+  /** Send the token over plain http beyond loopback all the same (refused otherwise). */
+  readonly allowCleartextToken?: boolean;
+}
+
+/** Whether target's literal host is loopback: localhost, 127.0.0.0/8 or ::1 (nothing is resolved). */
+export function isLoopback(target: string): boolean {
+  const host = (target.startsWith("[") ? target.slice(1, target.indexOf("]")) : target.slice(0, target.lastIndexOf(":")))
+    .toLowerCase();
+  return host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+function bearer(token: string): Interceptor {
+  return (next) => async (request) => {
+    request.header.set("authorization", `Bearer ${token}`);
+    return next(request);
+  };
+}
+
+function transport(target: string, options: ConnectOptions) {
+  // A token is a password: without TLS it goes only to a loopback target, unless the caller opts in.
+  const cleartext = (options.scheme ?? "http") === "http";
+  if (options.token && cleartext && !options.allowCleartextToken && !isLoopback(target)) {
+    throw new Error(`refusing to send a bearer token in cleartext to ${target}: use https beyond loopback`);
+  }
+  return createGrpcTransport({
+    baseUrl: `${options.scheme ?? "http"}://${target}`,
+    defaultTimeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    interceptors: options.token ? [bearer(options.token)] : [],
+  });
+}
+
+/** A ReviewService client: StartReview, GetProposal, EditProposal, Approve, GetOperation. */
+export function reviewClient(target: string, options: ConnectOptions = {}): Client<typeof ReviewService> {
+  return createClient(ReviewService, transport(target, options));
+}
+
+/** An OperationsService client (the operator API): ListOperations, SettleOperation, RedriveOperation. */
+export function operationsClient(target: string, options: ConnectOptions = {}): Client<typeof OperationsService> {
+  return createClient(OperationsService, transport(target, options));
+}
+
+/** How transient failures are retried: jittered exponential waits, bounded attempts and total time. */
+export interface RetryPolicy {
+  readonly maxAttempts: number;
+  readonly maxTotalMs: number;
+  readonly initialBackoffMs: number;
+  readonly maxBackoffMs: number;
+}
+
+/** The Python client's CLIENT_DEFAULT: 5 attempts within 10 s, waits from 0.1 s up to 2 s. */
+export const CLIENT_DEFAULT: RetryPolicy = { maxAttempts: 5, maxTotalMs: 10_000, initialBackoffMs: 100, maxBackoffMs: 2_000 };
+
+/** Run call, repeating it unchanged while it fails with a transient status (UNAVAILABLE,
+ * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED); throw the last failure once the policy runs out. A call
+ * that ends indeterminate here is still open: repeat it (same operation id) or read the operation. */
+export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = CLIENT_DEFAULT): Promise<T> {
+  const deadline = Date.now() + policy.maxTotalMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call();
+    } catch (error) {
+      const window = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * 2 ** (attempt - 1));
+      const wait = window / 2 + Math.random() * (window / 2);
+      const last = attempt >= policy.maxAttempts || Date.now() + wait >= deadline;
+      if (refusalOf(error, attempt).retry !== "automatic" || last) {
+        throw error;
+      }
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
+}

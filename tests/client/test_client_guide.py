@@ -1,0 +1,110 @@
+"""docs/clients.md's failure table is what the clients do: the Python error classes and retry
+policy, the shared metadata keys, and the TypeScript refusal helper each give every row's answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decisionflow import reasons, retry
+from decisionflow.client import errors
+from tests.support.typescript import TypeScriptPackage
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
+ROW = re.compile(r"^\| `([A-Z_]+)` \| (`[A-Z_]+`|—) \| (yes|no) \| (automatic|yes|no) \| (.*) \|$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the guide's failure table."""
+
+    code: grpc.StatusCode
+    reason: str
+    definite: bool
+    retry: str
+    metadata_keys: frozenset[str]
+
+
+def guide_rows() -> list[Row]:
+    """Parse the table under "What a failure means"."""
+    section = GUIDE.read_text(encoding="utf-8").split("## What a failure means", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        Row(
+            grpc.StatusCode[status],
+            reason.strip("`") if reason != "—" else "",
+            definite == "yes",
+            retried,
+            frozenset(re.findall(r"`([a-z_]+)`", metadata.split(" (", 1)[0])),  # a parenthesis explains
+        )
+        for status, reason, definite, retried, metadata in ROW.findall(section)
+    ]
+    assert len(rows) == section.count("\n| `"), "a row of the table does not parse"
+    return rows
+
+
+def _python_retry(code: grpc.StatusCode, definite: bool) -> str:
+    if code in retry.RETRYABLE_CODES:
+        return "automatic"
+    return "no" if definite else "yes"
+
+
+def test_the_table_names_every_reason_once_with_its_metadata_keys() -> None:
+    rows = guide_rows()
+    named = [row.reason for row in rows if row.reason]
+
+    assert sorted(named) == sorted(reasons.METADATA_KEYS)
+    assert len(named) == len(set(named))
+    for row in rows:
+        if row.reason:
+            assert row.metadata_keys == set(reasons.METADATA_KEYS[row.reason]), row.reason
+        else:
+            assert row.metadata_keys == set(), row.code
+
+
+def test_the_python_client_raises_what_the_table_says() -> None:
+    rows = guide_rows()
+    by_reason = {row.reason: row for row in rows if row.reason}
+
+    for row in rows:
+        cls = errors.error_class(row.code, row.reason)
+        error = cls(row.code, "", reason=row.reason)
+        assert (error.definite, _python_retry(row.code, error.definite)) == (row.definite, row.retry), row
+    # The Python client's own (status, reason) pairs are the guide's.
+    for code, reason in errors._CLASSES:
+        if reason:
+            assert by_reason[reason].code == code, reason
+    # A caller-dependent refusal after an indeterminate attempt is not definite.
+    assert errors.PermissionDenied(grpc.StatusCode.PERMISSION_DENIED, "", attempts=2, definite=False).definite is False
+
+
+@pytest.mark.slow
+def test_the_typescript_helper_answers_what_the_table_says(typescript_package: TypeScriptPackage) -> None:
+    rows = guide_rows()
+    script = """
+import { REASONS, contractOf } from "./dist/src/refusal.js";
+const rows = JSON.parse(process.argv[1]);
+const answers = rows.map(([code, reason]) => contractOf(code, reason));
+const repeated = rows.map(([code, reason]) => contractOf(code, reason, 2).definite);
+console.log(JSON.stringify({ reasons: REASONS, answers, repeated }));
+"""
+    pairs = [[row.code.value[0], row.reason] for row in rows]
+
+    done = typescript_package.run("--input-type=module", "-e", script, json.dumps(pairs))
+
+    assert done.returncode == 0, done.stderr
+    told = json.loads(done.stdout)
+    named = {row.reason: row for row in rows if row.reason}
+    assert sorted(told["reasons"]) == sorted(named)
+    for reason, contract in told["reasons"].items():
+        assert contract["code"] == named[reason].code.value[0], reason
+        assert set(contract["metadataKeys"]) == named[reason].metadata_keys, reason
+    for row, answer in zip(rows, told["answers"], strict=True):
+        assert (answer["definite"], answer["retry"]) == (row.definite, row.retry), row
+    caller_dependent = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.NOT_FOUND}
+    for row, definite in zip(rows, told["repeated"], strict=True):
+        assert definite == (row.definite and row.code not in caller_dependent), row

@@ -1,0 +1,113 @@
+"""The TypeScript client: its generated code matches the protos, and its example runs under Node
+against real services (a retry through a lost reply, a stale tab)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.client_examples import ExampleServices, check_story
+from tests.support.typescript import TypeScriptPackage
+
+BUF = Path(sys.executable).parent / "buf"
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_the_committed_typescript_code_is_what_buf_generates(
+    typescript_package: TypeScriptPackage, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(BUF), "generate", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=typescript_package.folder,
+    )
+
+    assert done.returncode == 0, done.stderr
+    generated, committed = _files(tmp_path / "src" / "gen"), _files(typescript_package.folder / "src" / "gen")
+    assert sorted(generated) == sorted(committed), "run `npm run generate` in clients/typescript"
+    assert generated == committed, "run `npm run generate` in clients/typescript"
+    assert "decisionflow/v1/review_pb.ts" in generated and "google/rpc/error_details_pb.ts" in generated
+
+
+@pytest.mark.slow
+def test_the_typescript_example_approves_once_through_a_lost_reply_and_meets_a_stale_tab(
+    typescript_package: TypeScriptPackage, example_services: ExampleServices
+) -> None:
+    done = typescript_package.run("dist/examples/approve.js", example_services.target)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    check_story(done.stdout, example_services)
+
+
+@pytest.mark.slow
+def test_the_typescript_client_sends_a_token_in_cleartext_only_to_loopback(
+    typescript_package: TypeScriptPackage,
+) -> None:
+    script = """
+import { reviewClient } from "./dist/src/client.js";
+const told = {};
+for (const [target, options] of JSON.parse(process.argv[1])) {
+  try { reviewClient(target, options); told[target + " " + JSON.stringify(options)] = "sent"; }
+  catch (error) { told[target + " " + JSON.stringify(options)] = "refused"; }
+}
+console.log(JSON.stringify(told));
+"""
+    cases = [
+        ["127.0.0.1:50051", {"token": "t"}],
+        ["[::1]:50051", {"token": "t"}],
+        ["localhost:50051", {"token": "t"}],
+        ["orchestrator:50051", {"token": "t"}],
+        ["127.0.0.1.example:50051", {"token": "t"}],
+        ["orchestrator:50051", {"token": "t", "scheme": "https"}],
+        ["orchestrator:50051", {"token": "t", "allowCleartextToken": True}],
+        ["orchestrator:50051", {}],
+    ]
+
+    done = typescript_package.run("--input-type=module", "-e", script, json.dumps(cases))
+
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout).values()) == [
+        "sent", "sent", "sent", "refused", "refused", "sent", "sent", "sent"
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_refusal_helper_reads_a_real_refusals_error_info_and_field_violations(
+    typescript_package: TypeScriptPackage, example_services: ExampleServices
+) -> None:
+    script = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, GetOperationRequestSchema } from "./dist/src/index.js";
+import { refusalOf, reviewClient } from "./dist/src/index.js";
+const reviews = reviewClient(process.argv[1]);
+const [unknown, missing] = ["op-v1-" + "0".repeat(64), "op-v1-" + "1".repeat(64)];
+const told = [];
+for (const call of [
+  () => reviews.approve(create(ApproveRequestSchema, { operationId: unknown, decision: Decision.UNSPECIFIED })),
+  () => reviews.getOperation(create(GetOperationRequestSchema, { operationId: missing })),
+]) {
+  try { await call(); told.push(null); } catch (error) { told.push(refusalOf(error)); }
+}
+console.log(JSON.stringify(told));
+"""
+    done = typescript_package.run("--input-type=module", "-e", script, example_services.target)
+
+    assert done.returncode == 0, done.stderr
+    omitted, missing = json.loads(done.stdout)
+    assert (omitted["code"], omitted["reason"], omitted["domain"]) == (3, "DECISION_REQUIRED", "decisionflow.v1")
+    assert [v["field"] for v in omitted["violations"]] == ["decision"]
+    assert (omitted["definite"], omitted["retry"]) == (True, "no")
+    assert (missing["code"], missing["reason"], missing["definite"]) == (5, "NOT_FOUND", True)
+    assert missing["metadata"] == {"operation_id": "op-v1-" + "1" * 64}

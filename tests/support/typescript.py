@@ -1,0 +1,63 @@
+"""The TypeScript client (clients/typescript) built for a test: ``npm ci`` when node_modules is
+missing (from package-lock.json, so every version is the pinned one), then ``tsc``.
+
+Without node and npm the tests skip with the reason, unless ``DECISIONFLOW_REQUIRE_NODE=1`` or
+``CI=true`` (as in CI), where they fail instead. One worker at a time installs and builds (a
+lock file), so parallel workers never race over node_modules or dist/.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "clients" / "typescript"
+
+
+def _require_node() -> bool:
+    return os.environ.get("DECISIONFLOW_REQUIRE_NODE") == "1" or os.environ.get("CI") == "true"
+
+
+@dataclass(frozen=True)
+class TypeScriptPackage:
+    """The built package: its folder and the node executable."""
+
+    folder: Path
+    node: str
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run node with args in the package folder."""
+        return subprocess.run(
+            [self.node, *args], capture_output=True, text=True, timeout=timeout, check=False, cwd=self.folder
+        )
+
+
+def _step(argv: list[str], timeout: float) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=PACKAGE)
+    assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def typescript_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TypeScriptPackage]:
+    """The TypeScript client, its dependencies installed (npm ci) and compiled (tsc)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        reason = "the TypeScript client needs node (20 or later) and npm on the PATH"
+        if _require_node():
+            pytest.fail(f"{reason}; required here (CI=true or DECISIONFLOW_REQUIRE_NODE=1)")
+        pytest.skip(reason)
+    lock = tmp_path_factory.getbasetemp().parent / "decisionflow-typescript.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not (PACKAGE / "node_modules" / ".package-lock.json").exists():
+            _step([npm, "ci", "--no-audit", "--no-fund"], timeout=600)
+        _step([node, str(PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"), "-p", "tsconfig.json"], 300)
+        yield TypeScriptPackage(PACKAGE, node)
