@@ -68,6 +68,9 @@ REPLY_MARGIN_SECONDS = 0.25
 # margin (a 12 s call is seen with 12.1 s left); the share and the slack below take that back.
 TIMEOUT_ROUNDING_SHARE = 0.01
 CLOCK_SLACK_SECONDS = 0.01
+# Should the work still be running that long before the caller's deadline, the answer is read
+# from the store and sent instead; this is the time kept back for that read and the reply.
+REPLY_SEND_SECONDS = 0.06
 MAX_BATCH = 1000
 MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
@@ -89,6 +92,16 @@ def _deadline(context: Context) -> float | None:
     if remaining is None:
         return None
     return time.monotonic() + max(0.0, remaining - reply_margin(remaining))
+
+
+def _reply_by(context: Context) -> float | None:
+    # Later than _deadline: the work after the last Apply attempt gets the margin between the two,
+    # and whatever it has not finished by then is answered from the store (orchestrator.service).
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    keep = REPLY_SEND_SECONDS + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
+    return time.monotonic() + max(0.0, remaining - keep)
 
 
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
@@ -141,7 +154,9 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         """Record the authenticated reviewer's decision; the outcome may be Unknown."""
         decision = decision_from_pb(request.decision)  # checked first: an omitted decision is not consent
         operation_id = check_operation_id(request.operation_id)
-        result = await self._decisions.decide(operation_id, decision, current_principal().name, _deadline(context))
+        result = await self._decisions.decide(
+            operation_id, decision, current_principal().name, _deadline(context), _reply_by(context)
+        )
         return review_pb2.ApproveResponse(
             operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome], replay=result.replay
         )
@@ -287,7 +302,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         self, request: operations_pb2.RedriveOperationRequest, context: Context
     ) -> operations_pb2.RedriveOperationResponse:
         """Call Apply again with the same key and the stored payload."""
-        result = await self._operations.redrive(check_operation_id(request.operation_id), _deadline(context))
+        result = await self._operations.redrive(
+            check_operation_id(request.operation_id), _deadline(context), _reply_by(context)
+        )
         return operations_pb2.RedriveOperationResponse(
             operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome]
         )

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
+from decisionflow.errors import Unavailable
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
@@ -38,6 +39,7 @@ from orchestrator.errors import (
 )
 from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
+from orchestrator.service._in_time import answer_by, recorded_answer
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
@@ -66,9 +68,33 @@ class DecisionService:
         self._four_eyes = four_eyes
 
     async def decide(
+        self,
+        operation_id: str,
+        decision: Decision,
+        reviewer: str,
+        deadline: float | None,
+        reply_by: float | None = None,
+    ) -> DecisionResult:
+        """Record reviewer's decision on exactly this operation and, on approval, write its effect once.
+
+        Apply gets until deadline; should the work outlast reply_by (both time.monotonic() instants)
+        once the decision is recorded, the answer is the operation as stored then (outcome Unknown
+        while the effect is open) and the work carries on to record the receiver's answer.
+        """
+        started_at = self._clock()
+
+        async def recorded() -> DecisionResult | None:
+            try:
+                operation = await self._store.get_operation(operation_id)
+            except (NotFound, Unavailable):
+                return None
+            return recorded_answer(operation, decision, started_at)
+
+        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, deadline), recorded)
+
+    async def _decide(
         self, operation_id: str, decision: Decision, reviewer: str, deadline: float | None
     ) -> DecisionResult:
-        """Record reviewer's decision on exactly this operation and, on approval, write its effect once."""
         inputs = await self._store.decision_inputs(operation_id)
         recorded = inputs.operation.decision
         if recorded is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State
+from decisionflow.errors import Unavailable
+from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State, outcome_of
 from orchestrator.errors import NotRedrivable
 from orchestrator.service._decisions import DecisionService
+from orchestrator.service._in_time import answer_by
 from orchestrator.store import AsyncOrchestratorStore
 
 
@@ -21,13 +23,26 @@ class OperationService:
         self._decisions = decisions
         self._clock = clock
 
-    async def redrive(self, operation_id: str, deadline: float | None) -> DecisionResult:
-        """Call Apply again with the same key and the stored payload (APPROVED or UNKNOWN only)."""
+    async def redrive(self, operation_id: str, deadline: float | None, reply_by: float | None = None) -> DecisionResult:
+        """Call Apply again with the same key and the stored payload (APPROVED or UNKNOWN only).
+
+        Apply gets until deadline; should the work outlast reply_by, the answer is the operation as
+        stored then, and the work carries on to record the receiver's answer.
+        """
         operation = await self._store.get_operation(operation_id)
         if operation.state not in OPEN_STATES or operation.decision is None:
             raise NotRedrivable(operation_id, operation.state.value)
         proposal = await self._store.get_proposal(operation_id)
-        return await self._decisions.drive(proposal, operation.decision, deadline, replay=False)
+        decision = operation.decision
+
+        async def recorded() -> DecisionResult | None:
+            try:
+                stored = await self._store.get_operation(operation_id)
+            except Unavailable:
+                return None
+            return DecisionResult(stored, outcome_of(stored.state), replay=False)
+
+        return await answer_by(reply_by, self._decisions.drive(proposal, decision, deadline, replay=False), recorded)
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted."""

@@ -5,13 +5,17 @@ the deadline it receives (a 12 s deadline may arrive as 12.1 s) as well as for s
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from datetime import datetime
 
 import grpc
 import pytest
 
 from decisionflow.faults import FaultPlan
-from decisionflow.v1 import common_pb2
+from decisionflow.v1 import common_pb2, review_pb2
+from orchestrator.domain import Receipt
+from orchestrator.effects import ReceiverEffects
 from orchestrator.grpc_api import REPLY_MARGIN_SECONDS, reply_margin
 from tests.support.stack import Stack, approve, start_request
 
@@ -73,3 +77,70 @@ def test_a_receiver_that_never_answers_is_unknown_within_a_long_deadline(
     make_stack: Callable[..., Stack], timeout: float
 ) -> None:
     _approve_with_a_receiver_that_never_answers(make_stack, timeout)
+
+
+class _LateAnswers:
+    """The real receiver's Apply, whose answer then reaches the orchestrator only after the
+    caller's deadline: the work after the last attempt runs late, as on a saturated machine."""
+
+    def __init__(self, late_by: float) -> None:
+        self.late_by = late_by
+        self.receiver_target = ""
+        self._effects: ReceiverEffects | None = None
+
+    async def apply(
+        self,
+        operation_id: str,
+        case_id: str,
+        kind: str,
+        payload: bytes,
+        payload_digest: str,
+        *,
+        deadline: float | None,
+        first_attempted_at: datetime | None = None,
+    ) -> Receipt:
+        if self._effects is None:
+            self._effects = ReceiverEffects.connect(self.receiver_target, token=None, timeout=5.0)
+        receipt = await self._effects.apply(
+            operation_id,
+            case_id,
+            kind,
+            payload,
+            payload_digest,
+            deadline=deadline,
+            first_attempted_at=first_attempted_at,
+        )
+        assert deadline is not None
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()) + self.late_by)
+        return receipt
+
+
+def test_work_that_runs_past_the_deadline_still_answers_unknown_in_time(make_stack: Callable[..., Stack]) -> None:
+    late = _LateAnswers(late_by=1.5)
+    stack = make_stack(effects=late)
+    late.receiver_target = f"127.0.0.1:{stack.receiver_port}"
+    review = stack.review()
+    operation_id = review.StartReview(start_request(), timeout=10).proposal.operation_id
+    started = time.monotonic()
+
+    answer = review.Approve(approve(operation_id), timeout=2.0)
+
+    # Answered in time from what is recorded: the decision stands, the effect's fate is open.
+    assert time.monotonic() - started < 2.0
+    assert answer.outcome == common_pb2.OUTCOME_UNKNOWN
+    assert answer.operation.state == common_pb2.OPERATION_STATE_UNKNOWN
+    assert not answer.replay
+    # The work carried on and recorded the receiver's answer once it came.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = review.GetOperation(review_pb2.GetOperationRequest(operation_id=operation_id), timeout=5).operation
+        if state.state == common_pb2.OPERATION_STATE_COMMITTED:
+            break
+        time.sleep(0.05)
+    assert state.state == common_pb2.OPERATION_STATE_COMMITTED
+    assert stack.effects() == 1
+
+    # A replay that runs late too answers in time, and says it is a replay of the recorded decision.
+    replayed = review.Approve(approve(operation_id), timeout=2.0)
+    assert replayed.outcome == common_pb2.OUTCOME_COMMITTED
+    assert replayed.replay

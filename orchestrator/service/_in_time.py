@@ -1,0 +1,62 @@
+"""Answering Approve and RedriveOperation before the caller's deadline, even when the work behind
+the answer runs late.
+
+After its last Apply attempt the work still has to finish: the workflow run ends, the answer is
+recorded, a busy machine schedules it late. The caller must not see DEADLINE_EXCEEDED for that:
+once the decision is recorded, "outcome Unknown" (or the outcome already settled) is a true
+answer whatever the work still does. So at the reply time the answer is read from the store and
+sent, and the work carries on in the background to record what the receiver answered. Before a
+decision is recorded there is no such answer, and the call waits for the work as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import Any
+
+from orchestrator.domain import Decision, DecisionResult, Operation, outcome_of
+
+logger = logging.getLogger("decisionflow.orchestrator")
+
+
+async def answer_by(
+    reply_by: float | None,
+    work: Coroutine[Any, Any, DecisionResult],
+    early: Callable[[], Awaitable[DecisionResult | None]],
+) -> DecisionResult:
+    """Return work's result; if reply_by (a time.monotonic() instant) passes first, return early()'s
+    answer while work carries on, or keep waiting for work when early() has none."""
+    task = asyncio.ensure_future(work)
+    if reply_by is None:
+        return await task
+    try:
+        # Shielded: the timeout ends the wait, never the work.
+        return await asyncio.wait_for(asyncio.shield(task), max(0.0, reply_by - time.monotonic()))
+    except TimeoutError:
+        pass
+    answer = await early()
+    if answer is None:
+        return await task
+    task.add_done_callback(_log_late_failure)
+    return answer
+
+
+def recorded_answer(operation: Operation, decision: Decision, started_at: datetime) -> DecisionResult | None:
+    """Return the answer a call that asked for decision can give from operation as stored, or None
+    while no such decision is recorded (a different one is a conflict the work itself reports)."""
+    recorded = operation.decision
+    if recorded is None or recorded.decision is not decision:
+        return None
+    return DecisionResult(operation, outcome_of(operation.state), replay=recorded.decided_at < started_at)
+
+
+def _log_late_failure(task: asyncio.Future[DecisionResult]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        logger.warning("work behind an answer already sent failed: %s", error, exc_info=error)
