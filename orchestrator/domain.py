@@ -185,6 +185,8 @@ class Operation:
     last_lookup: LookupNote | None
     payload: bytes | None
     payload_digest: str | None
+    # Until when an attempt in flight holds the operation (None: no attempt holds it).
+    attempt_lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,6 +209,7 @@ async def create_server(
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
+            apply_budget_seconds=config.receiver_timeout_seconds,
         )
         review, operations = ReviewServicer(service), OperationsServicer(service, clock)
 

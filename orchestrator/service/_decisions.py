@@ -7,9 +7,11 @@ it (COMMITTED or REJECTED); an indeterminate answer leaves it UNKNOWN for a re-d
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
@@ -39,10 +41,18 @@ from orchestrator.errors import (
 from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
 from orchestrator.service._runs import ReviewRuns
-from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded
+from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
 logger = logging.getLogger("decisionflow.orchestrator")
+
+# An attempt's lease lasts its Apply budget and this much more, to record the receiver's answer.
+LEASE_MARGIN_SECONDS = 1.0
+# A caller waiting for another replica's attempt reads the operation again after these pauses (doubling).
+LEASE_POLL_FIRST_SECONDS = 0.005
+LEASE_POLL_MAX_SECONDS = 0.1
+# The Apply budget of a drive whose caller set no deadline (the receiver timeout, in the service).
+DEFAULT_APPLY_BUDGET_SECONDS = 5.0
 
 
 class DecisionService:
@@ -57,6 +67,7 @@ class DecisionService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool,
+        apply_budget_seconds: float = DEFAULT_APPLY_BUDGET_SECONDS,
     ) -> None:
         self._store = store
         self._runs = runs
@@ -64,6 +75,9 @@ class DecisionService:
         self._failpoints = failpoints
         self._clock = clock
         self._four_eyes = four_eyes
+        self._apply_budget = apply_budget_seconds
+        # The drive in flight per operation in this process; its answer (None: it ended without one).
+        self._flights: dict[str, asyncio.Future[DecisionResult | None]] = {}
 
     async def decide(
         self, operation_id: str, decision: Decision, reviewer: str, deadline: float | None
@@ -171,11 +185,100 @@ class DecisionService:
     ) -> DecisionResult:
         """Record an attempt, then Apply the stored payload once under the operation id and record the answer.
 
-        Raises NotRedrivable when the operation is no longer APPROVED or UNKNOWN.
+        Single flight: while a drive of the operation is in flight in this process, another caller
+        awaits its answer; while an attempt on another replica holds the operation's lease, it waits
+        for that attempt to settle or its lease to pass, within deadline (then: Unknown). Raises
+        NotRedrivable when the operation is no longer APPROVED or UNKNOWN.
         """
+        operation_id = proposal.operation_id
+        if deadline is None:
+            deadline = time.monotonic() + self._apply_budget
+        while (flight := self._flights.get(operation_id)) is not None:
+            try:
+                led = await asyncio.wait_for(asyncio.shield(flight), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return await self._unsettled(operation_id, replay)
+            if led is not None:
+                return DecisionResult(led.operation, led.outcome, replay)
+            # The drive in flight ended without an answer (an error, a cancelled call): drive here.
+        flight = asyncio.get_running_loop().create_future()
+        self._flights[operation_id] = flight
+        result: DecisionResult | None = None
+        try:
+            result = await self._drive_leased(proposal, decided, deadline, replay)
+            return result
+        finally:
+            del self._flights[operation_id]
+            flight.set_result(result)
+
+    async def _unsettled(self, operation_id: str, replay: bool) -> DecisionResult:
+        operation = await self._store.get_operation(operation_id)
+        return DecisionResult(operation, outcome_of(operation.state), replay)
+
+    async def _take_lease(
+        self, proposal: Proposal, decided: RecordedDecision, deadline: float
+    ) -> tuple[Operation, datetime] | Operation:
+        """Record an attempt under a lease (returned with it), or return the operation as another
+        attempt's answer left it, or as it stands when deadline passed while that attempt held it."""
         payload, digest = effect_payload(proposal, decided)
-        operation = await self._store.record_attempt(proposal.operation_id, payload, digest, self._clock())
-        self._failpoints.hit(AFTER_ATTEMPT)
+        while True:
+            now = self._clock()
+            # The lease covers this attempt's whole Apply budget, and a margin to record its answer.
+            lease_until = now + timedelta(seconds=max(0.0, deadline - time.monotonic()) + LEASE_MARGIN_SECONDS)
+            try:
+                operation = await self._store.record_attempt(proposal.operation_id, payload, digest, now, lease_until)
+                return operation, lease_until
+            except AttemptInFlight as held:
+                waited = await self._await_lease(held.operation, deadline)
+                if waited is not None:
+                    return waited
+
+    async def _await_lease(self, operation: Operation, deadline: float) -> Operation | None:
+        """Wait for another replica's attempt: return the operation once settled or once deadline passed,
+        None once its lease was released or has passed (the caller may then drive)."""
+        pause = LEASE_POLL_FIRST_SECONDS
+        while operation.state in OPEN_STATES:
+            lease = operation.attempt_lease_until
+            if lease is None:
+                return None
+            left_on_lease = (lease - self._clock()).total_seconds()
+            if left_on_lease <= 0:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return operation
+            await asyncio.sleep(min(pause, left, left_on_lease))
+            pause = min(pause * 2, LEASE_POLL_MAX_SECONDS)
+            operation = await self._store.get_operation(operation.operation_id)
+        return operation
+
+    async def _drive_leased(
+        self, proposal: Proposal, decided: RecordedDecision, deadline: float, replay: bool
+    ) -> DecisionResult:
+        taken = await self._take_lease(proposal, decided, deadline)
+        if isinstance(taken, Operation):
+            return DecisionResult(taken, outcome_of(taken.state), replay)
+        operation, lease_until = taken
+        try:
+            self._failpoints.hit(AFTER_ATTEMPT)
+            return await self._apply(proposal, decided, operation, lease_until, deadline, replay)
+        except Exception:
+            # This process lives on: the next caller need not wait for the lease to pass.
+            try:
+                await self._store.release_attempt(proposal.operation_id, lease_until)
+            except Exception:
+                logger.warning("could not release the attempt lease; it passes on its own", exc_info=True)
+            raise
+
+    async def _apply(
+        self,
+        proposal: Proposal,
+        decided: RecordedDecision,
+        operation: Operation,
+        lease_until: datetime,
+        deadline: float,
+        replay: bool,
+    ) -> DecisionResult:
         # The store keeps the first attempt's payload: every re-drive sends the same bytes and digest.
         assert operation.payload is not None and operation.payload_digest is not None
         try:
@@ -194,7 +297,7 @@ class DecisionService:
             _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED.value)
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
-            operation = await self._store.get_operation(proposal.operation_id)
+            operation = await self._store.release_attempt(proposal.operation_id, lease_until)
             # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
             _log(
                 f"effect outcome unknown: {unknown}",

@@ -95,9 +95,15 @@ class AsyncOrchestratorStore:
         """See OrchestratorStore.record_decision."""
         return await self._run(self.sync.record_decision, decided, case_id, saved)
 
-    async def record_attempt(self, operation_id: str, payload: bytes, digest: str, now: datetime) -> Operation:
+    async def record_attempt(
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+    ) -> Operation:
         """See OrchestratorStore.record_attempt."""
-        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now)
+        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until)
+
+    async def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
+        """See OrchestratorStore.release_attempt."""
+        return await self._run(self.sync.release_attempt, operation_id, lease_until)
 
     async def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
         """See OrchestratorStore.record_receipt."""

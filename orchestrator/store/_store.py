@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.domain import (
+    OPEN_STATES,
     Decision,
     DecisionInputs,
     Operation,
@@ -29,7 +30,7 @@ from orchestrator.store import _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import Housekeeping
-from orchestrator.store._ledger import DecisionAlreadyRecorded
+from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._rows import operation_from, proposal_from, review_from, sealed_checkpoint_from
 from orchestrator.store._transactions import Transactions
 
@@ -232,21 +233,38 @@ class OrchestratorStore:
         with self.transactions.read() as conn:
             return _ledger.decision_txn(conn, operation_id)
 
-    def record_attempt(self, operation_id: str, payload: bytes, digest: str, now: datetime) -> Operation:
-        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers); raise
-        NotRedrivable unless the operation is APPROVED or UNKNOWN.
+    def record_attempt(
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+    ) -> Operation:
+        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
+        the operation until lease_until; raise NotRedrivable unless the operation is APPROVED or
+        UNKNOWN, AttemptInFlight while another attempt's lease holds it.
 
         The payload is stored on the first attempt and reused by every later one.
         """
         with self.transactions.write() as conn:
             updated = conn.execute(
                 q.RECORD_ATTEMPT,
-                {"b_operation_id": operation_id, "b_now": now, "b_payload": payload, "b_digest": digest},
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_payload": payload,
+                    "b_digest": digest,
+                    "b_lease_until": lease_until,
+                },
             ).rowcount
             operation = _operations.operation_txn(conn, operation_id)
             if updated != 1:
+                if operation.state in OPEN_STATES:
+                    raise AttemptInFlight(operation)
                 raise NotRedrivable(operation_id, operation.state.value)
             return operation
+
+    def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
+        """Give up the lease an attempt took until lease_until (if it still holds it); return the operation."""
+        with self.transactions.write() as conn:
+            conn.execute(q.RELEASE_ATTEMPT, {"b_operation_id": operation_id, "b_lease_until": lease_until})
+            return _operations.operation_txn(conn, operation_id)
 
     def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
@@ -272,6 +290,7 @@ class OrchestratorStore:
                     state=State.REJECTED.value,
                     state_changed_at=now,
                     rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
+                    attempt_lease_until=None,
                 )
             )
             return _operations.operation_txn(conn, operation_id)
