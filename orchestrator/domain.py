@@ -190,6 +190,15 @@ class Operation:
 
 
 @dataclass(frozen=True, slots=True)
+class FirstAttempt:
+    """The first Apply attempt of an approval, recorded with its decision: payload, digest and lease."""
+
+    payload: bytes
+    payload_digest: str
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ProposalView:
     """A proposal, its operation, and whether it is still the case's current proposal (one snapshot)."""
 

@@ -21,6 +21,7 @@ from orchestrator.domain import (
     OPEN_STATES,
     Decision,
     DecisionResult,
+    FirstAttempt,
     Operation,
     Outcome,
     Proposal,
@@ -139,23 +140,56 @@ class DecisionService:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
         decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
-        try:
-            await self._store.record_decision(decided, proposal.case_id, run.take_final())
-        except DecisionAlreadyRecorded as race:
-            return await self._replay(race.recorded, decided.decision, deadline)
-        self._failpoints.hit(AFTER_DECISION)
-        _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
         if decided.decision is Decision.DECLINE:
-            operation = await self._store.get_operation(proposal.operation_id)
+            try:
+                operation = await self._store.record_decision(decided, proposal.case_id, run.take_final())
+            except DecisionAlreadyRecorded as race:
+                return await self._replay(race.recorded, decided.decision, deadline)
+            self._failpoints.hit(AFTER_DECISION)
+            _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
+        operation_id = proposal.operation_id
+        if deadline is None:
+            deadline = time.monotonic() + self._apply_budget
+        # A replay that reads this decision before our Apply has answered awaits this drive. A drive
+        # already in flight here means another replica decided first: our insert will say so.
+        flight: asyncio.Future[DecisionResult | None] | None = None
+        if operation_id not in self._flights:
+            flight = self._flights[operation_id] = asyncio.get_running_loop().create_future()
+        result: DecisionResult | None = None
         try:
-            return await self.drive(proposal, decided, deadline, replay=False)
-        except NotRedrivable:
-            # A replay of this decision (another approver, on this or another replica) drove the
-            # effect between our decision and our attempt: this call still recorded the decision,
-            # so it reports the outcome that replay settled, not a refusal.
-            operation = await self._store.get_operation(proposal.operation_id)
-            return DecisionResult(operation, outcome_of(operation.state), replay=False)
+            result = await self._decide_and_apply(proposal, decided, run, deadline)
+            return result
+        except DecisionAlreadyRecorded as race:
+            self._end_flight(operation_id, flight, None)
+            flight = None
+            return await self._replay(race.recorded, decided.decision, deadline)
+        finally:
+            self._end_flight(operation_id, flight, result)
+
+    def _end_flight(
+        self, operation_id: str, flight: asyncio.Future[DecisionResult | None] | None, result: DecisionResult | None
+    ) -> None:
+        if flight is not None and not flight.done():
+            del self._flights[operation_id]
+            flight.set_result(result)
+
+    async def _decide_and_apply(
+        self, proposal: Proposal, decided: RecordedDecision, run: RunCheckpoints, deadline: float
+    ) -> DecisionResult:
+        """Record the approval and its first attempt in one transaction (durable before Apply), then Apply."""
+        payload, digest = effect_payload(proposal, decided)
+        lease_until = self._lease_until(decided.decided_at, deadline)
+        operation = await self._store.record_decision(
+            decided, proposal.case_id, run.take_final(), FirstAttempt(payload, digest, lease_until)
+        )
+        _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
+        # Both crash points are after the one transaction: the decision and the attempt are durable.
+        return await self._apply_holding(proposal, decided, operation, lease_until, deadline, replay=False)
+
+    def _lease_until(self, now: datetime, deadline: float) -> datetime:
+        # The lease covers this attempt's whole Apply budget, and a margin to record its answer.
+        return now + timedelta(seconds=max(0.0, deadline - time.monotonic()) + LEASE_MARGIN_SECONDS)
 
     async def _replay(
         self,
@@ -223,8 +257,7 @@ class DecisionService:
         payload, digest = effect_payload(proposal, decided)
         while True:
             now = self._clock()
-            # The lease covers this attempt's whole Apply budget, and a margin to record its answer.
-            lease_until = now + timedelta(seconds=max(0.0, deadline - time.monotonic()) + LEASE_MARGIN_SECONDS)
+            lease_until = self._lease_until(now, deadline)
             try:
                 operation = await self._store.record_attempt(proposal.operation_id, payload, digest, now, lease_until)
                 return operation, lease_until
@@ -259,7 +292,25 @@ class DecisionService:
         if isinstance(taken, Operation):
             return DecisionResult(taken, outcome_of(taken.state), replay)
         operation, lease_until = taken
+        return await self._apply_holding(
+            proposal, decided, operation, lease_until, deadline, replay=replay, first=False
+        )
+
+    async def _apply_holding(
+        self,
+        proposal: Proposal,
+        decided: RecordedDecision,
+        operation: Operation,
+        lease_until: datetime,
+        deadline: float,
+        *,
+        replay: bool,
+        first: bool = True,
+    ) -> DecisionResult:
+        """Apply under the lease this call holds; released when this call fails and the process lives on."""
         try:
+            if first:
+                self._failpoints.hit(AFTER_DECISION)
             self._failpoints.hit(AFTER_ATTEMPT)
             return await self._apply(proposal, decided, operation, lease_until, deadline, replay)
         except Exception:

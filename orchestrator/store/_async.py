@@ -9,6 +9,7 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.domain import (
     DecisionInputs,
+    FirstAttempt,
     Operation,
     PendingReview,
     Proposal,
@@ -90,10 +91,14 @@ class AsyncOrchestratorStore:
         return await self._run(self.sync.decision_inputs, operation_id)
 
     async def record_decision(
-        self, decided: RecordedDecision, case_id: str, saved: Sequence[SealedCheckpoint]
-    ) -> RecordedDecision:
+        self,
+        decided: RecordedDecision,
+        case_id: str,
+        saved: Sequence[SealedCheckpoint],
+        attempt: FirstAttempt | None = None,
+    ) -> Operation:
         """See OrchestratorStore.record_decision."""
-        return await self._run(self.sync.record_decision, decided, case_id, saved)
+        return await self._run(self.sync.record_decision, decided, case_id, saved, attempt)
 
     async def record_attempt(
         self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime

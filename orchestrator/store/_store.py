@@ -13,6 +13,7 @@ from orchestrator.domain import (
     OPEN_STATES,
     Decision,
     DecisionInputs,
+    FirstAttempt,
     Operation,
     OperationTally,
     PendingReview,
@@ -200,10 +201,20 @@ class OrchestratorStore:
     # The decision ledger and the effect record.
 
     def record_decision(
-        self, decided: RecordedDecision, case_id: str, saved: Sequence[SealedCheckpoint]
-    ) -> RecordedDecision:
-        """Insert the decision once; raise DecisionAlreadyRecorded when one exists, StaleProposal when the
-        operation is no longer the case's current proposal (an existing decision wins over staleness)."""
+        self,
+        decided: RecordedDecision,
+        case_id: str,
+        saved: Sequence[SealedCheckpoint],
+        attempt: FirstAttempt | None = None,
+    ) -> Operation:
+        """Insert the decision once, with the workflow's final checkpoints and, for an approval, its first
+        attempt (UNKNOWN, under the attempt's lease: durable before Apply is sent); return the operation.
+
+        Raise DecisionAlreadyRecorded when one exists, StaleProposal when the operation is no longer
+        the case's current proposal (an existing decision wins over staleness); either writes nothing.
+        """
+        if attempt is not None and decided.decision is not Decision.APPROVE:
+            raise ValueError("only an approval has an attempt")
         state = State.APPROVED if decided.decision is Decision.APPROVE else State.DECLINED
         with self.transactions.write() as conn:
             try:
@@ -220,9 +231,21 @@ class OrchestratorStore:
             conn.execute(
                 q.DECIDE, {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at}
             )
+            if attempt is not None:
+                conn.execute(
+                    q.RECORD_ATTEMPT,
+                    {
+                        "b_operation_id": decided.operation_id,
+                        "b_now": decided.decided_at,
+                        "b_payload": attempt.payload,
+                        "b_digest": attempt.payload_digest,
+                        "b_lease_until": attempt.lease_until,
+                    },
+                )
             self.checkpoints.insert_txn(conn, saved)
+            operation = _operations.operation_txn(conn, decided.operation_id)
         self._wrote(saved)
-        return decided
+        return operation
 
     def _wrote(self, saved: Sequence[SealedCheckpoint]) -> None:
         if saved:

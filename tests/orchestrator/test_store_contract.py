@@ -17,6 +17,7 @@ from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from orchestrator.domain import (
     Consistency,
     Decision,
+    FirstAttempt,
     LookupStatus,
     PendingReview,
     Proposal,
@@ -153,8 +154,9 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
 
 def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
     p = started(store, proposal())
-    assert store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")]) == decided(p)
-    assert store.get_operation(p.operation_id).state is State.APPROVED
+    recorded = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")])
+    assert (recorded.decision, recorded.state, recorded.attempts) == (decided(p), State.APPROVED, 0)
+    assert store.get_operation(p.operation_id) == recorded
     with pytest.raises(DecisionAlreadyRecorded) as again:
         store.record_decision(decided(p, Decision.DECLINE, T0 + timedelta(seconds=1)), p.case_id, [])
     assert again.value.recorded == decided(p)
@@ -196,6 +198,26 @@ def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_pa
         store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4), T0 + timedelta(seconds=4))
     assert settled.value.metadata["state"] == "OPERATION_STATE_COMMITTED"
     assert store.get_operation(p.operation_id).attempts == 2
+
+
+def test_an_approval_and_its_first_attempt_are_one_transaction(store: OrchestratorStore) -> None:
+    p = started(store, proposal())
+    attempt = FirstAttempt(b"p1", "d1", T0 + timedelta(seconds=10))
+    operation = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")], attempt)
+    assert (operation.state, operation.attempts, operation.first_attempt_at) == (State.UNKNOWN, 1, T0)
+    assert (operation.payload, operation.payload_digest) == (b"p1", "d1")
+    assert operation.attempt_lease_until == T0 + timedelta(seconds=10)
+    assert store.get_operation(p.operation_id) == operation
+    # A refused decision writes no attempt either.
+    other = started(store, proposal(case_id="T-3"))
+    edit = proposal(case_id="T-3", body="Please update to 4.2.2.", parent=other.operation_id)
+    store.create_edit(edit, other.operation_id, review(edit), [checkpoint(edit)])
+    with pytest.raises(StaleProposal):
+        store.record_decision(decided(other), other.case_id, [], attempt)
+    stale = store.get_operation(other.operation_id)
+    assert (stale.state, stale.attempts, stale.payload) == (State.SUPERSEDED, 0, None)
+    with pytest.raises(ValueError):
+        store.record_decision(decided(other, Decision.DECLINE), other.case_id, [], attempt)
 
 
 def test_an_attempt_lease_holds_the_operation_until_it_passes_or_is_released(store: OrchestratorStore) -> None:
