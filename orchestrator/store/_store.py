@@ -71,7 +71,8 @@ class OrchestratorStore:
         longer current is refused (StaleProposal), and a refusal writes nothing. Any other
         constraint failure is raised.
         """
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> tuple[Proposal, bool]:
             try:
                 with self.transactions.savepoint_txn(conn):
                     _proposals.insert_proposal_row_txn(conn, proposal)
@@ -84,8 +85,12 @@ class OrchestratorStore:
             _proposals.insert_operation_and_review_txn(conn, proposal, review)
             self.checkpoints.insert_txn(conn, saved)
             self._take_case_txn(conn, proposal, expected_operation_id)
-        self._wrote(saved)
-        return proposal, True
+            return proposal, True
+
+        stored, created = self.transactions.batched(work)
+        if created:
+            self._wrote(saved)
+        return stored, created
 
     def _take_case_txn(self, conn: sa.Connection, proposal: Proposal, expected_operation_id: str | None) -> None:
         # Concurrent proposals for one case race on the case row: the insert (primary key) or the
@@ -216,7 +221,8 @@ class OrchestratorStore:
         if attempt is not None and decided.decision is not Decision.APPROVE:
             raise ValueError("only an approval has an attempt")
         state = State.APPROVED if decided.decision is Decision.APPROVE else State.DECLINED
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             try:
                 with self.transactions.savepoint_txn(conn):
                     _ledger.insert_decision_txn(conn, decided)
@@ -243,7 +249,9 @@ class OrchestratorStore:
                     },
                 )
             self.checkpoints.insert_txn(conn, saved)
-            operation = _operations.operation_txn(conn, decided.operation_id)
+            return _operations.operation_txn(conn, decided.operation_id)
+
+        operation = self.transactions.batched(work)
         self._wrote(saved)
         return operation
 
@@ -265,7 +273,8 @@ class OrchestratorStore:
 
         The payload is stored on the first attempt and reused by every later one.
         """
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             updated = conn.execute(
                 q.RECORD_ATTEMPT,
                 {
@@ -283,15 +292,21 @@ class OrchestratorStore:
                 raise NotRedrivable(operation_id, operation.state.value)
             return operation
 
+        return self.transactions.batched(work)
+
     def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
         """Give up the lease an attempt took until lease_until (if it still holds it); return the operation."""
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             conn.execute(q.RELEASE_ATTEMPT, {"b_operation_id": operation_id, "b_lease_until": lease_until})
             return _operations.operation_txn(conn, operation_id)
 
+        return self.transactions.batched(work)
+
     def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             conn.execute(
                 q.RECORD_RECEIPT,
                 {
@@ -303,9 +318,12 @@ class OrchestratorStore:
             )
             return _operations.operation_txn(conn, operation_id)
 
+        return self.transactions.batched(work)
+
     def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
         """Move an open operation to REJECTED: the receiver definitely refused the effect."""
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             conn.execute(
                 operations.update()
                 .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
@@ -317,6 +335,8 @@ class OrchestratorStore:
                 )
             )
             return _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
 
     # Reading and settling operations.
 
