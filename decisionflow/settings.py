@@ -242,6 +242,17 @@ def workers_setting(service: str) -> Setting[int]:
     )
 
 
+def check_workers_address(
+    workers: int, address: str, workers_setting: Setting[int], address_setting: Setting[str]
+) -> None:
+    """Refuse several workers on a unix socket: only a TCP port can be shared (SO_REUSEPORT)."""
+    if workers > 1 and address.startswith(addresses.UNIX_SCHEMES):
+        raise SettingError(
+            f"{workers_setting.names}: {workers} workers need a host:port address to share, not {address!r} "
+            f"({address_setting.names})"
+        )
+
+
 def database_url_file_setting(service: str) -> Setting[str]:
     """The ``--database-url-file`` setting of a server (``DECISIONFLOW_<SERVICE>_DATABASE_URL_FILE``):
     the database URL read from a file, so its password stays out of command lines and the environment."""

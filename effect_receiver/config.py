@@ -148,6 +148,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
     cli = parser()
     try:
         values = parse_settings(cli.parse_args(list(argv)), SETTINGS, environ)
+        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
         return ReceiverConfig(
             address=values.required(ADDRESS),
             database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),

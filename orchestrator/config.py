@@ -170,6 +170,7 @@ def from_namespace(
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
     try:
         values = parse_settings(ns, SETTINGS, environ)
+        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
         return OrchestratorConfig(
             checkpoint_keys=values.required_one_of(CHECKPOINT_KEYS, CHECKPOINT_KEYS_FILE),
             address=values.required(ADDRESS),
