@@ -87,6 +87,7 @@ class _Workers:
     def __init__(self, ready_read: int) -> None:
         self.live: set[int] = set()
         self.status = 0
+        self.stopping = False  # SIGTERM or SIGINT was forwarded
         self._ready_read = ready_read
         self._reported = b""
 
@@ -134,6 +135,8 @@ def run_workers(count: int, address: str, worker: Worker, announce: Ready) -> in
         parent = os.getpid()
 
         def forward(signum: int, _frame: object) -> None:
+            if signum != signal.SIGHUP:
+                workers.stopping = True
             workers.signal_all(signum)
 
         # Installed before the first fork, so a signal never finds the parent without them; each
@@ -148,14 +151,15 @@ def run_workers(count: int, address: str, worker: Worker, announce: Ready) -> in
                 workers.live.add(pid)
             os.close(ready_write)
             port = workers.await_ready(count)
-            if port is None:
+            if port is not None:
+                announce(port)
+            elif not workers.stopping:
                 logger.error("a worker ended before every worker was serving; stopping the others")
                 workers.signal_all(signal.SIGTERM)
-            else:
-                announce(port)
             while workers.live:
                 workers.reap(block=True)
-            return workers.status if port is not None else workers.status or FAILED_STATUS
+            # Stopped by a signal before every worker served: as a single process, 0 when each drained.
+            return workers.status if port is not None or workers.stopping else workers.status or FAILED_STATUS
         finally:
             os.close(ready_read)
             for sig, handler in previous.items():

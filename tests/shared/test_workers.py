@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
 import pytest
 
-from decisionflow.processes import ServiceProcess, spawn
+from decisionflow.processes import ServiceProcess, child_environment, spawn
 from decisionflow.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
@@ -104,3 +106,28 @@ def test_two_workers_per_service_on_postgresql(tmp_path: Path) -> None:
     finally:
         drop_postgres_database(orchestrator_url)
         drop_postgres_database(receiver_url)
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_end_the_service_with_their_status(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-directory" / "receiver.db"
+
+    def run(workers: int) -> subprocess.CompletedProcess[str]:
+        args = receiver_args(f"sqlite:///{missing}", extra=["--workers", str(workers)])
+        return subprocess.run(
+            [sys.executable, "-m", RECEIVER_MODULE, *args],
+            env=child_environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    single, forked = run(1), run(2)
+    # Each worker reports the setting and exits as a single process would; the parent exits with
+    # that status, never announcing a port, once every worker has ended (the run returned).
+    assert single.returncode != 0
+    assert forked.returncode == single.returncode, forked.stderr
+    assert "listening" not in forked.stdout
+    lines = [json.loads(line) for line in forked.stderr.splitlines() if line.startswith("{")]
+    assert {line.get("worker") for line in lines if line.get("setting")} == {0, 1}, forked.stderr
