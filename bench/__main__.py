@@ -32,6 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("--rounds", type=int, help="interleaved rounds (default: 3, quick: 2)")
     cli.add_argument("--calls", type=int, help="calls per measurement per round at every concurrency")
     cli.add_argument("--backlog", type=int, help="Unknowns for the reconciler to settle (default: 10000, quick: 400)")
+    cli.add_argument(
+        "--workers",
+        default="1,2",
+        help="comma-separated worker counts; everything is measured at each (default: 1,2)",
+    )
     cli.add_argument("--workdir", type=Path, help="keep databases and server logs here (default: a temporary dir)")
     cli.add_argument("--out", type=Path, help="JSON output path (default: $BENCH_OUT or bench/out/latest.json)")
     cli.add_argument(
@@ -55,6 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = replace(plan, calls={c: max(1, ns.calls) for c in _run.CONCURRENCIES})
     if ns.backlog is not None:
         plan = replace(plan, backlog=max(1, ns.backlog))
+    try:
+        worker_counts = tuple(int(w) for w in ns.workers.split(",") if w.strip())
+    except ValueError:
+        cli.error(f"--workers: expected comma-separated whole numbers, not {ns.workers!r}")
+    if not worker_counts or min(worker_counts) < 1:
+        cli.error("--workers: give at least one count of 1 or more")
+    plan = replace(plan, workers=worker_counts)
     out = ns.out or Path(os.environ.get("BENCH_OUT") or DEFAULT_OUT)
 
     load_before = os.getloadavg()

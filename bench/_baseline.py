@@ -6,7 +6,8 @@ Approve response of the orchestrator's size. No database, no workflow, no valida
 the cost of the two gRPC hops in Python on this machine.
 
 Run as ``python -m bench._baseline a --downstream HOST:PORT --port-file FILE`` or
-``python -m bench._baseline b --port-file FILE``.
+``python -m bench._baseline b --port-file FILE``; ``--workers N`` serves the hop from N processes on
+one port, as ``--workers`` does for the services.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 import grpc
 
 from bench import _workload
-from decisionflow.channels import aio_insecure_channel
-from decisionflow.serving import SERVER_OPTIONS, announce_listening
+from decisionflow import workers
+from decisionflow.channels import MAX_MESSAGE_BYTES, aio_insecure_channel
+from decisionflow.serving import ReceiveLimits, TransportLimits, announce_listening
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -81,8 +83,10 @@ class _HopB:
         )
 
 
-async def _serve(hop: str, downstream: str | None, port_file: Path) -> None:
-    server = grpc.aio.server(options=list(SERVER_OPTIONS))
+async def _serve(hop: str, downstream: str | None, address: str, ready: workers.Ready, *, reuse_port: bool) -> None:
+    server = grpc.aio.server(
+        options=TransportLimits().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES), reuse_port=reuse_port)
+    )
     channel = None
     if hop == "a":
         assert downstream is not None
@@ -90,9 +94,9 @@ async def _serve(hop: str, downstream: str | None, port_file: Path) -> None:
         server.add_generic_rpc_handlers([_HopA(effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)).handler()])
     else:
         server.add_generic_rpc_handlers([_HopB().handler()])
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(address)
     await server.start()
-    announce_listening(f"baseline-{hop}", port, port_file)
+    ready(port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -109,11 +113,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("hop", choices=("a", "b"))
     cli.add_argument("--downstream", help="host:port of hop B (hop A only)")
     cli.add_argument("--port-file", type=Path, required=True)
+    cli.add_argument("--workers", type=int, default=1, help="processes serving the hop's port (SO_REUSEPORT)")
     ns = cli.parse_args(argv)
     if ns.hop == "a" and not ns.downstream:
         cli.error("hop a needs --downstream")
-    asyncio.run(_serve(ns.hop, ns.downstream, ns.port_file))
-    return 0
+    name = f"baseline-{ns.hop}"
+
+    def announce(port: int) -> None:
+        announce_listening(name, port, ns.port_file)
+
+    if ns.workers <= 1:
+        asyncio.run(_serve(ns.hop, ns.downstream, "127.0.0.1:0", announce, reuse_port=False))
+        return 0
+
+    # As the services do (decisionflow.workers): forked before any gRPC object exists, one port.
+    def worker(_index: int, address: str, ready: workers.Ready) -> int:
+        asyncio.run(_serve(ns.hop, ns.downstream, address, ready, reuse_port=True))
+        return 0
+
+    return workers.run_workers(ns.workers, "127.0.0.1:0", worker, announce)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -18,18 +19,47 @@ class UnexpectedAnswer(Exception):
     """A measured call succeeded at the transport but did not answer as the benchmark expected."""
 
 
+# Connections per server: with --workers the kernel picks a worker per connection, so the load
+# needs several to reach every worker; the same number is used at every worker count and for the
+# baseline chain.
+CONNECTIONS = 8
+
+
 class Clients:
-    """grpc.aio stubs to the orchestrator, the receiver and the baseline chain, one channel each."""
+    """grpc.aio stubs to the orchestrator, the receiver and the baseline chain, CONNECTIONS connections
+    each; every call takes the next connection."""
 
     def __init__(self, orchestrator: str, receiver: str, baseline: str) -> None:
-        self._channels = [aio_insecure_channel(t) for t in (orchestrator, receiver, baseline)]
-        self.review = review_pb2_grpc.ReviewServiceStub(self._channels[0])
-        self.receiver = effect_receiver_pb2_grpc.EffectReceiverServiceStub(self._channels[1])
-        self.baseline = review_pb2_grpc.ReviewServiceStub(self._channels[2])
+        # A local subchannel pool per channel: otherwise channels to one target share one connection.
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        self._channels = {
+            t: [aio_insecure_channel(t, options=options) for _ in range(CONNECTIONS)]
+            for t in {orchestrator, receiver, baseline}
+        }
+        self._review = itertools.cycle([review_pb2_grpc.ReviewServiceStub(c) for c in self._channels[orchestrator]])
+        self._receiver = itertools.cycle(
+            [effect_receiver_pb2_grpc.EffectReceiverServiceStub(c) for c in self._channels[receiver]]
+        )
+        self._baseline = itertools.cycle([review_pb2_grpc.ReviewServiceStub(c) for c in self._channels[baseline]])
+
+    @property
+    def review(self) -> review_pb2_grpc.ReviewServiceAsyncStub:
+        """The orchestrator's ReviewService on the next connection."""
+        return next(self._review)
+
+    @property
+    def receiver(self) -> effect_receiver_pb2_grpc.EffectReceiverServiceAsyncStub:
+        """The receiver on the next connection."""
+        return next(self._receiver)
+
+    @property
+    def baseline(self) -> review_pb2_grpc.ReviewServiceAsyncStub:
+        """Hop A of the baseline chain on the next connection."""
+        return next(self._baseline)
 
     async def close(self) -> None:
         """Close every channel."""
-        await asyncio.gather(*(channel.close(None) for channel in self._channels))
+        await asyncio.gather(*(channel.close(None) for group in self._channels.values() for channel in group))
 
 
 async def baseline(clients: Clients, calls: int, in_flight: int) -> Sample:

@@ -38,12 +38,17 @@ class Profiler:
         self._py_spy = py_spy
         directory.mkdir(parents=True, exist_ok=True)
 
+    def for_workers(self, workers: int) -> Profiler:
+        """The profiler of the run at this worker count (its own subdirectory)."""
+        return Profiler(self.directory / f"workers-{workers}", self._py_spy)
+
     @contextmanager
     def record(self, pid: int, name: str) -> Iterator[None]:
         """Sample pid while the body runs; write NAME.raw (collapsed stacks) and NAME.top.txt."""
         raw = self.directory / f"{name}.raw"
         command = [self._py_spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(raw)]
-        command += ["--rate", str(SAMPLE_RATE), "--nonblocking", "--gil"]
+        # --subprocesses: with --workers the process serves nothing; its forked workers do.
+        command += ["--rate", str(SAMPLE_RATE), "--nonblocking", "--gil", "--subprocesses"]
         with (self.directory / f"{name}.py-spy.log").open("wb") as log:
             sampler = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         # py-spy needs a moment to attach; samples taken before the load starts would dilute the table.

@@ -11,12 +11,14 @@ import asyncio
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from bench import _calls, _identity, _reconcile
+from bench import _calls, _identity, _load, _reconcile
+from bench._cpu import CpuMeter
 from bench._databases import Databases, fresh_databases
 from bench._load import Series
 from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
@@ -36,16 +38,20 @@ WARMUP_CALLS = 32
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """How much to measure: rounds, calls per measurement per round at each concurrency, backlog size."""
+    """How much to measure: rounds, calls per measurement per round at each concurrency, backlog size,
+    and the worker counts to run it all at (each service and each baseline hop with that many processes)."""
 
     quick: bool
     rounds: int
     calls: dict[int, int]
     backlog: int
+    workers: tuple[int, ...] = (1, 2)
 
 
 FULL = Plan(quick=False, rounds=3, calls={1: 100, 16: 480, 64: 640}, backlog=10_000)
 QUICK = Plan(quick=True, rounds=2, calls={1: 12, 16: 48, 64: 64}, backlog=400)
+# The services whose CPU each measurement reads (/proc), as named in the report.
+SERVICES = ("orchestrator", "receiver", "baseline_a", "baseline_b")
 
 
 @dataclass
@@ -54,7 +60,10 @@ class Results:
 
     plan: Plan
     database: str
+    workers: int = 1
     series: dict[tuple[str, int], Series] = field(default_factory=dict)
+    # CPU seconds each service used during each measurement, summed over its rounds.
+    cpu_seconds: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     reconcile: _reconcile.ReconcileResult | None = None
     identity_us: float = 0.0
     identities_us: float = 0.0
@@ -64,6 +73,12 @@ class Results:
     def of(self, measure: str, in_flight: int) -> Series:
         """The series of measure at in_flight calls (created on first use)."""
         return self.series.setdefault((measure, in_flight), Series())
+
+    def cpu_ms_per_call(self, measure: str, in_flight: int, service: str) -> float:
+        """CPU milliseconds service spent per completed call of measure at in_flight (all its processes)."""
+        calls = sum(s.calls for s in self.of(measure, in_flight).samples)
+        used = self.cpu_seconds.get((measure, in_flight), {}).get(service, 0.0)
+        return 1000 * used / calls if calls else 0.0
 
 
 @dataclass
@@ -83,15 +98,18 @@ class _Servers:
 
 
 @contextmanager
-def _servers(workdir: Path, databases: Databases) -> Iterator[_Servers]:
+def _servers(workdir: Path, databases: Databases, workers: int) -> Iterator[_Servers]:
     stack = ProcessStack(workdir, databases.receiver_url, databases.orchestrator_url, CHECKPOINT_KEY)
     started: list[ServerProcess] = []
+    per_hop = ["--workers", str(workers)]
     try:
-        receiver = stack.start_receiver()
-        orchestrator = stack.start_orchestrator()
-        hop_b = spawn("bench._baseline", ["b"], workdir, "baseline_b")
+        receiver = stack.start_receiver(f"receiver-w{workers}", args=per_hop)
+        orchestrator = stack.start_orchestrator(f"orchestrator-w{workers}", args=per_hop)
+        hop_b = spawn("bench._baseline", ["b", *per_hop], workdir, f"baseline_b-w{workers}")
         started.append(hop_b)
-        hop_a = spawn("bench._baseline", ["a", "--downstream", hop_b.target], workdir, "baseline_a")
+        hop_a = spawn(
+            "bench._baseline", ["a", "--downstream", hop_b.target, *per_hop], workdir, f"baseline_a-w{workers}"
+        )
         started.append(hop_a)
         yield _Servers(receiver, orchestrator, hop_b, hop_a)
     finally:
@@ -100,15 +118,38 @@ def _servers(workdir: Path, databases: Databases) -> Iterator[_Servers]:
         stack.close()
 
 
-async def _real_round(clients: _calls.Clients, results: Results, in_flight: int, calls: int, tag: str) -> None:
+T = TypeVar("T")
+
+
+async def _metered(
+    results: Results, meter: CpuMeter | None, measure: str, in_flight: int, measuring: Awaitable[T]
+) -> T:
+    before = meter.snapshot() if meter is not None else {}
+    outcome = await measuring
+    if meter is not None:
+        used = results.cpu_seconds.setdefault((measure, in_flight), {})
+        for service, seconds in meter.snapshot().items():
+            used[service] = used.get(service, 0.0) + seconds - before[service]
+    return outcome
+
+
+async def _real_round(
+    clients: _calls.Clients, results: Results, in_flight: int, calls: int, tag: str, meter: CpuMeter | None = None
+) -> None:
     tags = [f"{tag}-{i:05d}" for i in range(calls)]
-    sample, operation_ids = await _calls.start_reviews(clients, tags, in_flight)
+
+    async def record(measure: str, measuring: Awaitable[_load.Sample]) -> None:
+        results.of(measure, in_flight).add(await _metered(results, meter, measure, in_flight, measuring))
+
+    sample, operation_ids = await _metered(
+        results, meter, START_REVIEW, in_flight, _calls.start_reviews(clients, tags, in_flight)
+    )
     results.of(START_REVIEW, in_flight).add(sample)
-    results.of(APPROVE_FIRST, in_flight).add(await _calls.approvals(clients, operation_ids, in_flight, replay=False))
-    results.of(APPROVE_REPLAY, in_flight).add(await _calls.approvals(clients, operation_ids, in_flight, replay=True))
+    await record(APPROVE_FIRST, _calls.approvals(clients, operation_ids, in_flight, replay=False))
+    await record(APPROVE_REPLAY, _calls.approvals(clients, operation_ids, in_flight, replay=True))
     requests = _calls.apply_requests([f"{t}-apply" for t in tags])
-    results.of(APPLY_CREATED, in_flight).add(await _calls.applies(clients, requests, in_flight, replay=False))
-    results.of(APPLY_REPLAYED, in_flight).add(await _calls.applies(clients, requests, in_flight, replay=True))
+    await record(APPLY_CREATED, _calls.applies(clients, requests, in_flight, replay=False))
+    await record(APPLY_REPLAYED, _calls.applies(clients, requests, in_flight, replay=True))
 
 
 PROFILE_IN_FLIGHT = 16
@@ -145,14 +186,20 @@ async def _measure(
 ) -> None:
     plan = results.plan
     clients = _calls.Clients(servers.orchestrator.target, servers.receiver.target, servers.hop_a.target)
+    meter = CpuMeter({name: process.pid for name, process in servers.all().items()})
     try:
         await _warm_up(clients, run_id)
         for round_number in range(1, plan.rounds + 1):
             for in_flight in CONCURRENCIES:
                 calls = plan.calls[in_flight]
-                progress(f"round {round_number}/{plan.rounds}: {in_flight} in flight, {calls} calls per measurement")
-                results.of(BASELINE, in_flight).add(await _calls.baseline(clients, calls, in_flight))
-                await _real_round(clients, results, in_flight, calls, f"{run_id}-r{round_number}-c{in_flight}")
+                progress(
+                    f"{results.workers} worker(s), round {round_number}/{plan.rounds}: {in_flight} in flight, "
+                    f"{calls} calls per measurement"
+                )
+                measuring = _calls.baseline(clients, calls, in_flight)
+                baseline = await _metered(results, meter, BASELINE, in_flight, measuring)
+                results.of(BASELINE, in_flight).add(baseline)
+                await _real_round(clients, results, in_flight, calls, f"{run_id}-r{round_number}-c{in_flight}", meter)
         if profiler is not None:
             progress(f"profiling the orchestrator and receiver into {profiler.directory} (not measured)")
             await _profile_round(clients, servers, profiler, plan.calls[PROFILE_IN_FLIGHT], f"{run_id}-profile")
@@ -172,20 +219,35 @@ def run(
     workdir: Path | None,
     progress: Callable[[str], None],
     profiler: Profiler | None = None,
-) -> Results:
-    """Run the whole benchmark under plan and return its results."""
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="decisionflow-bench-") as scratch:
-        where = workdir or Path(scratch)
-        where.mkdir(parents=True, exist_ok=True)
-        with fresh_databases(where, postgres_url) as databases:
-            results = Results(plan, databases.kind)
-            run_id = uuid.uuid4().hex[:8]
-            progress(f"starting servers ({databases.kind}) in {where}")
-            with _servers(where, databases) as servers:
-                asyncio.run(_measure(servers, databases, where, results, run_id, progress, profiler))
-                results.rss_kib = {name: process.rss_kib() for name, process in servers.all().items()}
-    progress("identity: timeit")
-    results.identity_us, results.identities_us = _identity.measure()
-    results.seconds = time.perf_counter() - started
-    return results
+) -> list[Results]:
+    """Run the whole benchmark under plan once per worker count (fresh databases each) and return the results."""
+    runs: list[Results] = []
+    for workers in plan.workers:
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="decisionflow-bench-") as scratch:
+            where = (workdir / f"workers-{workers}") if workdir else Path(scratch)
+            where.mkdir(parents=True, exist_ok=True)
+            with fresh_databases(where, postgres_url) as databases:
+                results = Results(plan, databases.kind, workers)
+                run_id = uuid.uuid4().hex[:8]
+                progress(f"starting servers ({databases.kind}, {workers} worker(s) each) in {where}")
+                with _servers(where, databases, workers) as servers:
+                    sampled = profiler.for_workers(workers) if profiler is not None else None
+                    asyncio.run(_measure(servers, databases, where, results, run_id, progress, sampled))
+                    meter = CpuMeter({name: process.pid for name, process in servers.all().items()})
+                    results.rss_kib = {
+                        name: sum(_rss_kib(pid) for pid in pids) for name, pids in meter.processes.items()
+                    }
+        progress("identity: timeit")
+        results.identity_us, results.identities_us = _identity.measure()
+        results.seconds = time.perf_counter() - started
+        runs.append(results)
+    return runs
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)

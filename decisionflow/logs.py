@@ -21,6 +21,8 @@ CONTEXT_FIELDS = (
     "attempt",
     "service",
     "setting",
+    "worker",
+    "pid",
 )
 
 

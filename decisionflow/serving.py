@@ -82,12 +82,13 @@ class TransportLimits:
             values.required(settings.max_connections),
         )
 
-    def server_options(self, receive: ReceiveLimits) -> list[tuple[str, int]]:
-        """Return the gRPC core arguments that enforce these limits and the receive limit."""
+    def server_options(self, receive: ReceiveLimits, *, reuse_port: bool = False) -> list[tuple[str, int]]:
+        """Return the gRPC core arguments that enforce these limits and the receive limit; reuse_port lets
+        sibling worker processes bind the same port (otherwise a second server on it fails to start)."""
         return [
             ("grpc.max_receive_message_length", receive.largest),
             ("grpc.max_send_message_length", 16 * MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
             ("grpc.max_concurrent_streams", self.max_concurrent_streams),
             ("grpc.max_connection_idle_ms", _millis(self.max_connection_idle_seconds)),
             ("grpc.max_connection_age_ms", _millis(self.max_connection_age_seconds)),
@@ -191,13 +192,14 @@ async def start_server(
     transport: TransportLimits | None = None,
     receive: ReceiveLimits | None = None,
     observers: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    reuse_port: bool = False,
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
     returns their full service names, which health and reflection then announce. Every domain
     error raised in a call, by a servicer or an interceptor, is answered through status_table.
     transport and receive bound what a peer may hold (defaults: TransportLimits(), and 1 MiB for
     every method). observers see every call from outside the status mapping, so they read the code
-    the caller gets (metrics)."""
+    the caller gets (metrics). reuse_port: worker processes share the port (decisionflow.workers)."""
     transport = transport or TransportLimits()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
     # The status mapping is outermost but for the access line and span, which see its final code,
@@ -213,7 +215,7 @@ async def start_server(
             DecodeRequests(receive),
             NotedCalls(),
         ],
-        options=transport.server_options(receive),
+        options=transport.server_options(receive, reuse_port=reuse_port),
     )
     service_names = tuple(register(server))
     health = HealthServicer()

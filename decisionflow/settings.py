@@ -226,6 +226,33 @@ def shutdown_grace_setting(service: str) -> Setting[float]:
     )
 
 
+MAX_WORKERS = 64
+
+
+def workers_setting(service: str) -> Setting[int]:
+    """The ``--workers`` setting of a server (``DECISIONFLOW_<SERVICE>_WORKERS``): how many processes serve
+    its port (SO_REUSEPORT), each with its own server and database pool."""
+    return Setting(
+        "workers",
+        f"DECISIONFLOW_{service}_WORKERS",
+        "server processes sharing the port (SO_REUSEPORT), each with its own database pool; forked at start, "
+        "before any gRPC object exists",
+        "1",
+        parse=integer(1, MAX_WORKERS),
+    )
+
+
+def check_workers_address(
+    workers: int, address: str, workers_setting: Setting[int], address_setting: Setting[str]
+) -> None:
+    """Refuse several workers on a unix socket: only a TCP port can be shared (SO_REUSEPORT)."""
+    if workers > 1 and address.startswith(addresses.UNIX_SCHEMES):
+        raise SettingError(
+            f"{workers_setting.names}: {workers} workers need a host:port address to share, not {address!r} "
+            f"({address_setting.names})"
+        )
+
+
 def database_url_file_setting(service: str) -> Setting[str]:
     """The ``--database-url-file`` setting of a server (``DECISIONFLOW_<SERVICE>_DATABASE_URL_FILE``):
     the database URL read from a file, so its password stays out of command lines and the environment."""
@@ -447,7 +474,7 @@ class MetricsSettings:
         return (self.port, self.address)
 
 
-def metrics_settings(service: str, *, port_note: str = "") -> MetricsSettings:
+def metrics_settings(service: str, *, port_note: str = "", workers: bool = False) -> MetricsSettings:
     """The ``--metrics-port`` and ``--metrics-address`` settings of a service
     (``DECISIONFLOW_<SERVICE>_METRICS_PORT`` / ``_METRICS_ADDRESS``); off unless a port is given."""
     prefix = f"DECISIONFLOW_{service}_"
@@ -455,7 +482,8 @@ def metrics_settings(service: str, *, port_note: str = "") -> MetricsSettings:
         Setting(
             "metrics_port",
             prefix + "METRICS_PORT",
-            f"serve Prometheus metrics over HTTP at this port{port_note}; unset: none, 0 picks a free one",
+            f"serve Prometheus metrics over HTTP at this port{port_note}; unset: none, 0 picks a free one"
+            + ("; with --workers N, worker i (from 0) serves its own at this port + i" if workers else ""),
             parse=port,
         ),
         Setting(

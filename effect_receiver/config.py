@@ -83,8 +83,9 @@ FAULTS = Setting(
 TRANSPORT = settings.transport_settings("RECEIVER")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
 LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
-METRICS = settings.metrics_settings("RECEIVER")
+METRICS = settings.metrics_settings("RECEIVER", workers=True)
 PORT_FILE = settings.PORT_FILE
+WORKERS = settings.workers_setting("RECEIVER")
 
 SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
@@ -100,6 +101,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     *server_security.SETTINGS,
     *TRANSPORT.all,
     *METRICS.all,
+    WORKERS,
     LOG_LEVEL,
     PORT_FILE,
 )
@@ -126,6 +128,7 @@ class ReceiverConfig:
     transport: TransportLimits = field(default_factory=TransportLimits)
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    workers: int = 1
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,6 +148,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
     cli = parser()
     try:
         values = parse_settings(cli.parse_args(list(argv)), SETTINGS, environ)
+        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
         return ReceiverConfig(
             address=values.required(ADDRESS),
             database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
@@ -161,6 +165,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
             transport=TransportLimits.from_values(values, TRANSPORT),
             metrics_port=values[METRICS.port],
             metrics_address=values.required(METRICS.address),
+            workers=values.required(WORKERS),
         )
     except SettingError as error:
         cli.error(str(error))

@@ -11,13 +11,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import logs, migrating, server_security, startup, tracing
+from decisionflow import logs, migrating, server_security, startup, tracing, workers
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultInterceptor
 from decisionflow.metrics import MetricsServer
@@ -135,6 +135,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             transport=config.transport,
             receive=RECEIVE_LIMITS,
             observers=[metrics.grpc.interceptor()],
+            reuse_port=config.workers > 1,
         )
     except BaseException:
         for engine in engines:
@@ -159,12 +160,15 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     )
 
 
-async def serve(config: ReceiverConfig) -> None:
-    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file); a failure
-    to start raises StartupError."""
+async def serve(config: ReceiverConfig, ready: workers.Ready | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file), or, in a
+    worker process, telling ready; a failure to start raises StartupError."""
     with startup.starting(ADDRESS):
         running = await create_server(config)
-    announce_listening("effect_receiver", running.port, config.port_file)
+    if ready is None:
+        announce_listening("effect_receiver", running.port, config.port_file)
+    else:
+        ready(running.port)
     logger.info(
         "listening on port %d (failpoints: %s)",
         running.port,
@@ -188,9 +192,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = args[1:]
     config = load(args, os.environ)
     logs.configure(config.log_level)
+    if config.workers > 1:
+        return _serve_workers(config)
+    return _serve_process(config)
+
+
+def _serve_workers(config: ReceiverConfig) -> int:
+    """Fork config.workers server processes on one port (decisionflow.workers); return the exit status."""
+
+    def worker(index: int, address: str, ready: workers.Ready) -> int:
+        metrics_port = config.metrics_port + index if config.metrics_port else config.metrics_port
+        return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
+
+    def announce(port: int) -> None:
+        announce_listening("effect_receiver", port, config.port_file)
+        logger.info("%d workers serving port %d", config.workers, port, extra={"service": "effect_receiver"})
+
+    status = workers.run_workers(config.workers, config.address, worker, announce)
+    logger.info("every worker stopped", extra={"service": "effect_receiver"})
+    return status
+
+
+def _serve_process(config: ReceiverConfig, ready: workers.Ready | None = None) -> int:
+    # Tracing starts exporter threads: in a worker process, after the fork.
     tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
-        run_server(serve(config))
+        run_server(serve(config, ready))
     except StartupError as error:
         return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="effect_receiver")
     except Exception:

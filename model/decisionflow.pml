@@ -177,6 +177,7 @@ inline receiver_apply(o, digest, ans) {
    A crash or a lost reply right after a transaction is folded into that transaction's atomic
    step: nothing else of the request happens in between. */
 #define GO 1
+#define ATTEMPTED 2   /* GO, the attempt already recorded with the decision */
 inline serve(req, who, op, arg, exp, res) {
   res = NONE;
   if
@@ -231,8 +232,8 @@ inline serve(req, who, op, arg, exp, res) {
 #endif
         if
         :: res == NONE ->
-           /* the workflow resumes; its commit step: record_decision (one transaction), then
-              failpoint AFTER_DECISION */
+           /* the workflow resumes; its commit step: record_decision (one transaction; an approval's
+              first attempt is recorded in it too), then failpoints AFTER_DECISION, AFTER_ATTEMPT */
            atomic {
              if
              :: decision[op] != NONE -> st = decision[op]             /* DecisionAlreadyRecorded */
@@ -243,10 +244,21 @@ inline serve(req, who, op, arg, exp, res) {
              :: decision[op] == NONE ->
 #endif
                 write_decision(op, arg, who);
+#ifndef NO_ATTEMPT_RECORD
+                if
+                :: arg == APPROVE ->
+                   state[op] = UNKNOWN; attempted[op] = 1; payload[op] = decided_by[op]
+                :: else -> skip
+                fi;
+#endif
                 if
                 :: crashes < CRASHES -> crashes++; res = R_LOST
                 :: arg == DECLINE -> res = OUTCOME + DECLINED
+#ifndef NO_ATTEMPT_RECORD
+                :: arg == APPROVE -> ans = ATTEMPTED
+#else
                 :: arg == APPROVE -> ans = GO
+#endif
                 fi
              fi
            }
@@ -255,7 +267,7 @@ inline serve(req, who, op, arg, exp, res) {
      :: else -> skip
      fi;
      if
-     :: res == NONE && ans != GO ->
+     :: res == NONE && ans != GO && ans != ATTEMPTED ->
         /* DecisionService._replay: st is the recorded decision */
         if
         :: st != arg ->
@@ -279,19 +291,24 @@ inline serve(req, who, op, arg, exp, res) {
      d_step { if :: OPEN(state[op]) && decision[op] != NONE -> ans = GO :: else -> res = R_NOTREDRIVABLE fi }
   fi;
   if
-  :: res == NONE && ans == GO ->
-     /* DecisionService.drive */
+  :: res == NONE && (ans == GO || ans == ATTEMPTED) ->
+     /* DecisionService.drive (a replay or re-drive), or the commit step's Apply */
 #ifndef NO_ATTEMPT_RECORD
-     /* record_attempt (one transaction, before Apply), then failpoint AFTER_ATTEMPT */
-     atomic {
-       if
-       :: OPEN(state[op]) ->
-          state[op] = UNKNOWN; attempted[op] = 1;
-          if :: payload[op] == NONE -> payload[op] = decided_by[op] :: else -> skip fi;
-          if :: crashes < CRASHES -> crashes++; res = R_LOST :: true -> skip fi
-       :: else -> res = OUTCOME + state[op]                     /* NotRedrivable */
-       fi
-     };
+     /* record_attempt (one transaction, before Apply), then failpoint AFTER_ATTEMPT; the commit
+        step recorded its attempt with the decision */
+     if
+     :: ans == ATTEMPTED -> ans = GO
+     :: else ->
+        atomic {
+          if
+          :: OPEN(state[op]) ->
+             state[op] = UNKNOWN; attempted[op] = 1;
+             if :: payload[op] == NONE -> payload[op] = decided_by[op] :: else -> skip fi;
+             if :: crashes < CRASHES -> crashes++; res = R_LOST :: true -> skip fi
+          :: else -> res = OUTCOME + state[op]                     /* NotRedrivable */
+          fi
+        }
+     fi;
      if
      :: res == NONE ->
         /* Apply: the request may be lost before the receiver, or its answer after it */

@@ -97,8 +97,9 @@ FAILPOINTS_SETTING = Setting(
 TRANSPORT = settings.transport_settings("ORCHESTRATOR")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("ORCHESTRATOR")
 LOG_LEVEL = settings.log_level_setting("ORCHESTRATOR", "info")
-METRICS = settings.metrics_settings("ORCHESTRATOR")
+METRICS = settings.metrics_settings("ORCHESTRATOR", workers=True)
 PORT_FILE = settings.PORT_FILE
+WORKERS = settings.workers_setting("ORCHESTRATOR")
 
 SETTINGS: tuple[Setting[Any], ...] = (
     ADDRESS,
@@ -115,6 +116,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     *server_security.SETTINGS,
     *TRANSPORT.all,
     *METRICS.all,
+    WORKERS,
     FOUR_EYES,
     FAILPOINTS_SETTING,
     SHUTDOWN_GRACE_SECONDS,
@@ -154,6 +156,7 @@ class OrchestratorConfig:
     port_file: Path | None = None
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    workers: int = 1
 
 
 def add_to(cli: argparse.ArgumentParser) -> None:
@@ -167,6 +170,7 @@ def from_namespace(
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
     try:
         values = parse_settings(ns, SETTINGS, environ)
+        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
         return OrchestratorConfig(
             checkpoint_keys=values.required_one_of(CHECKPOINT_KEYS, CHECKPOINT_KEYS_FILE),
             address=values.required(ADDRESS),
@@ -186,6 +190,7 @@ def from_namespace(
             port_file=values[PORT_FILE],
             metrics_port=values[METRICS.port],
             metrics_address=values.required(METRICS.address),
+            workers=values.required(WORKERS),
         )
     except SettingError as error:
         cli.error(str(error))

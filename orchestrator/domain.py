@@ -185,6 +185,17 @@ class Operation:
     last_lookup: LookupNote | None
     payload: bytes | None
     payload_digest: str | None
+    # Until when an attempt in flight holds the operation (None: no attempt holds it).
+    attempt_lease_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstAttempt:
+    """The first Apply attempt of an approval, recorded with its decision: payload, digest and lease."""
+
+    payload: bytes
+    payload_digest: str
+    lease_until: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,12 @@ import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing
+from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -208,6 +208,7 @@ async def create_server(
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
+            apply_budget_seconds=config.receiver_timeout_seconds,
         )
         review, operations = ReviewServicer(service), OperationsServicer(service, clock)
 
@@ -228,6 +229,7 @@ async def create_server(
             transport=config.transport,
             receive=RECEIVE_LIMITS,
             observers=[metrics.grpc.interceptor()],
+            reuse_port=config.workers > 1,
         )
     except BaseException:
         await _close_all(closers)
@@ -244,12 +246,15 @@ async def create_server(
     )
 
 
-async def serve(config: OrchestratorConfig) -> None:
-    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file); a failure
-    to start raises StartupError."""
+async def serve(config: OrchestratorConfig, ready: workers.Ready | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file), or, in a
+    worker process, telling ready; a failure to start raises StartupError."""
     with startup.starting(configuration.ADDRESS):
         running = await create_server(config)
-    announce_listening("orchestrator", running.port, config.port_file)
+    if ready is None:
+        announce_listening("orchestrator", running.port, config.port_file)
+    else:
+        ready(running.port)
     logger.info(
         "listening on port %d (failpoints: %s)",
         running.port,
@@ -362,9 +367,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_version_flag(cli)
     config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
     configure_logging(config.log_level)
+    if config.workers > 1:
+        return _serve_workers(config)
+    return _serve_process(config)
+
+
+def _serve_workers(config: OrchestratorConfig) -> int:
+    """Fork config.workers server processes on one port (decisionflow.workers); return the exit status."""
+
+    def worker(index: int, address: str, ready: workers.Ready) -> int:
+        metrics_port = config.metrics_port + index if config.metrics_port else config.metrics_port
+        return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
+
+    def announce(port: int) -> None:
+        announce_listening("orchestrator", port, config.port_file)
+        logger.info("%d workers serving port %d", config.workers, port, extra={"service": "orchestrator"})
+
+    status = workers.run_workers(config.workers, config.address, worker, announce)
+    logger.info("every worker stopped", extra={"service": "orchestrator"})
+    return status
+
+
+def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:
+    # Tracing starts exporter threads: in a worker process, after the fork.
     tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
     try:
-        run_server(serve(config))
+        run_server(serve(config, ready))
     except StartupError as error:
         return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
     except Exception:

@@ -75,6 +75,9 @@ operations = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("first_attempt_at", _ts, nullable=True),
     sa.Column("last_attempt_at", _ts, nullable=True),
+    # While an attempt's Apply may be in flight: until then no other caller, on any replica, drives
+    # the operation; a holder that crashed lets the next caller drive once it has passed.
+    sa.Column("attempt_lease_until", _ts, nullable=True),
     # Built once from the stored proposal and decision, so every retry and re-drive
     # sends identical bytes under the same digest.
     sa.Column("payload", sa.LargeBinary, nullable=True),

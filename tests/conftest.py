@@ -46,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
+        "--campaign-workers",
+        type=int,
+        default=1,
+        help="worker processes (--workers) of each receiver and orchestrator of the process clusters (default 1)",
+    )
+    group.addoption(
         "--outage-seconds",
         default="30",
         help="receiver outages to recover from in tests/recovery, comma-separated (default 30; e.g. 10,30,60)",

@@ -21,7 +21,7 @@ from datetime import datetime
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
-from orchestrator.service._decisions import DecisionService
+from orchestrator.service._decisions import DEFAULT_APPLY_BUDGET_SECONDS, DecisionService
 from orchestrator.service._operations import OperationService
 from orchestrator.service._proposals import ProposalService, StartedReview
 from orchestrator.service._runs import ReviewRuns
@@ -44,9 +44,18 @@ class OrchestratorService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool = False,
+        apply_budget_seconds: float = DEFAULT_APPLY_BUDGET_SECONDS,
     ) -> None:
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
         self.proposals = ProposalService(async_store, runs, clock)
-        self.decisions = DecisionService(async_store, runs, effects, failpoints, clock, four_eyes=four_eyes)
+        self.decisions = DecisionService(
+            async_store,
+            runs,
+            effects,
+            failpoints,
+            clock,
+            four_eyes=four_eyes,
+            apply_budget_seconds=apply_budget_seconds,
+        )
         self.operations = OperationService(async_store, self.decisions, clock)

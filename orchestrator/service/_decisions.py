@@ -7,9 +7,11 @@ it (COMMITTED or REJECTED); an indeterminate answer leaves it UNKNOWN for a re-d
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
@@ -20,6 +22,7 @@ from orchestrator.domain import (
     OPEN_STATES,
     Decision,
     DecisionResult,
+    FirstAttempt,
     Operation,
     Outcome,
     Proposal,
@@ -41,10 +44,18 @@ from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVE
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
 from orchestrator.service._in_time import answer_by, recorded_answer
 from orchestrator.service._runs import ReviewRuns
-from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded
+from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
 logger = logging.getLogger("decisionflow.orchestrator")
+
+# An attempt's lease lasts its Apply budget and this much more, to record the receiver's answer.
+LEASE_MARGIN_SECONDS = 1.0
+# A caller waiting for another replica's attempt reads the operation again after these pauses (doubling).
+LEASE_POLL_FIRST_SECONDS = 0.005
+LEASE_POLL_MAX_SECONDS = 0.1
+# The Apply budget of a drive whose caller set no deadline (the receiver timeout, in the service).
+DEFAULT_APPLY_BUDGET_SECONDS = 5.0
 
 
 class DecisionService:
@@ -59,6 +70,7 @@ class DecisionService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool,
+        apply_budget_seconds: float = DEFAULT_APPLY_BUDGET_SECONDS,
     ) -> None:
         self._store = store
         self._runs = runs
@@ -66,6 +78,9 @@ class DecisionService:
         self._failpoints = failpoints
         self._clock = clock
         self._four_eyes = four_eyes
+        self._apply_budget = apply_budget_seconds
+        # The drive in flight per operation in this process; its answer (None: it ended without one).
+        self._flights: dict[str, asyncio.Future[DecisionResult | None]] = {}
 
     async def decide(
         self,
@@ -151,23 +166,56 @@ class DecisionService:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
         decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
-        try:
-            await self._store.record_decision(decided, proposal.case_id, run.take_final())
-        except DecisionAlreadyRecorded as race:
-            return await self._replay(race.recorded, decided.decision, deadline)
-        self._failpoints.hit(AFTER_DECISION)
-        _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
         if decided.decision is Decision.DECLINE:
-            operation = await self._store.get_operation(proposal.operation_id)
+            try:
+                operation = await self._store.record_decision(decided, proposal.case_id, run.take_final())
+            except DecisionAlreadyRecorded as race:
+                return await self._replay(race.recorded, decided.decision, deadline)
+            self._failpoints.hit(AFTER_DECISION)
+            _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
+        operation_id = proposal.operation_id
+        if deadline is None:
+            deadline = time.monotonic() + self._apply_budget
+        # A replay that reads this decision before our Apply has answered awaits this drive. A drive
+        # already in flight here means another replica decided first: our insert will say so.
+        flight: asyncio.Future[DecisionResult | None] | None = None
+        if operation_id not in self._flights:
+            flight = self._flights[operation_id] = asyncio.get_running_loop().create_future()
+        result: DecisionResult | None = None
         try:
-            return await self.drive(proposal, decided, deadline, replay=False)
-        except NotRedrivable:
-            # A replay of this decision (another approver, on this or another replica) drove the
-            # effect between our decision and our attempt: this call still recorded the decision,
-            # so it reports the outcome that replay settled, not a refusal.
-            operation = await self._store.get_operation(proposal.operation_id)
-            return DecisionResult(operation, outcome_of(operation.state), replay=False)
+            result = await self._decide_and_apply(proposal, decided, run, deadline)
+            return result
+        except DecisionAlreadyRecorded as race:
+            self._end_flight(operation_id, flight, None)
+            flight = None
+            return await self._replay(race.recorded, decided.decision, deadline)
+        finally:
+            self._end_flight(operation_id, flight, result)
+
+    def _end_flight(
+        self, operation_id: str, flight: asyncio.Future[DecisionResult | None] | None, result: DecisionResult | None
+    ) -> None:
+        if flight is not None and not flight.done():
+            del self._flights[operation_id]
+            flight.set_result(result)
+
+    async def _decide_and_apply(
+        self, proposal: Proposal, decided: RecordedDecision, run: RunCheckpoints, deadline: float
+    ) -> DecisionResult:
+        """Record the approval and its first attempt in one transaction (durable before Apply), then Apply."""
+        payload, digest = effect_payload(proposal, decided)
+        lease_until = self._lease_until(decided.decided_at, deadline)
+        operation = await self._store.record_decision(
+            decided, proposal.case_id, run.take_final(), FirstAttempt(payload, digest, lease_until)
+        )
+        _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
+        # Both crash points are after the one transaction: the decision and the attempt are durable.
+        return await self._apply_holding(proposal, decided, operation, lease_until, deadline, replay=False)
+
+    def _lease_until(self, now: datetime, deadline: float) -> datetime:
+        # The lease covers this attempt's whole Apply budget, and a margin to record its answer.
+        return now + timedelta(seconds=max(0.0, deadline - time.monotonic()) + LEASE_MARGIN_SECONDS)
 
     async def _replay(
         self,
@@ -197,11 +245,117 @@ class DecisionService:
     ) -> DecisionResult:
         """Record an attempt, then Apply the stored payload once under the operation id and record the answer.
 
-        Raises NotRedrivable when the operation is no longer APPROVED or UNKNOWN.
+        Single flight: while a drive of the operation is in flight in this process, another caller
+        awaits its answer; while an attempt on another replica holds the operation's lease, it waits
+        for that attempt to settle or its lease to pass, within deadline (then: Unknown). Raises
+        NotRedrivable when the operation is no longer APPROVED or UNKNOWN.
         """
+        operation_id = proposal.operation_id
+        if deadline is None:
+            deadline = time.monotonic() + self._apply_budget
+        while (flight := self._flights.get(operation_id)) is not None:
+            try:
+                led = await asyncio.wait_for(asyncio.shield(flight), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return await self._unsettled(operation_id, replay)
+            if led is not None:
+                return DecisionResult(led.operation, led.outcome, replay)
+            # The drive in flight ended without an answer (an error, a cancelled call): drive here.
+        flight = asyncio.get_running_loop().create_future()
+        self._flights[operation_id] = flight
+        result: DecisionResult | None = None
+        try:
+            result = await self._drive_leased(proposal, decided, deadline, replay)
+            return result
+        finally:
+            del self._flights[operation_id]
+            flight.set_result(result)
+
+    async def _unsettled(self, operation_id: str, replay: bool) -> DecisionResult:
+        operation = await self._store.get_operation(operation_id)
+        return DecisionResult(operation, outcome_of(operation.state), replay)
+
+    async def _take_lease(
+        self, proposal: Proposal, decided: RecordedDecision, deadline: float
+    ) -> tuple[Operation, datetime] | Operation:
+        """Record an attempt under a lease (returned with it), or return the operation as another
+        attempt's answer left it, or as it stands when deadline passed while that attempt held it."""
         payload, digest = effect_payload(proposal, decided)
-        operation = await self._store.record_attempt(proposal.operation_id, payload, digest, self._clock())
-        self._failpoints.hit(AFTER_ATTEMPT)
+        while True:
+            now = self._clock()
+            lease_until = self._lease_until(now, deadline)
+            try:
+                operation = await self._store.record_attempt(proposal.operation_id, payload, digest, now, lease_until)
+                return operation, lease_until
+            except AttemptInFlight as held:
+                waited = await self._await_lease(held.operation, deadline)
+                if waited is not None:
+                    return waited
+
+    async def _await_lease(self, operation: Operation, deadline: float) -> Operation | None:
+        """Wait for another replica's attempt: return the operation once settled or once deadline passed,
+        None once its lease was released or has passed (the caller may then drive)."""
+        pause = LEASE_POLL_FIRST_SECONDS
+        while operation.state in OPEN_STATES:
+            lease = operation.attempt_lease_until
+            if lease is None:
+                return None
+            left_on_lease = (lease - self._clock()).total_seconds()
+            if left_on_lease <= 0:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return operation
+            await asyncio.sleep(min(pause, left, left_on_lease))
+            pause = min(pause * 2, LEASE_POLL_MAX_SECONDS)
+            operation = await self._store.get_operation(operation.operation_id)
+        return operation
+
+    async def _drive_leased(
+        self, proposal: Proposal, decided: RecordedDecision, deadline: float, replay: bool
+    ) -> DecisionResult:
+        taken = await self._take_lease(proposal, decided, deadline)
+        if isinstance(taken, Operation):
+            return DecisionResult(taken, outcome_of(taken.state), replay)
+        operation, lease_until = taken
+        return await self._apply_holding(
+            proposal, decided, operation, lease_until, deadline, replay=replay, first=False
+        )
+
+    async def _apply_holding(
+        self,
+        proposal: Proposal,
+        decided: RecordedDecision,
+        operation: Operation,
+        lease_until: datetime,
+        deadline: float,
+        *,
+        replay: bool,
+        first: bool = True,
+    ) -> DecisionResult:
+        """Apply under the lease this call holds; released when this call fails and the process lives on."""
+        try:
+            if first:
+                self._failpoints.hit(AFTER_DECISION)
+            self._failpoints.hit(AFTER_ATTEMPT)
+            return await self._apply(proposal, decided, operation, lease_until, deadline, replay)
+        except Exception:
+            # This process lives on: the next caller need not wait for the lease to pass.
+            try:
+                await self._store.release_attempt(proposal.operation_id, lease_until)
+            except Exception:
+                logger.warning("could not release the attempt lease; it passes on its own", exc_info=True)
+            raise
+
+    async def _apply(
+        self,
+        proposal: Proposal,
+        decided: RecordedDecision,
+        operation: Operation,
+        lease_until: datetime,
+        deadline: float,
+        replay: bool,
+    ) -> DecisionResult:
         # The store keeps the first attempt's payload: every re-drive sends the same bytes and digest.
         assert operation.payload is not None and operation.payload_digest is not None
         try:
@@ -220,7 +374,7 @@ class DecisionService:
             _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED.value)
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
-            operation = await self._store.get_operation(proposal.operation_id)
+            operation = await self._store.release_attempt(proposal.operation_id, lease_until)
             # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
             _log(
                 f"effect outcome unknown: {unknown}",

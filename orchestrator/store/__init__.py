@@ -18,7 +18,7 @@ from __future__ import annotations
 from orchestrator.store._async import AsyncOrchestratorStore
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
-from orchestrator.store._ledger import DecisionAlreadyRecorded
+from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
 from orchestrator.store._store import OrchestratorStore
 from orchestrator.store._transactions import Transactions
@@ -28,6 +28,7 @@ __all__ = [
     "SETTLED_STATES",
     "VERSION_TABLE",
     "AsyncOrchestratorStore",
+    "AttemptInFlight",
     "CheckpointTable",
     "DecisionAlreadyRecorded",
     "Housekeeping",

@@ -9,6 +9,7 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.domain import (
     DecisionInputs,
+    FirstAttempt,
     Operation,
     PendingReview,
     Proposal,
@@ -90,14 +91,24 @@ class AsyncOrchestratorStore:
         return await self._run(self.sync.decision_inputs, operation_id)
 
     async def record_decision(
-        self, decided: RecordedDecision, case_id: str, saved: Sequence[SealedCheckpoint]
-    ) -> RecordedDecision:
+        self,
+        decided: RecordedDecision,
+        case_id: str,
+        saved: Sequence[SealedCheckpoint],
+        attempt: FirstAttempt | None = None,
+    ) -> Operation:
         """See OrchestratorStore.record_decision."""
-        return await self._run(self.sync.record_decision, decided, case_id, saved)
+        return await self._run(self.sync.record_decision, decided, case_id, saved, attempt)
 
-    async def record_attempt(self, operation_id: str, payload: bytes, digest: str, now: datetime) -> Operation:
+    async def record_attempt(
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+    ) -> Operation:
         """See OrchestratorStore.record_attempt."""
-        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now)
+        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until)
+
+    async def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
+        """See OrchestratorStore.release_attempt."""
+        return await self._run(self.sync.release_attempt, operation_id, lease_until)
 
     async def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
         """See OrchestratorStore.record_receipt."""

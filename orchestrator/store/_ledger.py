@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from orchestrator.domain import RecordedDecision
+from orchestrator.domain import Operation, RecordedDecision
 from orchestrator.schema import decisions
 from orchestrator.store._rows import decision_from
 
@@ -18,6 +18,14 @@ class DecisionAlreadyRecorded(Exception):
     def __init__(self, recorded: RecordedDecision) -> None:
         super().__init__(f"{recorded.operation_id} already decided: {recorded.decision}")
         self.recorded = recorded
+
+
+class AttemptInFlight(Exception):
+    """Another attempt's lease holds the operation (carried as ``operation``, with the lease's end)."""
+
+    def __init__(self, operation: Operation) -> None:
+        super().__init__(f"{operation.operation_id} has an attempt in flight until {operation.attempt_lease_until}")
+        self.operation = operation
 
 
 def insert_decision_txn(conn: sa.Connection, decided: RecordedDecision) -> None:

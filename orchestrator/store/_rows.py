@@ -125,4 +125,5 @@ def operation_from(row: sa.Row[Any]) -> Operation:
         last_lookup=lookup,
         payload=None if m["payload"] is None else bytes(m["payload"]),
         payload_digest=m["payload_digest"],
+        attempt_lease_until=m["attempt_lease_until"],
     )

@@ -55,10 +55,15 @@ DECIDE = (
     .values(state=sa.bindparam("b_state"), state_changed_at=_NOW)
 )
 _OPEN_ONLY = (operations.c.operation_id == _OPERATION_ID, operations.c.state.in_(OPEN))
+_LEASE_UNTIL = sa.bindparam("b_lease_until", type_=UtcDateTime())
+# An attempt may start only when no other attempt holds the operation: no lease, or one that has
+# passed (its holder finished without releasing it, or crashed).
+_LEASE_FREE = sa.or_(operations.c.attempt_lease_until.is_(None), operations.c.attempt_lease_until <= _NOW)
 RECORD_ATTEMPT = (
     operations.update()
-    .where(*_OPEN_ONLY)
+    .where(*_OPEN_ONLY, _LEASE_FREE)
     .values(
+        attempt_lease_until=_LEASE_UNTIL,
         state=State.UNKNOWN.value,
         state_changed_at=sa.case(
             (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=_NOW
@@ -78,7 +83,15 @@ RECORD_RECEIPT = (
         state_changed_at=_NOW,
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_applied_at"),
+        attempt_lease_until=None,
     )
+)
+# The holder of a lease gives it up (its Apply ended without a settled answer); a lease that has
+# passed and been taken by another caller is not this holder's to release.
+RELEASE_ATTEMPT = (
+    operations.update()
+    .where(operations.c.operation_id == _OPERATION_ID, operations.c.attempt_lease_until == _LEASE_UNTIL)
+    .values(attempt_lease_until=None)
 )
 
 _LOOKUP_NOTE_VALUES: dict[str, sa.BindParameter[object]] = {
@@ -95,6 +108,7 @@ COMMIT_BY_LOOKUP = (
         state_changed_at=sa.bindparam("b_last_lookup_at"),
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_receipt_applied_at"),
+        attempt_lease_until=None,
         **_LOOKUP_NOTE_VALUES,
     )
 )

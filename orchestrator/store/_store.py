@@ -10,8 +10,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.domain import (
+    OPEN_STATES,
     Decision,
     DecisionInputs,
+    FirstAttempt,
     Operation,
     OperationTally,
     PendingReview,
@@ -29,7 +31,7 @@ from orchestrator.store import _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import Housekeeping
-from orchestrator.store._ledger import DecisionAlreadyRecorded
+from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._rows import operation_from, proposal_from, review_from, sealed_checkpoint_from
 from orchestrator.store._transactions import Transactions
 
@@ -69,7 +71,8 @@ class OrchestratorStore:
         longer current is refused (StaleProposal), and a refusal writes nothing. Any other
         constraint failure is raised.
         """
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> tuple[Proposal, bool]:
             try:
                 with self.transactions.savepoint_txn(conn):
                     _proposals.insert_proposal_row_txn(conn, proposal)
@@ -82,8 +85,12 @@ class OrchestratorStore:
             _proposals.insert_operation_and_review_txn(conn, proposal, review)
             self.checkpoints.insert_txn(conn, saved)
             self._take_case_txn(conn, proposal, expected_operation_id)
-        self._wrote(saved)
-        return proposal, True
+            return proposal, True
+
+        stored, created = self.transactions.batched(work)
+        if created:
+            self._wrote(saved)
+        return stored, created
 
     def _take_case_txn(self, conn: sa.Connection, proposal: Proposal, expected_operation_id: str | None) -> None:
         # Concurrent proposals for one case race on the case row: the insert (primary key) or the
@@ -199,12 +206,23 @@ class OrchestratorStore:
     # The decision ledger and the effect record.
 
     def record_decision(
-        self, decided: RecordedDecision, case_id: str, saved: Sequence[SealedCheckpoint]
-    ) -> RecordedDecision:
-        """Insert the decision once; raise DecisionAlreadyRecorded when one exists, StaleProposal when the
-        operation is no longer the case's current proposal (an existing decision wins over staleness)."""
+        self,
+        decided: RecordedDecision,
+        case_id: str,
+        saved: Sequence[SealedCheckpoint],
+        attempt: FirstAttempt | None = None,
+    ) -> Operation:
+        """Insert the decision once, with the workflow's final checkpoints and, for an approval, its first
+        attempt (UNKNOWN, under the attempt's lease: durable before Apply is sent); return the operation.
+
+        Raise DecisionAlreadyRecorded when one exists, StaleProposal when the operation is no longer
+        the case's current proposal (an existing decision wins over staleness); either writes nothing.
+        """
+        if attempt is not None and decided.decision is not Decision.APPROVE:
+            raise ValueError("only an approval has an attempt")
         state = State.APPROVED if decided.decision is Decision.APPROVE else State.DECLINED
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             try:
                 with self.transactions.savepoint_txn(conn):
                     _ledger.insert_decision_txn(conn, decided)
@@ -219,9 +237,23 @@ class OrchestratorStore:
             conn.execute(
                 q.DECIDE, {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at}
             )
+            if attempt is not None:
+                conn.execute(
+                    q.RECORD_ATTEMPT,
+                    {
+                        "b_operation_id": decided.operation_id,
+                        "b_now": decided.decided_at,
+                        "b_payload": attempt.payload,
+                        "b_digest": attempt.payload_digest,
+                        "b_lease_until": attempt.lease_until,
+                    },
+                )
             self.checkpoints.insert_txn(conn, saved)
+            return _operations.operation_txn(conn, decided.operation_id)
+
+        operation = self.transactions.batched(work)
         self._wrote(saved)
-        return decided
+        return operation
 
     def _wrote(self, saved: Sequence[SealedCheckpoint]) -> None:
         if saved:
@@ -232,25 +264,49 @@ class OrchestratorStore:
         with self.transactions.read() as conn:
             return _ledger.decision_txn(conn, operation_id)
 
-    def record_attempt(self, operation_id: str, payload: bytes, digest: str, now: datetime) -> Operation:
-        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers); raise
-        NotRedrivable unless the operation is APPROVED or UNKNOWN.
+    def record_attempt(
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+    ) -> Operation:
+        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
+        the operation until lease_until; raise NotRedrivable unless the operation is APPROVED or
+        UNKNOWN, AttemptInFlight while another attempt's lease holds it.
 
         The payload is stored on the first attempt and reused by every later one.
         """
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             updated = conn.execute(
                 q.RECORD_ATTEMPT,
-                {"b_operation_id": operation_id, "b_now": now, "b_payload": payload, "b_digest": digest},
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_payload": payload,
+                    "b_digest": digest,
+                    "b_lease_until": lease_until,
+                },
             ).rowcount
             operation = _operations.operation_txn(conn, operation_id)
             if updated != 1:
+                if operation.state in OPEN_STATES:
+                    raise AttemptInFlight(operation)
                 raise NotRedrivable(operation_id, operation.state.value)
             return operation
 
+        return self.transactions.batched(work)
+
+    def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
+        """Give up the lease an attempt took until lease_until (if it still holds it); return the operation."""
+
+        def work(conn: sa.Connection) -> Operation:
+            conn.execute(q.RELEASE_ATTEMPT, {"b_operation_id": operation_id, "b_lease_until": lease_until})
+            return _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
+
     def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             conn.execute(
                 q.RECORD_RECEIPT,
                 {
@@ -262,9 +318,12 @@ class OrchestratorStore:
             )
             return _operations.operation_txn(conn, operation_id)
 
+        return self.transactions.batched(work)
+
     def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
         """Move an open operation to REJECTED: the receiver definitely refused the effect."""
-        with self.transactions.write() as conn:
+
+        def work(conn: sa.Connection) -> Operation:
             conn.execute(
                 operations.update()
                 .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
@@ -272,9 +331,12 @@ class OrchestratorStore:
                     state=State.REJECTED.value,
                     state_changed_at=now,
                     rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
+                    attempt_lease_until=None,
                 )
             )
             return _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
 
     # Reading and settling operations.
 

@@ -4,8 +4,9 @@ database that cannot answer reported as ``Unavailable`` (retry with the same req
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -13,6 +14,9 @@ from sqlalchemy.exc import OperationalError
 
 from decisionflow import db
 from decisionflow.errors import Unavailable
+from decisionflow.group_commit import GroupCommit
+
+T = TypeVar("T")
 
 
 class Transactions:
@@ -24,7 +28,12 @@ class Transactions:
         # that find the write lock taken would wait in SQLite's busy handler, which sleeps in
         # steps of up to 100 ms; queueing them on a lock here hands the database over at once.
         # Other processes on the same file still wait through the busy timeout.
-        self._write_turn: AbstractContextManager[object] = threading.Lock() if db.is_sqlite(engine) else nullcontext()
+        turn = threading.Lock()
+        self._write_turn: AbstractContextManager[object] = turn if db.is_sqlite(engine) else nullcontext()
+        # On SQLite, writes of the hot paths share commits (decisionflow.group_commit). PostgreSQL
+        # runs this process's writers in parallel and groups its own WAL flushes; a shared
+        # transaction there would hold row locks of unrelated operations together.
+        self.group = GroupCommit(engine, turn) if db.is_sqlite(engine) else None
         # PostgreSQL aborts the whole transaction on a constraint violation, so a statement whose
         # violation is an answer runs in a savepoint there; SQLite fails only the statement.
         self._needs_savepoint = not db.is_sqlite(engine)
@@ -35,6 +44,17 @@ class Transactions:
         try:
             with self._write_turn, self.engine.begin() as conn:
                 yield conn
+        except OperationalError as exc:
+            raise Unavailable(f"database unavailable: {exc.orig}") from exc
+
+    def batched(self, work: Callable[[sa.Connection], T]) -> T:
+        """Run work(conn) in one write transaction, committed before this returns, that concurrent
+        writers of this process may share (work runs in a savepoint of its own; see GroupCommit)."""
+        try:
+            if self.group is None:
+                with self.engine.begin() as conn:
+                    return work(conn)
+            return self.group.run(work)
         except OperationalError as exc:
             raise Unavailable(f"database unavailable: {exc.orig}") from exc
 

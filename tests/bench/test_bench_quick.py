@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench._report import CPU_OF
+
 REPO = Path(__file__).resolve().parents[2]
 HEADLINES = (
     "baseline_chain_rps",
@@ -57,18 +59,33 @@ def test_quick_bench_writes_every_figure(tmp_path: Path) -> None:
     figures = document["figures"]
     expected = set(HEADLINES) | PER_CONCURRENCY
     assert expected <= figures.keys(), sorted(expected - figures.keys())
+    # Every figure at each worker count, with the CPU of the processes that served it.
+    cpu = {f"{m}_cpu_ms_{s}_c{c}" for m, services in CPU_OF.items() for s in services for c in (1, 16, 64)}
+    for workers in (1, 2):
+        suffixed = {f"{name}_w{workers}" for name in expected | cpu}
+        assert suffixed <= figures.keys(), sorted(suffixed - figures.keys())
+    assert document["workers"] == [1, 2]
     for name, figure in figures.items():
         assert set(figure) == {"value", "unit", "ratio"}, name
-        assert isinstance(figure["value"], int | float) and figure["value"] > 0, name
+        # CPU is read in clock ticks: a few calls may take less than one.
+        least = 0 if "_cpu_ms_" in name else 1e-9
+        assert isinstance(figure["value"], int | float) and figure["value"] >= least, name
         assert isinstance(figure["unit"], str) and figure["unit"], name
         assert figure["ratio"] is None or figure["ratio"] > 0, name
     assert figures["approve_first_rps_c64"]["ratio"] is not None
     assert figures["identity_us"]["ratio"] is None
     assert figures["reconcile_settled"]["value"] == 20
     assert {t["figure"] for t in document["targets"]} == {
-        "approve_replay_rps",
-        "approve_first_rps",
-        "approve_first_p99_ms",
-        "reconcile_settle_rps",
-        "identity_us",
+        f"{name}_w{workers}"
+        for name in (
+            "approve_replay_rps",
+            "approve_first_rps",
+            "approve_first_p99_ms",
+            "approve_first_p50_ms_c1",
+            "start_review_rps",
+            "reconcile_settle_rps",
+            "identity_us",
+        )
+        for workers in (1, 2)
     }
+    assert "2 worker process(es) per service" in done.stdout

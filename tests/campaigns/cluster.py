@@ -105,10 +105,12 @@ class Cluster:
         *,
         orchestrators: int = 1,
         receiver_timeout_seconds: float = 1.0,
+        workers: int = 1,
     ) -> Cluster:
-        """Declare (not start) the processes of a stack on two databases."""
+        """Declare (not start) the processes of a stack on two databases, each server with workers processes."""
         launcher = Launcher(workdir)
-        receiver = Server(launcher, "receiver", "effect_receiver.main", ["--database-url", receiver_url])
+        per_server = ["--workers", str(workers)]
+        receiver = Server(launcher, "receiver", "effect_receiver.main", ["--database-url", receiver_url, *per_server])
         cluster = cls(launcher, receiver, [])
         for i in range(orchestrators):
             cluster.orchestrators.append(
@@ -121,6 +123,7 @@ class Cluster:
                         orchestrator_url,
                         "--receiver-timeout-seconds",
                         str(receiver_timeout_seconds),
+                        *per_server,
                     ],
                     {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
                 )

@@ -22,6 +22,7 @@ from decisionflow.stack import (
     receiver_args,
 )
 from decisionflow.startup import StartupError
+from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY
 
@@ -75,7 +76,8 @@ def test_migrate_off_refuses_an_empty_database_then_serves_once_migrated(module:
     message = _message(refused.stderr)
     assert message.startswith(f"{program}: the database schema is not the one this version needs (--migrate / ")
     assert f"found no database file at {database}" in message
-    assert "needs revision 0001" in message and f"run {program} migrate" in message
+    head = ORCHESTRATOR_SCHEMA.head if module == ORCHESTRATOR_MODULE else RECEIVER_SCHEMA.head
+    assert f"needs revision {head}" in message and f"run {program} migrate" in message
     assert missing_file is False
     assert migrated.returncode == 0, migrated.stderr
     assert stopped == 0

@@ -17,6 +17,7 @@ from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from orchestrator.domain import (
     Consistency,
     Decision,
+    FirstAttempt,
     LookupStatus,
     PendingReview,
     Proposal,
@@ -29,7 +30,7 @@ from orchestrator.domain import (
 )
 from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
 from orchestrator.schema import metadata
-from orchestrator.store import VERSION_TABLE, DecisionAlreadyRecorded, OrchestratorStore, migrate
+from orchestrator.store import VERSION_TABLE, AttemptInFlight, DecisionAlreadyRecorded, OrchestratorStore, migrate
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, 250000, tzinfo=UTC)
 POLICY = PolicyRef("support-replies", "2026-10", 9, {})
@@ -153,8 +154,9 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
 
 def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
     p = started(store, proposal())
-    assert store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")]) == decided(p)
-    assert store.get_operation(p.operation_id).state is State.APPROVED
+    recorded = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")])
+    assert (recorded.decision, recorded.state, recorded.attempts) == (decided(p), State.APPROVED, 0)
+    assert store.get_operation(p.operation_id) == recorded
     with pytest.raises(DecisionAlreadyRecorded) as again:
         store.record_decision(decided(p, Decision.DECLINE, T0 + timedelta(seconds=1)), p.case_id, [])
     assert again.value.recorded == decided(p)
@@ -179,28 +181,71 @@ def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_pa
 ) -> None:
     pending = started(store, proposal(case_id="T-2"))
     with pytest.raises(NotRedrivable) as refused:
-        store.record_attempt(pending.operation_id, b"p0", "d0", T0)
+        store.record_attempt(pending.operation_id, b"p0", "d0", T0, T0)
     assert refused.value.metadata["state"] == "OPERATION_STATE_PENDING_REVIEW"
     assert store.get_operation(pending.operation_id).attempts == 0
 
     p = approved(store, proposal())
-    first = store.record_attempt(p.operation_id, b"p1", "d1", T0 + timedelta(seconds=1))
+    first = store.record_attempt(p.operation_id, b"p1", "d1", T0 + timedelta(seconds=1), T0 + timedelta(seconds=1))
     assert (first.state, first.attempts, first.payload, first.payload_digest) == (State.UNKNOWN, 1, b"p1", "d1")
-    second = store.record_attempt(p.operation_id, b"p2", "d2", T0 + timedelta(seconds=2))
+    second = store.record_attempt(p.operation_id, b"p2", "d2", T0 + timedelta(seconds=2), T0 + timedelta(seconds=2))
     assert (second.attempts, second.payload, second.payload_digest) == (2, b"p1", "d1")
     assert second.first_attempt_at == T0 + timedelta(seconds=1)
     assert second.state_changed_at == T0 + timedelta(seconds=1)  # still UNKNOWN since the first attempt
 
     store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=3))
     with pytest.raises(NotRedrivable) as settled:
-        store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4))
+        store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4), T0 + timedelta(seconds=4))
     assert settled.value.metadata["state"] == "OPERATION_STATE_COMMITTED"
     assert store.get_operation(p.operation_id).attempts == 2
 
 
+def test_an_approval_and_its_first_attempt_are_one_transaction(store: OrchestratorStore) -> None:
+    p = started(store, proposal())
+    attempt = FirstAttempt(b"p1", "d1", T0 + timedelta(seconds=10))
+    operation = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")], attempt)
+    assert (operation.state, operation.attempts, operation.first_attempt_at) == (State.UNKNOWN, 1, T0)
+    assert (operation.payload, operation.payload_digest) == (b"p1", "d1")
+    assert operation.attempt_lease_until == T0 + timedelta(seconds=10)
+    assert store.get_operation(p.operation_id) == operation
+    # A refused decision writes no attempt either.
+    other = started(store, proposal(case_id="T-3"))
+    edit = proposal(case_id="T-3", body="Please update to 4.2.2.", parent=other.operation_id)
+    store.create_edit(edit, other.operation_id, review(edit), [checkpoint(edit)])
+    with pytest.raises(StaleProposal):
+        store.record_decision(decided(other), other.case_id, [], attempt)
+    stale = store.get_operation(other.operation_id)
+    assert (stale.state, stale.attempts, stale.payload) == (State.SUPERSEDED, 0, None)
+    with pytest.raises(ValueError):
+        store.record_decision(decided(other, Decision.DECLINE), other.case_id, [], attempt)
+
+
+def test_an_attempt_lease_holds_the_operation_until_it_passes_or_is_released(store: OrchestratorStore) -> None:
+    p = approved(store, proposal())
+    held_until = T0 + timedelta(seconds=10)
+    first = store.record_attempt(p.operation_id, b"p1", "d1", T0, held_until)
+    assert first.attempt_lease_until == held_until
+    with pytest.raises(AttemptInFlight) as held:
+        store.record_attempt(p.operation_id, b"p1", "d1", T0 + timedelta(seconds=5), T0 + timedelta(seconds=15))
+    assert held.value.operation.attempt_lease_until == held_until
+    assert store.get_operation(p.operation_id).attempts == 1
+    # Once the lease has passed (its holder crashed), the next caller takes it.
+    taken_until = held_until + timedelta(seconds=10)
+    after = store.record_attempt(p.operation_id, b"p1", "d1", held_until, taken_until)
+    assert (after.attempts, after.attempt_lease_until) == (2, taken_until)
+    # Only the holder's own lease is released: the first holder's late release changes nothing.
+    assert store.release_attempt(p.operation_id, held_until).attempt_lease_until == taken_until
+    assert store.release_attempt(p.operation_id, taken_until).attempt_lease_until is None
+    third = store.record_attempt(p.operation_id, b"p1", "d1", held_until, held_until + timedelta(seconds=30))
+    assert third.attempts == 3
+    # A receipt ends the lease with the attempt.
+    committed = store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), held_until + timedelta(seconds=1))
+    assert (committed.state, committed.attempt_lease_until) == (State.COMMITTED, None)
+
+
 def test_a_receipt_commits_an_open_operation_once(store: OrchestratorStore) -> None:
     p = approved(store, proposal())
-    store.record_attempt(p.operation_id, b"p1", "d1", T0)
+    store.record_attempt(p.operation_id, b"p1", "d1", T0, T0)
     committed = store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=1))
     assert (committed.state, committed.receipt) == (State.COMMITTED, Receipt("rcpt-1", T0))
     later = store.record_receipt(p.operation_id, Receipt("rcpt-2", T0), T0 + timedelta(seconds=2))
@@ -210,7 +255,7 @@ def test_a_receipt_commits_an_open_operation_once(store: OrchestratorStore) -> N
 
 def test_a_rejection_settles_an_open_operation(store: OrchestratorStore) -> None:
     p = approved(store, proposal())
-    store.record_attempt(p.operation_id, b"p1", "d1", T0)
+    store.record_attempt(p.operation_id, b"p1", "d1", T0, T0)
     rejected = store.record_rejection(p.operation_id, "x" * 3000, T0 + timedelta(seconds=1))
     assert rejected.state is State.REJECTED
     assert rejected.rejection_reason == "x" * 2000
@@ -363,7 +408,7 @@ def test_timestamps_come_back_as_aware_utc(store: OrchestratorStore) -> None:
     at = datetime(2026, 11, 29, 23, 0, 0, 250000, tzinfo=elsewhere)
     p = started(store, proposal(at=at))
     store.record_decision(decided(p, at=at), p.case_id, [])
-    store.record_attempt(p.operation_id, b"p1", "d1", at)
+    store.record_attempt(p.operation_id, b"p1", "d1", at, at)
     operation = store.record_receipt(p.operation_id, Receipt("rcpt-1", at), at)
     inputs = store.decision_inputs(p.operation_id)
     assert inputs.checkpoint is not None and inputs.review is not None

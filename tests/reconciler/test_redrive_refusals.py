@@ -65,7 +65,8 @@ def test_a_redrive_a_rival_settled_first_is_already_settled(make_stack: Callable
     op = approve_and_crash(stack, "T-raced")
     stack.stop_orchestrator()
     stack.start_orchestrator()
-    assert operation(stack, op).state == common_pb2.OPERATION_STATE_APPROVED
+    # Decision and attempt are one transaction: the failed request left it attempted, Apply never sent.
+    assert operation(stack, op).state == common_pb2.OPERATION_STATE_UNKNOWN
 
     config = reconciler_config(stack)
     with open_channels(config) as (orchestrator, receiver):

@@ -7,9 +7,11 @@ The open operations are made by real faults, in process:
   effect written;
 - ``missing``: Approve through an orchestrator that fails right after recording the attempt
   (``orchestrator.after_attempt``) → UNKNOWN, Apply never sent;
-- ``approved``: Approve through an orchestrator that fails right after recording the decision
-  (``orchestrator.after_decision``) → APPROVED, never attempted.
-Only the retention test seeds one thing: it moves two first attempts back an hour in the
+- ``approved``: APPROVED, never attempted. The orchestrator now records an approval and its first
+  attempt in one transaction, so no fault of this version leaves it; an orchestrator before
+  revision 0002 did when it crashed between the two, and such rows remain. It is seeded through
+  the store as that version wrote it (the decision alone), the one seeded operation here.
+The retention test also seeds one thing: it moves two first attempts back an hour in the
 orchestrator's database, as if they had been made that long ago.
 """
 
@@ -25,11 +27,11 @@ import pytest
 from decisionflow.v1 import common_pb2
 from tests.support.reconciling import (
     AFTER_ATTEMPT,
-    AFTER_DECISION,
     LOST_REPLY,
     age_first_attempt,
     approve_and_crash,
     approve_unknown,
+    approved_never_attempted,
     closed_port,
     lagging_replica,
     lookup,
@@ -64,10 +66,8 @@ def open_operations(make_stack: Callable[..., Stack]) -> OpenOperations:
     stack.start_orchestrator(failpoints=AFTER_ATTEMPT)
     missing = approve_and_crash(stack, "T-missing")
     stack.stop_orchestrator()
-    stack.start_orchestrator(failpoints=AFTER_DECISION)
-    approved = approve_and_crash(stack, "T-approved")
-    stack.stop_orchestrator()
     stack.start_orchestrator()
+    approved = approved_never_attempted(stack, "T-approved")
     assert [operation(stack, op).state for op in (applied, missing, approved)] == [UNKNOWN, UNKNOWN, APPROVED]
     assert (stack.effects("T-applied"), stack.effects("T-missing"), stack.effects("T-approved")) == (1, 0, 0)
     return OpenOperations(stack, applied, missing, approved)

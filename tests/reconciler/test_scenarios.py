@@ -45,8 +45,9 @@ def test_crash_after_decision_is_redriven_to_one_effect(tmp_path: Path) -> None:
         with grpc.insecure_channel(crashing.target) as channel:
             review = review_pb2_grpc.ReviewServiceStub(channel)
             op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+            # The crashed attempt's lease lasts this deadline and a second: a re-drive waits that out.
             with pytest.raises(grpc.RpcError):
-                review.Approve(approve(op), timeout=10)
+                review.Approve(approve(op), timeout=2)
         assert crashing.process.wait(15) == 86  # the failpoint's exit status: died after the decision
         assert count(receiver_url, "SELECT count(*) FROM effects") == 0
 
@@ -55,7 +56,8 @@ def test_crash_after_decision_is_redriven_to_one_effect(tmp_path: Path) -> None:
             with grpc.insecure_channel(orchestrator.target) as channel:
                 review = review_pb2_grpc.ReviewServiceStub(channel)
                 before = _operation(review, op)
-                assert before.state == common_pb2.OPERATION_STATE_APPROVED and before.attempts == 0
+                # The decision and the first attempt are one transaction: attempted, Apply never sent.
+                assert before.state == common_pb2.OPERATION_STATE_UNKNOWN and before.attempts == 1
                 summary = _reconcile(orchestrator, receiver)
                 assert summary["redriven"] == 1
                 assert summary["redrive_outcomes"] == {
@@ -67,7 +69,7 @@ def test_crash_after_decision_is_redriven_to_one_effect(tmp_path: Path) -> None:
                 }
                 assert summary["still_unknown"] == 0
                 after = _operation(review, op)
-                assert after.state == common_pb2.OPERATION_STATE_COMMITTED and after.attempts == 1
+                assert after.state == common_pb2.OPERATION_STATE_COMMITTED and after.attempts == 2
                 assert count(receiver_url, "SELECT count(*) FROM effects WHERE case_id = 'T-1042'") == 1
                 assert _reconcile(orchestrator, receiver)["examined"] == 0
         finally:

@@ -145,6 +145,19 @@ def test_every_setting_of_every_service_declares_a_parser(service: str) -> None:
         assert setting.flag_only or setting.switch or setting.env.startswith("DECISIONFLOW_"), setting
 
 
+@pytest.mark.parametrize("service", ["orchestrator", "receiver"])
+def test_workers_default_to_one_and_need_a_port_to_share(service: str, capsys: pytest.CaptureFixture[str]) -> None:
+    load, argv, environ = LOADERS[service]
+    prefix = "DECISIONFLOW_ORCHESTRATOR_" if service == "orchestrator" else "DECISIONFLOW_RECEIVER_"
+    assert getattr(load(argv, environ), "workers") == 1  # noqa: B009 - the loaders return either config
+    assert getattr(load(argv, {**environ, prefix + "WORKERS": "2"}), "workers") == 2  # noqa: B009
+    with pytest.raises(SystemExit) as exited:
+        load([*argv, "--workers", "2", "--address", "unix:/tmp/decisionflow.sock"], environ)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--workers (env {prefix}WORKERS): 2 workers need a host:port address" in error, error
+
+
 def test_transport_limits_come_from_flags_and_environment() -> None:
     default = receiver_config.load([], {}).transport
     assert (default.max_concurrent_streams, default.max_connection_idle_seconds) == (64, 300.0)
@@ -224,6 +237,8 @@ LOADERS: dict[str, tuple[Loader, list[str], dict[str, str]]] = {
             "a non-negative number of seconds",
         ),
         ("reconciler", "--batch-size", "DECISIONFLOW_RECONCILER_BATCH_SIZE", "0", "a whole number from 1 to 1000"),
+        ("orchestrator", "--workers", "DECISIONFLOW_ORCHESTRATOR_WORKERS", "0", "a whole number from 1 to 64"),
+        ("receiver", "--workers", "DECISIONFLOW_RECEIVER_WORKERS", "65", "a whole number from 1 to 64"),
         ("reconciler", "--metrics-port", "DECISIONFLOW_RECONCILER_METRICS_PORT", "70000", "from 0 to 65535"),
         ("reconciler", "--ca-file", "DECISIONFLOW_RECONCILER_CA_FILE", "/nonexistent/ca.pem", "a readable file"),
     ],

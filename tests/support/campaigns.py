@@ -61,9 +61,13 @@ def history(tmp_path: Path) -> Iterator[History]:
 
 
 @pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Build process stacks in tmp_path (receiver on SQLite; orchestrators on SQLite or the URL given)."""
+def make_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Cluster]]:
+    """Build process stacks in tmp_path (receiver on SQLite; orchestrators on SQLite or the URL given), each
+    server with --campaign-workers worker processes."""
     clusters: list[Cluster] = []
+    workers = int(request.config.getoption("--campaign-workers"))
+    if workers < 1:
+        raise pytest.UsageError("--campaign-workers must be at least 1")
 
     def make(
         orchestrator_url: str | None = None, *, orchestrators: int = 1, receiver_timeout_seconds: float = 1.0
@@ -76,6 +80,7 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             orchestrator_url or f"sqlite:///{workdir / 'orchestrator.db'}",
             orchestrators=orchestrators,
             receiver_timeout_seconds=receiver_timeout_seconds,
+            workers=workers,
         )
         clusters.append(cluster)
         return cluster

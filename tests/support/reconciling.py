@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from effect_receiver.store import migrate as migrate_receiver
+from orchestrator.domain import Decision, RecordedDecision
 from orchestrator.schema import operations
+from orchestrator.store import OrchestratorStore
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary
 from reconciler.main import build_reconciler, open_channels
@@ -101,6 +103,20 @@ def approve_and_crash(stack: Stack, case_id: str) -> str:
     op = new_proposal(stack, case_id)
     with pytest.raises(grpc.RpcError):
         stack.review().Approve(approve(op), timeout=10)
+    return op
+
+
+def approved_never_attempted(stack: Stack, case_id: str) -> str:
+    """A new proposal approved as an orchestrator before revision 0002 left it when it crashed between its
+    decision and its first attempt (two transactions then; one now): APPROVED, never attempted."""
+    op = new_proposal(stack, case_id)
+    engine = db.create_engine(stack.orchestrator_url, pool_size=1)
+    try:
+        store = OrchestratorStore(engine)
+        decision = RecordedDecision(op, Decision.APPROVE, "reviewer@example.com", datetime.now(UTC))
+        store.record_decision(decision, case_id, [])
+    finally:
+        engine.dispose()
     return op
 
 

@@ -94,7 +94,8 @@ def seed_decided(
     store.record_decision(decision, proposal.case_id, ())
     payload, digest = effect_payload(proposal, decision)
     if attempted_at is not None:
-        store.record_attempt(proposal.operation_id, payload, digest, attempted_at)
+        # Its lease passed with the attempt: as if its holder crashed long ago.
+        store.record_attempt(proposal.operation_id, payload, digest, attempted_at, attempted_at)
     return SeededOperation(proposal.operation_id, proposal.case_id, proposal.content.body, payload, digest, decided_at)
 
 
