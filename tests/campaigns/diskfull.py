@@ -89,6 +89,21 @@ def small_filesystems(root: Path, *names: str, size: str = "8m") -> Iterator[dic
         yield mounted
 
 
+def truncate_wal(database: Path) -> None:
+    """Checkpoint an SQLite file's write-ahead log into it and truncate the log to zero bytes.
+
+    A log that has been reset after a checkpoint keeps its size and is written again from the
+    start, so writes into it need no new blocks: on a disk filled afterwards they would still
+    succeed. With the log truncated first, the writes that follow must grow it.
+    """
+    connection = sqlite3.connect(database, timeout=30)
+    try:
+        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        connection.close()
+    assert busy == 0, f"the write-ahead log of {database} could not be truncated (a reader or writer held it)"
+
+
 def integrity(database: Path) -> list[str]:
     """PRAGMA integrity_check of an SQLite file, opened read-only (["ok"] when intact)."""
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)

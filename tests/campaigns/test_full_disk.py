@@ -24,7 +24,7 @@ from decisionflow import db
 from decisionflow.client import ApproveResult, Decision, DecisionflowError, Outcome, ReceiverClient, ReviewClient
 from decisionflow.retry import NO_RETRY
 from tests.campaigns.cluster import Cluster
-from tests.campaigns.diskfull import SmallFilesystem, integrity, small_filesystems
+from tests.campaigns.diskfull import SmallFilesystem, integrity, small_filesystems, truncate_wal
 from tests.campaigns.history import History
 from tests.campaigns.report import publish
 from tests.campaigns.workload import Reviewer, channel, settle_and_check
@@ -65,9 +65,15 @@ def _start(reviewer: Reviewer, case: str) -> str | DecisionflowError:
 
 
 def _under_load(
-    reviewers: Sequence[Reviewer], work: Callable[[Reviewer, int], T], count: int, fs: SmallFilesystem
+    reviewers: Sequence[Reviewer],
+    work: Callable[[Reviewer, int], T],
+    count: int,
+    fs: SmallFilesystem,
+    database: Path,
 ) -> list[T]:
-    """Run count calls on CONCURRENCY threads and fill fs while the first of them are in flight."""
+    """Run count calls on CONCURRENCY threads and fill fs (where database lies) while the first of
+    them are in flight; database's write-ahead log is truncated first, so its writes need new space."""
+    truncate_wal(database)
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         futures = [pool.submit(work, reviewers[i % CONCURRENCY], i) for i in range(count)]
         fs.fill()
@@ -128,7 +134,7 @@ def test_full_disk_refuses_writes_clearly_keeps_reads_and_recovers(
 
                     return call
 
-                receiver_full = _under_load(reviewers, approve(0), n, fs["receiver"])
+                receiver_full = _under_load(reviewers, approve(0), n, fs["receiver"], receiver_db)
                 apply_code, apply_message = _direct_apply(cluster.receiver.target)
                 receiver_reads = ReceiverClient(channel(cluster.receiver.target), timeout=10)
                 lookup_while_full = receiver_reads.lookup(operation_ids[0]).status.value
@@ -138,7 +144,7 @@ def test_full_disk_refuses_writes_clearly_keeps_reads_and_recovers(
                         return _start(r, f"G{seed}-{i}")
                     return approve(n)(r, i // 2)
 
-                orchestrator_full = _under_load(reviewers, approve_or_start, 2 * n, fs["orchestrator"])
+                orchestrator_full = _under_load(reviewers, approve_or_start, 2 * n, fs["orchestrator"], orchestrator_db)
                 get_while_full = reviewers[0].client.get_operation(operation_ids[0]).state.value
                 lookup_while_full_both = receiver_reads.lookup(operation_ids[0]).status.value
 
