@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from decisionflow import tracing
+from decisionflow import tracing, workers
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.channels import MAX_MESSAGE_BYTES
@@ -303,3 +303,32 @@ def announce_listening(service: str, port: int, port_file: Path | None) -> None:
         partial.replace(port_file)
     sys.stdout.write(json.dumps({"event": "listening", "service": service, "port": port}) + "\n")
     sys.stdout.flush()
+
+
+def serve_workers(
+    service: str,
+    count: int,
+    address: str,
+    port_file: Path | None,
+    metrics_port: int | None,
+    serve: Callable[[str, int | None, workers.Ready], int],
+    log: logging.Logger,
+) -> int:
+    """Fork count worker processes of service that share address (decisionflow.workers); return the
+    exit status. The parent's own lines go to the service's log.
+
+    Worker i runs serve(address, its metrics port, ready): metrics_port + i when a metrics port is
+    set, each worker serving its own. The shared port is announced (and written to port_file)
+    once every worker is serving.
+    """
+
+    def worker(index: int, bound: str, ready: workers.Ready) -> int:
+        return serve(bound, metrics_port + index if metrics_port else metrics_port, ready)
+
+    def announce(port: int) -> None:
+        announce_listening(service, port, port_file)
+        log.info("%d workers serving port %d", count, port, extra={"service": service})
+
+    status = workers.run_workers(count, address, worker, announce)
+    log.info("every worker stopped", extra={"service": service})
+    return status

@@ -29,6 +29,7 @@ from decisionflow.serving import (
     announce_listening,
     run_server,
     serve_until_signal,
+    serve_workers,
     start_server,
 )
 from decisionflow.settings import SettingError, parse_settings
@@ -373,19 +374,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve_workers(config: OrchestratorConfig) -> int:
-    """Fork config.workers server processes on one port (decisionflow.workers); return the exit status."""
+    """Fork config.workers server processes on one port; return the exit status."""
 
-    def worker(index: int, address: str, ready: workers.Ready) -> int:
-        metrics_port = config.metrics_port + index if config.metrics_port else config.metrics_port
+    def serve(address: str, metrics_port: int | None, ready: workers.Ready) -> int:
         return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
 
-    def announce(port: int) -> None:
-        announce_listening("orchestrator", port, config.port_file)
-        logger.info("%d workers serving port %d", config.workers, port, extra={"service": "orchestrator"})
-
-    status = workers.run_workers(config.workers, config.address, worker, announce)
-    logger.info("every worker stopped", extra={"service": "orchestrator"})
-    return status
+    return serve_workers(
+        "orchestrator", config.workers, config.address, config.port_file, config.metrics_port, serve, logger
+    )
 
 
 def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:
