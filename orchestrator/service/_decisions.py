@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
-from decisionflow.errors import Unavailable
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
@@ -42,7 +41,7 @@ from orchestrator.errors import (
 )
 from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
-from orchestrator.service._in_time import answer_by, recorded_answer
+from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
@@ -96,16 +95,8 @@ class DecisionService:
         once the decision is recorded, the answer is the operation as stored then (outcome Unknown
         while the effect is open) and the work carries on to record the receiver's answer.
         """
-        started_at = self._clock()
-
-        async def recorded() -> DecisionResult | None:
-            try:
-                operation = await self._store.get_operation(operation_id)
-            except (NotFound, Unavailable):
-                return None
-            return recorded_answer(operation, decision, started_at)
-
-        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, deadline), recorded)
+        early = answer_from_store(self._store, operation_id, decision, self._clock())
+        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, deadline), early)
 
     async def _decide(
         self, operation_id: str, decision: Decision, reviewer: str, deadline: float | None

@@ -18,7 +18,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from orchestrator.domain import Decision, DecisionResult, Operation, outcome_of
+from decisionflow.errors import Unavailable
+from orchestrator.domain import Decision, DecisionResult, outcome_of
+from orchestrator.errors import NotFound
+from orchestrator.store import AsyncOrchestratorStore
 
 logger = logging.getLogger("decisionflow.orchestrator")
 
@@ -45,13 +48,24 @@ async def answer_by(
     return answer
 
 
-def recorded_answer(operation: Operation, decision: Decision, started_at: datetime) -> DecisionResult | None:
-    """Return the answer a call that asked for decision can give from operation as stored, or None
-    while no such decision is recorded (a different one is a conflict the work itself reports)."""
-    recorded = operation.decision
-    if recorded is None or recorded.decision is not decision:
-        return None
-    return DecisionResult(operation, outcome_of(operation.state), replay=recorded.decided_at < started_at)
+def answer_from_store(
+    store: AsyncOrchestratorStore, operation_id: str, decision: Decision, started_at: datetime
+) -> Callable[[], Awaitable[DecisionResult | None]]:
+    """Return the early answer of a call made at started_at that asked for decision on operation_id:
+    the operation as stored once that decision is recorded, else None (no decision yet, a different
+    one, which the work itself reports as a conflict, or a store that cannot answer)."""
+
+    async def stored() -> DecisionResult | None:
+        try:
+            operation = await store.get_operation(operation_id)
+        except (NotFound, Unavailable):
+            return None
+        recorded = operation.decision
+        if recorded is None or recorded.decision is not decision:
+            return None
+        return DecisionResult(operation, outcome_of(operation.state), replay=recorded.decided_at < started_at)
+
+    return stored
 
 
 def _log_late_failure(task: asyncio.Future[DecisionResult]) -> None:

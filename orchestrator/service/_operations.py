@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from decisionflow.errors import Unavailable
-from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State, outcome_of
+from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State
 from orchestrator.errors import NotRedrivable
 from orchestrator.service._decisions import DecisionService
-from orchestrator.service._in_time import answer_by
+from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.store import AsyncOrchestratorStore
 
 
@@ -33,16 +32,9 @@ class OperationService:
         if operation.state not in OPEN_STATES or operation.decision is None:
             raise NotRedrivable(operation_id, operation.state.value)
         proposal = await self._store.get_proposal(operation_id)
-        decision = operation.decision
-
-        async def recorded() -> DecisionResult | None:
-            try:
-                stored = await self._store.get_operation(operation_id)
-            except Unavailable:
-                return None
-            return DecisionResult(stored, outcome_of(stored.state), replay=False)
-
-        return await answer_by(reply_by, self._decisions.drive(proposal, decision, deadline, replay=False), recorded)
+        work = self._decisions.drive(proposal, operation.decision, deadline, replay=False)
+        early = answer_from_store(self._store, operation_id, operation.decision.decision, self._clock())
+        return await answer_by(reply_by, work, early)
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted."""
