@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
 
-from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from tests.support.stack import Stack, approve, count, spawn_orchestrator, spawn_receiver, start_request
+from decisionflow.v1 import review_pb2_grpc
+from tests.support.stack import (
+    Stack,
+    approve_all,
+    check_one_commit,
+    count,
+    spawn_orchestrator,
+    spawn_receiver,
+    start_request,
+)
 
 APPROVERS = 16
-
-
-def _approve_all(stubs: list[review_pb2_grpc.ReviewServiceStub], op: str) -> list[review_pb2.ApproveResponse]:
-    with ThreadPoolExecutor(APPROVERS) as pool:
-        futures = [pool.submit(stubs[i % len(stubs)].Approve, approve(op), timeout=30) for i in range(APPROVERS)]
-        return [f.result() for f in futures]
-
-
-def _check(results: list[review_pb2.ApproveResponse]) -> None:
-    assert [r.outcome for r in results] == [common_pb2.OUTCOME_COMMITTED] * APPROVERS
-    assert sum(not r.replay for r in results) == 1
-    assert len({r.operation.receipt.receipt_id for r in results}) == 1
 
 
 def test_sixteen_approvals_on_sqlite_one_process(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     op = stack.review().StartReview(start_request(), timeout=10).proposal.operation_id
-    _check(_approve_all([stack.review() for _ in range(4)], op))
+    check_one_commit(approve_all([stack.review() for _ in range(4)], op, APPROVERS), APPROVERS)
     assert stack.decisions() == 1
     assert stack.effects("T-1042") == 1
 
@@ -47,7 +42,7 @@ def test_sixteen_approvals_across_two_processes_on_postgresql(tmp_path: Path, po
         channels = [grpc.insecure_channel(p.target) for p in (first, second)]
         stubs = [review_pb2_grpc.ReviewServiceStub(c) for c in channels]
         op = stubs[0].StartReview(start_request(), timeout=10).proposal.operation_id
-        _check(_approve_all(stubs, op))
+        check_one_commit(approve_all(stubs, op, APPROVERS), APPROVERS)
         for process in (first, second):
             assert process.stop() == 0
     finally:

@@ -8,18 +8,17 @@ key stores nothing new, so only the call count shows a re-drive.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import grpc
 
 from decisionflow import db
-from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.v1 import common_pb2, review_pb2_grpc
 from orchestrator.domain import Decision, RecordedDecision, effect_payload
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore
 from tests.metrics.scrape import scrape_settled
-from tests.support.stack import Stack, approve, start_request
+from tests.support.stack import Stack, approve, approve_all, check_one_commit, start_request
 
 APPROVERS = 50
 
@@ -29,22 +28,10 @@ def _apply_calls(stack: Stack) -> float:
     return scrape_settled(port).total("grpc_server_started_total", grpc_method="Apply")
 
 
-def _approve_all(stubs: list[review_pb2_grpc.ReviewServiceStub], op: str) -> list[review_pb2.ApproveResponse]:
-    with ThreadPoolExecutor(APPROVERS) as pool:
-        futures = [pool.submit(stubs[i % len(stubs)].Approve, approve(op), timeout=30) for i in range(APPROVERS)]
-        return [f.result() for f in futures]
-
-
-def _check_one_drive(results: list[review_pb2.ApproveResponse]) -> None:
-    assert [r.outcome for r in results] == [common_pb2.OUTCOME_COMMITTED] * APPROVERS
-    assert sum(not r.replay for r in results) == 1
-    assert len({r.operation.receipt.receipt_id for r in results}) == 1
-
-
 def test_fifty_approvals_of_one_operation_send_one_apply(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack(receiver={"metrics_port": 0})
     op = stack.review().StartReview(start_request(), timeout=10).proposal.operation_id
-    _check_one_drive(_approve_all([stack.review() for _ in range(8)], op))
+    check_one_commit(approve_all([stack.review() for _ in range(8)], op, APPROVERS), APPROVERS)
     assert _apply_calls(stack) == 1
     assert stack.effects("T-1042") == 1
 
@@ -63,7 +50,7 @@ def test_fifty_approvals_across_two_replicas_send_one_apply(make_stack: Callable
         stack.channels.append(channel)
         stubs.append(review_pb2_grpc.ReviewServiceStub(channel))
     op = stubs[0].StartReview(start_request(), timeout=10).proposal.operation_id
-    _check_one_drive(_approve_all(stubs, op))
+    check_one_commit(approve_all(stubs, op, APPROVERS), APPROVERS)
     assert _apply_calls(stack) == 1
     assert stack.effects("T-1042") == 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,22 @@ def approve(op: str) -> review_pb2.ApproveRequest:
 def decline(op: str) -> review_pb2.ApproveRequest:
     """A decline of op."""
     return review_pb2.ApproveRequest(operation_id=op, decision=common_pb2.DECISION_DECLINE)
+
+
+def approve_all(
+    stubs: list[review_pb2_grpc.ReviewServiceStub], op: str, approvers: int
+) -> list[review_pb2.ApproveResponse]:
+    """Send approvers approvals of op at once, spread over stubs; return every answer."""
+    with ThreadPoolExecutor(approvers) as pool:
+        futures = [pool.submit(stubs[i % len(stubs)].Approve, approve(op), timeout=30) for i in range(approvers)]
+        return [f.result() for f in futures]
+
+
+def check_one_commit(results: list[review_pb2.ApproveResponse], approvers: int) -> None:
+    """Assert approvers answers all COMMITTED, one of them the first (not a replay), with one receipt."""
+    assert [r.outcome for r in results] == [common_pb2.OUTCOME_COMMITTED] * approvers
+    assert sum(not r.replay for r in results) == 1
+    assert len({r.operation.receipt.receipt_id for r in results}) == 1
 
 
 def count(database_url: str, sql: str) -> int:
