@@ -81,27 +81,27 @@ DEFAULT_PAGE = 500
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def reply_margin(remaining: float) -> float:
+def reply_margin(remaining: float, kept: float = REPLY_MARGIN_SECONDS) -> float:
     """Return how long before the deadline it sees (remaining seconds away) a server must answer
-    so that the answer reaches the caller before the caller's own deadline."""
-    return REPLY_MARGIN_SECONDS + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
+    so that the answer reaches the caller kept seconds before the caller's own deadline."""
+    return kept + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
 
 
-def _deadline(context: Context) -> float | None:
+def _before_deadline(context: Context, kept: float) -> float | None:
     remaining = context.time_remaining()
     if remaining is None:
         return None
-    return time.monotonic() + max(0.0, remaining - reply_margin(remaining))
+    return time.monotonic() + max(0.0, remaining - reply_margin(remaining, kept))
+
+
+def _deadline(context: Context) -> float | None:
+    return _before_deadline(context, REPLY_MARGIN_SECONDS)
 
 
 def _reply_by(context: Context) -> float | None:
     # Later than _deadline: the work after the last Apply attempt gets the margin between the two,
     # and whatever it has not finished by then is answered from the store (orchestrator.service).
-    remaining = context.time_remaining()
-    if remaining is None:
-        return None
-    keep = REPLY_SEND_SECONDS + CLOCK_SLACK_SECONDS + remaining * TIMEOUT_ROUNDING_SHARE
-    return time.monotonic() + max(0.0, remaining - keep)
+    return _before_deadline(context, REPLY_SEND_SECONDS)
 
 
 class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
