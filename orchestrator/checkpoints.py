@@ -12,12 +12,14 @@ this workflow really contain (listed in ``CHECKPOINT_CLASSES``): a sealed pickle
 anything else (``os.system``, ``builtins.exec``, ``subprocess.Popen``...) is refused before
 any of it is called, so a stolen checkpoint key alone does not run code in the orchestrator.
 
-Saves made during one request are collected by ``RunCheckpoints`` and written in the same
-transaction as the request's own rows (the proposal and its pending review, or the
-decision), so a checkpoint write that fails fails the request and nothing is
-half-recorded, and one request costs one durable write instead of one per superstep.
-Checkpoints the framework takes after the decision is recorded are not kept: a decided
-operation is never resumed (a repeated Approve replays the recorded decision).
+Saves made while a review is opened are collected by ``RunCheckpoints`` and the one the
+pending review resumes from is written in the same transaction as the request's own rows
+(the proposal and its pending review), so a checkpoint write that fails fails the request and
+nothing is half-recorded, and one request costs one durable write instead of one per
+superstep. The run's earlier checkpoints are superseded by that one and never written. A
+resume keeps none of its checkpoints: its run ends in the decision's transaction or in
+nothing, and a decided operation is never resumed (a repeated Approve replays the recorded
+decision).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from orchestrator.domain import SealedCheckpoint
-from orchestrator.errors import CheckpointIntegrity
+from orchestrator.errors import CheckpointIntegrity, WorkflowProtocolError
 
 _MAC_DOMAIN = b"decisionflow.checkpoint.v1"
 MIN_KEY_BYTES = 32
@@ -180,9 +182,10 @@ class CheckpointSource(Protocol):
 class RunCheckpoints:
     """The framework's CheckpointStorage for one request on one operation.
 
-    Saves are sealed at once and kept in memory until the service writes them with its own
-    rows (``take_pending``); loads of earlier checkpoints come from the table and are
-    verified before they are decoded.
+    Saves are sealed at once and kept in memory until the service writes the one its pending
+    review resumes from with its own rows (``take_pending``); loads of earlier checkpoints come
+    from the table and are verified before they are decoded. A storage made with
+    ``keep=False`` (a resume) acknowledges saves and keeps nothing.
     """
 
     def __init__(
@@ -192,6 +195,8 @@ class RunCheckpoints:
         operation_id: str,
         clock: Callable[[], datetime],
         before_save: Callable[[], None] = lambda: None,
+        *,
+        keep: bool = True,
     ) -> None:
         self._table = table
         self._sealer = sealer
@@ -199,24 +204,18 @@ class RunCheckpoints:
         self._clock = clock
         self._before_save = before_save
         self._pending: list[SealedCheckpoint] = []
-        self._keeping = True
+        self._keeping = keep
         self._verified: dict[str, Any] = {}
         self.save_error: BaseException | None = None
 
-    def take_pending(self) -> list[SealedCheckpoint]:
-        """Hand over the checkpoints saved since the last call, for the caller's transaction."""
+    def take_pending(self, checkpoint_id: str) -> list[SealedCheckpoint]:
+        """Hand over, for the caller's transaction, the saved checkpoint a pending review resumes from
+        (checkpoint_id); the run's other saves are superseded by it and dropped."""
         pending, self._pending = self._pending, []
-        return pending
-
-    def take_final(self) -> list[SealedCheckpoint]:
-        """Hand over the checkpoints saved so far and keep none saved later.
-
-        Called when the decision is recorded: from then on the operation is answered by
-        replaying the recorded decision and its workflow is never resumed, so checkpoints
-        taken after that point would be written only to be pruned.
-        """
-        self._keeping = False
-        return self.take_pending()
+        kept = [sealed for sealed in pending if sealed.checkpoint_id == checkpoint_id]
+        if not kept:
+            raise WorkflowProtocolError(f"the run on {self._operation_id} never saved checkpoint {checkpoint_id}")
+        return kept
 
     def load_verified(self, checkpoint_id: str) -> Any:
         """Return the checkpoint with that id after verifying its seal (NotFound → None)."""
@@ -244,11 +243,11 @@ class RunCheckpoints:
     # The CheckpointStorage protocol of agent_framework.
 
     async def save(self, checkpoint: Any) -> str:
-        """Seal the checkpoint and keep it for the request's transaction (after take_final: acknowledge only)."""
-        if not self._keeping:
-            return str(checkpoint.checkpoint_id)
+        """Seal the checkpoint and keep it for the request's transaction (keep=False: acknowledge only)."""
         try:
             self._before_save()
+            if not self._keeping:
+                return str(checkpoint.checkpoint_id)
             state = pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL)
             sealed = self._sealer.seal(
                 checkpoint.checkpoint_id,

@@ -63,7 +63,7 @@ async def reopen_reviews(
         new = PendingReview(
             old.operation_id, running.name, running.version, running.graph_signature, checkpoint_id, clock()
         )
-        if await asyncio.to_thread(housekeeping.reopen, old, new, run.take_pending()):
+        if await asyncio.to_thread(housekeeping.reopen, old, new, run.take_pending(checkpoint_id)):
             reopened.append(old.operation_id)
             logger.info(
                 "pending review re-opened under %s (retired checkpoint %s)",

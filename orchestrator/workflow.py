@@ -69,6 +69,10 @@ class _CommitSlot:
     """Carries the commit result (or its exception) out of the workflow without pickling it."""
 
     def __init__(self, commit: CommitFn, check_request: RequestCheck = _accept_any) -> None:
+        self.arm(commit, check_request)
+
+    def arm(self, commit: CommitFn, check_request: RequestCheck = _accept_any) -> None:
+        """Make the slot serve one run: its commit function and request check, no result yet."""
         self.commit = commit
         self.check_request = check_request
         self.done = False
@@ -148,8 +152,28 @@ class WorkflowIdentity:
         return f"{self.name}@{self.version}/{self.graph_signature[:12]}"
 
 
+# Idle graphs kept for resumes, per process: enough for the calls one process has in flight.
+IDLE_GRAPHS = 64
+
+
+@dataclass(eq=False, slots=True)
+class _Graph:
+    """One built workflow instance and the slot its commit executor reports into."""
+
+    workflow: Any
+    slot: _CommitSlot
+
+
 class ReviewWorkflow:
-    """Builds the review workflow graph; ``variant`` exists so a graph change can be exercised."""
+    """Builds the review workflow graph; ``variant`` exists so a graph change can be exercised.
+
+    Building a graph costs about as much CPU as a third of the run that uses it, and the framework
+    runs one instance at a time. Resumes therefore reuse built graphs, one run per graph at a time:
+    a restore is where the framework resets an instance (shared state, executor and edge states,
+    messages and pending requests all come from the checkpoint). A fresh run does not reset them,
+    so every ``open`` runs on a newly built graph, which then joins the idle graphs for resumes.
+    A graph whose run raised is dropped, never reused.
+    """
 
     def __init__(self, variant: str = "standard") -> None:
         if variant not in ("standard", "audited"):
@@ -158,6 +182,18 @@ class ReviewWorkflow:
         version = WORKFLOW_VERSION if variant == "standard" else WORKFLOW_VERSION + "+audited"
         probe = self._build(_CommitSlot(_no_commit))
         self.identity = WorkflowIdentity(WORKFLOW_NAME, version, str(probe.graph_signature_hash))
+        self._idle: list[_Graph] = []
+        self.graphs_built = 1  # the probe included (for tests and the curious)
+
+    def _new_graph(self) -> _Graph:
+        slot = _CommitSlot(_no_commit)
+        self.graphs_built += 1
+        return _Graph(self._build(slot), slot)
+
+    def _keep(self, graph: _Graph) -> None:
+        graph.slot.arm(_no_commit)  # drop the finished run's functions and result
+        if len(self._idle) < IDLE_GRAPHS:
+            self._idle.append(graph)
 
     def _build(self, slot: _CommitSlot) -> Any:
         prepare, review, commit = _Prepare(id=PREPARE), _Review(slot), _Commit(slot)
@@ -171,7 +207,8 @@ class ReviewWorkflow:
 
     async def open(self, task: ReviewTask, storage: Any) -> str:
         """Run until the review request is pending; return the id of the checkpoint to resume from."""
-        workflow = self._build(_CommitSlot(_no_commit))
+        graph = self._new_graph()
+        workflow = graph.workflow
         result = await workflow.run(task, checkpoint_storage=storage)
         requests = result.get_request_info_events()
         if result.get_final_state() != WorkflowRunState.IDLE_WITH_PENDING_REQUESTS or len(requests) != 1:
@@ -181,6 +218,7 @@ class ReviewWorkflow:
         checkpoint_id = workflow.get_last_checkpoint_id()
         if checkpoint_id is None:
             raise WorkflowProtocolError("no checkpoint was written for the pending review")
+        self._keep(graph)
         return str(checkpoint_id)
 
     async def resume_and_answer(
@@ -198,13 +236,16 @@ class ReviewWorkflow:
         pending = list(checkpoint.pending_request_info_events.values())
         if len(pending) != 1 or not isinstance(pending[0].data, ReviewRequest):
             raise WorkflowProtocolError(f"checkpoint {checkpoint_id} does not hold one pending review request")
-        slot = _CommitSlot(commit, check_request)
-        workflow = self._build(slot)
-        await workflow.run(
+        graph = self._idle.pop() if self._idle else self._new_graph()
+        slot = graph.slot
+        slot.arm(commit, check_request)
+        await graph.workflow.run(
             responses={pending[0].request_id: answer}, checkpoint_id=checkpoint_id, checkpoint_storage=storage
         )
         if slot.error is not None:
             raise slot.error
         if not slot.done:
             raise WorkflowProtocolError(f"the commit step did not run for {answer.operation_id}")
-        return slot.result
+        result = slot.result
+        self._keep(graph)
+        return result

@@ -123,7 +123,7 @@ class DecisionService:
             raise WorkflowVersionMismatch(
                 operation_id, f"{review.workflow_name}@{review.workflow_version}", running.label()
             )
-        run = self._runs.checkpoints(operation_id)
+        run = self._runs.checkpoints(operation_id, keep=False)
         # Verified before the framework sees it: a tampered row is refused here, never unpickled.
         checkpoint = run.admit(inputs.checkpoint)
         if checkpoint is None:
@@ -159,7 +159,7 @@ class DecisionService:
         decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
         if decided.decision is Decision.DECLINE:
             try:
-                operation = await self._store.record_decision(decided, proposal.case_id, run.take_final())
+                operation = await self._store.record_decision(decided, proposal.case_id, ())
             except DecisionAlreadyRecorded as race:
                 return await self._replay(race.recorded, decided.decision, deadline)
             self._failpoints.hit(AFTER_DECISION)
@@ -198,7 +198,7 @@ class DecisionService:
         payload, digest = effect_payload(proposal, decided)
         lease_until = self._lease_until(decided.decided_at, deadline)
         operation = await self._store.record_decision(
-            decided, proposal.case_id, run.take_final(), FirstAttempt(payload, digest, lease_until)
+            decided, proposal.case_id, (), FirstAttempt(payload, digest, lease_until)
         )
         _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
         # Both crash points are after the one transaction: the decision and the attempt are durable.

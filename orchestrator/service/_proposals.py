@@ -60,10 +60,8 @@ class ProposalService:
             return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)
         # Refused early, before the workflow runs; the store decides again, atomically, when it records.
         await self._store.check_start_allowed(content.case_id, start.expected_operation_id)
-        review, run = await self._runs.open_review(proposal)
-        stored, created = await self._store.create_proposal(
-            proposal, review, run.take_pending(), start.expected_operation_id
-        )
+        review, saved = await self._runs.open_review(proposal)
+        stored, created = await self._store.create_proposal(proposal, review, saved, start.expected_operation_id)
         if not created:
             review = await self._store.get_pending_review(stored.operation_id)
         logger.info(
@@ -82,8 +80,8 @@ class ProposalService:
         proposal = self._proposal(edit.applied_to(parent.content), expected, editor)
         if proposal.operation_id == expected:
             return StartedReview(parent, await self._store.get_pending_review(expected), False)
-        review, run = await self._runs.open_review(proposal)
-        stored = await self._store.create_edit(proposal, expected, review, run.take_pending())
+        review, saved = await self._runs.open_review(proposal)
+        stored = await self._store.create_edit(proposal, expected, review, saved)
         review = await self._store.get_pending_review(stored.operation_id)
         logger.info(
             "proposal edited",

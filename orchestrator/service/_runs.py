@@ -7,7 +7,7 @@ from datetime import datetime
 
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
-from orchestrator.domain import PendingReview, Proposal
+from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint
 from orchestrator.errors import CheckpointSaveFailed
 from orchestrator.failpoints import CHECKPOINT_SAVE
 from orchestrator.store import AsyncOrchestratorStore
@@ -31,18 +31,20 @@ class ReviewRuns:
         self._failpoints = failpoints
         self._clock = clock
 
-    def checkpoints(self, operation_id: str) -> RunCheckpoints:
-        """Return the checkpoint storage of one run on operation_id."""
+    def checkpoints(self, operation_id: str, *, keep: bool = True) -> RunCheckpoints:
+        """Return the checkpoint storage of one run on operation_id (keep=False: a resume, which keeps none)."""
         return RunCheckpoints(
             self._store.checkpoints,
             self._sealer,
             operation_id,
             self._clock,
             before_save=lambda: self._failpoints.hit(CHECKPOINT_SAVE),
+            keep=keep,
         )
 
-    async def open_review(self, proposal: Proposal) -> tuple[PendingReview, RunCheckpoints]:
-        """Run the workflow until the proposal's review request is pending; its checkpoints are not yet written."""
+    async def open_review(self, proposal: Proposal) -> tuple[PendingReview, list[SealedCheckpoint]]:
+        """Run the workflow until the proposal's review request is pending; return the review and the
+        sealed checkpoint it resumes from, not yet written (the caller writes it with its own rows)."""
         run = self.checkpoints(proposal.operation_id)
         try:
             checkpoint_id = await self.workflow.open(ReviewTask(proposal.operation_id, proposal.case_id), run)
@@ -54,4 +56,4 @@ class ReviewRuns:
         review = PendingReview(
             proposal.operation_id, wf.name, wf.version, wf.graph_signature, checkpoint_id, self._clock()
         )
-        return review, run
+        return review, run.take_pending(checkpoint_id)

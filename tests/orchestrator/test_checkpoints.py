@@ -133,3 +133,25 @@ def test_failed_checkpoint_save_fails_the_request_and_records_nothing(make_stack
     assert count(stack.orchestrator_url, "SELECT count(*) FROM checkpoints") == checkpoints_before
     state = stack.review().GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5)
     assert state.operation.state == 1  # still PENDING_REVIEW
+
+
+def test_a_review_writes_the_one_checkpoint_it_resumes_from_and_its_approval_writes_none(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack()
+    started = stack.review().StartReview(start_request(), timeout=10)
+    op, resumes_from = started.proposal.operation_id, started.pending_review.checkpoint_id
+
+    def stored() -> list[str]:
+        engine = db.create_engine(stack.orchestrator_url, pool_size=1)
+        try:
+            with engine.connect() as conn:
+                query = sa.text("SELECT checkpoint_id FROM checkpoints WHERE operation_id = :op")
+                return [row[0] for row in conn.execute(query, {"op": op})]
+        finally:
+            engine.dispose()
+
+    assert stored() == [resumes_from]
+    stack.review().Approve(approve(op), timeout=10)
+    assert stored() == [resumes_from]
+    assert stack.decisions() == 1 and stack.effects() == 1
