@@ -3,8 +3,10 @@
 SQLite runs one write transaction at a time, and with ``synchronous=FULL`` each commit waits for
 an fsync: under load the fsyncs, not the statements, bound how many writes a process makes per
 second. Here a writer queues its work (a function of a connection) and takes the process's write
-turn; whoever holds the turn runs every queued work, up to ``MAX_BATCH``, in one transaction,
-each in a savepoint of its own, and commits once. No writer waits on purpose: a batch is what
+turn; whoever holds the turn runs every queued work, up to ``MAX_BATCH``, in one transaction
+and commits once. The works run one after the other with no savepoint between them; only when
+one raises is the transaction rolled back and the batch run again with each work in a savepoint
+of its own (a lone work needs none: its transaction is its own). No writer waits on purpose: a batch is what
 queued while the previous commit was in flight, so one writer alone commits at once, as before.
 
 Durability is unchanged: a writer gets its answer only after the commit that holds its work has
@@ -65,9 +67,36 @@ class GroupCommit:
         return queued.result  # type: ignore[return-value]
 
     def _commit(self, batch: list[_Queued[Any]]) -> None:
+        if len(batch) == 1 or not self._commit_together(batch):
+            self._commit_isolated(batch)
+
+    def _commit_together(self, batch: list[_Queued[Any]]) -> bool:
+        """Run the batch's works in one transaction without savepoints and commit it; False (nothing
+        committed, nothing answered) when one of them raised, so the batch must run isolated."""
+        try:
+            with self._engine.begin() as conn:
+                results = [queued.work(conn) for queued in batch]
+        except Exception:
+            return False
+        except BaseException as exc:  # not a work's answer: the batch fails with it, as when isolated
+            for queued in batch:
+                queued.result, queued.error, queued.finished = None, exc, True
+            return True
+        for queued, result in zip(batch, results, strict=True):
+            queued.result = result
+            queued.finished = True
+        self.commits += 1
+        self.works += len(batch)
+        return True
+
+    def _commit_isolated(self, batch: list[_Queued[Any]]) -> None:
+        lone = len(batch) == 1
         try:
             with self._engine.begin() as conn:
                 for queued in batch:
+                    if lone:
+                        queued.result = queued.work(conn)  # raises out: its transaction rolls back
+                        continue
                     savepoint = conn.begin_nested()
                     try:
                         queued.result = queued.work(conn)

@@ -55,11 +55,11 @@ class ProposalService:
         content = start.content
         proposal = self._proposal(content, None, author)
         tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
-        existing = await self._store.find_proposal(proposal.operation_id)
+        # A replay is answered from the store; new content is refused early, before the workflow
+        # runs, and the store decides again, atomically, when it records.
+        existing = await self._store.start_inputs(proposal.operation_id, content.case_id, start.expected_operation_id)
         if existing is not None:
-            return StartedReview(existing, await self._store.get_pending_review(existing.operation_id), False)
-        # Refused early, before the workflow runs; the store decides again, atomically, when it records.
-        await self._store.check_start_allowed(content.case_id, start.expected_operation_id)
+            return StartedReview(*existing, False)
         review, saved = await self._runs.open_review(proposal)
         stored, created = await self._store.create_proposal(proposal, review, saved, start.expected_operation_id)
         if not created:

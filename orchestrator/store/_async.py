@@ -52,9 +52,11 @@ class AsyncOrchestratorStore:
         """See OrchestratorStore.create_proposal."""
         return await self._run(self.sync.create_proposal, proposal, review, saved, expected_operation_id)
 
-    async def check_start_allowed(self, case_id: str, expected_operation_id: str | None) -> None:
-        """See OrchestratorStore.check_start_allowed."""
-        await self._run(self.sync.check_start_allowed, case_id, expected_operation_id)
+    async def start_inputs(
+        self, operation_id: str, case_id: str, expected_operation_id: str | None
+    ) -> tuple[Proposal, PendingReview] | None:
+        """See OrchestratorStore.start_inputs."""
+        return await self._run(self.sync.start_inputs, operation_id, case_id, expected_operation_id)
 
     async def create_edit(
         self, proposal: Proposal, expected_operation_id: str, review: PendingReview, saved: Sequence[SealedCheckpoint]

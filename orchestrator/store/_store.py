@@ -111,10 +111,18 @@ class OrchestratorStore:
                 return
         raise CaseHasOpenProposal(case_id, _proposals.current_txn(conn, case_id) or "")
 
-    def check_start_allowed(self, case_id: str, expected_operation_id: str | None) -> None:
-        """Raise the refusal a StartReview of new content for case_id would meet now (nothing is written)."""
+    def start_inputs(
+        self, operation_id: str, case_id: str, expected_operation_id: str | None
+    ) -> tuple[Proposal, PendingReview] | None:
+        """What a StartReview needs to know before its workflow runs, read in one snapshot: the
+        proposal with operation_id and its pending review when it exists (the start is a replay);
+        else None, after raising the refusal new content for case_id would meet now (nothing is written)."""
         with self.transactions.read() as conn:
+            existing = _proposals.find_proposal_txn(conn, operation_id)
+            if existing is not None:
+                return existing, _proposals.review_txn(conn, operation_id)
             _proposals.start_allowed_txn(conn, case_id, expected_operation_id)
+            return None
 
     def create_edit(
         self,

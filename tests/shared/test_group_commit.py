@@ -91,3 +91,63 @@ def test_a_writer_alone_commits_at_once(tmp_path: Path) -> None:
             assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one() == 3
     finally:
         engine.dispose()
+
+
+def _queue_behind_turn(group: GroupCommit, turn: threading.Lock, writers: list[threading.Thread]) -> None:
+    with turn:
+        for thread in writers:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(group._queue) < len(writers):
+            assert time.monotonic() < deadline, "writers did not queue"
+            time.sleep(0.005)
+    for thread in writers:
+        thread.join(10)
+
+
+def test_a_batch_without_refusals_runs_each_work_once_and_takes_no_savepoint(tmp_path: Path) -> None:
+    engine = db.create_engine(f"sqlite:///{tmp_path / 'together.db'}")
+    table = _table(engine)
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda conn, cursor, sql, *rest: statements.append(sql))
+    turn = threading.Lock()
+    group = GroupCommit(engine, turn)
+    runs: list[int] = []
+    answers: dict[int, int] = {}
+
+    def write(n: int) -> None:
+        def work(conn: sa.Connection) -> int:
+            runs.append(n)
+            conn.execute(table.insert(), {"n": n})
+            return n
+
+        answers[n] = group.run(work)
+
+    try:
+        _queue_behind_turn(group, turn, [threading.Thread(target=write, args=(n,)) for n in range(WRITERS)])
+        assert (group.commits, group.works) == (1, WRITERS)
+        assert sorted(runs) == list(range(WRITERS)) and answers == {n: n for n in range(WRITERS)}
+        assert not [sql for sql in statements if "SAVEPOINT" in sql.upper()]
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one() == WRITERS
+    finally:
+        engine.dispose()
+
+
+def test_a_lone_work_that_refuses_after_writing_writes_nothing(tmp_path: Path) -> None:
+    engine = db.create_engine(f"sqlite:///{tmp_path / 'lone.db'}")
+    table = _table(engine)
+    group = GroupCommit(engine, threading.Lock())
+
+    def work(conn: sa.Connection) -> None:
+        conn.execute(table.insert(), {"n": 1})
+        raise Refused(1)
+
+    try:
+        with pytest.raises(Refused):
+            group.run(work)
+        assert group.run(lambda conn: int(conn.execute(table.insert(), {"n": 2}).rowcount)) == 1
+        with engine.connect() as conn:
+            assert list(conn.execute(sa.select(table.c.n)).scalars()) == [2]
+    finally:
+        engine.dispose()
