@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from decisionflow.cli.command import CommandError, Subparsers
+from decisionflow.settings import MAX_WORKERS
 
 
 def register(subparsers: Subparsers) -> None:
@@ -48,12 +49,30 @@ def register(subparsers: Subparsers) -> None:
         help="receiver database (default: a SQLite file in the state dir); must not hold the demo's effects",
     )
     parser.add_argument(
+        "--workers",
+        metavar="N",
+        type=_workers,
+        default=1,
+        help="server processes for the receiver and for each orchestrator, sharing its port (their --workers; "
+        f"1 to {MAX_WORKERS}, default: 1)",
+    )
+    parser.add_argument(
         "--keep-running",
         choices=("yes", "no"),
         default="no",
         help="yes: leave the receiver and the orchestrator running after the transcript until Ctrl-C (default: no)",
     )
     parser.set_defaults(func=_run_demo)
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_WORKERS}, not {text!r}")
+    return value
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -65,6 +84,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         orchestrator_database_url=args.orchestrator_database_url,
         receiver_database_url=args.receiver_database_url,
         keep_running=args.keep_running == "yes",
+        workers=args.workers,
     )
     try:
         return run_demo(options)

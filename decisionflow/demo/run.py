@@ -35,6 +35,7 @@ class DemoOptions:
     receiver_database_url: str | None = None
     keep_running: bool = False
     out: TextIO | None = None  # None: sys.stdout at the time of the run
+    workers: int = 1  # server processes per service (their --workers)
 
 
 def redacted(url: str) -> str:
@@ -87,9 +88,10 @@ def run_demo(options: DemoOptions) -> int:
     transcript.plain(
         f"decisionflow demo in {workspace.root}: orchestrator database {redacted(workspace.orchestrator_url)}, "
         f"receiver database {redacted(workspace.receiver_url)}; authentication on (tokens in tokens/)"
+        + (f"; {options.workers} worker processes per service" if options.workers > 1 else "")
     )
     children = Children(workspace.logs, child_environment(), workspace.root)
-    story = Story(DemoStack(workspace, children, transcript))
+    story = Story(DemoStack(workspace, children, transcript, options.workers))
     error: str | None = None
     exit_code = EXIT_OK
     with _signals_interrupt():
@@ -110,7 +112,7 @@ def run_demo(options: DemoOptions) -> int:
             failed = story.seen.failed()
             if exit_code == EXIT_OK and failed:
                 exit_code = EXIT_FAILED
-            verdict = _verdict(story, workspace, failed, error, time.monotonic() - begun)
+            verdict = _verdict(story, workspace, failed, error, time.monotonic() - begun, options.workers)
             _conclude(transcript, verdict, failed, error, workspace)
             out.write(json.dumps(verdict) + "\n")
             out.flush()
@@ -122,7 +124,9 @@ def run_demo(options: DemoOptions) -> int:
     return exit_code
 
 
-def _verdict(story: Story, workspace: ws.Workspace, failed: list[str], error: str | None, seconds: float) -> Any:
+def _verdict(
+    story: Story, workspace: ws.Workspace, failed: list[str], error: str | None, seconds: float, workers: int
+) -> Any:
     seen = story.seen
     return {
         "ok": not failed and error is None,
@@ -145,6 +149,7 @@ def _verdict(story: Story, workspace: ws.Workspace, failed: list[str], error: st
         "state_dir": str(workspace.root),
         "orchestrator_database": redacted(workspace.orchestrator_url),
         "receiver_database": redacted(workspace.receiver_url),
+        "workers": workers,
         "seconds": round(seconds, 2),
     }
 

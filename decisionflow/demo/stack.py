@@ -56,8 +56,10 @@ class Transcript:
 class DemoStack:
     """The demo's services and the clients that talk to them: launch, restart, run commands, count."""
 
-    def __init__(self, workspace: ws.Workspace, children: Children, transcript: Transcript) -> None:
+    def __init__(self, workspace: ws.Workspace, children: Children, transcript: Transcript, workers: int = 1) -> None:
         self.ws = workspace
+        # Each service's --workers: that many processes serve its port, the parent's pid stands for them.
+        self._per_server = ["--workers", str(workers)] if workers > 1 else []
         self.children = children
         self.say = transcript
         self.receiver: Service | None = None
@@ -78,7 +80,7 @@ class DemoStack:
             self.ws.receiver_url,
             address=f"127.0.0.1:{self.receiver_port}",
             failpoints=failpoints,
-            extra=["--credentials-file", str(self.ws.credentials), "--shutdown-grace-seconds", "2"],
+            extra=["--credentials-file", str(self.ws.credentials), "--shutdown-grace-seconds", "2", *self._per_server],
         )
         self.receiver = self.children.launch("receiver", RECEIVER_MODULE, args)
         self.receiver_faults = failpoints
@@ -97,6 +99,7 @@ class DemoStack:
                 str(self.ws.credentials),
                 "--shutdown-grace-seconds",
                 "2",
+                *self._per_server,
             ],
         )
         # The key travels in the environment, not on the command line where ps shows it.

@@ -93,7 +93,8 @@ class Story:
         self.say.line(f"-> {document['state']}, operation {self.seen.operation_id}")
         self.say.line(
             f"-> pending review at checkpoint {self.seen.checkpoint_id}; "
-            f"{self.seen.checkpoints} checkpoints written to the orchestrator database"
+            f"{self.seen.checkpoints} checkpoint{'' if self.seen.checkpoints == 1 else 's'} written to the "
+            "orchestrator database"
         )
 
     def step2(self) -> None:

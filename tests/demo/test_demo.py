@@ -120,6 +120,34 @@ def test_demo_on_sqlite(tmp_path: Path) -> None:
     _assert_all_stopped(_pids(again.stdout))
 
 
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended while we looked
+        if text in argv:
+            found.append(f"{cmdline.parent.name}: {argv}")
+    return found
+
+
+def test_demo_with_two_worker_processes_per_service(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+
+    done = _run(_demo("--state-dir", str(state_dir), "--workers", "2"))
+
+    verdict = _assert_story(done, state_dir)
+    assert verdict["workers"] == 2
+    assert "2 worker processes per service" in done.stdout
+    for name in ("receiver", "orchestrator-A", "orchestrator-B"):
+        lines = [json.loads(line) for line in (state_dir / "logs" / f"{name}.log").read_text().splitlines()]
+        workers = {line["worker"] for line in lines if "worker" in line}
+        assert workers == {0, 1}, name  # both workers of every launch logged (the receiver was launched 4 times)
+    # The transcript names the parents; no worker outlives them.
+    assert _processes_naming(str(state_dir)) == []
+
+
 @pytest.mark.postgres
 def test_demo_with_the_orchestrator_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     state_dir = tmp_path / "state"
