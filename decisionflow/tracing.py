@@ -93,10 +93,11 @@ def configure(service_name: str, environ: Mapping[str, str]) -> bool:
     return True
 
 
-def configure_or_exit(program: str, service_name: str, environ: Mapping[str, str]) -> None:
-    """configure(), or end the process with a one-line error and status 2 (a bad setting) when it refuses."""
+def configure_or_exit(program: str, service_name: str, environ: Mapping[str, str]) -> bool:
+    """configure() and return what it returns, or end the process with a one-line error and status 2
+    (a bad setting) when it refuses."""
     try:
-        configure(service_name, environ)
+        return configure(service_name, environ)
     except TracingConfigError as error:
         _exit_usage(f"{program}: {error}")
 

@@ -49,7 +49,7 @@ from orchestrator.ports import EffectPort
 from orchestrator.service import OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
-from orchestrator.workflow import ReviewWorkflow
+from orchestrator.workflow import ReviewWorkflow, without_framework_spans
 
 logger = logging.getLogger("decisionflow.orchestrator")
 PROGRAM = "decisionflow-orchestrator"
@@ -386,7 +386,8 @@ def _serve_workers(config: OrchestratorConfig) -> int:
 
 def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:
     # Tracing starts exporter threads: in a worker process, after the fork.
-    tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ)
+    if not tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ):
+        without_framework_spans()
     try:
         run_server(serve(config, ready))
     except StartupError as error:

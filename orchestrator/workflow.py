@@ -24,6 +24,7 @@ from agent_framework import (
     handler,
     response_handler,
 )
+from agent_framework.observability import disable_instrumentation
 
 from orchestrator.errors import WorkflowProtocolError
 
@@ -150,6 +151,12 @@ class WorkflowIdentity:
     def label(self) -> str:
         """Return name@version/short-signature for messages."""
         return f"{self.name}@{self.version}/{self.graph_signature[:12]}"
+
+
+def without_framework_spans() -> None:
+    """Turn off the framework's own spans for this process: without a tracer provider they record
+    nothing, yet every run would still create one per run, step and message."""
+    disable_instrumentation()
 
 
 # Idle graphs kept for resumes, per process: enough for the calls one process has in flight.
