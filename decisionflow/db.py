@@ -8,11 +8,13 @@ PostgreSQL database in a test without stepping on each other.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,65 @@ def reading(engine: Engine) -> Iterator[sa.Connection]:
     queue behind writers); elsewhere a plain connection."""
     with engine.connect() as conn:
         yield conn.execution_options(**{_READ_ONLY: True})
+
+
+class WriteTurn:
+    """The turn to write one SQLite file: this process's threads queue on a lock, and the processes
+    on the file (the workers of a service) on an advisory lock (flock) on ``<database>-turn``.
+
+    SQLite runs one write transaction at a time (BEGIN IMMEDIATE). A writer that finds it taken
+    waits in SQLite's busy handler, which sleeps in steps of up to 100 ms; queued on these locks
+    instead, the next writer starts the moment the last one commits. Correctness never rests on
+    the turn: SQLite's own locking does that, and a writer that does not take the turn (another
+    program, or this one when the turn file cannot be opened) still waits in the busy handler.
+    """
+
+    def __init__(self, database: str | None) -> None:
+        self._threads = threading.Lock()
+        self._path = f"{database}-turn" if database and database != ":memory:" else None
+        self._fd: int | None = None
+        self._fd_pid = 0  # a descriptor inherited across fork shares its lock with the parent: reopen
+
+    def _descriptor(self) -> int | None:
+        if self._path is None:
+            return None
+        if self._fd is None or self._fd_pid != os.getpid():
+            try:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return None  # a full disk or a read-only directory: the busy handler still orders writers
+            self._fd_pid = os.getpid()
+        return self._fd
+
+    def __enter__(self) -> WriteTurn:
+        self._threads.acquire()
+        try:
+            fd = self._descriptor()
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # as above: SQLite's busy handler orders the writers
+        except BaseException:
+            self._threads.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None and self._fd_pid == os.getpid():
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        finally:
+            self._threads.release()
+
+
+def write_turn(engine: Engine) -> AbstractContextManager[object]:
+    """The write turn of engine's database: a WriteTurn on SQLite; none elsewhere (PostgreSQL runs
+    writers in parallel)."""
+    if not is_sqlite(engine):
+        return nullcontext()
+    return WriteTurn(engine.url.database)
 
 
 # SQLite's SQLITE_FULL and PostgreSQL's disk_full (SQLSTATE 53100): the write did not happen,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -40,7 +41,7 @@ class _Queued(Generic[T]):
 class GroupCommit:
     """Runs write work for one engine, sharing commits among the writers queued at the same time."""
 
-    def __init__(self, engine: Engine, turn: threading.Lock, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, engine: Engine, turn: AbstractContextManager[object], *, max_batch: int = MAX_BATCH) -> None:
         self._engine = engine
         # The process's write turn, shared with writes that do not go through here.
         self._turn = turn

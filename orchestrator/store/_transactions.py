@@ -3,7 +3,6 @@ database that cannot answer reported as ``Unavailable`` (retry with the same req
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TypeVar
@@ -24,16 +23,13 @@ class Transactions:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # SQLite runs one write transaction at a time (BEGIN IMMEDIATE). Threads of this process
-        # that find the write lock taken would wait in SQLite's busy handler, which sleeps in
-        # steps of up to 100 ms; queueing them on a lock here hands the database over at once.
-        # Other processes on the same file still wait through the busy timeout.
-        turn = threading.Lock()
-        self._write_turn: AbstractContextManager[object] = turn if db.is_sqlite(engine) else nullcontext()
+        # SQLite runs one write transaction at a time: writers of this process and of the
+        # service's other workers take turns (db.WriteTurn) rather than sleep in the busy handler.
+        self._write_turn = db.write_turn(engine)
         # On SQLite, writes of the hot paths share commits (decisionflow.group_commit). PostgreSQL
         # runs this process's writers in parallel and groups its own WAL flushes; a shared
         # transaction there would hold row locks of unrelated operations together.
-        self.group = GroupCommit(engine, turn) if db.is_sqlite(engine) else None
+        self.group = GroupCommit(engine, self._write_turn) if db.is_sqlite(engine) else None
         # PostgreSQL aborts the whole transaction on a constraint violation, so a statement whose
         # violation is an answer runs in a savepoint there; SQLite fails only the statement.
         self._needs_savepoint = not db.is_sqlite(engine)
