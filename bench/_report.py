@@ -127,6 +127,9 @@ def _run_figures(results: Results) -> dict[str, Figure]:
         out["reconcile_settled"] = Figure(reconcile.settled, "operations", None)
         out["reconcile_pass_s"] = Figure(reconcile.pass_seconds, "s", None)
         out["reconcile_wall_s"] = Figure(reconcile.wall_seconds, "s", None)
+    if results.inprocess is not None:
+        out["inprocess_framework_jobs_rps"] = Figure(results.inprocess.jobs_per_second, "jobs/s", None)
+        out["inprocess_framework_cpu_ms"] = Figure(results.inprocess.cpu_ms_per_job, "CPU ms per job", None)
     out["identity_us"] = Figure(results.identity_us, "µs", None)
     out["identities_all_us"] = Figure(results.identities_us, "µs", None)
     for name, kib in results.rss_kib.items():
@@ -252,6 +255,15 @@ def _render_run(results: Results, table: dict[str, Figure]) -> list[str]:
             f"({reconcile.wall_seconds:.2f} s with the process start)"
         )
         lines.append(f"  seeded in {reconcile.seed_seconds:.1f} s: {_reconcile.SEED_METHOD}")
+    inprocess = results.inprocess
+    if inprocess is not None:
+        first = table[f"{APPROVE_FIRST}_rps{suffix}"].value
+        lines.append(
+            f"in process, no network (Agent Framework alone: open, resume from an in-memory checkpoint, one "
+            f"effect in a dict; one job at a time): {inprocess.jobs_per_second:,.0f} jobs/s, "
+            f"{inprocess.cpu_ms_per_job:.1f} CPU ms per job; first Approve at {HEADLINE_IN_FLIGHT} in flight "
+            f"= {first / inprocess.jobs_per_second:.2f}x that"
+        )
     lines.append(
         "resident memory after the run: "
         + ", ".join(f"{name} {kib / 1024:.0f} MiB" for name, kib in results.rss_kib.items())

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bench import _calls, _identity, _load, _reconcile
+from bench import _calls, _identity, _inprocess, _load, _reconcile
 from bench._cpu import CpuMeter
 from bench._databases import Databases, fresh_databases
 from bench._load import Series
@@ -46,10 +46,11 @@ class Plan:
     calls: dict[int, int]
     backlog: int
     workers: tuple[int, ...] = (1, 2)
+    inprocess_jobs: int = 300
 
 
 FULL = Plan(quick=False, rounds=3, calls={1: 100, 16: 480, 64: 640}, backlog=10_000)
-QUICK = Plan(quick=True, rounds=2, calls={1: 12, 16: 48, 64: 64}, backlog=400)
+QUICK = Plan(quick=True, rounds=2, calls={1: 12, 16: 48, 64: 64}, backlog=400, inprocess_jobs=30)
 # The services whose CPU each measurement reads (/proc), as named in the report.
 SERVICES = ("orchestrator", "receiver", "baseline_a", "baseline_b")
 
@@ -67,6 +68,7 @@ class Results:
     reconcile: _reconcile.ReconcileResult | None = None
     identity_us: float = 0.0
     identities_us: float = 0.0
+    inprocess: _inprocess.InProcessResult | None = None
     rss_kib: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -240,6 +242,8 @@ def run(
                     }
         progress("identity: timeit")
         results.identity_us, results.identities_us = _identity.measure()
+        progress(f"in process, no network: {plan.inprocess_jobs} Agent Framework jobs")
+        results.inprocess = _inprocess.measure(plan.inprocess_jobs)
         results.seconds = time.perf_counter() - started
         runs.append(results)
     return runs

@@ -22,6 +22,8 @@ HEADLINES = (
     "reconcile_settle_rps",
     "identity_us",
     "approve_first_p99_ms",
+    "inprocess_framework_jobs_rps",
+    "inprocess_framework_cpu_ms",
 )
 MEASURES = (
     "baseline_chain",
@@ -74,6 +76,8 @@ def test_quick_bench_writes_every_figure(tmp_path: Path) -> None:
         assert figure["ratio"] is None or figure["ratio"] > 0, name
     assert figures["approve_first_rps_c64"]["ratio"] is not None
     assert figures["identity_us"]["ratio"] is None
+    assert figures["inprocess_framework_jobs_rps"]["ratio"] is None
+    assert "in process, no network (Agent Framework alone" in done.stdout
     assert figures["reconcile_settled"]["value"] == 20
     assert {t["figure"] for t in document["targets"]} == {
         f"{name}_w{workers}"
