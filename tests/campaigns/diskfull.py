@@ -26,21 +26,14 @@ class SmallFilesystem:
     def fill(self) -> int:
         """Write the ballast file until the filesystem refuses (ENOSPC); return the bytes written."""
         written = 0
-        with (self.path / BALLAST).open("ab") as ballast:
-            try:
-                while True:
-                    ballast.write(_CHUNK)
-                    ballast.flush()
-                    written += len(_CHUNK)
-            except OSError as error:
-                if error.errno != errno.ENOSPC:
-                    raise
-        # Small writes can still fit in the last partial block: take those bytes too.
+        # Unbuffered: a buffered file would try to flush what did not fit once more when closed,
+        # and fail there with ENOSPC.
         with (self.path / BALLAST).open("ab", buffering=0) as ballast:
-            for size in (4096, 512, 1):
+            # Small writes can still fit in the last partial block: take those bytes too.
+            for size in (len(_CHUNK), 4096, 512, 1):
                 try:
                     while True:
-                        written += ballast.write(b"\0" * size) or 0
+                        written += ballast.write(_CHUNK[:size]) or 0
                 except OSError as error:
                     if error.errno != errno.ENOSPC:
                         raise
