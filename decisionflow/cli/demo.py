@@ -14,7 +14,10 @@ import argparse
 from pathlib import Path
 
 from decisionflow.cli.command import CommandError, Subparsers
-from decisionflow.settings import MAX_WORKERS
+from decisionflow.settings import MAX_WORKERS, integer
+
+# The servers' own --workers parser: the demo hands the value on to them.
+_parse_workers = integer(1, MAX_WORKERS)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -67,12 +70,9 @@ def register(subparsers: Subparsers) -> None:
 
 def _workers(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if not 1 <= value <= MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_WORKERS}, not {text!r}")
-    return value
+        return _parse_workers(text)
+    except ValueError as error:  # argparse shows an ArgumentTypeError's message, not a ValueError's
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
