@@ -6,8 +6,9 @@ second. Here a writer queues its work (a function of a connection) and takes the
 turn; whoever holds the turn runs every queued work, up to ``MAX_BATCH``, in one transaction
 and commits once. The works run one after the other with no savepoint between them; only when
 one raises is the transaction rolled back and the batch run again with each work in a savepoint
-of its own (a lone work needs none: its transaction is its own). No writer waits on purpose: a batch is what
-queued while the previous commit was in flight, so one writer alone commits at once, as before.
+of its own (a lone work needs none: its transaction is its own). No writer waits on purpose: a
+batch is what queued while the previous commit was in flight, so one writer alone commits at
+once, as before.
 
 Durability is unchanged: a writer gets its answer only after the commit that holds its work has
 returned. Isolation is kept per work: one that raises is rolled back to its savepoint and gets
