@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench clean
 
 setup: $(STAMP)
 
@@ -38,8 +38,12 @@ test: lint typecheck proto-check unit
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)
 
+# The demo and the checkpoint tests under every other Python 3.11+ on this machine (.venvs/VERSION).
+pythons: setup
+	tools/other_pythons.sh
+
 bench: setup
 	$(PY) -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venvs build *.egg-info .pytest_cache .mypy_cache .ruff_cache

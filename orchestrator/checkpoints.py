@@ -12,6 +12,12 @@ this workflow really contain (listed in ``CHECKPOINT_CLASSES``): a sealed pickle
 anything else (``os.system``, ``builtins.exec``, ``subprocess.Popen``...) is refused before
 any of it is called, so a stolen checkpoint key alone does not run code in the orchestrator.
 
+Python versions spell an enum member differently in a pickle: 3.11.7 and 3.12+ write
+``Class(value)``, while 3.11.0-3.11.4 (Debian 12's ``python3`` is 3.11.2) write
+``builtins.getattr(Class, "NAME")``. Both decode, on every version, so replicas on different
+patch releases read each other's checkpoints; ``getattr`` itself is never handed out: the
+pickle gets ``_enum_member``, which answers only a member, by name, of an admitted enum class.
+
 Saves made while a review is opened are collected by ``RunCheckpoints`` and the one the
 pending review resumes from is written in the same transaction as the request's own rows
 (the proposal and its pending review), so a checkpoint write that fails fails the request and
@@ -30,6 +36,7 @@ import io
 import pickle  # decodes through CheckpointUnpickler only, after the HMAC check
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from enum import Enum
 from typing import Any, Protocol
 
 from orchestrator.domain import SealedCheckpoint
@@ -64,15 +71,35 @@ class ForbiddenGlobal(pickle.UnpicklingError):
         super().__init__(f"names {module}.{name}, which a checkpoint never contains")
 
 
+# How Python 3.11.0-3.11.4 pickle an enum member: a call of this global with (Class, "NAME").
+_ENUM_BY_NAME = ("builtins", "getattr")
+
+
+def _enum_member(enum_class: object, name: object, /) -> Enum:
+    """Stand in for ``getattr`` in a pickle: only a member, by name, of an admitted enum class."""
+    if not (
+        isinstance(enum_class, type)
+        and issubclass(enum_class, Enum)
+        and (enum_class.__module__, enum_class.__qualname__) in CHECKPOINT_CLASSES
+        and isinstance(name, str)
+        and name in enum_class.__members__
+    ):
+        raise ForbiddenGlobal(*_ENUM_BY_NAME)
+    return enum_class[name]
+
+
 class CheckpointUnpickler(pickle.Unpickler):
     """An unpickler that resolves only the classes in ``CHECKPOINT_CLASSES``.
 
     ``find_class`` is the only way a pickle reaches a callable, so refusing every other
-    name there refuses ``__reduce__`` tricks before they are called.
+    name there refuses ``__reduce__`` tricks before they are called. The one callable that is
+    not a class, ``builtins.getattr``, resolves to ``_enum_member``.
     """
 
     def find_class(self, module: str, name: str, /) -> Any:
-        """Resolve an allowed class; raise ``ForbiddenGlobal`` for anything else."""
+        """Resolve an allowed class (or the enum-by-name form); raise ``ForbiddenGlobal`` for anything else."""
+        if (module, name) == _ENUM_BY_NAME:
+            return _enum_member
         if (module, name) not in CHECKPOINT_CLASSES:
             raise ForbiddenGlobal(module, name)
         found = super().find_class(module, name)

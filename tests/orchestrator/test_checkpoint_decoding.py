@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import io
 import os
 import pickle
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 import sqlalchemy as sa
+from agent_framework._workflows._runner_context import MessageType
 
 from decisionflow import db, reasons
 from decisionflow.status_details import error_info
@@ -53,6 +57,31 @@ class _Popen:
 
     def __reduce__(self) -> tuple[object, tuple[list[str]]]:
         return (subprocess.Popen, (["touch", str(self.marker)],))
+
+
+class _EnumSpellingPickler(pickle.Pickler):
+    """Pickles enum members one way, whatever this Python's own spelling is.
+
+    ``by_name`` is how Python 3.11.0-3.11.4 do it, ``builtins.getattr(Class, "NAME")``; otherwise
+    ``Class(value)``, as 3.11.7 and 3.12+ do.
+    """
+
+    def __init__(self, buffer: io.BytesIO, *, by_name: bool) -> None:
+        super().__init__(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        self.by_name = by_name
+
+    def reducer_override(self, obj: object) -> Any:
+        if isinstance(obj, Enum):
+            return (getattr, (type(obj), obj.name)) if self.by_name else (type(obj), (obj.value,))
+        return NotImplemented
+
+
+def _pickled(state: object, *, enums_by_name: bool) -> bytes:
+    buffer = io.BytesIO()
+    _EnumSpellingPickler(buffer, by_name=enums_by_name).dump(state)
+    pickled = buffer.getvalue()
+    assert (b"getattr" in pickled) is enums_by_name  # the spelling asked for, really
+    return pickled
 
 
 def _rows(url: str, statement: str, **params: object) -> list[sa.RowMapping]:
@@ -193,3 +222,55 @@ def test_undecodable_sealed_state_is_an_integrity_refusal() -> None:
     with pytest.raises(CheckpointIntegrity) as refused:
         decode_state(sealed)
     assert refused.value.checkpoint_id == "cp" and refused.value.operation_id == "op"
+
+
+@pytest.mark.parametrize("enums_by_name", [True, False], ids=["as-3.11.2", "as-3.11.7"])
+def test_a_checkpoint_resumes_and_commits_whichever_python_spelled_its_enums(
+    make_stack: Callable[..., Stack], database_url: str, enums_by_name: bool
+) -> None:
+    stack = make_stack(database_url)
+    started = stack.review().StartReview(start_request(), timeout=10)
+    checkpoint_id = started.pending_review.checkpoint_id
+    state = decode_state(sealed_checkpoint_from(_checkpoint_row(stack.orchestrator_url, checkpoint_id)))
+    _reseal(stack.orchestrator_url, checkpoint_id, _pickled(state, enums_by_name=enums_by_name))
+
+    answered = stack.review().Approve(approve(started.proposal.operation_id), timeout=10)
+
+    assert answered.operation.receipt.receipt_id
+    assert stack.effects() == 1
+
+
+class _Getattr:
+    """Unpickling this calls ``builtins.getattr(target, name)``, as the 3.11.2 enum form does."""
+
+    def __init__(self, target: object, name: str) -> None:
+        self.target, self.name = target, name
+
+    def __reduce__(self) -> tuple[object, tuple[object, str]]:
+        return (getattr, (self.target, self.name))
+
+
+@pytest.mark.parametrize(
+    ("target", "name"),
+    [
+        (MessageType, "__class__"),  # an attribute that is not a member
+        (MessageType, "mro"),
+        (MessageType, "_member_map_"),
+        (CheckpointSealer, "seal"),  # a class outside the admitted list
+        ("text", "format"),  # not a class at all
+        (MessageType, 1),  # a name that is not a string
+    ],
+    ids=["dunder", "method", "private", "foreign-class", "instance", "non-str-name"],
+)
+def test_getattr_in_a_checkpoint_reaches_only_enum_members(target: object, name: str) -> None:
+    state = pickle.dumps({"member": _Getattr(target, name)})
+    sealed = SealedCheckpoint("cp", "wf", "graph", "op", datetime.now(UTC), "key", "mac", state)
+    with pytest.raises(CheckpointIntegrity, match=r"builtins\.getattr|CheckpointSealer"):
+        decode_state(sealed)
+
+
+def test_an_admitted_enum_member_by_name_decodes_to_the_member() -> None:
+    member = next(iter(MessageType))
+    state = _pickled([member], enums_by_name=True)
+    sealed = SealedCheckpoint("cp", "wf", "graph", "op", datetime.now(UTC), "key", "mac", state)
+    assert decode_state(sealed) == [member]
