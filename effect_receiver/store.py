@@ -8,27 +8,21 @@ reads the winner's row and replays its receipt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from decisionflow import db
-from decisionflow.group_commit import GroupCommit
+from decisionflow.transactions import Transactions
 from effect_receiver.domain import AppliedEffect, ApplyAnswer, ApplyOutcome, Effect, EffectPage, Receipt
-from effect_receiver.errors import IdempotencyKeyReused, Unavailable
+from effect_receiver.errors import IdempotencyKeyReused
 from effect_receiver.schema import VERSION_TABLE, effects, support_review_records
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-T = TypeVar("T")
-
-# Errors that say the database could not answer, not that the request was wrong; the caller
-# retries with the same key, which is safe because the write is idempotent.
-_UNREACHABLE = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
 
 _RECEIPT_COLUMNS = (effects.c.receipt_id, effects.c.operation_id, effects.c.applied_at)
 
@@ -51,59 +45,20 @@ def _receipt(row: sa.Row[*tuple[Any, ...]]) -> Receipt:
     return Receipt(receipt_id=row.receipt_id, operation_id=row.operation_id, applied_at=row.applied_at)
 
 
-@contextmanager
-def _reachable() -> Iterator[None]:
-    try:
-        yield
-    except _UNREACHABLE as exc:
-        cause = getattr(exc, "orig", None) or exc
-        # The driver's text may name hosts; only the full disk, which an operator must act on, is spelt out.
-        detail = db.STORAGE_FULL_MESSAGE if db.storage_full(cause) else type(cause).__name__
-        raise Unavailable(f"receiver database unavailable: {detail}") from exc
-
-
 class EffectStore:
     """Effects and support review records in one database (the primary, or a read replica)."""
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        # The shared engine opens every SQLite transaction with BEGIN IMMEDIATE, so they run one
-        # at a time anyway; this process's threads and the service's other workers take turns
-        # (db.WriteTurn), out of SQLite's busy handler and its sleeps of up to 100 ms (16 callers:
-        # Apply p99 about 0.2 s with a turn, 1.2 s without).
-        self._turn = db.write_turn(engine)
-        # On SQLite, concurrent Applies of this process share commits (decisionflow.group_commit).
-        self._group = GroupCommit(engine, self._turn) if db.is_sqlite(engine) else None
-        # PostgreSQL aborts the whole transaction on a unique violation, so the INSERT runs in a
-        # savepoint there; SQLite fails only the statement and the transaction stays usable, and
-        # a savepoint would cost two more statements (compiled afresh each time) per Apply.
-        self._needs_savepoint = not db.is_sqlite(engine)
-
-    def _guarded(self, conn: sa.Connection) -> AbstractContextManager[object]:
-        return conn.begin_nested() if self._needs_savepoint else nullcontext()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sa.Connection]:
-        with self._turn, _reachable(), self._engine.begin() as conn:
-            yield conn
-
-    def _write(self, work: Callable[[sa.Connection], T]) -> T:
-        """Run work(conn) in a write transaction committed before this returns, shared on SQLite."""
-        with _reachable():
-            if self._group is None:
-                with self._turn, self._engine.begin() as conn:
-                    return work(conn)
-            return self._group.run(work)
-
-    @contextmanager
-    def _reading(self) -> Iterator[sa.Connection]:
-        with _reachable(), db.reading(self._engine) as conn:
-            yield conn
+        # Every SQLite transaction opens with BEGIN IMMEDIATE, so they run one at a time anyway;
+        # the write turn keeps them out of SQLite's busy handler and its sleeps of up to 100 ms
+        # (16 callers: Apply p99 about 0.2 s with a turn, 1.2 s without). On PostgreSQL Apply's
+        # INSERT runs in a savepoint: a unique violation aborts the whole transaction there.
+        self._transactions = Transactions(engine, database="receiver")
 
     @property
     def engine(self) -> Engine:
         """The engine this store runs its transactions on."""
-        return self._engine
+        return self._transactions.engine
 
     def apply(self, effect: Effect, receipt: Receipt) -> ApplyAnswer:
         """Write effect and its record under receipt once; a repeat replays the stored receipt or is refused.
@@ -114,8 +69,8 @@ class EffectStore:
 
         def work(conn: sa.Connection) -> ApplyAnswer:
             try:
-                # The transaction stays usable after a unique violation (see _guarded).
-                with self._guarded(conn):
+                # The transaction stays usable after a unique violation (see savepoint_txn).
+                with self._transactions.savepoint_txn(conn):
                     conn.execute(
                         _INSERT_EFFECT,
                         {
@@ -142,7 +97,7 @@ class EffectStore:
             )
             return ApplyAnswer(ApplyOutcome.CREATED, receipt)
 
-        return self._write(work)
+        return self._transactions.batched(work)
 
     def _replay_txn(self, conn: sa.Connection, effect: Effect, exc: sa.exc.IntegrityError) -> ApplyAnswer:
         # Read committed: after losing the race on the unique key, this statement sees the
@@ -161,7 +116,7 @@ class EffectStore:
         """
         # No INSERT at all: an Apply that may only replay cannot write a second effect, whatever a
         # concurrent prune does between this read and the reply.
-        with self._transaction() as conn:
+        with self._transactions.write() as conn:
             row = conn.execute(_STORED_EFFECT, {"b_operation_id": effect.operation_id}).one_or_none()
         if row is None:
             return None
@@ -171,14 +126,14 @@ class EffectStore:
 
     def lookup(self, operation_id: str) -> Receipt | None:
         """Return the receipt of the effect written under operation_id, or None when there is none."""
-        with self._reading() as conn:
+        with self._transactions.read() as conn:
             row = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == operation_id)).one_or_none()
         return None if row is None else _receipt(row)
 
     def batch_lookup(self, operation_ids: Sequence[str]) -> dict[str, Receipt]:
         """Return the receipts of those operation_ids that have an effect, in one query."""
         wanted = sorted(set(operation_ids))
-        with self._reading() as conn:
+        with self._transactions.read() as conn:
             rows = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id.in_(wanted))).all()
         return {row.operation_id: _receipt(row) for row in rows}
 
@@ -201,7 +156,7 @@ class EffectStore:
             .order_by(effects.c.sequence)
             .limit(limit + 1)  # one more than asked tells whether a next page exists
         )
-        with self._reading() as conn:
+        with self._transactions.read() as conn:
             rows = conn.execute(query).all()
         page = tuple(
             AppliedEffect(
@@ -220,13 +175,13 @@ class EffectStore:
 
     def count_effects(self) -> int:
         """Return how many effects are stored (all cases)."""
-        with self._reading() as conn:
+        with self._transactions.read() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(effects)).scalar_one())
 
     def count_keys_before(self, cutoff: datetime) -> int:
         """Return how many effects were applied before cutoff (what prune_keys_before would delete)."""
         query = sa.select(sa.func.count()).select_from(effects).where(effects.c.applied_at < cutoff)
-        with self._reading() as conn:
+        with self._transactions.read() as conn:
             return int(conn.execute(query).scalar_one())
 
     def prune_keys_before(self, cutoff: datetime, *, limit: int) -> int:
@@ -240,7 +195,7 @@ class EffectStore:
             .order_by(effects.c.sequence)
             .limit(limit)
         )
-        with self._transaction() as conn:
+        with self._transactions.write() as conn:
             keys = list(conn.execute(oldest).scalars())
             if not keys:
                 return 0

@@ -7,7 +7,8 @@ per operation id (primary key), and the case's current proposal moves only by
 compare-and-set. A duplicate key is told from any other constraint failure by reading the
 winner in the same transaction.
 
-Parts: ``_transactions`` (write turn, Unavailable), ``_statements`` (prebuilt statements),
+Transactions (write turn, Unavailable) are ``decisionflow.transactions``, shared with the
+receiver. Parts: ``_statements`` (prebuilt statements),
 ``_rows`` (row → domain), ``_proposals``, ``_ledger`` (decisions), ``_operations`` (reads,
 listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
 ``_housekeeping``, ``_store`` (the sync store) and ``_async`` (its async facade).
@@ -15,13 +16,13 @@ listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
 
 from __future__ import annotations
 
+from decisionflow.transactions import Transactions
 from orchestrator.store._async import AsyncOrchestratorStore
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
 from orchestrator.store._store import OrchestratorStore
-from orchestrator.store._transactions import Transactions
 
 __all__ = [
     "MIGRATIONS",

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from decisionflow.transactions import Transactions
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.schema import checkpoints
 from orchestrator.store._rows import sealed_checkpoint_from
-from orchestrator.store._transactions import Transactions
 
 
 class _AsStoredText(sa.sql.functions.GenericFunction[Any]):

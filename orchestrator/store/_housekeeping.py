@@ -10,11 +10,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from decisionflow.transactions import Transactions
 from orchestrator.domain import PendingReview, SealedCheckpoint, State
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
 from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
 from orchestrator.store._rows import review_from, sealed_checkpoint_from
-from orchestrator.store._transactions import Transactions
 
 SETTLED_STATES = (State.COMMITTED, State.DECLINED, State.REJECTED)
 

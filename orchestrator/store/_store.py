@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from decisionflow.transactions import Transactions
 from orchestrator.domain import (
     OPEN_STATES,
     Decision,
@@ -33,7 +34,6 @@ from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._rows import operation_from, proposal_from, review_from, sealed_checkpoint_from
-from orchestrator.store._transactions import Transactions
 
 MAX_REJECTION_REASON_CHARS = 2000
 
@@ -42,7 +42,7 @@ class OrchestratorStore:
     """Proposals, pending reviews, the decision ledger, operation states and checkpoints."""
 
     def __init__(self, engine: Engine, *, on_checkpoints_written: Callable[[int], None] | None = None) -> None:
-        self.transactions = Transactions(engine)
+        self.transactions = Transactions(engine, database="orchestrator")
         # Told the state bytes of the checkpoints each committed transaction wrote (metrics).
         self._checkpoints_written = on_checkpoints_written or (lambda _: None)
         self.checkpoints = CheckpointTable(self.transactions)
