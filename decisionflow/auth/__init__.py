@@ -6,7 +6,6 @@ _credentials.py  the credentials file (hashed bearer tokens, certificate princip
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
 _server.py       AuthInterceptor and current_principal()
 _reload.py       CredentialsReloader: the credentials file read again (SIGHUP) and swapped in
-testing.py       known identities per role and a recording server, for tests
 
 The client side, bearer metadata and the interceptors that send it, is ``decisionflow.bearer`` in
 the client distribution; it is re-exported here.

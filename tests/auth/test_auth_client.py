@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor, bearer_metadata
-from decisionflow.auth.testing import TOKENS, ContractRecorder, known_credentials, serve
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from tests.support.auth import TOKENS, ContractRecorder, known_credentials, serve
 
 
 def test_bearer_metadata_is_the_authorization_header() -> None:

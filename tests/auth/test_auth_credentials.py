@@ -22,7 +22,7 @@ from decisionflow.auth import (
     parse_credentials,
     token_sha256,
 )
-from decisionflow.auth.testing import TOKENS, credentials_document, known_credentials, token_principal
+from tests.support.auth import TOKENS, credentials_document, known_credentials, token_principal
 
 SHA = hashlib.sha256(b"some token").hexdigest()
 

@@ -22,8 +22,8 @@ from decisionflow.auth import (
     Unauthenticated,
     current_principal,
 )
-from decisionflow.auth.testing import TOKENS, bearer, known_credentials, refusal, serve, token_principal
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from tests.support.auth import TOKENS, bearer, known_credentials, refusal, serve, token_principal
 
 Context = grpc.aio.ServicerContext[Any, Any]
 REVIEW = "/decisionflow.v1.ReviewService/"

@@ -18,8 +18,8 @@ from decisionflow.auth import (
     check_four_eyes,
     policy_gaps,
 )
-from decisionflow.auth.testing import ROLES, TOKENS, ContractRecorder, bearer, known_credentials, serve
 from decisionflow.rpc_errors import code_for
+from tests.support.auth import ROLES, TOKENS, ContractRecorder, bearer, known_credentials, serve
 
 # Written from the specification, independently of RPC_ROLES, so that a slip in either shows up.
 EXPECTED_ROLES: dict[str, set[str]] = {

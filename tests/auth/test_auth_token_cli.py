@@ -13,9 +13,9 @@ import pytest
 
 from decisionflow import cli
 from decisionflow.auth import Principal, Role, load_credentials, token_sha256
-from decisionflow.auth.testing import ContractRecorder, serve
 from decisionflow.cli import token as token_command
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from tests.support.auth import ContractRecorder, serve
 
 
 @pytest.fixture(autouse=True)

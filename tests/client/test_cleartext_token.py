@@ -16,7 +16,6 @@ import grpc
 import pytest
 
 from decisionflow.auth import AUTH_STATUS, RPC_ROLES, AuthInterceptor
-from decisionflow.auth.testing import TOKENS, ContractRecorder, known_credentials
 from decisionflow.channels import CleartextTokenRefused, open_aio_channel, open_channel
 from decisionflow.cli import main as cli_main
 from decisionflow.processes import free_port
@@ -26,6 +25,7 @@ from decisionflow.v1 import review_pb2, review_pb2_grpc
 from orchestrator import main as orchestrator_main
 from orchestrator.config import OrchestratorConfig
 from tests.security.pki import Pki, make_pki
+from tests.support.auth import TOKENS, ContractRecorder, known_credentials
 from tests.support.reconciling import run_reconciler
 
 TOKEN = TOKENS["rita"]

@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.auth.testing import TOKENS, ContractRecorder, known_credentials, serve
 from decisionflow.channels import open_aio_channel, open_channel
 from decisionflow.tls import server_credentials
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from tests.security.pki import Pki, make_pki
+from tests.support.auth import TOKENS, ContractRecorder, known_credentials, serve
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command line")
 

@@ -14,8 +14,8 @@ import pytest
 import trustme
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.auth.testing import ROLES
 from decisionflow.server_security import ServerSecurity
+from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack
 

@@ -1,5 +1,6 @@
 """Test support for code behind AuthInterceptor: one known token per role, the matching
-credentials, and a real server that records who called each RPC of the contract.
+credentials, and a real server that records who called each RPC of the contract. It lives with
+the tests, not in the shipped package, so ``decisionflow.auth`` does not import the server host.
 
     credentials = known_credentials()
     recorder = ContractRecorder()
