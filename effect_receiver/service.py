@@ -10,14 +10,12 @@ for a new effect and for a replay alike:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from decisionflow import tracing
+from decisionflow import page_tokens, tracing
 from decisionflow.failpoints import FailpointError, Failpoints
 from effect_receiver.domain import (
     DEFAULT_PAGE_SIZE,
@@ -41,8 +39,7 @@ COMMIT_THEN_LOSE_REPLY = "receiver.commit_then_lose_reply"
 COMMIT_THEN_EXIT = "receiver.commit_then_exit"
 FAILPOINT_NAMES = (COMMIT_THEN_LOSE_REPLY, COMMIT_THEN_EXIT)
 
-_PAGE_TOKEN_PREFIX = "after:"  # noqa: S105 (a cursor marker, not a secret)
-_MAX_SEQUENCE_DIGITS = 18
+_MAX_SEQUENCE = 2**63
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +62,7 @@ def _refuse(violations: Sequence[Violation]) -> InvalidRequest:
 
 def encode_page_token(after: int) -> str:
     """Return the opaque token that resumes a listing after the effect with sequence after."""
-    return base64.urlsafe_b64encode(f"{_PAGE_TOKEN_PREFIX}{after}".encode()).decode("ascii")
+    return page_tokens.encode("effects", after)
 
 
 def decode_page_token(token: str) -> int:
@@ -73,14 +70,13 @@ def decode_page_token(token: str) -> int:
     if not token:
         return 0
     try:
-        text = base64.urlsafe_b64decode(token.encode("ascii")).decode("ascii")
-    except (binascii.Error, UnicodeError, ValueError):
-        text = ""
-    digits = text.removeprefix(_PAGE_TOKEN_PREFIX)
-    # Sequences are 64-bit: a longer number would overflow the query's parameter (answered UNKNOWN).
-    if not text.startswith(_PAGE_TOKEN_PREFIX) or not digits.isdigit() or len(digits) > _MAX_SEQUENCE_DIGITS:
+        (after,) = page_tokens.decode("effects", token, 1)
+    except ValueError:
+        after = None
+    # Sequences are 64-bit: a larger number would overflow the query's parameter (answered UNKNOWN).
+    if type(after) is not int or not 0 <= after < _MAX_SEQUENCE:
         raise _refuse([Violation("page_token", "is not a token from a previous ListEffects response")])
-    return int(digits)
+    return after
 
 
 class ReceiverService:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable
 
 import grpc
 import pytest
 
+from decisionflow import page_tokens
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from tests.support.stack import Stack, count, policy, start_request
@@ -116,9 +115,15 @@ def test_unknown_operation_is_not_found(make_stack: Callable[..., Stack]) -> Non
 def test_a_page_token_without_a_utc_offset_is_refused(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack()
     # Issued tokens always carry an offset; a time without one names no instant.
-    raw = json.dumps(["2026-01-01T00:00:00", "op-v1-" + "0" * 64]).encode()
-    request = operations_pb2.ListOperationsRequest(page_token=base64.urlsafe_b64encode(raw).decode())
-    with pytest.raises(grpc.RpcError) as refused:
-        stack.operations().ListOperations(request, timeout=10)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert [v.field for v in error_info(refused.value)[2]] == ["page_token"]
+    operation_id = "op-v1-" + "0" * 64
+    issued = page_tokens.encode("operations", "2026-01-01T00:00:00+00:00", operation_id)
+    stack.operations().ListOperations(operations_pb2.ListOperationsRequest(page_token=issued), timeout=10)
+    for forged in (
+        page_tokens.encode("operations", "2026-01-01T00:00:00", operation_id),
+        page_tokens.encode("effects", 41),  # a token of the receiver's listing
+    ):
+        request = operations_pb2.ListOperationsRequest(page_token=forged)
+        with pytest.raises(grpc.RpcError) as refused:
+            stack.operations().ListOperations(request, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert [v.field for v in error_info(refused.value)[2]] == ["page_token"]

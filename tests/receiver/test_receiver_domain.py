@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from decisionflow import page_tokens
 from decisionflow.errors import InvalidRequest
 from effect_receiver.config import load
 from effect_receiver.domain import MAX_PAYLOAD_BYTES, Effect, batch_violations, check_effect
@@ -126,7 +127,9 @@ def test_batch_lookup_bounds() -> None:
 def test_page_tokens_round_trip_and_forged_ones_are_refused() -> None:
     assert decode_page_token("") == 0
     assert decode_page_token(encode_page_token(41)) == 41
-    for forged in ("garbage!", "YWZ0ZXI6LTE=", "bm9wZQ=="):
+    forgeries = ("garbage!", "bm9wZQ==", page_tokens.encode("effects", -1), page_tokens.encode("effects", 2**63))
+    other_listing = page_tokens.encode("operations", "2026-01-01T00:00:00+00:00", "op-v1-" + "0" * 64)
+    for forged in (*forgeries, page_tokens.encode("effects", "41"), page_tokens.encode("effects", True), other_listing):
         with pytest.raises(InvalidRequest) as refused:
             decode_page_token(forged)
         assert refused.value.violations[0].field == "page_token"
