@@ -273,7 +273,8 @@ def test_every_token_file_is_read_and_checked_the_same_way(
     errors = []
     for load, argv, environ, env in (
         (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
-        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_TOKEN_FILE"),
+        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
+        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
     ):
         with pytest.raises(SystemExit) as exited:
             load(argv, {**environ, env: str(file)})
