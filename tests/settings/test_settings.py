@@ -263,6 +263,14 @@ def test_a_bad_value_is_a_usage_error_naming_flag_variable_and_accepted_form(
     assert f"{flag} (env {env})" in error and accepted in error, error
 
 
+# Every setting that reads a token file: its loader, arguments, other settings it needs, and its variable.
+TOKEN_FILE_READERS: tuple[tuple[Callable[..., Any], list[str], dict[str, str], str], ...] = (
+    (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
+    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
+    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
+)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(b"", "non-empty printable text"), (b"two words", "non-empty printable text"), (None, "cannot read token file")],
@@ -274,11 +282,7 @@ def test_every_token_file_is_read_and_checked_the_same_way(
     if content is not None:
         file.write_bytes(content)
     errors = []
-    for load, argv, environ, env in (
-        (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
-        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
-        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
-    ):
+    for load, argv, environ, env in TOKEN_FILE_READERS:
         with pytest.raises(SystemExit) as exited:
             load(argv, {**environ, env: str(file)})
         assert exited.value.code == 2
@@ -286,13 +290,6 @@ def test_every_token_file_is_read_and_checked_the_same_way(
     assert cli_main(["status", "op-v1-x", "--token-file", str(file)]) == 2
     errors.append(capsys.readouterr().err)
     assert all(message in error and str(file) in error for error in errors), errors
-
-
-TOKEN_FILE_READERS = (
-    (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
-    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
-    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
-)
 
 
 @pytest.mark.parametrize("mode", [0o666, 0o602], ids=["0666", "0602"])
