@@ -20,13 +20,13 @@ from google.protobuf import descriptor_pool
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from decisionflow import tracing, workers
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.errors import FieldViolation, InvalidRequest
+from decisionflow.reflection import enable_reflection
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
 from decisionflow.settings import SettingValues, TransportSettings
 
@@ -222,8 +222,8 @@ async def start_server(
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     # The default pool holds every generated module imported so far: the services' own files and
     # STATUS_DETAIL_FILES, imported above.
-    reflection.enable_server_reflection(
-        (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+    enable_reflection(
+        (*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name),
         server,
         pool=descriptor_pool.Default(),
     )

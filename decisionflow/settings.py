@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from decisionflow import addresses
-from decisionflow.auth import bearer_metadata
+from decisionflow.token_files import read_token_file
 
 T = TypeVar("T")
 
@@ -128,19 +128,9 @@ def readable_file(value: str) -> Path:
 
 
 def token_file(value: str) -> str:
-    """Return the bearer token held in the file at value: UTF-8, surrounding whitespace stripped,
-    non-empty printable text without spaces."""
-    try:
-        token = Path(value).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ValueError(f"cannot read token file {value!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"token file {value!r} is not UTF-8 text") from None
-    try:
-        bearer_metadata(token)
-    except ValueError as exc:
-        raise ValueError(f"token file {value!r}: {exc}") from None
-    return token
+    """Return the bearer token held in the file at value (see ``decisionflow.token_files``: printable
+    text without spaces, in a file no one else may write)."""
+    return read_token_file(value)
 
 
 def from_file(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -4,10 +4,15 @@
 #   ca.pem                    the CA certificate clients verify servers with
 #   SERVICE.pem, SERVICE.key  a server certificate (serverAuth) per service name:
 #                             receiver, orchestrator-1, orchestrator-2
-#   credentials.json          hashed bearer tokens, read by the servers
+#   receiver-credentials.json      hashed bearer tokens the receiver accepts: orchestrator.token,
+#                                  reconciler-receiver.token
+#   orchestrator-credentials.json  hashed bearer tokens the orchestrators accept:
+#                                  reconciler-orchestrator.token, author.token, reviewer.token
 #   orchestrator.token        effect_writer: the orchestrator's calls to the receiver
-#   reconciler.token          operator + effect_reader: the reconciler's calls to both services
+#   reconciler-orchestrator.token  operator: the reconciler's calls to the orchestrator
+#   reconciler-receiver.token      effect_reader: the reconciler's calls to the receiver
 #   author.token, reviewer.token   for people using the decisionflow command; mounted nowhere
+# One token per caller and service: a service never receives a token the other service accepts.
 #   checkpoint.keys           the orchestrators' checkpoint HMAC key
 #   postgres.password         the PostgreSQL superuser's password
 #   {orchestrator,receiver}-database.password   each service's PostgreSQL role password
@@ -81,12 +86,15 @@ for service in receiver orchestrator-1 orchestrator-2; do
 done
 
 token() {
-  "${decisionflow[@]}" token new --file credentials.json "$@"
+  local service=$1
+  shift
+  "${decisionflow[@]}" token new --file "$service-credentials.json" "$@"
 }
-token --principal orchestrator --role effect_writer >orchestrator.token
-token --principal reconciler --role operator --role effect_reader >reconciler.token
-token --principal author --role author >author.token
-token --principal reviewer --role reviewer >reviewer.token
+token receiver --principal orchestrator --role effect_writer >orchestrator.token
+token receiver --principal reconciler --role effect_reader >reconciler-receiver.token
+token orchestrator --principal reconciler --role operator >reconciler-orchestrator.token
+token orchestrator --principal author --role author >author.token
+token orchestrator --principal reviewer --role reviewer >reviewer.token
 
 openssl rand -hex 32 >checkpoint.keys
 openssl rand -hex 24 >postgres.password

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One PostgreSQL role per service, owning its own database and nothing else: the orchestrator role
 # owns database orchestrator (shared by the replicas), the receiver role owns database receiver, and
-# PUBLIC may not connect to either, so neither service can read or write the other's tables.
+# PUBLIC may not connect to either, so neither service can read or write the other's tables. PUBLIC
+# may not connect to the maintenance databases (postgres, template1, POSTGRES_DB) either: each role
+# connects to its own database and to no other (the superuser is not bound by CONNECT).
 #
 # The postgres image runs it once, on an empty data directory (docker-entrypoint-initdb.d), as the
 # superuser. Each role's password is read from SECRETS/<service>-database.password, written by
@@ -33,4 +35,11 @@ REVOKE ALL ON SCHEMA public FROM PUBLIC;
 GRANT ALL ON SCHEMA public TO :"name";
 SQL
 done
-echo "postgres-init: roles and databases ${prefix}orchestrator and ${prefix}receiver created"
+
+psql --no-psqlrc -v ON_ERROR_STOP=1 --username "${POSTGRES_USER:-postgres}" --dbname "${POSTGRES_DB:-postgres}" \
+  -v maintenance="${POSTGRES_DB:-postgres}" <<'SQL'
+REVOKE CONNECT, TEMPORARY ON DATABASE postgres, template1 FROM PUBLIC;
+REVOKE CONNECT, TEMPORARY ON DATABASE :"maintenance" FROM PUBLIC;
+SQL
+echo "postgres-init: roles and databases ${prefix}orchestrator and ${prefix}receiver created;" \
+  "PUBLIC may not connect to postgres, template1 or ${POSTGRES_DB:-postgres}"

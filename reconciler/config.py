@@ -30,12 +30,22 @@ RECEIVER_TARGET = Setting(
     "127.0.0.1:50061",
     parse=settings.target,
 )
-TOKEN_FILE = Setting(
-    "token_file",
-    "DECISIONFLOW_RECONCILER_TOKEN_FILE",
-    "file holding the bearer token presented to both services (roles operator and effect_reader)",
+ORCHESTRATOR_TOKEN_FILE = Setting(
+    "orchestrator_token_file",
+    "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE",
+    "file holding the bearer token presented to the orchestrator only (role operator)",
     parse=settings.token_file,
 )
+RECEIVER_TOKEN_FILE = Setting(
+    "receiver_token_file",
+    "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE",
+    "file holding the bearer token presented to the receiver only (role effect_reader)",
+    parse=settings.token_file,
+)
+# Retired: one token sent to both services let a compromised receiver call the orchestrator as an
+# operator. Still recognised, so that a deployment giving it fails at start with a pointer, not with
+# UNAUTHENTICATED on its first call.
+RETIRED_TOKEN_FILE: Setting[str] = Setting("token_file", "DECISIONFLOW_RECONCILER_TOKEN_FILE", "retired")
 CA_FILE = Setting(
     "ca_file",
     "DECISIONFLOW_RECONCILER_CA_FILE",
@@ -91,7 +101,8 @@ INTERVAL = Setting(
 SETTINGS: tuple[Setting[Any], ...] = (
     ORCHESTRATOR_TARGET,
     RECEIVER_TARGET,
-    TOKEN_FILE,
+    ORCHESTRATOR_TOKEN_FILE,
+    RECEIVER_TOKEN_FILE,
     CA_FILE,
     INSECURE_CLEARTEXT_TOKEN,
     GRACE_SECONDS,
@@ -122,7 +133,8 @@ class ReconcilerConfig:
     interval_seconds: float | None = None
     orchestrator_target: str = "127.0.0.1:50051"
     receiver_target: str = "127.0.0.1:50061"
-    token: str | None = None
+    orchestrator_token: str | None = None
+    receiver_token: str | None = None
     ca_file: Path | None = None
     allow_cleartext_token: bool = False
     grace_seconds: float = 30.0
@@ -160,8 +172,17 @@ def parser() -> argparse.ArgumentParser:
         "0 nothing older than --alert-after-seconds is left unconfirmed, 1 something is, 2 could not run.",
     )
     add_settings(cli, (*SETTINGS, *SWITCHES))
+    cli.add_argument(RETIRED_TOKEN_FILE.flag, dest=RETIRED_TOKEN_FILE.key, default=None, help=argparse.SUPPRESS)
     add_version_flag(cli)
     return cli
+
+
+def _refuse_retired_token_file(ns: argparse.Namespace, environ: Mapping[str, str]) -> None:
+    if getattr(ns, RETIRED_TOKEN_FILE.key, None) is not None or environ.get(RETIRED_TOKEN_FILE.env):
+        raise SettingError(
+            f"{RETIRED_TOKEN_FILE.names} is retired: give {ORCHESTRATOR_TOKEN_FILE.flag} (role operator) and "
+            f"{RECEIVER_TOKEN_FILE.flag} (role effect_reader), one token per service"
+        )
 
 
 def from_namespace(
@@ -169,6 +190,7 @@ def from_namespace(
 ) -> ReconcilerConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
     try:
+        _refuse_retired_token_file(ns, environ)
         values = parse_settings(ns, (*SETTINGS, *SWITCHES), environ)
         once, interval = values.required(ONCE), values[INTERVAL]
         if once == (interval is not None):
@@ -178,7 +200,8 @@ def from_namespace(
             interval_seconds=interval,
             orchestrator_target=values.required(ORCHESTRATOR_TARGET),
             receiver_target=values.required(RECEIVER_TARGET),
-            token=values[TOKEN_FILE],
+            orchestrator_token=values[ORCHESTRATOR_TOKEN_FILE],
+            receiver_token=values[RECEIVER_TOKEN_FILE],
             ca_file=values[CA_FILE],
             allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
             grace_seconds=values.required(GRACE_SECONDS),

@@ -94,25 +94,20 @@ def _stderr_line(text: str) -> None:
 
 @contextmanager
 def open_channels(config: ReconcilerConfig) -> Iterator[tuple[grpc.Channel, grpc.Channel]]:
-    """Yield channels to the orchestrator and the receiver (TLS with a CA file, the token on every call);
-    an unusable CA file, or a token that would travel in cleartext beyond loopback, raises StartupError."""
+    """Yield channels to the orchestrator and the receiver (TLS with a CA file), each carrying only its
+    own service's token on every call; an unusable CA file, or a token that would travel in cleartext
+    beyond loopback, raises StartupError."""
     startup.check_ca_file(config.ca_file, configuration.CA_FILE)
+    # One token per service: the receiver never sees the operator token, the orchestrator never the reader's.
+    aimed = ((config.orchestrator_target, config.orchestrator_token), (config.receiver_target, config.receiver_token))
     with startup.refusing_cleartext(CHANNEL_SETTINGS):
-        for target in (config.orchestrator_target, config.receiver_target):
+        for target, token in aimed:
             check_cleartext_token(
-                target, ca_file=config.ca_file, token=config.token, allow_cleartext_token=config.allow_cleartext_token
+                target, ca_file=config.ca_file, token=token, allow_cleartext_token=config.allow_cleartext_token
             )
-    orchestrator = open_channel(
-        config.orchestrator_target,
-        ca_file=config.ca_file,
-        token=config.token,
-        allow_cleartext_token=config.allow_cleartext_token,
-    )
-    receiver = open_channel(
-        config.receiver_target,
-        ca_file=config.ca_file,
-        token=config.token,
-        allow_cleartext_token=config.allow_cleartext_token,
+    orchestrator, receiver = (
+        open_channel(target, ca_file=config.ca_file, token=token, allow_cleartext_token=config.allow_cleartext_token)
+        for target, token in aimed
     )
     try:
         yield orchestrator, receiver

@@ -146,10 +146,15 @@ class Story:
             self.stack.orchestrator.target,
             "--receiver-target",
             self.stack.receiver.target,
-            "--token-file",
+            "--orchestrator-token-file",
             str(self.ws.token_file(ws.OPERATOR)),
+            "--receiver-token-file",
+            str(self.ws.token_file(ws.RECONCILER_READER)),
         ]
-        self.say.line(f"$ decisionflow-reconciler --once --json   (as {ws.OPERATOR})")
+        self.say.line(
+            f"$ decisionflow-reconciler --once --json   (as {ws.OPERATOR} at the orchestrator, "
+            f"{ws.RECONCILER_READER} at the receiver)"
+        )
         passed = self.stack.children.run("reconciler.main", args)
         summary = passed.document
         self.say.line(

@@ -14,11 +14,14 @@ from typing import Any
 from decisionflow.auth import Role, issue_token
 
 AUTHOR, REVIEWER, OPERATOR, ORCHESTRATOR, NAIVE_CLIENT = "ava", "rita", "ops", "orchestrator", "naive-client"
+# The reconciler's token for the receiver: the receiver never sees a token the orchestrator takes as operator.
+RECONCILER_READER = "reconciler"
 
 PRINCIPALS: dict[str, tuple[Role, ...]] = {
     AUTHOR: (Role.AUTHOR,),
     REVIEWER: (Role.REVIEWER,),
     OPERATOR: (Role.OPERATOR, Role.EFFECT_READER),
+    RECONCILER_READER: (Role.EFFECT_READER,),
     ORCHESTRATOR: (Role.EFFECT_WRITER, Role.EFFECT_READER),
     # The control experiment's client writes effects directly, as a service without idempotency would.
     NAIVE_CLIENT: (Role.EFFECT_WRITER,),

@@ -49,7 +49,10 @@ CANARY_TRIES = 10
 DELAYER_START_POLLS = 200
 PRINCIPALS = {
     "reviewer": frozenset({Role.REVIEWER, Role.AUTHOR}),
+    # The checks read both services; the reconciler process presents each service its own token.
     "reconciler": frozenset({Role.OPERATOR, Role.EFFECT_READER}),
+    "reconciler-operator": frozenset({Role.OPERATOR}),
+    "reconciler-reader": frozenset({Role.EFFECT_READER}),
     "orchestrator": frozenset({Role.EFFECT_WRITER}),
 }
 
@@ -101,7 +104,12 @@ def partitioned(
             server.netns, server.bind_host, server.host = namespace, "0.0.0.0", host
             server.argv += security.server_argv(name)
         cluster.reconciler_extra_argv = ["--ca-file", str(security.ca_file)]
-        cluster.reconciler_extra_argv += ["--token-file", str(security.token_file("reconciler"))]
+        cluster.reconciler_extra_argv += [
+            "--orchestrator-token-file",
+            str(security.token_file("reconciler-operator")),
+            "--receiver-token-file",
+            str(security.token_file("reconciler-reader")),
+        ]
         try:
             receiver.start()
             orchestrator.argv += [

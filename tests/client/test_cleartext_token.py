@@ -148,7 +148,7 @@ def test_the_review_commands_refuse_then_honour_the_opt_in(
 
 
 def test_the_reconciler_refuses_before_calling_and_names_the_opt_in(token_file: Path) -> None:
-    argv = ["--once", "--orchestrator-target", "vm:50051", "--token-file", str(token_file)]
+    argv = ["--once", "--orchestrator-target", "vm:50051", "--orchestrator-token-file", str(token_file)]
     run = run_reconciler(argv)
     assert run.returncode == 2 and run.stdout == ""
     [line] = run.stderr.splitlines()

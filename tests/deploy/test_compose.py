@@ -2,18 +2,21 @@
 configuration: every command and flag exists, every variable is one the service reads, every
 service has a healthcheck, every secret a service names is one it mounts and one
 deploy/make-secrets.sh writes, and each service's own mounts really start a TLS +
-token-authenticated topology."""
+token-authenticated topology. It is also checked against the Compose and PostgreSQL versions
+docs/deployment.md says are supported."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 
@@ -33,6 +36,48 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-reconciler": RECONCILER_SETTINGS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
+
+
+# The Compose Specification's top-level elements, as Compose v2 reads them (x- extensions aside);
+# `version` is obsolete there. Compose v1 knows neither `name` nor a file without `version`.
+COMPOSE_V2_TOP_LEVEL = {"name", "services", "networks", "volumes", "secrets", "configs", "include"}
+
+
+def _supported(component: str) -> str:
+    """The supported version of component, from the table in docs/deployment.md#supported-versions."""
+    table = (ROOT / "docs" / "deployment.md").read_text().split("## Supported versions", 1)[1]
+    [row] = [line for line in table.splitlines() if line.startswith(f"| {component} |")]
+    return row.split("|")[2].strip()
+
+
+def _postgres_major() -> str:
+    found = re.fullmatch(r"(\d+) .*", _supported("PostgreSQL"))
+    assert found, _supported("PostgreSQL")
+    return found[1]
+
+
+def test_the_file_is_one_the_supported_compose_reads() -> None:
+    assert _supported("Docker Compose").startswith("v2 "), "only Compose v2 is documented as supported"
+    top_level = {key for key in COMPOSE if not key.startswith("x-")}
+    assert top_level <= COMPOSE_V2_TOP_LEVEL, sorted(top_level - COMPOSE_V2_TOP_LEVEL)
+    assert COMPOSE["name"] == "decisionflow"  # why Compose v1 refuses the file: said in the table
+    assert "Compose v1" in (ROOT / "docker-compose.yml").read_text().split("\nname:", 1)[0]
+
+
+def test_postgres_image_is_the_supported_major_version() -> None:
+    image = COMPOSE["services"]["postgres"]["image"]
+    repository, _, tag = image.partition(":")
+    assert repository == "postgres" and re.split(r"[.-]", tag)[0] == _postgres_major(), image
+    readme = (ROOT / "README.md").read_text()
+    assert f"Docker Compose v2 and runs PostgreSQL {_postgres_major()}" in readme
+
+
+@pytest.mark.postgres
+def test_the_supported_postgres_major_is_the_one_the_tests_run_against(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, connect_timeout=5) as connection:
+        row = connection.execute("SHOW server_version_num").fetchone()
+    assert row is not None
+    assert str(int(row[0]) // 10000) == _postgres_major()
 
 
 def test_topology() -> None:
@@ -190,8 +235,10 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
                 f"localhost:{receiver.port}",
                 "--ca-file",
                 ca,
-                "--token-file",
-                reconciler_env["DECISIONFLOW_RECONCILER_TOKEN_FILE"],
+                "--orchestrator-token-file",
+                reconciler_env["DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"],
+                "--receiver-token-file",
+                reconciler_env["DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"],
             ],
             capture_output=True,
             text=True,

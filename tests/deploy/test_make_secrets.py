@@ -41,8 +41,8 @@ def made() -> Iterator[MadeSecrets]:
         yield make_secrets_as_documented(directory)
 
 
-def _principal_roles(made: MadeSecrets, token_name: str) -> set[str]:
-    credentials = load_credentials(made.folder / "credentials.json")
+def _principal_roles(made: MadeSecrets, token_name: str, service: str) -> set[str]:
+    credentials = load_credentials(made.folder / f"{service}-credentials.json")
     digest = token_sha256((made.folder / token_name).read_text().strip())
     return {role.value for entry in credentials.tokens if entry.sha256 == digest for role in entry.roles}
 
@@ -60,21 +60,34 @@ def test_least_privilege_mounts(made: MadeSecrets) -> None:
     everything = set().union(*mounted.values())
     assert "ca.key" not in everything and not any("/ca/" in str(f) for n in mounted for f in made.mounts(n).values())
     assert {"author.token", "reviewer.token"}.isdisjoint(everything)
-    receiver = {"receiver.pem", "receiver.key", "credentials.json", "ca.pem", "receiver-database.url"}
+    receiver = {"receiver.pem", "receiver.key", "receiver-credentials.json", "ca.pem", "receiver-database.url"}
     assert mounted["receiver"] == receiver
     for name in ("orchestrator-1", "orchestrator-2"):
         assert "checkpoint.keys" in mounted[name] and "orchestrator.token" in mounted[name]
-        assert "receiver-database.url" not in mounted[name] and "reconciler.token" not in mounted[name]
-    assert mounted["reconciler"] == {"ca.pem", "reconciler.token"}
+        assert "orchestrator-credentials.json" in mounted[name] and "receiver-credentials.json" not in mounted[name]
+        assert "receiver-database.url" not in mounted[name]
+        assert {f for f in mounted[name] if f.endswith(".token")} == {"orchestrator.token"}
+    assert mounted["reconciler"] == {"ca.pem", "reconciler-orchestrator.token", "reconciler-receiver.token"}
     assert all("checkpoint.keys" not in mounted[name] for name in ("receiver", "reconciler", "postgres"))
     assert (made.folder / "ca" / "ca.key").is_file()
 
 
 def test_tokens_carry_only_the_roles_each_caller_needs(made: MadeSecrets) -> None:
-    assert _principal_roles(made, "orchestrator.token") == {"effect_writer"}
-    assert _principal_roles(made, "reconciler.token") == {"operator", "effect_reader"}
-    assert _principal_roles(made, "author.token") == {"author"}
-    assert _principal_roles(made, "reviewer.token") == {"reviewer"}
+    assert _principal_roles(made, "orchestrator.token", "receiver") == {"effect_writer"}
+    assert _principal_roles(made, "reconciler-receiver.token", "receiver") == {"effect_reader"}
+    assert _principal_roles(made, "reconciler-orchestrator.token", "orchestrator") == {"operator"}
+    assert _principal_roles(made, "author.token", "orchestrator") == {"author"}
+    assert _principal_roles(made, "reviewer.token", "orchestrator") == {"reviewer"}
+
+
+def test_each_service_accepts_only_the_tokens_that_call_it(made: MadeSecrets) -> None:
+    # A service sees every token presented to it: none it receives may be accepted by the other.
+    accepted = {
+        service: {token.name for token in made.folder.glob("*.token") if _principal_roles(made, token.name, service)}
+        for service in ("receiver", "orchestrator")
+    }
+    assert accepted["receiver"] == {"orchestrator.token", "reconciler-receiver.token"}
+    assert accepted["orchestrator"] == {"reconciler-orchestrator.token", "author.token", "reviewer.token"}
 
 
 @pytest.mark.parametrize("name", ["receiver", "orchestrator-1", "orchestrator-2"])
@@ -140,7 +153,7 @@ def test_runs_from_another_directory_and_a_failure_leaves_no_folder(tmp_path: Pa
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr
-    assert (elsewhere / "out" / "credentials.json").is_file()
-    assert json.loads((elsewhere / "out" / "credentials.json").read_text())["tokens"]
+    for service in ("receiver", "orchestrator"):
+        assert json.loads((elsewhere / "out" / f"{service}-credentials.json").read_text())["tokens"]
     again = run_make_secrets(clone, str(elsewhere / "out"))
     assert again.returncode == 1 and "already exists" in again.stderr

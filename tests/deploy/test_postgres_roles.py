@@ -1,6 +1,10 @@
-"""deploy/postgres-init.sh on the real PostgreSQL server: one role per service, owning its own database
+"""deploy/postgres-init.sh on a real PostgreSQL server: one role per service, owning its own database
 only. Each service migrates and serves as its own role, reading its URL (with the password
-make-secrets.sh generated) from a file; the receiver's role cannot reach the orchestrator's tables."""
+make-secrets.sh generated) from a file; the receiver's role cannot reach the orchestrator's tables,
+and neither role can connect to the maintenance databases.
+
+The script revokes CONNECT on postgres and template1 from PUBLIC, a change to the whole cluster, so
+it runs on a scratch server of the test's own (initdb), never on the machine's shared one."""
 
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ import psycopg
 import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2_grpc
+from tests.campaigns.pgcluster import postgres_server
 from tests.deploy.made import ROOT, copy_repository, run_make_secrets
-from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.servers import spawn
 from tests.support.stack import approve, start_request
 
@@ -48,26 +52,27 @@ class Roles:
 
 @pytest.fixture
 def roles(tmp_path: Path) -> Iterator[Roles]:
-    """Run make-secrets.sh, then postgres-init.sh with unique names; drop what it made afterwards."""
-    scratch = create_postgres_database()  # skips (or fails in CI) when PostgreSQL is unreachable
-    admin_url = scratch.rsplit("/", 1)[0] + "/postgres"
+    """Run make-secrets.sh, then postgres-init.sh (with a prefix on the names) on a scratch server that
+    checks passwords for every role but the superuser."""
     clone = copy_repository(tmp_path / "clone")
     made = run_make_secrets(clone)
     assert made.returncode == 0, made.stderr
-    prefix = f"dftest_{uuid.uuid4().hex[:8]}_"
-    found = Roles(admin_url, prefix, clone / "deploy" / "secrets")
-    try:
-        server = urlsplit(admin_url)
+    with postgres_server() as server:  # skips (or fails in CI) without PostgreSQL's binaries
+        (server.datadir / "pg_hba.conf").write_text(
+            "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n", encoding="utf-8"
+        )
+        server.query("SELECT pg_reload_conf()")
+        found = Roles(server.url(), f"dftest_{uuid.uuid4().hex[:8]}_", clone / "deploy" / "secrets")
         init = subprocess.run(
             ["bash", str(ROOT / "deploy" / "postgres-init.sh")],
             env={
                 "PATH": "/usr/bin:/bin",
-                "PGHOST": server.hostname or "127.0.0.1",
-                "PGPORT": str(server.port or 5432),
-                "POSTGRES_USER": server.username or "postgres",
+                "PGHOST": "127.0.0.1",
+                "PGPORT": str(server.port),
+                "POSTGRES_USER": "postgres",
                 "POSTGRES_DB": "postgres",
                 "DECISIONFLOW_SECRETS_DIR": str(found.secrets),
-                "DECISIONFLOW_DATABASE_PREFIX": prefix,
+                "DECISIONFLOW_DATABASE_PREFIX": found.prefix,
             },
             capture_output=True,
             text=True,
@@ -76,12 +81,6 @@ def roles(tmp_path: Path) -> Iterator[Roles]:
         )
         assert init.returncode == 0, init.stderr
         yield found
-    finally:
-        drop_postgres_database(scratch)
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            for service in ("orchestrator", "receiver"):
-                admin.execute(f'DROP DATABASE IF EXISTS "{prefix}{service}" WITH (FORCE)')
-                admin.execute(f'DROP ROLE IF EXISTS "{prefix}{service}"')
 
 
 def test_each_service_migrates_and_serves_as_its_own_role(roles: Roles, tmp_path: Path) -> None:
@@ -163,3 +162,14 @@ def test_public_cannot_connect_to_either_database(roles: Roles) -> None:
                 assert owner == (roles.prefix + service,)
         finally:
             admin.execute(f'DROP ROLE "{stranger}"')
+
+
+def test_each_role_connects_to_its_own_database_and_no_other(roles: Roles) -> None:
+    for role in ("orchestrator", "receiver"):
+        psycopg.connect(roles.url(role, role), connect_timeout=5).close()
+        own = roles.url(role, role).rsplit("/", 1)[0]
+        for database in ("postgres", "template1"):
+            with pytest.raises(psycopg.OperationalError, match=f'permission denied for database "{database}"'):
+                psycopg.connect(f"{own}/{database}", connect_timeout=5).close()
+    # The superuser, as the compose healthcheck and the image's entrypoint connect, still can.
+    psycopg.connect(roles.admin_url, connect_timeout=5).close()

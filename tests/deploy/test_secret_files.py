@@ -214,3 +214,16 @@ def test_dockerignore_keeps_secrets_databases_and_caches_out(path: str) -> None:
 )
 def test_dockerignore_keeps_what_the_image_copies(path: str) -> None:
     assert not _ignored(_dockerignore(), path), path
+
+
+@pytest.mark.parametrize(
+    "path", [".env", ".env.tmp", "deploy/secrets/orchestrator-credentials.json", "deploy/secrets/ca/ca.key"]
+)
+def test_git_ignores_what_make_secrets_writes(path: str) -> None:
+    # make-secrets.sh writes DECISIONFLOW_SECRETS_GID to .env (through .env.tmp) beside the secrets.
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--quiet", path], cwd=ROOT, capture_output=True, timeout=30, check=False
+    )
+    if checked.returncode == 128:
+        pytest.skip(f"not a git checkout: {checked.stderr.decode(errors='replace').strip()}")
+    assert checked.returncode == 0, f"git would offer to commit {path}"

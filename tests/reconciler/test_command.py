@@ -130,7 +130,8 @@ def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
         ["--once", "--interval", "5"],
         ["--interval", "0"],
         [],
-        ["--once", "--token-file", "/nonexistent/reconciler.token"],
+        ["--once", "--orchestrator-token-file", "/nonexistent/reconciler.token"],
+        ["--once", "--receiver-token-file", "/nonexistent/reconciler.token"],
         ["--once", "--ca-file", "/nonexistent/ca.pem"],
         ["--once", "--log-level", "chatty"],
     ],
@@ -143,40 +144,49 @@ def test_exit_2_on_bad_configuration(argv: list[str], capsys: pytest.CaptureFixt
 
 
 def test_configuration_comes_from_flags_then_environment_then_defaults(tmp_path: Path) -> None:
-    token = tmp_path / "reconciler.token"
-    token.write_text("s3cret-token\n")
+    operator, reader = tmp_path / "operator.token", tmp_path / "reader.token"
+    operator.write_text("operator-token\n")
+    reader.write_text("reader-token\n")
     environ = {
         "DECISIONFLOW_ORCHESTRATOR_TARGET": "orchestrator:50051",
-        "DECISIONFLOW_RECONCILER_TOKEN_FILE": str(token),
+        "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE": str(operator),
+        "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE": str(reader),
         "DECISIONFLOW_RECONCILER_BATCH_SIZE": "1000",
         "DECISIONFLOW_RECONCILER_METRICS_PORT": "9102",
     }
     config = load(["--interval", "30", "--batch-size", "250", "--no-redrive"], environ)
     assert (config.once, config.interval_seconds, config.no_redrive, config.json) == (False, 30.0, True, False)
     assert (config.orchestrator_target, config.receiver_target) == ("orchestrator:50051", "127.0.0.1:50061")
-    assert (config.token, config.batch_size, config.metrics_port) == ("s3cret-token", 250, 9102)
+    assert (config.orchestrator_token, config.receiver_token) == ("operator-token", "reader-token")
+    assert (config.batch_size, config.metrics_port) == (250, 9102)
     assert (config.grace_seconds, config.alert_after_seconds, config.timeout_seconds) == (30.0, 300.0, 10.0)
 
 
 @pytest.mark.slow
-def test_bearer_token_is_presented_to_both_services(tmp_path: Path) -> None:
-    credentials = tmp_path / "credentials.json"
-    writer = issue_token(credentials, "orchestrator", [Role.EFFECT_WRITER])
-    operator = issue_token(credentials, "reconciler", [Role.OPERATOR, Role.EFFECT_READER])
-    (tmp_path / "orchestrator.token").write_text(writer + "\n")
-    (tmp_path / "reconciler.token").write_text(operator + "\n")
+def test_each_service_is_presented_only_its_own_token(tmp_path: Path) -> None:
+    # Each service's credentials list only the tokens that call it, so a token sent to the wrong
+    # service is refused there: the pass works only if each service sees its own token.
+    receiver_credentials = tmp_path / "receiver-credentials.json"
+    orchestrator_credentials = tmp_path / "orchestrator-credentials.json"
+    tokens = {
+        "orchestrator": issue_token(receiver_credentials, "orchestrator", [Role.EFFECT_WRITER]),
+        "reader": issue_token(receiver_credentials, "reconciler", [Role.EFFECT_READER]),
+        "operator": issue_token(orchestrator_credentials, "reconciler", [Role.OPERATOR]),
+    }
+    for name, token in tokens.items():
+        (tmp_path / f"{name}.token").write_text(token + "\n")
+    assert tokens["operator"] not in receiver_credentials.read_text()
     receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
     orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
     applied = seed_operations(orchestrator_url, 2)
     seed_effects(receiver_url, applied)
     seed_operations(orchestrator_url, 1)  # attempted, never applied: the re-drive needs the writer token
-    secured = {"DECISIONFLOW_CREDENTIALS_FILE": str(credentials)}
     receiver = spawn(
         "effect_receiver.main",
         ["--address", "127.0.0.1:0", "--database-url", receiver_url],
         tmp_path,
         "receiver",
-        env=secured,
+        env={"DECISIONFLOW_CREDENTIALS_FILE": str(receiver_credentials)},
     )
     orchestrator = spawn(
         "orchestrator.main",
@@ -184,19 +194,27 @@ def test_bearer_token_is_presented_to_both_services(tmp_path: Path) -> None:
         tmp_path,
         "orchestrator",
         env={
-            **secured,
+            "DECISIONFLOW_CREDENTIALS_FILE": str(orchestrator_credentials),
             "DECISIONFLOW_CHECKPOINT_KEYS": CHECKPOINT_KEY,
             "DECISIONFLOW_RECEIVER_TOKEN_FILE": str(tmp_path / "orchestrator.token"),
         },
     )
     try:
-        aim = ["--orchestrator-target", orchestrator.target, "--receiver-target", receiver.target]
-        anonymous = run_reconciler(["--once", "--json", *aim])
+        aim = ["--once", "--json", "--orchestrator-target", orchestrator.target, "--receiver-target", receiver.target]
+        anonymous = run_reconciler(aim)
         assert anonymous.returncode == 2 and "UNAUTHENTICATED" in anonymous.stderr
+        # The operator's token is not one the receiver accepts: every lookup there is refused.
+        one_token = ["--orchestrator-token-file", str(tmp_path / "operator.token")]
+        refused = run_reconciler([*aim, *one_token, "--receiver-token-file", str(tmp_path / "operator.token")])
+        assert refused.summary["lookup_failures"] == 3 and refused.summary["settled"] == 0, refused.stderr
         assert open_count(orchestrator_url) == 3
 
         run = run_reconciler(
-            ["--once", "--json", *aim], env={"DECISIONFLOW_RECONCILER_TOKEN_FILE": str(tmp_path / "reconciler.token")}
+            aim,
+            env={
+                "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE": str(tmp_path / "operator.token"),
+                "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE": str(tmp_path / "reader.token"),
+            },
         )
         assert run.returncode == 0, run.stderr
         assert (run.summary["settled"], run.summary["redrive_outcomes"]["committed"]) == (2, 1)
@@ -205,6 +223,25 @@ def test_bearer_token_is_presented_to_both_services(tmp_path: Path) -> None:
     finally:
         orchestrator.stop()
         receiver.stop()
+
+
+@pytest.mark.parametrize("source", ["flag", "environment"])
+def test_the_retired_token_file_is_refused_naming_the_two_flags(
+    tmp_path: Path, source: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "reconciler.token"
+    token.write_text("one-token-for-both\n")
+    argv, environ = ["--once"], dict[str, str]()
+    if source == "flag":
+        argv += ["--token-file", str(token)]
+    else:
+        environ["DECISIONFLOW_RECONCILER_TOKEN_FILE"] = str(token)
+    with pytest.raises(SystemExit) as exited:
+        load(argv, environ)
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("decisionflow-reconciler: error: --token-file (env DECISIONFLOW_RECONCILER_TOKEN_FILE)")
+    assert "--orchestrator-token-file (role operator)" in line and "--receiver-token-file (role effect_reader)" in line
 
 
 @pytest.mark.slow

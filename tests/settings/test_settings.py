@@ -4,7 +4,10 @@ reports a bad value as a usage error (exit 2) naming the flag and the environmen
 from __future__ import annotations
 
 import argparse
+import grp
 import math
+import os
+import pwd
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -260,6 +263,14 @@ def test_a_bad_value_is_a_usage_error_naming_flag_variable_and_accepted_form(
     assert f"{flag} (env {env})" in error and accepted in error, error
 
 
+# Every setting that reads a token file: its loader, arguments, other settings it needs, and its variable.
+TOKEN_FILE_READERS: tuple[tuple[Callable[..., Any], list[str], dict[str, str], str], ...] = (
+    (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
+    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
+    (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
+)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(b"", "non-empty printable text"), (b"two words", "non-empty printable text"), (None, "cannot read token file")],
@@ -271,10 +282,7 @@ def test_every_token_file_is_read_and_checked_the_same_way(
     if content is not None:
         file.write_bytes(content)
     errors = []
-    for load, argv, environ, env in (
-        (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
-        (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_TOKEN_FILE"),
-    ):
+    for load, argv, environ, env in TOKEN_FILE_READERS:
         with pytest.raises(SystemExit) as exited:
             load(argv, {**environ, env: str(file)})
         assert exited.value.code == 2
@@ -282,6 +290,52 @@ def test_every_token_file_is_read_and_checked_the_same_way(
     assert cli_main(["status", "op-v1-x", "--token-file", str(file)]) == 2
     errors.append(capsys.readouterr().err)
     assert all(message in error and str(file) in error for error in errors), errors
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o602], ids=["0666", "0602"])
+def test_a_token_file_everyone_may_write_is_refused_by_every_reader(
+    tmp_path: Path, mode: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "shared.token"
+    file.write_text("someone-elses-token\n")
+    file.chmod(mode)
+    errors = []
+    for load, argv, environ, env in TOKEN_FILE_READERS:
+        with pytest.raises(SystemExit) as exited:
+            load(argv, {**environ, env: str(file)})
+        assert exited.value.code == 2
+        errors.append(capsys.readouterr().err.strip().splitlines()[-1])
+    assert cli_main(["status", "op-v1-x", "--token-file", str(file)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    errors.append(line)
+    wanted = f"token file {str(file)!r} is writable by everyone (mode {mode:04o})"
+    assert all(wanted in error and "chmod go-w" in error for error in errors), errors
+    assert all("someone-elses-token" not in error for error in errors)
+    file.chmod(0o644)
+    assert settings.token_file(str(file)) == "someone-elses-token"
+
+
+def test_a_group_writable_token_file_is_read_only_when_the_group_is_the_owners_own(tmp_path: Path) -> None:
+    file = tmp_path / "group.token"
+    file.write_text("a-token\n")
+    file.chmod(0o660)
+    owner = pwd.getpwuid(os.getuid()).pw_name
+    shared = next((g for g in grp.getgrall() if g.gr_name != owner), None)
+    try:
+        assert shared is not None
+        os.chown(file, -1, shared.gr_gid)
+    except (AssertionError, PermissionError):
+        pytest.skip("cannot give the file another group here")
+    with pytest.raises(ValueError, match=f"is writable by group {shared.gr_name} \\(mode 0660\\)"):
+        settings.token_file(str(file))
+    try:
+        private = grp.getgrnam(owner)
+    except KeyError:
+        pytest.skip(f"{owner} has no private group here")
+    if set(private.gr_mem) - {owner}:
+        pytest.skip(f"{owner}'s group of the same name has other members")
+    os.chown(file, -1, private.gr_gid)  # umask 002 on a user-private group: only the owner can write
+    assert settings.token_file(str(file)) == "a-token"
 
 
 def test_the_reconciler_alert_age_has_one_name(capsys: pytest.CaptureFixture[str]) -> None:
