@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from decisionflow.handlers import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
+from decisionflow.client_interceptors import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
 
 AUTHORIZATION = "authorization"
 

@@ -18,7 +18,7 @@ import grpc
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from decisionflow.handlers import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
+from decisionflow.client_interceptors import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
 
 INSTRUMENTATION = "decisionflow"
 # Attribute names of the product's own span attributes; each is also a field of the access line.

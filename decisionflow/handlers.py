@@ -1,6 +1,7 @@
 """Server interceptors' one way to take a gRPC method handler apart and build it again around a
 new behaviour, whatever its kind (unary or streaming on either side), and to tell the status code
-a call ended with."""
+a call ended with. Server-only: the light client's interceptor types are
+``decisionflow.client_interceptors``."""
 
 from __future__ import annotations
 
@@ -10,20 +11,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-# The gRPC generics are not subscriptable at run time: these aliases are what every interceptor of
-# the project subclasses or annotates with.
+# The gRPC generics are not subscriptable at run time: these aliases are what every server
+# interceptor of the project subclasses or annotates with.
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
     Context = grpc.aio.ServicerContext[Any, Any]
     ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-    AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
-    UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor[Any, Any]
 else:
     Handler = grpc.RpcMethodHandler
     Context = grpc.aio.ServicerContext
     ServerInterceptor = grpc.aio.ServerInterceptor
-    AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor
-    UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor
 
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
