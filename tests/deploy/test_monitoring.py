@@ -88,6 +88,7 @@ def test_alert_rules_are_well_formed() -> None:
         "DecisionflowReconcilerFailing",
         "DecisionflowReconcilerStale",
         "DecisionflowReceiverErrors",
+        "DecisionflowReceiverRefusesOrchestrator",
         "DecisionflowApproveSlow",
     } <= set(names)
     for rule in rules:
@@ -98,11 +99,19 @@ def test_alert_rules_are_well_formed() -> None:
         assert rule["expr"].count("{") == rule["expr"].count("}"), rule["alert"]
 
 
-def test_the_receiver_error_alert_leaves_definite_refusals_out() -> None:
+def test_the_receiver_error_alert_counts_refused_credentials_and_leaves_refused_content_out() -> None:
     [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverErrors"]
-    for definite in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "UNAUTHENTICATED", "PERMISSION_DENIED"):
-        assert definite not in rule["expr"]
-    assert "UNAVAILABLE" in rule["expr"] and "DEADLINE_EXCEEDED" in rule["expr"]
+    for content in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"):
+        assert content not in rule["expr"]
+    for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert code in rule["expr"]
+
+
+def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
+    assert "decisionflow_receiver_call_errors_total" in rule["expr"] and 'job="orchestrator"' in rule["expr"]
+    assert "UNAUTHENTICATED" in rule["expr"] and "PERMISSION_DENIED" in rule["expr"]
+    assert rule["labels"]["severity"] == "page"
 
 
 def test_every_dashboard_panel_queries_prometheus() -> None:
