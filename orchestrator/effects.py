@@ -20,7 +20,7 @@ import grpc
 
 from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
-from orchestrator.domain import Receipt
+from orchestrator.domain import Receipt, RetentionRefusal
 from orchestrator.ports import EffectIndeterminate, EffectRefused, KeyRetentionRefused, ReceiverRefusedCaller
 
 logger = logging.getLogger(__name__)
@@ -98,12 +98,8 @@ class ReceiverEffects:
                 operation_id,
                 extra={"operation_id": operation_id, "case_id": case_id},
             )
-            raise KeyRetentionRefused(
-                _describe(error),
-                operation_id=operation_id,
-                first_attempted_at=error.first_attempted_at,
-                key_retention=error.key_retention,
-            ) from error
+            refusal = RetentionRefusal(error.first_attempted_at, error.key_retention)
+            raise KeyRetentionRefused(_describe(error), refusal) from error
         except DecisionflowError as error:
             if error.code in CALLER_REFUSAL_CODES:
                 raise ReceiverRefusedCaller(_describe(error), code=error.code.name) from error

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from orchestrator.domain import Receipt
+from orchestrator.domain import Receipt, RetentionRefusal
 
 
 class EffectRefused(Exception):
@@ -47,16 +47,11 @@ class ReceiverRefusedCaller(EffectIndeterminate):
 
 class KeyRetentionRefused(EffectIndeterminate):
     """The receiver refused an Apply first attempted beyond its key retention: this call wrote nothing, but
-    an earlier attempt may have written the effect before its key was pruned; escalate, never re-drive.
+    an earlier attempt may have written the effect before its key was pruned; escalate, never re-drive."""
 
-    first_attempted_at and key_retention are as the receiver reported them (RFC 3339, "86400s").
-    """
-
-    def __init__(self, message: str, *, operation_id: str, first_attempted_at: str, key_retention: str) -> None:
+    def __init__(self, message: str, refusal: RetentionRefusal) -> None:
         super().__init__(message, code="FAILED_PRECONDITION")
-        self.operation_id = operation_id
-        self.first_attempted_at = first_attempted_at
-        self.key_retention = key_retention
+        self.refusal = refusal
 
 
 class EffectPort(Protocol):

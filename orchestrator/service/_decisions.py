@@ -9,6 +9,7 @@ the orchestrator itself (credentials, role, capacity), leaves it UNKNOWN for a r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -41,7 +42,13 @@ from orchestrator.errors import (
     WorkflowVersionMismatch,
 )
 from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK
-from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused, ReceiverRefusedCaller
+from orchestrator.ports import (
+    EffectIndeterminate,
+    EffectPort,
+    EffectRefused,
+    KeyRetentionRefused,
+    ReceiverRefusedCaller,
+)
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
@@ -251,7 +258,7 @@ class DecisionService:
             except TimeoutError:
                 return await self._unsettled(operation_id, replay)
             if led is not None:
-                return DecisionResult(led.operation, led.outcome, replay)
+                return dataclasses.replace(led, replay=replay)
             # The drive in flight ended without an answer (an error, a cancelled call): drive here.
         flight = asyncio.get_running_loop().create_future()
         self._flights[operation_id] = flight
@@ -369,13 +376,14 @@ class DecisionService:
             operation = await self._store.release_attempt(proposal.operation_id, lease_until)
             if isinstance(unknown, ReceiverRefusedCaller):
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
-                refused = f"receiver refused the Apply of {proposal.operation_id} with {unknown}"
-                message = f"{refused}; the operation stays open to a re-drive"
+                what = f"receiver refused the Apply of {proposal.operation_id} with {unknown}"
+                message = f"{what}; the operation stays open to a re-drive"
                 _log(message, proposal, decided.reviewer, Outcome.UNKNOWN.value, code=unknown.code)
             else:
                 # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
                 _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN.value)
-            return DecisionResult(operation, outcome_of(operation.state), replay)
+            retention = unknown.refusal if isinstance(unknown, KeyRetentionRefused) else None
+            return DecisionResult(operation, outcome_of(operation.state), replay, retention)
         self._failpoints.hit(AFTER_RECEIVER_OK)
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
         _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state).value)
