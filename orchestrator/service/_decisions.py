@@ -376,7 +376,7 @@ class DecisionService:
             operation = await self._store.release_attempt(proposal.operation_id, lease_until)
             if isinstance(unknown, ReceiverRefusedCaller):
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
-                what = f"receiver refused the Apply of {proposal.operation_id} with {unknown}"
+                what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"
                 message = f"{what}; the operation stays open to a re-drive"
                 _log(message, proposal, decided.reviewer, Outcome.UNKNOWN.value, code=unknown.code)
             else:
