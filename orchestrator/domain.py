@@ -245,12 +245,25 @@ class Settlement:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionRefusal:
+    """The receiver refused an Apply first attempted beyond its key retention: escalate, never re-drive.
+
+    Both values are as the receiver reported them (RFC 3339, and a duration such as "86400s").
+    """
+
+    first_attempted_at: str
+    key_retention: str
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionResult:
-    """The outcome of Approve or a re-drive: the operation, its outcome, and whether it was a replay."""
+    """The outcome of Approve or a re-drive: the operation, its outcome, and whether it was a replay;
+    retention_refusal is set when the outcome is Unknown because the receiver refused for its key retention."""
 
     operation: Operation
     outcome: Outcome
     replay: bool
+    retention_refusal: RetentionRefusal | None = None
 
 
 def outcome_of(state: State) -> Outcome:

@@ -3,7 +3,11 @@ caller's deadline as the bound and the answer sorted into committed, refused or 
 
 The channel reconnects within about a second of the receiver's return (decisionflow.channels) and
 each Apply waits for the connection within its deadline, so an approval made while the receiver
-restarts reaches it; one whose deadline passes first is indeterminate, never a refusal."""
+restarts reaches it; one whose deadline passes first is indeterminate, never a refusal.
+
+Only a refusal of the payload ends an operation REJECTED. A refusal of the orchestrator itself
+(its token unknown to the receiver, a role missing) or of the moment (overloaded, unavailable)
+says nothing about the payload: the operation stays open to a re-drive once it is fixed."""
 
 from __future__ import annotations
 
@@ -16,10 +20,20 @@ import grpc
 
 from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
-from orchestrator.domain import Receipt
-from orchestrator.ports import EffectIndeterminate, EffectRefused
+from orchestrator.domain import Receipt, RetentionRefusal
+from orchestrator.ports import EffectIndeterminate, EffectRefused, KeyRetentionRefused, ReceiverRefusedCaller
 
 logger = logging.getLogger(__name__)
+
+# The receiver's answers that refuse the caller or the moment, never the payload.
+CALLER_REFUSAL_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAVAILABLE,
+    }
+)
 
 
 class ReceiverEffects:
@@ -60,10 +74,11 @@ class ReceiverEffects:
         deadline: float | None,
         first_attempted_at: datetime | None = None,
     ) -> Receipt:
-        """Write the effect once; a definite refusal raises EffectRefused, anything unsure EffectIndeterminate.
+        """Write the effect once; a definite refusal of the payload raises EffectRefused, a refusal of the
+        caller ReceiverRefusedCaller, anything else unsure EffectIndeterminate.
 
-        A refusal for the key retention is indeterminate: this call wrote nothing, but an earlier
-        attempt may have written the effect before its key was pruned.
+        A refusal for the key retention is KeyRetentionRefused (indeterminate): this call wrote nothing,
+        but an earlier attempt may have written the effect before its key was pruned.
         """
         if deadline is None:
             deadline = time.monotonic() + self._timeout
@@ -83,11 +98,19 @@ class ReceiverEffects:
                 operation_id,
                 extra={"operation_id": operation_id, "case_id": case_id},
             )
-            raise EffectIndeterminate(f"{error.code.name} {error.reason}: {error.message}") from error
+            refusal = RetentionRefusal(error.first_attempted_at, error.key_retention)
+            raise KeyRetentionRefused(_describe(error), refusal) from error
         except DecisionflowError as error:
+            if error.code in CALLER_REFUSAL_CODES:
+                raise ReceiverRefusedCaller(_describe(error), code=error.code.name) from error
             if error.definite:
-                raise EffectRefused(f"{error.code.name} {error.reason}: {error.message}") from error
-            raise EffectIndeterminate(f"{error.code.name} {error.reason}: {error.message}") from error
+                raise EffectRefused(_describe(error), code=error.code.name) from error
+            raise EffectIndeterminate(_describe(error), code=error.code.name) from error
         if applied.receipt.applied_at is None:
             raise EffectIndeterminate(f"receiver answered without a receipt time for {operation_id}")
         return Receipt(applied.receipt.receipt_id, applied.receipt.applied_at)
+
+
+def _describe(error: DecisionflowError) -> str:
+    reason = f" {error.reason}" if error.reason else ""
+    return f"{error.code.name}{reason}: {error.message}"

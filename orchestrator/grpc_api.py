@@ -48,6 +48,7 @@ STATUS_TABLE: StatusTable = {
     errors.CaseHasOpenProposal: grpc.StatusCode.FAILED_PRECONDITION,
     errors.DecisionConflict: grpc.StatusCode.ALREADY_EXISTS,
     errors.NotRedrivable: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.KeyRetentionExceeded: grpc.StatusCode.FAILED_PRECONDITION,
     errors.WorkflowVersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,
     errors.CheckpointIntegrity: grpc.StatusCode.DATA_LOSS,
     errors.CheckpointSaveFailed: grpc.StatusCode.UNAVAILABLE,

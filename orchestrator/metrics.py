@@ -3,7 +3,8 @@
 Besides the gRPC server families (``decisionflow.metrics``): Approve outcomes, read from each
 ApproveResponse; the operations per state and the age of the oldest unconfirmed one, read from the
 orchestrator's own database when scraped (so an alert on them needs no reconciler); the bytes of
-sealed checkpoints written; and the latency of each Apply sent to the receiver. The service code
+sealed checkpoints written; the latency of each Apply sent to the receiver and the errors it ended in,
+by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orchestrator itself). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
 """
@@ -36,6 +37,14 @@ OUTCOMES = {
     if number != common_pb2.OUTCOME_UNSPECIFIED
 }
 RECEIVER_RESULTS = ("committed", "refused", "indeterminate")
+# Present from the start, so an alert on them has a series to read before the first error.
+RECEIVER_ERROR_CODES = (
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "UNAVAILABLE",
+    "DEADLINE_EXCEEDED",
+)
 # The Apply budget defaults to 5 s and a caller may allow more; the buckets reach past it.
 RECEIVER_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A scrape storm reads the database at most once per this many seconds.
@@ -97,11 +106,14 @@ class OperationsCollector(Collector):
 
 
 class TimedEffects:
-    """An EffectPort that times each Apply of the one it wraps, by how the call ended."""
+    """An EffectPort that times each Apply of the one it wraps, by how the call ended, and counts its errors."""
 
-    def __init__(self, effects: EffectPort, observe: Callable[[str, float], None]) -> None:
+    def __init__(
+        self, effects: EffectPort, observe: Callable[[str, float], None], count_error: Callable[[str], None]
+    ) -> None:
         self._effects = effects
         self._observe = observe
+        self._count_error = count_error
 
     async def apply(
         self,
@@ -129,10 +141,12 @@ class TimedEffects:
             )
             result = "committed"
             return receipt
-        except EffectRefused:
+        except EffectRefused as refused:
             result = "refused"
+            self._count_error(refused.code or "UNKNOWN")
             raise
-        except EffectIndeterminate:
+        except EffectIndeterminate as unknown:
+            self._count_error(unknown.code or "UNKNOWN")
             raise
         finally:
             self._observe(result, time.perf_counter() - began)
@@ -167,6 +181,14 @@ class OrchestratorMetrics:
         )
         for result in RECEIVER_RESULTS:
             self.receiver_call_seconds.labels(result=result)
+        self.receiver_call_errors = Counter(
+            "decisionflow_receiver_call_errors",
+            "The orchestrator's Apply calls to the receiver that ended in an error (after retries), by gRPC code",
+            ["code"],
+            registry=self.registry,
+        )
+        for code in RECEIVER_ERROR_CODES:
+            self.receiver_call_errors.labels(code=code)
 
     def record_approval(self, response: review_pb2.ApproveResponse) -> None:
         """Count one Approve answer."""
@@ -178,8 +200,13 @@ class OrchestratorMetrics:
         return ObserveAnswers({APPROVE_METHOD: self.record_approval})
 
     def timed(self, effects: EffectPort) -> EffectPort:
-        """Return effects with each Apply timed on decisionflow_receiver_call_seconds."""
-        return TimedEffects(effects, lambda result, seconds: self.receiver_call_seconds.labels(result).observe(seconds))
+        """Return effects with each Apply timed on decisionflow_receiver_call_seconds and each error counted on
+        decisionflow_receiver_call_errors_total."""
+        return TimedEffects(
+            effects,
+            lambda result, seconds: self.receiver_call_seconds.labels(result).observe(seconds),
+            lambda code: self.receiver_call_errors.labels(code).inc(),
+        )
 
     def watch(self, tally: Callable[[], OperationTally], clock: Callable[[], datetime]) -> None:
         """Report the operations gauges from tally (the store's) at scrape time."""

@@ -1,4 +1,9 @@
-"""The orchestrator's port to the EffectReceiver and the two ways an effect can fail to commit.
+"""The orchestrator's port to the EffectReceiver and the ways an effect can fail to commit.
+
+    EffectRefused                  a definite refusal of the payload: the operation ends REJECTED
+    EffectIndeterminate            the effect may or may not exist: the operation stays UNKNOWN
+    ├── ReceiverRefusedCaller      the receiver refused the orchestrator itself, or had no capacity
+    └── KeyRetentionRefused        first attempt beyond the receiver's key retention: escalate
 
 The service depends only on this Protocol; ``orchestrator.effects`` implements it over gRPC
 and tests may stand in for it.
@@ -9,15 +14,44 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from orchestrator.domain import Receipt
+from orchestrator.domain import Receipt, RetentionRefusal
 
 
 class EffectRefused(Exception):
-    """The receiver definitely refused the effect; nothing was written."""
+    """The receiver definitely refused the payload (key reused with other content, invalid); nothing was written.
+
+    code names the receiver's gRPC status.
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class EffectIndeterminate(Exception):
-    """The effect may or may not have been written (deadline, unavailable after send, crash)."""
+    """The effect may or may not have been written (deadline, unavailable after send, crash).
+
+    code names the receiver's gRPC status ("" when the call ended without one).
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ReceiverRefusedCaller(EffectIndeterminate):
+    """The receiver refused the orchestrator, not the payload (UNAUTHENTICATED, PERMISSION_DENIED,
+    RESOURCE_EXHAUSTED, UNAVAILABLE): this Apply was not accepted, so the operation stays open to a
+    re-drive; an operator must fix the credentials or the receiver's capacity."""
+
+
+class KeyRetentionRefused(EffectIndeterminate):
+    """The receiver refused an Apply first attempted beyond its key retention: this call wrote nothing, but
+    an earlier attempt may have written the effect before its key was pruned; escalate, never re-drive."""
+
+    def __init__(self, message: str, refusal: RetentionRefusal) -> None:
+        super().__init__(message, code="FAILED_PRECONDITION")
+        self.refusal = refusal
 
 
 class EffectPort(Protocol):

@@ -185,6 +185,12 @@ class PassSummary:
         """True when some operation older than the alert threshold is still not confirmed."""
         return self.unknown_older_than_alert > 0
 
+    @property
+    def lookups_all_failed(self) -> bool:
+        """True when the pass examined operations and no lookup of any of them reached the receiver:
+        it learnt nothing, so it counts as a failed pass (receiver down, or refusing the reconciler)."""
+        return self.examined > 0 and self.lookup_failures >= self.examined
+
     def as_json(self) -> dict[str, object]:
         """Return the summary as a JSON-ready dict (the --json output)."""
         return {

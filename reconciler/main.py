@@ -191,6 +191,11 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
                 else:
                     metrics.record(summary)
                     _emit(summary, config.json, out)
+                    if summary.lookups_all_failed:
+                        _stderr_line(
+                            f"decisionflow-reconciler: pass failed: every lookup at the receiver "
+                            f"{config.receiver_target} failed ({summary.lookup_failures} operations left open)"
+                        )
                 stop.wait(config.interval_seconds)
     finally:
         if server is not None:

@@ -1,5 +1,7 @@
 """Prometheus metrics of a reconciler running with --interval, on its own registry, and its health:
-NOT_SERVING once a number of passes in a row could not run."""
+NOT_SERVING once a number of passes in a row failed. A pass fails when it could not run (the
+orchestrator unreachable or refusing) or when every lookup it made at the receiver failed: such a
+pass learnt nothing, and a receiver that is down must not read as a healthy reconciler."""
 
 from __future__ import annotations
 
@@ -56,26 +58,38 @@ class ReconcilerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.lookup_failures = Counter(
+            "decisionflow_reconciler_lookup_failures",
+            "Operations whose lookup at the receiver failed (receiver unreachable or refusing), per pass",
+            registry=self.registry,
+        )
+        self.escalated = Counter(
+            "decisionflow_reconciler_escalated",
+            "Operations escalated (first attempt beyond the receiver's key retention: never re-driven), per pass",
+            registry=self.registry,
+        )
         self.pass_failures = Counter(
             "decisionflow_reconciler_pass_failures",
-            "Passes that could not run (orchestrator unreachable or refusing)",
+            "Passes that failed: could not run (orchestrator unreachable or refusing) or every lookup failed",
             registry=self.registry,
         )
         self.last_success = Gauge(
             "decisionflow_reconciler_last_success_timestamp_seconds",
-            "Unix time at which the last completed pass ended (0 until one has)",
+            "Unix time at which the last successful pass ended (0 until one has)",
             registry=self.registry,
         )
         self.consecutive_failed_passes = Gauge(
             "decisionflow_reconciler_consecutive_failed_passes",
-            "Passes in a row that could not run; back to 0 after a completed pass",
+            "Passes in a row that failed; back to 0 after a successful pass",
             registry=self.registry,
         )
 
     def record(self, summary: PassSummary) -> None:
-        """Add one pass's counts; the gauges, the last success and the failure count follow only
-        passes that ran to the end (one stopped by a signal neither succeeds nor fails)."""
+        """Add one pass's counts; the gauges follow only passes that ran to the end (one stopped by a
+        signal neither succeeds nor fails); one whose every lookup failed is a failed pass."""
         self.settled.inc(summary.settled)
+        self.lookup_failures.inc(summary.lookup_failures)
+        self.escalated.inc(summary.escalated)
         outcomes = summary.redriven
         for outcome, count in (
             ("committed", outcomes.committed),
@@ -85,22 +99,28 @@ class ReconcilerMetrics:
             ("failed", outcomes.failed),
         ):
             self.redriven.labels(outcome=outcome).inc(count)
-        if summary.completed:
-            self.unknown.set(summary.still_unknown)
-            self.oldest_unknown_age.set(summary.oldest_unknown_age_seconds or 0.0)
-            self.last_success.set(self._wall_clock())
-            self._consecutive_failures = 0
-            self.consecutive_failed_passes.set(0)
+        if not summary.completed:
+            return
+        # The listing came from the orchestrator, so what the pass left open is true even when no
+        # lookup reached the receiver.
+        self.unknown.set(summary.still_unknown)
+        self.oldest_unknown_age.set(summary.oldest_unknown_age_seconds or 0.0)
+        if summary.lookups_all_failed:
+            self.pass_failed()
+            return
+        self.last_success.set(self._wall_clock())
+        self._consecutive_failures = 0
+        self.consecutive_failed_passes.set(0)
 
     def pass_failed(self) -> None:
-        """Count a pass that could not run; the gauges of the last completed pass are kept, so an
-        unreachable orchestrator never reads as "nothing Unknown"."""
+        """Count a failed pass; the gauges of the last completed pass are kept, so an unreachable
+        orchestrator never reads as "nothing Unknown"."""
         self.pass_failures.inc()
         self._consecutive_failures += 1
         self.consecutive_failed_passes.set(self._consecutive_failures)
 
     def healthy(self) -> bool:
-        """Whether fewer passes in a row than the threshold could not run."""
+        """Whether fewer passes in a row than the threshold failed."""
         return self._consecutive_failures < self._unhealthy_after
 
     def serve(self, port: int, address: str = "127.0.0.1") -> MetricsServer:

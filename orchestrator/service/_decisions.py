@@ -2,12 +2,14 @@
 
 The state machine of an approved operation: the decision is recorded once (APPROVED), the
 attempt is recorded durably before Apply is sent (UNKNOWN), and the receiver's answer settles
-it (COMMITTED or REJECTED); an indeterminate answer leaves it UNKNOWN for a re-drive or a lookup.
+it (COMMITTED, or REJECTED on a refusal of the payload); an indeterminate answer, or a refusal of
+the orchestrator itself (credentials, role, capacity), leaves it UNKNOWN for a re-drive or a lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -40,7 +42,13 @@ from orchestrator.errors import (
     WorkflowVersionMismatch,
 )
 from orchestrator.failpoints import AFTER_ATTEMPT, AFTER_DECISION, AFTER_RECEIVER_OK
-from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
+from orchestrator.ports import (
+    EffectIndeterminate,
+    EffectPort,
+    EffectRefused,
+    KeyRetentionRefused,
+    ReceiverRefusedCaller,
+)
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
@@ -250,7 +258,7 @@ class DecisionService:
             except TimeoutError:
                 return await self._unsettled(operation_id, replay)
             if led is not None:
-                return DecisionResult(led.operation, led.outcome, replay)
+                return dataclasses.replace(led, replay=replay)
             # The drive in flight ended without an answer (an error, a cancelled call): drive here.
         flight = asyncio.get_running_loop().create_future()
         self._flights[operation_id] = flight
@@ -366,30 +374,25 @@ class DecisionService:
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
             operation = await self._store.release_attempt(proposal.operation_id, lease_until)
-            # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
-            _log(
-                f"effect outcome unknown: {unknown}",
-                proposal,
-                decided.reviewer,
-                Outcome.UNKNOWN.value,
-                level=logging.WARNING,
-            )
-            return DecisionResult(operation, outcome_of(operation.state), replay)
+            if isinstance(unknown, ReceiverRefusedCaller):
+                # An error: no approval commits until an operator fixes the credentials or the receiver.
+                what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"
+                message = f"{what}; the operation stays open to a re-drive"
+                _log(message, proposal, decided.reviewer, Outcome.UNKNOWN.value, code=unknown.code)
+            else:
+                # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
+                _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN.value)
+            retention = unknown.refusal if isinstance(unknown, KeyRetentionRefused) else None
+            return DecisionResult(operation, outcome_of(operation.state), replay, retention)
         self._failpoints.hit(AFTER_RECEIVER_OK)
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
         _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state).value)
         return DecisionResult(operation, outcome_of(operation.state), replay)
 
 
-def _log(message: str, proposal: Proposal, principal: str, outcome: str, *, level: int = logging.INFO) -> None:
+def _log(message: str, proposal: Proposal, principal: str, outcome: str, *, code: str = "") -> None:
+    """Log at info, at warning when the outcome is unknown, at error when the receiver refused the caller (code)."""
     tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome)
-    logger.log(
-        level,
-        message,
-        extra={
-            "operation_id": proposal.operation_id,
-            "case_id": proposal.case_id,
-            "principal": principal,
-            "outcome": outcome,
-        },
-    )
+    level = logging.ERROR if code else logging.WARNING if outcome == Outcome.UNKNOWN.value else logging.INFO
+    extra = {"operation_id": proposal.operation_id, "case_id": proposal.case_id, "principal": principal}
+    logger.log(level, message, extra={**extra, "outcome": outcome, **({"code": code} if code else {})})

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State
-from orchestrator.errors import NotRedrivable
+from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.store import AsyncOrchestratorStore
@@ -26,7 +26,8 @@ class OperationService:
         """Call Apply again with the same key and the stored payload (APPROVED or UNKNOWN only).
 
         Apply gets until deadline; should the work outlast reply_by, the answer is the operation as
-        stored then, and the work carries on to record the receiver's answer.
+        stored then, and the work carries on to record the receiver's answer. Raises KeyRetentionExceeded
+        when the receiver refused it for its key retention: the operation stays UNKNOWN; escalate it.
         """
         operation = await self._store.get_operation(operation_id)
         if operation.state not in OPEN_STATES or operation.decision is None:
@@ -34,7 +35,11 @@ class OperationService:
         proposal = await self._store.get_proposal(operation_id)
         work = self._decisions.drive(proposal, operation.decision, deadline, replay=False)
         early = answer_from_store(self._store, operation_id, operation.decision.decision, self._clock())
-        return await answer_by(reply_by, work, early)
+        result = await answer_by(reply_by, work, early)
+        refusal = result.retention_refusal
+        if refusal is not None:
+            raise KeyRetentionExceeded(operation_id, refusal.first_attempted_at, refusal.key_retention)
+        return result
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
         """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted."""

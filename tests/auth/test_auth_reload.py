@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,9 +24,10 @@ from decisionflow.auth import (
     load_credentials,
 )
 from decisionflow.auth import Unauthenticated as Refused
-from decisionflow.processes import ServiceProcess, child_environment
+from decisionflow.processes import child_environment
 from decisionflow.stack import ProcessStack
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2, review_pb2_grpc
+from tests.support.secure import hang_up
 from tests.support.stack import CHECKPOINT_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,16 +92,6 @@ def _revoke(path: Path, principal: str) -> None:
     path.write_text(json.dumps(document), encoding="utf-8")
 
 
-def _hangup(service: ServiceProcess, expected: str, seen: int) -> None:
-    """Send SIGHUP and wait until the log holds one more line containing expected."""
-    service.process.send_signal(signal.SIGHUP)
-    give_up = time.monotonic() + 30
-    while service.log().count(expected) <= seen:
-        assert service.process.poll() is None, service.log()
-        assert time.monotonic() < give_up, f"no {expected!r} in the log after SIGHUP"
-        time.sleep(0.05)
-
-
 Probe = Callable[[grpc.Channel, str], grpc.StatusCode]
 
 
@@ -150,16 +139,16 @@ def test_sighup_reloads_the_credentials_file_of_a_running_server(
             second = _token_new(path, "second", role)
             assert probe(channel, second) == grpc.StatusCode.UNAUTHENTICATED
 
-            _hangup(server, "credentials reloaded", 0)
+            hang_up(server, "credentials reloaded", 0)
             assert probe(channel, second) == admitted and probe(channel, first) == admitted
 
             _revoke(path, "first")
-            _hangup(server, "credentials reloaded", 1)
+            hang_up(server, "credentials reloaded", 1)
             assert probe(channel, first) == grpc.StatusCode.UNAUTHENTICATED
             assert probe(channel, second) == admitted
 
             path.write_text("not json", encoding="utf-8")
-            _hangup(server, "credentials not reloaded", 0)
+            hang_up(server, "credentials not reloaded", 0)
             assert probe(channel, second) == admitted
             assert probe(channel, first) == grpc.StatusCode.UNAUTHENTICATED
         [refusal] = [line for line in server.log().splitlines() if "not reloaded" in line]

@@ -9,16 +9,19 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from decisionflow.server_security import ServerSecurity
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
+from tests.support.reconciling import AFTER_ATTEMPT, age_first_attempt
 from tests.support.review_cli import Cli, proposal_file
 
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
 UNKNOWN_OPERATION = "op-v1-" + "0" * 64
+HOUR = timedelta(hours=1)
 
 
 @dataclass
@@ -176,6 +179,35 @@ def test_redrive_settles_an_unknown_once_the_receiver_answers(stuck: tuple[Cli, 
     assert again.stderr.count("\n") == 1 and "NOT_REDRIVABLE" in again.stderr
     assert declined.exit_code == 3 and "NOT_REDRIVABLE" in declined.stderr
     assert cli.stack.effects("T-4") == 0
+
+
+def test_redrive_past_the_receivers_key_retention_says_escalate_with_its_own_exit_code(
+    make_cli: Callable[..., Cli], tmp_path: Path
+) -> None:
+    # The attempt is recorded, then the orchestrator fails before Apply: the receiver never saw the key.
+    cli = make_cli(receiver={"key_retention": HOUR, "prune_interval_seconds": 0}, failpoints=AFTER_ATTEMPT)
+    op = started(cli, tmp_path, "T-9")
+    assert cli("approve", op).exit_code == 1
+    cli.stack.stop_orchestrator()
+    cli.stack.start_orchestrator(security=ServerSecurity(credentials_file=tmp_path / "credentials.json"))
+    age_first_attempt(cli.stack.orchestrator_url, op, 2 * HOUR)
+
+    text = ops(cli, "redrive", op)
+    as_json = ops(cli, "redrive", op, "--json")
+    described = ops(cli, "describe", op, "--json")
+
+    assert text.exit_code == 4, text.stderr
+    assert text.stdout == f"outcome UNKNOWN for {op}: escalate (KEY_RETENTION_EXCEEDED)\n"
+    assert text.stderr.count("\n") == 1 and text.stderr.startswith(f"escalate {op}: ")
+    assert "KEY_RETENTION_EXCEEDED" in text.stderr and "never re-drive" in text.stderr
+    assert "look it up later" not in text.stderr
+    assert as_json.exit_code == 4
+    document = as_json.json()
+    assert document["escalate"] is True and document["outcome"] == "UNKNOWN"
+    assert document["reason"] == "KEY_RETENTION_EXCEEDED" and document["operation_id"] == op
+    assert document["key_retention"] == "3600s" and document["first_attempted_at"]
+    assert described.json()["state"] == "UNKNOWN"
+    assert cli.stack.effects("T-9") == 0
 
 
 def test_settle_applied_with_the_receivers_receipt_commits(stuck: tuple[Cli, Operations]) -> None:

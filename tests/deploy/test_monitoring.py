@@ -7,6 +7,7 @@ files use is exposed by a running service: tests/metrics/test_processes.py.)"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,11 @@ def test_alert_rules_are_well_formed() -> None:
         "DecisionflowUnknownTooOld",
         "DecisionflowReconcilerFailing",
         "DecisionflowReconcilerStale",
+        "DecisionflowReconcilerAbsent",
+        "DecisionflowServiceDown",
+        "DecisionflowReconcilerEscalated",
         "DecisionflowReceiverErrors",
+        "DecisionflowReceiverRefusesOrchestrator",
         "DecisionflowApproveSlow",
     } <= set(names)
     for rule in rules:
@@ -98,11 +103,48 @@ def test_alert_rules_are_well_formed() -> None:
         assert rule["expr"].count("{") == rule["expr"].count("}"), rule["alert"]
 
 
-def test_the_receiver_error_alert_leaves_definite_refusals_out() -> None:
+def test_the_receiver_error_alert_counts_refused_credentials_and_leaves_refused_content_out() -> None:
     [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverErrors"]
-    for definite in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "UNAUTHENTICATED", "PERMISSION_DENIED"):
-        assert definite not in rule["expr"]
-    assert "UNAVAILABLE" in rule["expr"] and "DEADLINE_EXCEEDED" in rule["expr"]
+    for content in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"):
+        assert content not in rule["expr"]
+    for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert code in rule["expr"]
+
+
+def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
+    assert "decisionflow_receiver_call_errors_total" in rule["expr"] and 'job="orchestrator"' in rule["expr"]
+    assert "UNAUTHENTICATED" in rule["expr"] and "PERMISSION_DENIED" in rule["expr"]
+    assert rule["labels"]["severity"] == "page"
+
+
+def _jobs_matched(expr: str) -> set[str]:
+    """The jobs a `job="a"` or `job=~"a|b"` matcher in expr selects (every job for a bare regex)."""
+    jobs: set[str] = set()
+    for operator, value in re.findall(r'\bjob\s*(=~|=)\s*"([^"]*)"', expr):
+        jobs |= set(value.split("|")) if operator == "=~" else {value}
+    return jobs
+
+
+def test_every_scraped_job_has_a_rule_that_fires_when_its_target_is_down() -> None:
+    down = [rule for rule in _rules() if re.match(r"\s*up\b", rule["expr"]) and "== 0" in rule["expr"]]
+    assert down, "no rule reads up == 0"
+    covered = set().union(*(_jobs_matched(rule["expr"]) for rule in down))
+    assert set(_targets().values()) <= covered
+    assert all(rule["labels"]["severity"] == "page" and rule.get("for") for rule in down)
+
+
+def test_every_job_an_alert_names_is_scraped() -> None:
+    for rule in _rules():
+        assert _jobs_matched(rule["expr"]) <= set(_targets().values()), rule["alert"]
+
+
+def test_a_reconciler_that_is_gone_fires_an_absence_alert_and_the_stale_alert_does_not_claim_to() -> None:
+    [absent] = [r for r in _rules() if r["expr"].strip().startswith("absent(")]
+    assert absent["expr"].strip() == "absent(decisionflow_reconciler_last_success_timestamp_seconds)"
+    assert absent["labels"]["severity"] == "page"
+    [stale] = [r for r in _rules() if r["alert"] == "DecisionflowReconcilerStale"]
+    assert "not running" not in stale["annotations"]["description"]
 
 
 def test_every_dashboard_panel_queries_prometheus() -> None:

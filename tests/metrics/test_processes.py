@@ -134,6 +134,13 @@ def test_every_metric_the_monitoring_files_use_is_exposed(running: Running, sour
     assert not sorted(used - exposed), f"the {source} use names no service exposes"
 
 
+@pytest.mark.slow
+def test_the_absence_alert_reads_a_metric_the_running_reconciler_exposes(running: Running) -> None:
+    absent = [name for expr in alert_exprs() for name in re.findall(r"absent\(\s*([a-z_:][a-z0-9_:]*)", expr)]
+    assert absent == ["decisionflow_reconciler_last_success_timestamp_seconds"]
+    assert set(absent) <= running.reconciler.names
+
+
 def test_names_are_read_from_expressions_not_from_label_values() -> None:
     expr = 'rate(grpc_server_handled_total{grpc_service="decisionflow.v1.ReviewService"}[5m])'
     assert used_names([expr]) == {"grpc_server_handled_total"}

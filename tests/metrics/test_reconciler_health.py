@@ -1,7 +1,8 @@
-"""The reconciler loop's health and failure gauges: with the orchestrator unreachable its failed
-passes are counted, /healthz turns 503 after --unhealthy-after-failed-passes of them (and
-``decisionflow health --http`` exits 1), and one good pass brings both back; the gauges of the last
-completed pass are kept through failures, so "orchestrator down" never reads as "nothing Unknown"."""
+"""The reconciler loop's health and failure gauges: with the orchestrator unreachable, or the receiver
+down so that every lookup fails, its failed passes are counted, /healthz turns 503 after
+--unhealthy-after-failed-passes of them (and ``decisionflow health --http`` exits 1), and one good
+pass brings both back; the gauges of the last completed pass are kept through failures, so
+"orchestrator down" never reads as "nothing Unknown"; lookup failures and escalations are counted."""
 
 from __future__ import annotations
 
@@ -13,24 +14,32 @@ from pathlib import Path
 import pytest
 
 from decisionflow.processes import child_environment, free_port
+from decisionflow.v1 import common_pb2
 from reconciler.domain import PassSummary, RedriveCounts
 from reconciler.metrics import ReconcilerMetrics
 from tests.metrics.scrape import health_status, scrape, wait_until
-from tests.support.reconciling import ROOT, closed_port, reconciler_command
+from tests.support.reconciling import LOST_REPLY, ROOT, approve_unknown, closed_port, operation, reconciler_command
 from tests.support.stack import Stack
 
 HEALTH = str(Path(sys.executable).with_name("decisionflow"))
 
 
-def _summary(still_unknown: int, oldest: float | None, *, completed: bool = True) -> PassSummary:
+def _summary(
+    still_unknown: int,
+    oldest: float | None,
+    *,
+    completed: bool = True,
+    lookup_failures: int = 0,
+    escalated: int = 0,
+) -> PassSummary:
     return PassSummary(
         examined=still_unknown,
         settled=0,
         already_settled=0,
         redriven=RedriveCounts(),
-        noted=0,
-        escalated=0,
-        lookup_failures=0,
+        noted=still_unknown - escalated,
+        escalated=escalated,
+        lookup_failures=lookup_failures,
         still_unknown=still_unknown,
         oldest_unknown_age_seconds=oldest,
         unknown_older_than_alert=0,
@@ -59,6 +68,24 @@ def test_failed_passes_keep_the_last_completed_gauges_and_turn_health_off_after_
     assert metrics.healthy()
     assert value("decisionflow_reconciler_consecutive_failed_passes") == 0
     assert value("decisionflow_reconciler_unknown") == 0
+
+
+def test_a_pass_whose_every_lookup_failed_is_a_failed_pass_and_lookup_failures_and_escalations_are_counted() -> None:
+    metrics = ReconcilerMetrics(unhealthy_after_failed_passes=2, wall_clock=lambda: 1_700_000_000.0)
+    value = metrics.registry.get_sample_value
+    metrics.record(_summary(3, 40.0, lookup_failures=3))
+    metrics.record(_summary(3, 50.0, lookup_failures=3))
+    assert not metrics.healthy()
+    assert value("decisionflow_reconciler_consecutive_failed_passes") == 2
+    assert value("decisionflow_reconciler_pass_failures_total") == 2
+    assert value("decisionflow_reconciler_last_success_timestamp_seconds") == 0
+    assert value("decisionflow_reconciler_lookup_failures_total") == 6
+    assert value("decisionflow_reconciler_unknown") == 3  # the listing is still true
+    metrics.record(_summary(3, 60.0, lookup_failures=1, escalated=1))  # one lookup failed, two answered
+    assert metrics.healthy() and value("decisionflow_reconciler_consecutive_failed_passes") == 0
+    assert value("decisionflow_reconciler_escalated_total") == 1
+    metrics.record(_summary(0, None))  # nothing open: nothing to look up, a success
+    assert metrics.healthy() and value("decisionflow_reconciler_last_success_timestamp_seconds") == 1.7e9
 
 
 @pytest.fixture
@@ -127,6 +154,40 @@ def test_an_unreachable_orchestrator_turns_health_off_and_a_good_pass_turns_it_b
     healthy = _health_command(url)
     assert (healthy.returncode, healthy.stdout.strip()) == (0, "SERVING")
     assert process.poll() is None  # the loop outlived the outage
+
+
+@pytest.mark.slow
+def test_a_receiver_that_is_down_fails_the_passes_turns_health_off_and_its_return_turns_it_back_on(
+    make_stack: Callable[..., Stack], reconciler_loop: Callable[..., tuple[int, subprocess.Popen[bytes]]]
+) -> None:
+    stack = make_stack(receiver_failpoints=LOST_REPLY)
+    op = approve_unknown(stack, "DOWN-1")
+    receiver_port = closed_port()
+    port, process = reconciler_loop(
+        "--orchestrator-target",
+        f"127.0.0.1:{stack.orchestrator_port}",
+        "--receiver-target",
+        f"127.0.0.1:{receiver_port}",
+        "--timeout-seconds",
+        "0.5",
+        "--unhealthy-after-failed-passes",
+        "2",
+    )
+    assert wait_until(lambda: health_status(port) == 503), "never NOT_SERVING with the receiver down"
+    failing = scrape(port)
+    assert failing.value("decisionflow_reconciler_consecutive_failed_passes") >= 2
+    assert failing.value("decisionflow_reconciler_pass_failures_total") >= 2
+    assert failing.value("decisionflow_reconciler_lookup_failures_total") >= 2
+    assert failing.value("decisionflow_reconciler_last_success_timestamp_seconds") == 0
+    assert failing.value("decisionflow_reconciler_unknown") == 1
+
+    stack.start_receiver("", address=f"127.0.0.1:{receiver_port}")  # the same database: the effect is there
+    assert wait_until(lambda: health_status(port) == 200), "never SERVING again"
+    assert wait_until(lambda: operation(stack, op).state == common_pb2.OPERATION_STATE_COMMITTED)
+    recovered = scrape(port)
+    assert recovered.value("decisionflow_reconciler_consecutive_failed_passes") == 0
+    assert recovered.value("decisionflow_reconciler_last_success_timestamp_seconds") > 0
+    assert process.poll() is None
 
 
 def test_the_health_command_takes_only_http_urls() -> None:

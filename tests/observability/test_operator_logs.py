@@ -147,5 +147,7 @@ def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
         assert line["operation_id"] == operation_id and line["case_id"] == "T-1042", line
         assert line["level"] == "info" and line["code"] == "UNAVAILABLE" and line["rpc"] == "Apply"
     assert [line["attempt"] for line in retries] == list(range(1, len(retries) + 1))
-    unknown = [e for e in log if str(e["message"]).startswith("effect outcome unknown")]
-    assert len(unknown) == 1 and unknown[0]["level"] == "warning" and unknown[0]["operation_id"] == operation_id
+    # The receiver answered UNAVAILABLE through every retry: an error an operator must see, never a rejection.
+    unknown = [e for e in log if str(e["message"]).startswith("receiver did not accept the Apply")]
+    assert len(unknown) == 1 and unknown[0]["level"] == "error" and unknown[0]["operation_id"] == operation_id
+    assert unknown[0]["code"] == "UNAVAILABLE" and unknown[0]["outcome"] == "unknown"

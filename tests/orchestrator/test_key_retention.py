@@ -1,5 +1,6 @@
 """A replayed Approve or a RedriveOperation past the receiver's key retention: the receiver refuses an
-absent key, the operation stays Unknown, and no second effect is written; a key still on record
+absent key, the operation stays Unknown (a re-drive is refused with KEY_RETENTION_EXCEEDED: escalate),
+and no second effect is written; a key still on record
 replays (real servers in process, and real processes with a real prune)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 from decisionflow.processes import child_environment
 from decisionflow.stack import ProcessStack
+from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from tests.support.reconciling import (
     AFTER_ATTEMPT,
@@ -48,8 +50,12 @@ def test_an_unknown_operation_first_attempted_beyond_the_retention_is_refused_ne
 
     again = stack.review().Approve(approve(op), timeout=10)
     assert (again.outcome, again.replay) == (UNKNOWN, True)
-    redrive = stack.operations().RedriveOperation(operations_pb2.RedriveOperationRequest(operation_id=op), timeout=10)
-    assert redrive.outcome == UNKNOWN
+    with pytest.raises(grpc.RpcError) as refused:
+        stack.operations().RedriveOperation(operations_pb2.RedriveOperationRequest(operation_id=op), timeout=10)
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    reason, metadata, _ = error_info(refused.value)
+    assert reason == "KEY_RETENTION_EXCEEDED" and metadata["operation_id"] == op
+    assert metadata["key_retention"] == "3600s" and metadata["first_attempted_at"]
     assert operation(stack, op).state == common_pb2.OPERATION_STATE_UNKNOWN
     assert stack.effects("RETAIN-OLD") == 0
 
@@ -150,8 +156,9 @@ def test_a_replay_or_redrive_past_the_retention_stays_unknown_and_writes_no_seco
         # The effects were written and pruned: writing either key again would apply it a second time.
         again = review.Approve(approve(replayed), timeout=10)
         assert (again.outcome, again.replay) == (UNKNOWN, True)
-        redrive = operations.RedriveOperation(operations_pb2.RedriveOperationRequest(operation_id=redriven), timeout=10)
-        assert redrive.outcome == UNKNOWN
+        with pytest.raises(grpc.RpcError) as refused:
+            operations.RedriveOperation(operations_pb2.RedriveOperationRequest(operation_id=redriven), timeout=10)
+        assert error_info(refused.value)[0] == "KEY_RETENTION_EXCEEDED"
         assert _state(review, replayed) == _state(review, redriven) == common_pb2.OPERATION_STATE_UNKNOWN
 
     assert (_effects(stack, "RETAIN-REPLAY"), _effects(stack, "RETAIN-REDRIVE")) == (0, 0)

@@ -4,6 +4,8 @@ TLS material and token files for servers dialled at IP addresses (``NetworkSecur
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 import trustme
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
+from decisionflow.processes import ServiceProcess
 from decisionflow.server_security import ServerSecurity
 from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
@@ -147,6 +150,16 @@ def write_network_security(
         security.token_file(principal).write_text(issue_token(security.credentials_file, principal, roles) + "\n")
         security.token_file(principal).chmod(0o600)
     return security
+
+
+def hang_up(service: ServiceProcess, expected: str, seen: int) -> None:
+    """Send SIGHUP (reload the credentials file) and wait until the log holds one more line containing expected."""
+    service.process.send_signal(signal.SIGHUP)
+    give_up = time.monotonic() + 30
+    while service.log().count(expected) <= seen:
+        assert service.process.poll() is None, service.log()
+        assert time.monotonic() < give_up, f"no {expected!r} in the log after SIGHUP"
+        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ retried inside the client; the whole command ends within ``--timeout`` seconds. 
 Exit status (as for the review commands):
   0   done: a read, a recorded lookup, or a re-drive whose outcome is COMMITTED
   42  re-drive outcome Unknown: the receiver's answer did not arrive; the operation stays UNKNOWN
+  4   escalate: the receiver refused the re-drive (KEY_RETENTION_EXCEEDED, the first attempt is beyond
+      its key retention); nothing written, the operation stays UNKNOWN and must never be re-driven
   3   refused, nothing changed: not found, not re-drivable, invalid request, permission denied,
       unauthenticated, or the effect rejected by the receiver
   1   error: unavailable after retries, deadline exceeded, internal error
@@ -30,8 +32,9 @@ __all__ = ["register"]
 
 EXIT_CODES_HELP = (
     "exit status: 0 done (a read, a recorded lookup, a re-drive that COMMITTED); 42 re-drive outcome Unknown; "
-    "3 refused (not found, not re-drivable, invalid request, permission denied, unauthenticated, rejected by "
-    "the receiver); 1 error (unavailable after retries, deadline, internal); 2 bad usage or input. "
+    "4 escalate (the receiver refused the re-drive: first attempt beyond its key retention); 3 refused (not "
+    "found, not re-drivable, invalid request, permission denied, unauthenticated, rejected by the receiver); "
+    "1 error (unavailable after retries, deadline, internal); 2 bad usage or input. "
     "See docs/operations.md"
 )
 

@@ -10,9 +10,18 @@ from datetime import UTC, datetime, timedelta
 from decisionflow.cli.command import CommandError
 from decisionflow.cli.ops import _render as render
 from decisionflow.cli.review._connection import Connection, connection
-from decisionflow.cli.review._output import EXIT_DONE, EXIT_REFUSED, EXIT_UNKNOWN, emit, failed, say
+from decisionflow.cli.review._output import (
+    EXIT_DONE,
+    EXIT_ESCALATE,
+    EXIT_REFUSED,
+    EXIT_UNKNOWN,
+    emit,
+    failed,
+    say,
+)
 from decisionflow.client import (
     DecisionflowError,
+    KeyRetentionExceeded,
     LookupStatus,
     OperationsClient,
     Outcome,
@@ -84,13 +93,16 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_redrive(args: argparse.Namespace) -> int:
-    """Call Apply again for an APPROVED or UNKNOWN operation; exit 0 committed, 42 still Unknown, 3 refused."""
+    """Call Apply again for an APPROVED or UNKNOWN operation; exit 0 committed, 42 still Unknown, 3 refused,
+    4 escalate (the receiver refused it: first attempt beyond its key retention)."""
     with connection(args) as open_connection:
         client = OperationsClient(
             open_connection.channel, timeout=open_connection.timeout, policy=open_connection.policy
         )
         try:
             result = client.redrive_operation(args.operation_id)
+        except KeyRetentionExceeded as error:
+            return _escalate(args, error)
         except DecisionflowError as error:
             raise failed("ops redrive", error, args.operation_id, print_json=False) from error
     operation = result.operation
@@ -100,12 +112,40 @@ def run_redrive(args: argparse.Namespace) -> int:
         receipt = f", receipt {operation.receipt_id}" if operation.receipt_id else ""
         _out(f"outcome {result.outcome.value} for {operation.operation_id} (state {operation.state.value}{receipt})")
     if result.outcome is Outcome.UNKNOWN:
-        say(f"outcome UNKNOWN for {operation.operation_id}: the receiver's answer did not arrive; look it up later")
+        say(
+            f"outcome UNKNOWN for {operation.operation_id}: the receiver's answer did not arrive, or it refused the "
+            "orchestrator (see the orchestrator's log); re-drive or look it up later"
+        )
         return EXIT_UNKNOWN
     if result.outcome is Outcome.REJECTED:
         say(f"outcome REJECTED for {operation.operation_id}: {operation.rejection_reason}")
         return EXIT_REFUSED
     return EXIT_DONE
+
+
+def _escalate(args: argparse.Namespace, error: KeyRetentionExceeded) -> int:
+    """Report a re-drive refused for the receiver's key retention: nothing written, the outcome stays unknown."""
+    if args.json:
+        emit(
+            {
+                "outcome": Outcome.UNKNOWN,
+                "escalate": True,
+                "reason": error.reason,
+                "operation_id": args.operation_id,
+                "first_attempted_at": error.first_attempted_at,
+                "key_retention": error.key_retention,
+                "message": error.message,
+            }
+        )
+    else:
+        _out(f"outcome {Outcome.UNKNOWN.value} for {args.operation_id}: escalate ({error.reason})")
+    say(
+        f"escalate {args.operation_id}: the receiver refused the re-drive ({error.reason}): first attempted at "
+        f"{error.first_attempted_at or 'an unknown time'}, beyond its key retention of {error.key_retention or '?'}; "
+        "it may have written the effect and forgotten the key, so never re-drive it: look the effect up at the "
+        "receiver and record what it shows with decisionflow ops settle"
+    )
+    return EXIT_ESCALATE
 
 
 def settlement(args: argparse.Namespace, now: datetime) -> Settlement:

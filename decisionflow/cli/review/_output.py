@@ -19,6 +19,8 @@ from decisionflow.client import CaseHasOpenProposal, DecisionConflict, Decisionf
 EXIT_DONE = 0
 EXIT_ERROR = 1
 EXIT_REFUSED = 3
+# A re-drive the receiver refused for its key retention: the outcome stays unknown, an operator must escalate.
+EXIT_ESCALATE = 4
 EXIT_UNKNOWN = 42
 
 EXIT_CODES_HELP = (

@@ -117,6 +117,7 @@ class OperationsServiceServicer:
         INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
         NOT_FOUND                 NOT_FOUND            operation_id
         NOT_REDRIVABLE            FAILED_PRECONDITION  operation_id, state (e.g. OPERATION_STATE_COMMITTED)
+        KEY_RETENTION_EXCEEDED    FAILED_PRECONDITION  operation_id, first_attempted_at, key_retention; nothing written, escalate
         UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
         UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
         PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (operator)
