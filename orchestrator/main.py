@@ -171,7 +171,7 @@ async def create_server(
                 token=config.receiver_token,
                 allow_cleartext_token=config.receiver_allow_cleartext_token,
             )
-    startup.check_bindable(config.address, configuration.ADDRESS)
+    startup.check_bindable(config.address, configuration.ADDRESS, reuse_port=config.workers > 1)
     engine = startup.database_engine(config.database_url, configuration.DATABASE_URL)
 
     async def dispose() -> None:
@@ -379,9 +379,13 @@ def _serve_workers(config: OrchestratorConfig) -> int:
     def serve(address: str, metrics_port: int | None, ready: workers.Ready) -> int:
         return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
 
-    return serve_workers(
-        "orchestrator", config.workers, config.address, config.port_file, config.metrics_port, serve, logger
-    )
+    try:
+        with startup.claimed_address(config.address, configuration.ADDRESS) as address:
+            return serve_workers(
+                "orchestrator", config.workers, address, config.port_file, config.metrics_port, serve, logger
+            )
+    except StartupError as error:
+        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
 
 
 def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:
