@@ -153,6 +153,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         running.port,
         running.health,
         running.service_names,
+        running.guard,
         tuple(engines),
         faults,
         endpoint,

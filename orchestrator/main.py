@@ -241,6 +241,7 @@ async def create_server(
         running.port,
         running.health,
         running.service_names,
+        running.guard,
         closers,
         metrics_port,
         reload=() if reloader is None else (reloader,),
