@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
+from decisionflow import arguments, housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return migrating.migrate_command(SCHEMA, args[1:], configure_logging, logger)
     if args and args[0] == "serve":
         args = args[1:]
-    cli = argparse.ArgumentParser(
+    cli = arguments.ArgumentParser(
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
         "Schema: decisionflow-orchestrator migrate --help. "
