@@ -131,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(_serve(ns.hop, ns.downstream, address, ready, reuse_port=True))
         return 0
 
-    return workers.run_workers(ns.workers, "127.0.0.1:0", worker, announce)
+    with workers.claim("127.0.0.1:0") as address:
+        return workers.run_workers(ns.workers, address, worker, announce)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from decisionflow import arguments
 from decisionflow.settings import Setting, add_settings
 
 
 def parser(program: str, command: str, description: str, settings: Sequence[Setting[Any]]) -> argparse.ArgumentParser:
     """Return the parser of ``program command``: the given settings (flag and environment) and --dry-run."""
-    cli = argparse.ArgumentParser(prog=f"{program} {command}", description=description)
+    cli = arguments.ArgumentParser(prog=f"{program} {command}", description=description)
     add_settings(cli, settings)
     cli.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
     return cli

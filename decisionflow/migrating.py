@@ -15,7 +15,6 @@ start-up, and opening an existing database for housekeeping without creating or 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 
-from decisionflow import db, startup
+from decisionflow import arguments, db, startup
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 from decisionflow.startup import StartupError
 
@@ -152,7 +151,7 @@ def migrate_command(
     """Run ``<program> migrate [--show]``: print one JSON line on stdout and a summary on stderr; return the
     exit status (0 done, 2 bad settings, 1 database unreachable or failing)."""
     prog = f"{schema.program} migrate"
-    cli = argparse.ArgumentParser(
+    cli = arguments.ArgumentParser(
         prog=prog,
         description="Apply the pending schema migrations and print the revision before and after (creates the "
         "database if it does not exist). With --show, print the current and the head revision and change nothing.",

@@ -25,6 +25,7 @@ from decisionflow import tracing, workers
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.channels import MAX_MESSAGE_BYTES
+from decisionflow.connection_guard import ConnectionGuard, ConnectionRules
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.reflection import enable_reflection
 from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
@@ -70,6 +71,8 @@ class TransportLimits:
     max_connection_age_seconds: float = 1800.0
     max_connection_age_grace_seconds: float = 30.0
     max_connections: int = 1000
+    max_connections_per_peer: int | None = None  # None: half of max_connections
+    first_call_timeout_seconds: float = 10.0
 
     @classmethod
     def from_values(cls, values: SettingValues, settings: TransportSettings) -> TransportLimits:
@@ -80,7 +83,15 @@ class TransportLimits:
             values.required(settings.max_connection_age_seconds),
             values.required(settings.max_connection_age_grace_seconds),
             values.required(settings.max_connections),
+            values[settings.max_connections_per_peer],
+            values.required(settings.first_call_timeout_seconds),
         )
+
+    @property
+    def connection_rules(self) -> ConnectionRules:
+        """The rules the server's connection guard enforces (decisionflow.connection_guard)."""
+        per_peer = self.max_connections_per_peer or max(1, self.max_connections // 2)
+        return ConnectionRules(self.first_call_timeout_seconds, per_peer)
 
     def server_options(self, receive: ReceiveLimits, *, reuse_port: bool = False) -> list[tuple[str, int]]:
         """Return the gRPC core arguments that enforce these limits and the receive limit; reuse_port lets
@@ -94,6 +105,9 @@ class TransportLimits:
             ("grpc.max_connection_age_ms", _millis(self.max_connection_age_seconds)),
             ("grpc.max_connection_age_grace_ms", _millis(self.max_connection_age_grace_seconds)),
             ("grpc.max_allowed_incoming_connections", self.max_connections),
+            # A connection that never completes the HTTP/2 handshake (no SETTINGS) is closed as one
+            # that makes no call would be.
+            ("grpc.server_handshake_timeout_ms", _millis(self.first_call_timeout_seconds)),
             ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
             ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
             ("grpc.keepalive_permit_without_calls", 0),
@@ -175,9 +189,11 @@ class RunningServer:
     port: int
     health: HealthServicer
     service_names: tuple[str, ...]
+    guard: ConnectionGuard
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, then stop accepting calls and let those in flight finish within grace."""
+        await self.guard.stop()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
 
@@ -206,6 +222,7 @@ async def start_server(
     # so it also answers the refusals of the interceptors (authentication, request parsing);
     # parsing is innermost, so a caller is authenticated before its bytes are parsed; then the
     # principal and the parsed request are noted for the access line.
+    guard = ConnectionGuard(transport.connection_rules)
     server = grpc.aio.server(
         interceptors=[
             *observers,
@@ -214,6 +231,7 @@ async def start_server(
             *interceptors,
             DecodeRequests(receive),
             NotedCalls(),
+            guard.interceptor(),
         ],
         options=transport.server_options(receive, reuse_port=reuse_port),
     )
@@ -231,9 +249,10 @@ async def start_server(
     if port == 0:
         raise OSError(f"could not bind {address}")
     await server.start()
+    guard.watch(port)
     for name in (*service_names, ""):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health, service_names)
+    return RunningServer(server, port, health, service_names, guard)
 
 
 async def serve_until_signal(

@@ -263,6 +263,8 @@ class TransportSettings:
     max_connection_age_seconds: Setting[float]
     max_connection_age_grace_seconds: Setting[float]
     max_connections: Setting[int]
+    max_connections_per_peer: Setting[int]
+    first_call_timeout_seconds: Setting[float]
 
     @property
     def all(self) -> tuple[Setting[Any], ...]:
@@ -273,12 +275,15 @@ class TransportSettings:
             self.max_connection_age_seconds,
             self.max_connection_age_grace_seconds,
             self.max_connections,
+            self.max_connections_per_peer,
+            self.first_call_timeout_seconds,
         )
 
 
 def transport_settings(service: str) -> TransportSettings:
     """The transport limits of a server (``DECISIONFLOW_<SERVICE>_...``): concurrent streams per
-    connection, connection idle time, age and grace, and a cap on connections."""
+    connection, connection idle time, age and grace, a cap on connections, the share of it one peer
+    address may hold and the time a connection may stay open without a call."""
     prefix = f"DECISIONFLOW_{service}_"
     return TransportSettings(
         Setting(
@@ -315,6 +320,20 @@ def transport_settings(service: str) -> TransportSettings:
             "connections the server holds at once; beyond it a new connection is closed",
             "1000",
             parse=integer(1, 1_000_000),
+        ),
+        Setting(
+            "max_connections_per_peer",
+            prefix + "MAX_CONNECTIONS_PER_PEER",
+            "connections one peer address may hold; the excess is closed; unset: half of --max-connections",
+            parse=integer(1, 1_000_000),
+        ),
+        Setting(
+            "first_call_timeout_seconds",
+            prefix + "FIRST_CALL_TIMEOUT_SECONDS",
+            "close a connection on which no authenticated call came this long after it opened "
+            "(health checks do not count)",
+            "10",
+            parse=positive_seconds,
         ),
     )
 

@@ -21,10 +21,11 @@ import logging
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from decisionflow import workers
 from decisionflow.addresses import UNIX_SCHEMES, split_host_port
 from decisionflow.auth import AuthInterceptor, CredentialsError
 from decisionflow.channels import CleartextTokenRefused
@@ -121,8 +122,29 @@ def report(program: str, error: StartupError, logger: logging.Logger, *, debug: 
     return error.exit_status
 
 
-def check_bindable(address: str, setting: Setting[Any]) -> None:
-    """Bind address once, as the server is about to, and raise a StartupError saying why it cannot be."""
+@contextmanager
+def claimed_address(address: str, setting: Setting[Any]) -> Iterator[str]:
+    """Hold the claim on address for this service's workers (decisionflow.workers.claim) and check that
+    they can bind it; yield it with port 0 replaced by the port held. Another service on the port
+    raises a runtime StartupError naming setting, before any worker opens a database."""
+    with ExitStack() as held:
+        try:
+            claimed = held.enter_context(workers.claim(address))
+        except OSError as exc:
+            raise make_bind_error(address, setting, exc) from exc
+        check_bindable(claimed, setting, reuse_port=True)
+        yield claimed
+
+
+def make_bind_error(address: str, setting: Setting[Any], exc: OSError) -> StartupError:
+    """Return the StartupError for address that cannot be bound: runtime for a port in use, else configuration."""
+    make = runtime_error if exc.errno in _RUNTIME_BIND_ERRORS else configuration_error
+    return make(f"cannot listen on {address}", (setting,), exc.strerror or describe(exc))
+
+
+def check_bindable(address: str, setting: Setting[Any], *, reuse_port: bool) -> None:
+    """Bind address once, as the server is about to (with SO_REUSEPORT when its workers share the
+    port), and raise a StartupError saying why it cannot be."""
     if address.startswith(UNIX_SCHEMES):
         return
     host, port = split_host_port(address)
@@ -137,9 +159,10 @@ def check_bindable(address: str, setting: Setting[Any]) -> None:
         except OSError:
             continue  # an address family this host lacks; the server skips it too
         with probe:
-            # The server sets SO_REUSEADDR; SO_REUSEPORT also lets a sibling worker share the port.
+            # The server sets SO_REUSEADDR; SO_REUSEPORT only when workers share the port. Without it
+            # the probe, like the server, is refused beside any listener, another service's workers too.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, int(reuse_port))
             try:
                 probe.bind(bound)
             except OSError as exc:
@@ -147,9 +170,7 @@ def check_bindable(address: str, setting: Setting[Any]) -> None:
                 continue
         return
     if failures:
-        first = failures[0]
-        make = runtime_error if first.errno in _RUNTIME_BIND_ERRORS else configuration_error
-        raise make(f"cannot listen on {address}", (setting,), first.strerror or describe(first)) from first
+        raise make_bind_error(address, setting, failures[0]) from failures[0]
 
 
 def _reason(exc: OSError | ssl.SSLError) -> str:

@@ -9,15 +9,41 @@ each did; otherwise the first other status). A worker that fails, at start or la
 others, so a supervisor restarts the whole service; a parent killed outright (SIGKILL) takes its
 workers with it (Linux: PR_SET_PDEATHSIG), so none is left holding the port.
 
+One address, one service: SO_REUSEPORT lets any process of the same user join the port, and the
+kernel would then split connections between two services with two databases. So before it forks,
+the parent claims the port (``claim``) and holds the claim for its lifetime; a second service
+started on the port, with one worker or many, finds the claim taken and is refused before it
+opens its database. What was measured on Linux 6.x decided the form of the claim:
+
+- a plain socket bound on the port without SO_REUSEPORT (the obvious exclusive claim) also
+  refuses the parent's own workers: their binds fail with EADDRINUSE, because every socket on a
+  port must set SO_REUSEPORT (and share the user) to share it; a claim socket that sets
+  SO_REUSEPORT, or SO_REUSEADDR while not listening, lets any other process's SO_REUSEPORT bind
+  through again;
+- one listening socket handed to the workers would refuse every other program, but gRPC's
+  Python API cannot serve on a socket it did not bind;
+- so the claim is a lock named by the port: an abstract Unix socket (``@decisionflow-port-P``).
+  Unlike a lock file it lives in the same network namespace as the port (two containers with
+  their own networks never see each other's), it needs no directory, and the kernel drops it
+  with the last process holding it (a parent killed by SIGKILL takes its workers with it, so
+  the claim never outlives the port's listeners). It is named by the port alone, not host and
+  port, because 0.0.0.0:P, [::]:P and 127.0.0.1:P overlap.
+
+What the claim cannot stop, the kernel does: a program that binds the port without
+SO_REUSEPORT, or as another user, is refused while the workers listen. Only a program of the
+same user that sets SO_REUSEPORT itself could still join. A service with one worker binds
+without SO_REUSEPORT and needs no claim: the kernel refuses every other socket on its port.
+
 With port 0 the parent picks the port: it binds a socket with SO_REUSEPORT on port 0 and keeps
 it (bound, never listening, so it takes no connections) until the workers are done, so that no
-other process can take the port between workers.
+other process can take the port between workers; the claim is then taken on the port it got.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import select
@@ -62,23 +88,48 @@ def mark_worker_logs(index: int) -> None:
         handler.addFilter(WorkerLogFields(index))
 
 
+class AddressClaimed(OSError):
+    """Another service holds the claim on the port (EADDRINUSE)."""
+
+
 @contextlib.contextmanager
-def reserved_port(address: str) -> Iterator[str]:
-    """Yield address with port 0 replaced by a port held for the workers (unchanged otherwise)."""
+def claim(address: str) -> Iterator[str]:
+    """Hold the claim on address's port for this process and its workers; yield address with port 0
+    replaced by the port held for them. Raise AddressClaimed when another service holds it."""
     if address.startswith(UNIX_SCHEMES):
         yield address
         return
     host, port = split_host_port(address)
-    if port != 0:
+    with contextlib.ExitStack() as held:
+        if port == 0:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            holder = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            holder.bind((host, 0))
+            port = int(holder.getsockname()[1])
+            address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        held.enter_context(_port_lock(port))
         yield address
-        return
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as holder:
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        holder.bind((host, 0))
-        bound = int(holder.getsockname()[1])
-        yield f"[{host}]:{bound}" if family == socket.AF_INET6 else f"{host}:{bound}"
+
+
+def claim_name(port: int) -> str:
+    """Return the abstract Unix socket name that claims port (without its leading NUL)."""
+    return f"decisionflow-port-{port}"
+
+
+@contextlib.contextmanager
+def _port_lock(port: int) -> Iterator[None]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lock:
+        try:
+            lock.bind("\0" + claim_name(port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise AddressClaimed(
+                errno.EADDRINUSE, f"{os.strerror(errno.EADDRINUSE)} (another service's workers hold port {port})"
+            ) from exc
+        yield
 
 
 class _Workers:
@@ -128,42 +179,42 @@ class _Workers:
 
 
 def run_workers(count: int, address: str, worker: Worker, announce: Ready) -> int:
-    """Fork count workers serving address; announce(port) once all serve; return the exit status."""
-    with reserved_port(address) as shared:
-        ready_read, ready_write = os.pipe()
-        workers = _Workers(ready_read)
-        parent = os.getpid()
+    """Fork count workers serving address; announce(port) once all serve; return the exit status. The
+    caller holds the claim on the port (claim) and passes the address it yielded."""
+    ready_read, ready_write = os.pipe()
+    workers = _Workers(ready_read)
+    parent = os.getpid()
 
-        def forward(signum: int, _frame: object) -> None:
-            if signum != signal.SIGHUP:
-                workers.stopping = True
-            workers.signal_all(signum)
+    def forward(signum: int, _frame: object) -> None:
+        if signum != signal.SIGHUP:
+            workers.stopping = True
+        workers.signal_all(signum)
 
-        # Installed before the first fork, so a signal never finds the parent without them; each
-        # worker puts the default actions back before it serves.
-        previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
-        try:
-            for index in range(count):
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover - runs in the child, which never returns
-                    os.close(ready_read)
-                    os._exit(_run_child(worker, index, shared, ready_write, parent))
-                workers.live.add(pid)
-            os.close(ready_write)
-            port = workers.await_ready(count)
-            if port is not None:
-                announce(port)
-            elif not workers.stopping:
-                logger.error("a worker ended before every worker was serving; stopping the others")
-                workers.signal_all(signal.SIGTERM)
-            while workers.live:
-                workers.reap(block=True)
-            # Stopped by a signal before every worker served: as a single process, 0 when each drained.
-            return workers.status if port is not None or workers.stopping else workers.status or FAILED_STATUS
-        finally:
-            os.close(ready_read)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    # Installed before the first fork, so a signal never finds the parent without them; each
+    # worker puts the default actions back before it serves.
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        for index in range(count):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which never returns
+                os.close(ready_read)
+                os._exit(_run_child(worker, index, address, ready_write, parent))
+            workers.live.add(pid)
+        os.close(ready_write)
+        port = workers.await_ready(count)
+        if port is not None:
+            announce(port)
+        elif not workers.stopping:
+            logger.error("a worker ended before every worker was serving; stopping the others")
+            workers.signal_all(signal.SIGTERM)
+        while workers.live:
+            workers.reap(block=True)
+        # Stopped by a signal before every worker served: as a single process, 0 when each drained.
+        return workers.status if port is not None or workers.stopping else workers.status or FAILED_STATUS
+    finally:
+        os.close(ready_read)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _die_with_parent(parent: int) -> None:

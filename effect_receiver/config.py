@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from decisionflow import server_security, settings
+from decisionflow import arguments, server_security, settings
 from decisionflow.failpoints import Failpoints
 from decisionflow.faults import FaultPlan
 from decisionflow.server_security import ServerSecurity
@@ -133,7 +133,7 @@ class ReceiverConfig:
 
 def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-receiver."""
-    result = argparse.ArgumentParser(
+    result = arguments.ArgumentParser(
         prog="decisionflow-receiver",
         description="EffectReceiver: writes one effect per operation id. "
         "Schema: decisionflow-receiver migrate --help. Housekeeping: decisionflow-receiver prune-keys --help",

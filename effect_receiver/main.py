@@ -101,7 +101,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
     setting that stops it, or a database or port that is not ready, raises StartupError naming the setting;
     listening beyond loopback without TLS and authentication raises ExposureRefused."""
     auth, tls = startup.security_parts(config.address, config.security)
-    startup.check_bindable(config.address, ADDRESS)
+    startup.check_bindable(config.address, ADDRESS, reuse_port=config.workers > 1)
     primary = startup.database_engine(config.database_url, DATABASE_URL)
     engines = [primary]
     metrics = ReceiverMetrics()
@@ -153,6 +153,7 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
         running.port,
         running.health,
         running.service_names,
+        running.guard,
         tuple(engines),
         faults,
         endpoint,
@@ -204,9 +205,13 @@ def _serve_workers(config: ReceiverConfig) -> int:
     def serve(address: str, metrics_port: int | None, ready: workers.Ready) -> int:
         return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
 
-    return serve_workers(
-        "effect_receiver", config.workers, config.address, config.port_file, config.metrics_port, serve, logger
-    )
+    try:
+        with startup.claimed_address(config.address, ADDRESS) as address:
+            return serve_workers(
+                "effect_receiver", config.workers, address, config.port_file, config.metrics_port, serve, logger
+            )
+    except StartupError as error:
+        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="effect_receiver")
 
 
 def _serve_process(config: ReceiverConfig, ready: workers.Ready | None = None) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decisionflow import server_security, settings
+from decisionflow import arguments, server_security, settings
 from decisionflow.failpoints import Failpoints
 from decisionflow.server_security import ServerSecurity
 from decisionflow.serving import TransportLimits
@@ -198,6 +198,6 @@ def from_namespace(
 
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> OrchestratorConfig:
     """Return the serving configuration from argv and environ (used by tests and ``serve``)."""
-    cli = argparse.ArgumentParser(prog="decisionflow-orchestrator")
+    cli = arguments.ArgumentParser(prog="decisionflow-orchestrator")
     add_to(cli)
     return from_namespace(cli, cli.parse_args(list(argv)), environ)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
+from decisionflow import arguments, housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.serving import (
@@ -171,7 +171,7 @@ async def create_server(
                 token=config.receiver_token,
                 allow_cleartext_token=config.receiver_allow_cleartext_token,
             )
-    startup.check_bindable(config.address, configuration.ADDRESS)
+    startup.check_bindable(config.address, configuration.ADDRESS, reuse_port=config.workers > 1)
     engine = startup.database_engine(config.database_url, configuration.DATABASE_URL)
 
     async def dispose() -> None:
@@ -241,6 +241,7 @@ async def create_server(
         running.port,
         running.health,
         running.service_names,
+        running.guard,
         closers,
         metrics_port,
         reload=() if reloader is None else (reloader,),
@@ -358,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return migrating.migrate_command(SCHEMA, args[1:], configure_logging, logger)
     if args and args[0] == "serve":
         args = args[1:]
-    cli = argparse.ArgumentParser(
+    cli = arguments.ArgumentParser(
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
         "Schema: decisionflow-orchestrator migrate --help. "
@@ -379,9 +380,13 @@ def _serve_workers(config: OrchestratorConfig) -> int:
     def serve(address: str, metrics_port: int | None, ready: workers.Ready) -> int:
         return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
 
-    return serve_workers(
-        "orchestrator", config.workers, config.address, config.port_file, config.metrics_port, serve, logger
-    )
+    try:
+        with startup.claimed_address(config.address, configuration.ADDRESS) as address:
+            return serve_workers(
+                "orchestrator", config.workers, address, config.port_file, config.metrics_port, serve, logger
+            )
+    except StartupError as error:
+        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
 
 
 def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from decisionflow import settings
+from decisionflow import arguments, settings
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 from decisionflow.version import add_version_flag
 
@@ -166,7 +166,7 @@ class ReconcilerConfig:
 
 def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-reconciler."""
-    cli = argparse.ArgumentParser(
+    cli = arguments.ArgumentParser(
         prog="decisionflow-reconciler",
         description="Settle operations whose outcome is Unknown by asking the EffectReceiver. Exit status: "
         "0 nothing older than --alert-after-seconds is left unconfirmed, 1 something is, 2 could not run.",

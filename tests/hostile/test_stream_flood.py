@@ -150,7 +150,7 @@ def test_an_idle_connection_is_kept_within_the_idle_limit(orchestrator: Orchestr
 
 
 def test_connections_beyond_the_cap_are_not_served(tmp_path: Path) -> None:
-    server = _start(tmp_path, "--max-connections", "2")
+    server = _start(tmp_path, "--max-connections", "2", "--max-connections-per-peer", "2")
     held = [served_peer(server.process.port, 10) for _ in range(2)]
     try:
         pump(held, 0.5)

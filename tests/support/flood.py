@@ -43,6 +43,7 @@ class RawPeer:
     """One HTTP/2 connection opened with the client preface and nothing else."""
 
     port: int
+    source: str = ""  # the local address to connect from (another loopback address is another peer)
     sock: socket.socket = field(init=False)
     conn: h2.connection.H2Connection = field(init=False)
     goaway: h2.events.ConnectionTerminated | None = None
@@ -51,7 +52,8 @@ class RawPeer:
     fates: dict[int, StreamFate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        source = (self.source, 0) if self.source else None
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=source)
         config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
         self.conn = h2.connection.H2Connection(config)
         self.conn.initiate_connection()

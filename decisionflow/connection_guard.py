@@ -1,0 +1,288 @@
+"""Connections that hold a slot of the connection budget without using it are closed.
+
+gRPC's core caps the connections a server holds (``--max-connections``: one beyond the cap is
+closed as soon as it is accepted), but it knows neither whether a connection is used nor who holds
+it. Measured with grpcio 1.85 and 25 raw HTTP/2 connections against a cap of 20:
+
+- a connection that sends the client preface and its SETTINGS has completed gRPC's handshake, so
+  ``grpc.server_handshake_timeout_ms`` no longer applies to it; only the idle limit
+  (``--max-connection-idle-seconds``, 300 s by default) closes it, and until then the cap refuses
+  every other client (health UNAVAILABLE). A lower idle limit would close it too, but would also
+  close every client's pooled connection between calls, and a peer could keep its connections
+  alive with health checks, which need no credentials;
+- a connection that sends only the preface (no SETTINGS) is closed by the handshake timeout,
+  which the server sets to the first-call timeout below (closed 3.1 s after opening at 3 s);
+- gRPC's Python API shows a connection only through the calls made on it (``context.peer()``):
+  one that makes none is invisible to it.
+
+So each server process looks at its own sockets (``/proc/self/fd``, Linux), every
+``SWEEP_SECONDS``, and ends two kinds of connection to its port:
+
+- one on which no call was admitted by authentication within ``--first-call-timeout-seconds``
+  (with authentication off, any call to a service method counts; health checks and reflection,
+  which need no credentials, never do);
+- beyond ``--max-connections-per-peer`` (default: half of ``--max-connections``) from one peer
+  address, the excess, those never used and the newest first.
+
+A connection is ended with shutdown(2) on a duplicate of its descriptor, checked to be the same
+socket: gRPC reads the end of the stream and closes its side itself, so no descriptor is closed
+under it. Each worker process (``--workers``) applies the cap and the share to the connections it
+accepted. The guard acts after the fact, within one sweep: a peer that reconnects in a loop can
+still take free slots between sweeps; a firewall limit per source address is the remedy for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import ipaddress
+import logging
+import os
+import socket
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from decisionflow.auth import current_principal
+from decisionflow.errors import DomainError
+from decisionflow.handlers import ServerInterceptor, behaviour_of, with_behaviour
+
+logger = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 0.5
+# A call noted before the sweep saw its connection is kept this long for that sweep to find it.
+NOTE_MEMORY_SECONDS = 10.0
+
+Peer = tuple[str, int]
+"""A connection's remote end: the peer address (IPv4-mapped IPv6 written as IPv4) and port."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRules:
+    """How long a connection may go without an admitted call, and how many one peer address may hold."""
+
+    first_call_seconds: float
+    """A connection with no call admitted by authentication this long after it was first seen is closed."""
+    per_peer: int
+    """At most this many connections from one peer address; the excess is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """One TCP connection this process accepted: its socket's inode, descriptor and remote end."""
+
+    inode: int
+    fd: int
+    peer: Peer
+
+
+def parse_peer(peer: str) -> Peer | None:
+    """Return the remote end of a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``); None for others."""
+    scheme, _, rest = urllib.parse.unquote(peer).partition(":")
+    if scheme not in ("ipv4", "ipv6"):
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return _address(host.strip("[]")), int(port)
+    except ValueError:
+        return None
+
+
+def _address(host: str) -> str:
+    address = ipaddress.ip_address(host.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def to_close(
+    connections: Sequence[Connection],
+    first_seen: Mapping[int, float],
+    used: frozenset[Peer],
+    now: float,
+    rules: ConnectionRules,
+) -> tuple[list[Connection], list[Connection]]:
+    """Return the connections to close: those unused past the first-call timeout, and those beyond a
+    peer address's share (keeping the used ones, then the oldest)."""
+    unused = [
+        c for c in connections if c.peer not in used and now - first_seen.get(c.inode, now) >= rules.first_call_seconds
+    ]
+    closing = {c.inode for c in unused}
+    by_address: dict[str, list[Connection]] = {}
+    for c in connections:
+        if c.inode not in closing:
+            by_address.setdefault(c.peer[0], []).append(c)
+    excess: list[Connection] = []
+    for held in by_address.values():
+        held.sort(key=lambda c: (c.peer not in used, first_seen.get(c.inode, now), c.inode))
+        excess.extend(held[rules.per_peer :])
+    return unused, excess
+
+
+def accepted_connections(port: int) -> list[Connection]:
+    """Return this process's TCP connections whose local port is port (empty where /proc is absent)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if not link.startswith("socket:["):
+            continue
+        inode = int(link[len("socket:[") : -1])
+        with _socket(int(name), inode) as sock:
+            if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                local, remote = sock.getsockname(), sock.getpeername()
+            except OSError:
+                continue  # a listener, or not connected
+            if local[1] == port:
+                found.append(Connection(inode, int(name), (_address(remote[0]), int(remote[1]))))
+    return found
+
+
+@contextlib.contextmanager
+def _socket(fd: int, inode: int) -> Iterator[socket.socket | None]:
+    """Yield a duplicate of fd as a socket if fd is still the socket inode (gRPC may have closed it and
+    the number been reused), else None; the duplicate is closed after, the original never touched."""
+    try:
+        duplicate = os.dup(fd)
+    except OSError:
+        yield None
+        return
+    try:
+        if os.fstat(duplicate).st_ino != inode:
+            yield None
+            return
+        sock = socket.socket(fileno=duplicate)
+    except OSError:
+        os.close(duplicate)
+        yield None
+        return
+    with sock:
+        yield sock
+
+
+def shut_down(connection: Connection) -> None:
+    """End connection (shutdown(2), both directions); its owner closes the descriptor on reading the end."""
+    with _socket(connection.fd, connection.inode) as sock:
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class ConnectionGuard:
+    """Closes the connections of a server's port that break the rules; sweeps until stopped."""
+
+    def __init__(
+        self,
+        rules: ConnectionRules,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        connections: Callable[[int], list[Connection]] = accepted_connections,
+        close: Callable[[Connection], None] = shut_down,
+    ) -> None:
+        self._port = 0  # none until watch()
+        self._rules = rules
+        self._clock = clock
+        self._connections = connections
+        self._close = close
+        self._first_seen: dict[int, float] = {}
+        self._used: dict[Peer, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def note_call(self, peer: str) -> None:
+        """Note that a call was admitted on the connection from peer (a gRPC peer string)."""
+        remote = parse_peer(peer)
+        if remote is not None:
+            self._used[remote] = self._clock()
+
+    def sweep(self) -> list[Connection]:
+        """Close the connections that break the rules now; return them."""
+        now = self._clock()
+        connections = self._connections(self._port)
+        present = {c.inode for c in connections}
+        self._first_seen = {inode: self._first_seen.get(inode, now) for inode in present}
+        peers = {c.peer for c in connections}
+        self._used = {p: t for p, t in self._used.items() if p in peers or now - t < NOTE_MEMORY_SECONDS}
+        unused, excess = to_close(connections, self._first_seen, frozenset(self._used), now, self._rules)
+        for connection in (*unused, *excess):
+            self._close(connection)
+        if unused or excess:
+            addresses = sorted({c.peer[0] for c in (*unused, *excess)})
+            logger.warning(
+                "closed %d connections: %d without a call within %g s, %d beyond %d per peer address (%s)",
+                len(unused) + len(excess),
+                len(unused),
+                self._rules.first_call_seconds,
+                len(excess),
+                self._rules.per_peer,
+                ", ".join(addresses[:5]) + (", …" if len(addresses) > 5 else ""),
+            )
+        return [*unused, *excess]
+
+    def watch(self, port: int) -> None:
+        """Sweep the connections to port every SWEEP_SECONDS on the running loop until stop()."""
+        self._port = port
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop sweeping."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await asyncio.to_thread(self.sweep)
+            except Exception:
+                logger.exception("connection sweep failed; trying again")
+
+    def interceptor(self) -> AdmittedCalls:
+        """Return the interceptor that notes each admitted call's connection (install it after authentication)."""
+        return AdmittedCalls(self)
+
+
+class AdmittedCalls(ServerInterceptor):
+    """Notes the connection of every call admitted by authentication as used (health and reflection,
+    which authentication exempts, are not admitted)."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self._guard = guard
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """Return the handler with its behaviour noting the call's connection once admitted."""
+        handler = await continuation(handler_call_details)
+        # Every service method is unary; a streaming one (health's Watch) is exempt from authentication.
+        if handler is None or not inspect.iscoroutinefunction(behaviour_of(handler)):
+            return handler
+        behaviour = behaviour_of(handler)
+
+        async def noted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                current_principal()
+            except DomainError:
+                pass  # not admitted by authentication: exempt (health, reflection)
+            else:
+                self._guard.note_call(context.peer())
+            return await behaviour(request, context)
+
+        return with_behaviour(handler, noted)

@@ -1,0 +1,137 @@
+"""Connections that make no call cannot lock callers out: against a receiver process with
+``--max-connections 20``, raw HTTP/2 connections that send the client preface and nothing else are
+closed once the first-call timeout passes, and one peer address holds at most its share of the
+connection budget while a client from another address is served."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from decisionflow.auth import Role, bearer_metadata, issue_token
+from decisionflow.connection_guard import Connection, ConnectionRules, parse_peer, to_close
+from decisionflow.processes import ServiceProcess, spawn
+from decisionflow.stack import RECEIVER_MODULE, receiver_args
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from tests.support.flood import RawPeer, pump
+from tests.support.payloads import new_operation_id
+
+HELD = 25
+
+
+def _start(tmp_path: Path, *transport: str) -> tuple[ServiceProcess, str]:
+    credentials = tmp_path / "credentials.json"
+    token = issue_token(credentials, "reader", [Role.EFFECT_READER])
+    args = receiver_args(
+        f"sqlite:///{tmp_path / 'receiver.db'}",
+        extra=["--credentials-file", str(credentials), "--max-connections", "20", *transport],
+    )
+    process = spawn(RECEIVER_MODULE, args, tmp_path, "receiver")
+    process.wait_serving()
+    return process, token
+
+
+def _served(process: ServiceProcess, token: str) -> bool:
+    """A new client's health check and authenticated Lookup both answer (within 5 s each)."""
+    with grpc.insecure_channel(process.target, options=[("grpc.enable_retries", 0)]) as channel:
+        try:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
+            stub.Lookup(
+                effect_receiver_pb2.LookupRequest(operation_id=new_operation_id()),
+                metadata=bearer_metadata(token),
+                timeout=5,
+            )
+        except grpc.RpcError:
+            return False
+    return bool(health.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _open_peers(port: int, count: int, source: str = "") -> list[RawPeer]:
+    return [RawPeer(port, source) for _ in range(count)]
+
+
+def _held_after(peers: Sequence[RawPeer], seconds: float) -> int:
+    """Read from the peers for seconds; return how many the server has not closed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pump(peers, 0.1)
+    return sum(not peer.closed for peer in peers)
+
+
+def test_connections_without_a_call_are_closed_after_the_first_call_timeout(tmp_path: Path) -> None:
+    process, token = _start(tmp_path, "--first-call-timeout-seconds", "2", "--max-connections-per-peer", "20")
+    peers = _open_peers(process.port, HELD)
+    try:
+        # The cap is full of connections that never call: a new client is refused.
+        assert _held_after(peers, 0.5) == 20
+        assert not _served(process, token)
+        started = time.monotonic()
+        while any(not peer.closed for peer in peers) and time.monotonic() - started < 10:
+            pump(peers, 0.1)
+        closed_after = time.monotonic() - started
+        assert all(peer.closed for peer in peers), f"{sum(not p.closed for p in peers)} still open"
+        print(f"\n{HELD} preface-only connections, first-call timeout 2 s: all closed {closed_after:.1f} s later")
+        assert _served(process, token)
+    finally:
+        for peer in peers:
+            peer.close()
+        assert process.stop() == 0
+
+
+def test_one_peer_address_holds_at_most_its_share(tmp_path: Path) -> None:
+    process, token = _start(tmp_path)  # the share: half of --max-connections; first call within 10 s
+    peers = _open_peers(process.port, HELD, source="127.0.0.2")
+    try:
+        assert _held_after(peers, 3) == 10
+        assert _served(process, token)  # from 127.0.0.1, another peer
+        assert _held_after(peers, 1) == 10  # a share is held until the first-call timeout
+    finally:
+        for peer in peers:
+            peer.close()
+        assert process.stop() == 0
+
+
+def test_a_connection_that_made_an_authenticated_call_is_kept(tmp_path: Path) -> None:
+    process, token = _start(tmp_path, "--first-call-timeout-seconds", "1")
+    states: list[grpc.ChannelConnectivity] = []
+    with grpc.insecure_channel(process.target, options=[("grpc.enable_retries", 0)]) as channel:
+        channel.subscribe(states.append)
+        stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
+        request = effect_receiver_pb2.LookupRequest(operation_id=new_operation_id())
+        stub.Lookup(request, metadata=bearer_metadata(token), timeout=5)
+        time.sleep(3)
+        stub.Lookup(request, metadata=bearer_metadata(token), timeout=5)
+        channel.unsubscribe(states.append)
+    assert process.stop() == 0
+    # One connection throughout: READY once, never dropped back to IDLE or TRANSIENT_FAILURE.
+    assert states[states.index(grpc.ChannelConnectivity.READY) :] == [grpc.ChannelConnectivity.READY], states
+
+
+RULES = ConnectionRules(first_call_seconds=10, per_peer=2)
+
+
+def _conn(inode: int, address: str = "127.0.0.1", port: int = 40000) -> Connection:
+    return Connection(inode, inode, (address, port + inode))
+
+
+def test_which_connections_are_closed() -> None:
+    held = [_conn(1), _conn(2), _conn(3), _conn(4, "127.0.0.2")]
+    first_seen = {1: 0.0, 2: 5.0, 3: 8.0, 4: 0.0}
+    used = frozenset({held[2].peer})
+    # At 9 s none is past the first-call timeout; 127.0.0.1 holds one beyond its share of 2: the
+    # newest unused one goes, the used one stays however new.
+    assert to_close(held, first_seen, used, 9.0, RULES) == ([], [held[1]])
+    # At 10 s the unused ones seen at 0 s are past it; what remains is within the share.
+    assert to_close(held, first_seen, used, 10.0, RULES) == ([held[0], held[3]], [])
+
+
+def test_peer_strings_name_the_remote_end() -> None:
+    assert parse_peer("ipv4:127.0.0.2:5123") == ("127.0.0.2", 5123)
+    assert parse_peer("ipv6:%5B::1%5D:5123") == ("::1", 5123)
+    assert parse_peer("ipv6:[::ffff:10.0.0.1]:80") == ("10.0.0.1", 80)
+    assert parse_peer("unix:/tmp/socket") is None
