@@ -83,7 +83,8 @@ CHECKPOINT_KEYS_FILE = Setting(
 FOUR_EYES = Setting(
     "four_eyes",
     "DECISIONFLOW_FOUR_EYES",
-    "true: the author of a proposal cannot decide it (true/false, yes/no, on/off, 1/0)",
+    "true: nobody who created a proposal, or any proposal it was edited from or replaced, can decide it "
+    "(true/false, yes/no, on/off, 1/0)",
     "false",
     parse=settings.boolean,
 )

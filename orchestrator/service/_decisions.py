@@ -106,11 +106,9 @@ class DecisionService:
         if recorded is not None:
             return await self._replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
         proposal = inputs.proposal
-        if self._four_eyes:
-            # Every author in the edit chain, not only the last editor: an edit of one character by
-            # a colleague must not let the original author approve their own text.
-            authors = await self._store.edit_chain_authors(operation_id)
-            check_four_eyes(authors | {proposal.created_by}, reviewer, enabled=True)
+        # Every author in the chain of edits and replacements, stored with the proposal: a colleague
+        # changing one character, or replacing the proposal, must not let its author approve it.
+        check_four_eyes(proposal.authors, reviewer, enabled=self._four_eyes)
         current = inputs.current_operation_id
         if current != operation_id:
             raise StaleProposal(operation_id, current or "")

@@ -76,10 +76,6 @@ class AsyncOrchestratorStore:
         """See OrchestratorStore.find_proposal."""
         return await self._run(self.sync.find_proposal, operation_id)
 
-    async def edit_chain_authors(self, operation_id: str) -> frozenset[str]:
-        """See OrchestratorStore.edit_chain_authors."""
-        return await self._run(self.sync.edit_chain_authors, operation_id)
-
     async def get_pending_review(self, operation_id: str) -> PendingReview:
         """See OrchestratorStore.get_pending_review."""
         return await self._run(self.sync.get_pending_review, operation_id)

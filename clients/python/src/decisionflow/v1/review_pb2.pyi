@@ -54,9 +54,11 @@ class Proposal(_message.Message):
     policy_id: _builtins.str
     """pol-v1- identity of the policy."""
     human_edited: _builtins.bool
-    """True when a human edited the proposal (it has a parent)."""
+    """True when a human edited the proposal (EditProposal; it has a parent)."""
     parent_operation_id: _builtins.str
-    """The proposal this one was edited from; empty for an original."""
+    """The proposal this one was edited from or replaced (StartReview naming it in
+    expected_operation_id); empty when it replaced nothing.
+    """
     created_by: _builtins.str
     """The authenticated principal that created the proposal."""
     current: _builtins.bool
@@ -279,7 +281,8 @@ class StartReviewRequest(_message.Message):
     expected_operation_id: _builtins.str
     """Optional: the case's current, undecided proposal this one replaces
     (compare-and-set). Empty: the case must have no current proposal, or a
-    decided one. The replacement is not marked human-edited.
+    decided one. The replacement is not marked human-edited; it records the
+    replaced proposal as its parent and carries its authors (four-eyes).
     """
     @_builtins.property
     def evidence(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Evidence]:

@@ -80,14 +80,15 @@ export type Proposal = Message<"decisionflow.v1.Proposal"> & {
   policyId: string;
 
   /**
-   * True when a human edited the proposal (it has a parent).
+   * True when a human edited the proposal (EditProposal; it has a parent).
    *
    * @generated from field: bool human_edited = 9;
    */
   humanEdited: boolean;
 
   /**
-   * The proposal this one was edited from; empty for an original.
+   * The proposal this one was edited from or replaced (StartReview naming it in
+   * expected_operation_id); empty when it replaced nothing.
    *
    * @generated from field: string parent_operation_id = 10;
    */
@@ -365,7 +366,8 @@ export type StartReviewRequest = Message<"decisionflow.v1.StartReviewRequest"> &
   /**
    * Optional: the case's current, undecided proposal this one replaces
    * (compare-and-set). Empty: the case must have no current proposal, or a
-   * decided one. The replacement is not marked human-edited.
+   * decided one. The replacement is not marked human-edited; it records the
+   * replaced proposal as its parent and carries its authors (four-eyes).
    *
    * @generated from field: string expected_operation_id = 6;
    */
