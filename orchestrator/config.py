@@ -64,7 +64,8 @@ RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
 RECEIVER_TIMEOUT_SECONDS = Setting(
     "receiver_timeout_seconds",
     "DECISIONFLOW_RECEIVER_TIMEOUT_SECONDS",
-    "time budget for Apply (with retries) when the caller set no deadline",
+    "time budget of one attempt's Apply, retries included, whatever the caller's deadline (a shorter one "
+    "shortens it); an attempt's lease holds its operation this long and 1 s more",
     "5",
     parse=settings.positive_seconds,
 )

@@ -209,8 +209,11 @@ class Operation:
     last_lookup: LookupNote | None
     payload: bytes | None
     payload_digest: str | None
-    # Until when an attempt in flight holds the operation (None: no attempt holds it).
+    # Until when an attempt in flight holds the operation (None: no attempt holds it); a time past
+    # means its holder ended without releasing it (a crash) and the next caller may drive.
     attempt_lease_until: datetime | None = None
+    # The orchestrator process whose attempt took that lease (None with no lease).
+    attempt_lease_holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +223,8 @@ class FirstAttempt:
     payload: bytes
     payload_digest: str
     lease_until: datetime
+    # The orchestrator process that takes the lease (None: not named).
+    lease_holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,8 @@ operations = sa.Table(
     # While an attempt's Apply may be in flight: until then no other caller, on any replica, drives
     # the operation; a holder that crashed lets the next caller drive once it has passed.
     sa.Column("attempt_lease_until", _ts, nullable=True),
+    # Who took that lease: the orchestrator process (host:pid:instance), for operators.
+    sa.Column("attempt_lease_holder", sa.String(200), nullable=True),
     # Built once from the stored proposal and decision, so every retry and re-drive
     # sends identical bytes under the same digest.
     sa.Column("payload", sa.LargeBinary, nullable=True),

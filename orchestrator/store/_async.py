@@ -99,10 +99,10 @@ class AsyncOrchestratorStore:
         return await self._run(self.sync.record_decision, decided, case_id, saved, attempt)
 
     async def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime, *, holder: str
     ) -> Operation:
         """See OrchestratorStore.record_attempt."""
-        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until)
+        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until, holder=holder)
 
     async def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
         """See OrchestratorStore.release_attempt."""

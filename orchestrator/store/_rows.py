@@ -133,4 +133,5 @@ def operation_from(row: sa.Row[Any]) -> Operation:
         payload=None if m["payload"] is None else bytes(m["payload"]),
         payload_digest=m["payload_digest"],
         attempt_lease_until=m["attempt_lease_until"],
+        attempt_lease_holder=m["attempt_lease_holder"],
     )

@@ -253,6 +253,7 @@ class OrchestratorStore:
                         "b_payload": attempt.payload,
                         "b_digest": attempt.payload_digest,
                         "b_lease_until": attempt.lease_until,
+                        "b_lease_holder": attempt.lease_holder,
                     },
                 )
             self.checkpoints.insert_txn(conn, saved)
@@ -272,11 +273,18 @@ class OrchestratorStore:
             return _ledger.decision_txn(conn, operation_id)
 
     def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+        self,
+        operation_id: str,
+        payload: bytes,
+        digest: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        holder: str | None = None,
     ) -> Operation:
         """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
-        the operation until lease_until; raise NotRedrivable unless the operation is APPROVED or
-        UNKNOWN, AttemptInFlight while another attempt's lease holds it.
+        the operation until lease_until in holder's name; raise NotRedrivable unless the operation is
+        APPROVED or UNKNOWN, AttemptInFlight while another attempt's lease holds it.
 
         The payload is stored on the first attempt and reused by every later one.
         """
@@ -290,6 +298,7 @@ class OrchestratorStore:
                     "b_payload": payload,
                     "b_digest": digest,
                     "b_lease_until": lease_until,
+                    "b_lease_holder": holder,
                 },
             ).rowcount
             operation = _operations.operation_txn(conn, operation_id)
@@ -339,6 +348,7 @@ class OrchestratorStore:
                     state_changed_at=now,
                     rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
                     attempt_lease_until=None,
+                    attempt_lease_holder=None,
                 )
             )
             return _operations.operation_txn(conn, operation_id)
