@@ -73,7 +73,9 @@ def proposal(tag: str, now: datetime) -> Proposal:
     """Return the proposal start_review_request(tag) creates, as the orchestrator stores it."""
     content = ProposalContent(case_id(tag), ACTION, body(tag), EVIDENCE, POLICY)
     ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
-    return Proposal(ids.operation_id, content, ids.evidence_id, ids.policy_id, False, None, REVIEWER, now)
+    return Proposal(
+        ids.operation_id, content, ids.evidence_id, ids.policy_id, False, None, REVIEWER, now, frozenset({REVIEWER})
+    )
 
 
 def apply_request(tag: str, now: datetime) -> effect_receiver_pb2.ApplyRequest:

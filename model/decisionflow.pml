@@ -7,7 +7,8 @@
  * orchestrator/store. One receiver holds the effects table keyed by operation id (with the
  * payload digest) and a read replica that may lag.
  * Two authors propose and edit one case, two reviewers approve or decline the operation id they
- * read, a reconciler settles and re-drives, replies may be lost and replicas may crash.
+ * read, a reconciler settles and re-drives, replies may be lost and replicas may crash, also while
+ * their attempt holds the operation's lease (which then stays until it passes).
  *
  * Bounds are #defines, overridable with -D. Seeded faults remove one guard each:
  *   -DNO_UNIQUE_KEY -DNO_CONFLICT_CHECK -DNO_STALE_CHECK -DNO_ATTEMPT_RECORD
@@ -16,7 +17,9 @@
  * (the receiver's own retention check keeps property 1 without it; with -DNO_RECEIVER_RETENTION
  * it fails).
  * -DLIVENESS builds the liveness configuration (a reconciler that never stops, strong lookups)
- * checked with the ltl formula `settles` (spin -a; pan -a -f); -DEVENTUAL_LOOKUPS is its fault.
+ * checked with the ltl formula `settles` (spin -a; pan -a -f) and the assertion that one pass
+ * settles once faults have stopped and no lease holds; -DEVENTUAL_LOOKUPS and -DNO_LEASE_EXPIRY
+ * are its faults.
  */
 
 #ifndef NOPS
@@ -85,6 +88,17 @@
 #define NCLIENTS  4     /* authors and reviewers; the reconciler is not counted */
 
 #define OPEN(s) ((s) == APPROVED || (s) == UNKNOWN)
+#define SETTLED(o) (state[o] == COMMITTED || state[o] == REJECTED || escalated[o])
+#if NOPS >= 3
+#define NO_LEASE (!leased[1] && !leased[2] && !leased[3])
+#define ALL_SETTLED ((!OPEN(state[1]) || SETTLED(1)) && (!OPEN(state[2]) || SETTLED(2)) && (!OPEN(state[3]) || SETTLED(3)))
+#elif NOPS >= 2
+#define NO_LEASE (!leased[1] && !leased[2])
+#define ALL_SETTLED ((!OPEN(state[1]) || SETTLED(1)) && (!OPEN(state[2]) || SETTLED(2)))
+#else
+#define NO_LEASE (!leased[1])
+#define ALL_SETTLED (!OPEN(state[1]) || SETTLED(1))
+#endif
 
 /* ---- the orchestrator's ledger (shared by every replica) ---- */
 byte current;                  /* cases.current_operation_id */
@@ -94,6 +108,8 @@ byte decision[NOPS + 1];       /* decisions row (primary key operation_id) */
 byte decided_by[NOPS + 1];     /* decisions.reviewer */
 bool attempted[NOPS + 1];      /* operations.first_attempt_at is set */
 byte payload[NOPS + 1];        /* operations.payload_digest, stored with the first attempt */
+bool leased[NOPS + 1];         /* operations.attempt_lease_until: an attempt holds it, not yet passed */
+byte lease_holder[NOPS + 1];   /* operations.attempt_lease_holder: the client whose attempt took it, + 1 */
 
 /* ---- the receiver ---- */
 bool effect[NOPS + 1];         /* effects row on the primary (unique operation_id) */
@@ -115,6 +131,14 @@ byte saw[NCLIENTS];                /* the operation id each reviewer read */
 bool escalated[NOPS + 1];
 
 byte losses, crashes;
+
+/* The attempt lease (orchestrator/service/_attempts.py): taken with the attempt record, in the same
+   transaction; ended by a receipt, a rejection or a settling lookup; given up by its holder after an
+   indeterminate answer (only its own: a lease that passed and was taken again is not). A holder that
+   crashes leaves it until it passes. */
+inline take_lease(o, w) { leased[o] = 1; lease_holder[o] = w + 1 }
+inline end_lease(o) { leased[o] = 0; lease_holder[o] = 0 }
+inline release_lease(o, w) { if :: lease_holder[o] == w + 1 -> end_lease(o) :: else -> skip fi }
 
 
 /* property 3 and 4 (decisions): a recorded or acknowledged decision never changes */
@@ -247,7 +271,7 @@ inline serve(req, who, op, arg, exp, res) {
 #ifndef NO_ATTEMPT_RECORD
                 if
                 :: arg == APPROVE ->
-                   state[op] = UNKNOWN; attempted[op] = 1; payload[op] = decided_by[op]
+                   state[op] = UNKNOWN; attempted[op] = 1; payload[op] = decided_by[op]; take_lease(op, who)
                 :: else -> skip
                 fi;
 #endif
@@ -294,18 +318,21 @@ inline serve(req, who, op, arg, exp, res) {
   :: res == NONE && (ans == GO || ans == ATTEMPTED) ->
      /* DecisionService.drive (a replay or re-drive), or the commit step's Apply */
 #ifndef NO_ATTEMPT_RECORD
-     /* record_attempt (one transaction, before Apply), then failpoint AFTER_ATTEMPT; the commit
-        step recorded its attempt with the decision */
+     /* record_attempt (one transaction, before Apply) under the lease, then failpoint
+        AFTER_ATTEMPT; the commit step recorded its attempt and lease with the decision */
      if
      :: ans == ATTEMPTED -> ans = GO
      :: else ->
         atomic {
           if
-          :: OPEN(state[op]) ->
-             state[op] = UNKNOWN; attempted[op] = 1;
+          :: OPEN(state[op]) && !leased[op] ->
+             state[op] = UNKNOWN; attempted[op] = 1; take_lease(op, who);
              if :: payload[op] == NONE -> payload[op] = decided_by[op] :: else -> skip fi;
              if :: crashes < CRASHES -> crashes++; res = R_LOST :: true -> skip fi
-          :: else -> res = OUTCOME + state[op]                     /* NotRedrivable */
+          /* AttemptInFlight: another attempt holds the lease; this caller's deadline passes first
+             (waiting for the lease is a later request: a retry or the next pass) */
+          :: OPEN(state[op]) && leased[op] -> res = OUTCOME + state[op]
+          :: !OPEN(state[op]) -> res = OUTCOME + state[op]          /* NotRedrivable */
           fi
         }
      fi;
@@ -344,14 +371,14 @@ inline serve(req, who, op, arg, exp, res) {
 #endif
      if
      :: res == NONE ->
-        /* failpoint AFTER_RECEIVER_OK, then record_receipt / record_rejection; a lost answer
-           leaves the operation UNKNOWN */
+        /* failpoint AFTER_RECEIVER_OK, then record_receipt / record_rejection (each ends the
+           lease); a lost answer leaves the operation UNKNOWN and its holder gives the lease up */
         atomic {
           if
-          :: ans == A_OK && crashes < CRASHES -> crashes++; res = R_LOST
-          :: ans == A_OK -> if :: OPEN(state[op]) -> state[op] = COMMITTED :: else -> skip fi
-          :: ans == A_REFUSED -> if :: OPEN(state[op]) -> state[op] = REJECTED :: else -> skip fi
-          :: ans == A_LOST || ans == A_RETAINED -> skip               /* stays UNKNOWN */
+          :: ans == A_OK && crashes < CRASHES -> crashes++; res = R_LOST   /* the lease stays */
+          :: ans == A_OK -> if :: OPEN(state[op]) -> state[op] = COMMITTED; end_lease(op) :: else -> skip fi
+          :: ans == A_REFUSED -> if :: OPEN(state[op]) -> state[op] = REJECTED; end_lease(op) :: else -> skip fi
+          :: ans == A_LOST || ans == A_RETAINED -> release_lease(op, who)  /* stays UNKNOWN */
           fi;
           if :: res == NONE -> res = OUTCOME + state[op] :: else -> skip fi
         }
@@ -423,13 +450,17 @@ proctype Reconciler() {
   byte pass, op, listed, approved, was_attempted, found, strong, res, seen, st, ans;
   byte req = REDRIVE, who = RECONCILER, arg = NONE, exp = NONE;
 #ifdef LIVENESS
+  bool calm;   /* this pass started with faults stopped, every client done and no lease held */
   do
   :: true ->
+     /* faults may stop at any point (their budgets spent), never to return */
+     if :: atomic { losses = LOSSES; crashes = CRASHES } :: skip fi;
+     atomic { in_pass = 1; calm = (losses == LOSSES && crashes == CRASHES && clients_done == AUTHORS + REVIEWERS && NO_LEASE) };
 #else
   do
   :: pass < PASSES ->
-#endif
      in_pass = 1;
+#endif
      op = 1;
      do
      :: op <= NOPS ->
@@ -456,7 +487,7 @@ proctype Reconciler() {
 #endif
            if
            :: found ->   /* BatchSettleOperations: APPLIED commits an open operation */
-              d_step { if :: OPEN(state[op]) -> state[op] = COMMITTED :: else -> skip fi }
+              d_step { if :: OPEN(state[op]) -> state[op] = COMMITTED; end_lease(op) :: else -> skip fi }
            :: !found && !approved -> skip                         /* note */
 #ifndef NO_RETENTION_RULE
            :: !found && approved && was_attempted && old[op] -> escalated[op] = 1
@@ -476,7 +507,12 @@ proctype Reconciler() {
      :: else -> break
      od;
 #ifdef LIVENESS
-     atomic { in_pass = 0; op = 0 }
+#ifndef EVENTUAL_LOOKUPS
+     /* property 7: once faults have stopped and no lease holds (a crashed holder's has passed),
+        one pass settles every open operation or escalates it */
+     assert(!calm || ALL_SETTLED);
+#endif
+     atomic { in_pass = 0; op = 0; calm = 0 }
 #else
      atomic { in_pass = 0; op = 0; pass++ }
 #endif
@@ -495,15 +531,23 @@ proctype Reconciler() {
 #endif
 #define AGE(o)   :: d_step { QUIET && sent[o] && !old[o] -> old[o] = 1 }
 #define PRUNE(o) :: d_step { QUIET && old[o] && effect[o] -> effect[o] = 0 }
+/* An attempt's lease passes: at any moment, since its holder may be slow as well as crashed (its
+   Apply ends within the budget, but recording the answer may overrun the margin on a saturated
+   machine). -DNO_LEASE_EXPIRY: a lease that never passes while the reconciler keeps trying. */
+#ifndef NO_LEASE_EXPIRY
+#define EXPIRE(o) :: d_step { leased[o] -> leased[o] = 0; lease_holder[o] = 0 }
+#else
+#define EXPIRE(o)
+#endif
 proctype Retention() {
 end_age:
   do
-  AGE(1) PRUNE(1)
+  AGE(1) PRUNE(1) EXPIRE(1)
 #if NOPS >= 2
-  AGE(2) PRUNE(2)
+  AGE(2) PRUNE(2) EXPIRE(2)
 #endif
 #if NOPS >= 3
-  AGE(3) PRUNE(3)
+  AGE(3) PRUNE(3) EXPIRE(3)
 #endif
   od
 }
@@ -525,7 +569,6 @@ init {
 
 #ifdef LIVENESS
 /* property 6: an open (APPROVED or UNKNOWN) operation is eventually settled or escalated */
-#define SETTLED(o) (state[o] == COMMITTED || state[o] == REJECTED || escalated[o])
 #if NOPS >= 2
 ltl settles { [] ((OPEN(state[1]) -> <> SETTLED(1)) && (OPEN(state[2]) -> <> SETTLED(2))) }
 #else

@@ -64,7 +64,8 @@ RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
 RECEIVER_TIMEOUT_SECONDS = Setting(
     "receiver_timeout_seconds",
     "DECISIONFLOW_RECEIVER_TIMEOUT_SECONDS",
-    "time budget for Apply (with retries) when the caller set no deadline",
+    "time budget of one attempt's Apply, retries included, whatever the caller's deadline (a shorter one "
+    "shortens it); an attempt's lease holds its operation this long and 1 s more",
     "5",
     parse=settings.positive_seconds,
 )
@@ -83,7 +84,8 @@ CHECKPOINT_KEYS_FILE = Setting(
 FOUR_EYES = Setting(
     "four_eyes",
     "DECISIONFLOW_FOUR_EYES",
-    "true: the author of a proposal cannot decide it (true/false, yes/no, on/off, 1/0)",
+    "true: nobody who created a proposal, or any proposal it was edited from or replaced, can decide it "
+    "(true/false, yes/no, on/off, 1/0)",
     "false",
     parse=settings.boolean,
 )

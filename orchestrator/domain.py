@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
@@ -118,14 +118,38 @@ class Proposal:
     evidence_id: str
     policy_id: str
     human_edited: bool
+    # The proposal this one replaced or was edited from (None: it replaced nothing).
     parent_operation_id: str | None
     created_by: str
     created_at: datetime
+    # Who created this proposal or any proposal in its chain of edits and replacements; the
+    # four-eyes rule bars each of them from deciding it (see carry_authors).
+    authors: frozenset[str]
 
     @property
     def case_id(self) -> str:
         """The case this proposal answers."""
         return self.content.case_id
+
+
+def carry_authors(proposal: Proposal, parent: Proposal | None) -> Proposal:
+    """Return the proposal with its authors as recorded: its creator and every author of its parent.
+
+    Carried forward at each edit and each replacement, so an author stays an author of every
+    proposal derived from their text however many hands it passes through.
+    """
+    inherited = frozenset() if parent is None else parent.authors
+    return replace(proposal, authors=proposal.authors | inherited | {proposal.created_by})
+
+
+def authors_to_json(authors: frozenset[str]) -> str:
+    """Serialise a proposal's authors for storage, sorted."""
+    return json.dumps(sorted(authors), ensure_ascii=False)
+
+
+def authors_from_json(text: str) -> frozenset[str]:
+    """Restore authors stored by authors_to_json."""
+    return frozenset(str(author) for author in json.loads(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +209,11 @@ class Operation:
     last_lookup: LookupNote | None
     payload: bytes | None
     payload_digest: str | None
-    # Until when an attempt in flight holds the operation (None: no attempt holds it).
+    # Until when an attempt in flight holds the operation (None: no attempt holds it); a time past
+    # means its holder ended without releasing it (a crash) and the next caller may drive.
     attempt_lease_until: datetime | None = None
+    # The orchestrator process whose attempt took that lease (None with no lease).
+    attempt_lease_holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +223,8 @@ class FirstAttempt:
     payload: bytes
     payload_digest: str
     lease_until: datetime
+    # The orchestrator process that takes the lease (None: not named).
+    lease_holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

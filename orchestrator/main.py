@@ -13,6 +13,8 @@ import json
 import logging
 import math
 import os
+import secrets
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,7 +48,7 @@ from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
-from orchestrator.service import OrchestratorService
+from orchestrator.service import AttemptBudget, OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
 from orchestrator.workflow import ReviewWorkflow, without_framework_spans
@@ -130,6 +132,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def lease_holder() -> str:
+    """Return the name this process takes attempt leases under: host, process id and a random
+    instance tag (a restarted container may run under the same host name and process id)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
 async def _close_all(closers: Sequence[Closer]) -> None:
     for close in reversed(closers):
         await close()
@@ -209,7 +217,7 @@ async def create_server(
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
-            apply_budget_seconds=config.receiver_timeout_seconds,
+            attempt_budget=AttemptBudget(config.receiver_timeout_seconds, lease_holder()),
         )
         review, operations = ReviewServicer(service), OperationsServicer(service, clock)
 

@@ -36,9 +36,14 @@ proposals = sa.Table(
     sa.Column("policy_json", sa.Text, nullable=False),
     sa.Column("policy_id", sa.String(71), nullable=False),
     sa.Column("human_edited", sa.Boolean, nullable=False),
+    # What this proposal replaced or was edited from.
     sa.Column("parent_operation_id", sa.String(70), nullable=True),
     sa.Column("created_by", sa.String(128), nullable=False),
     sa.Column("created_at", _ts, nullable=False),
+    # JSON list: created_by and the parent's authors, written once with the row, so four-eyes reads
+    # one column instead of walking the chain. NULL only on a row a replica of an earlier release
+    # wrote during an upgrade: its authors are then read from the chain of parents.
+    sa.Column("authors_json", sa.Text, nullable=True),
 )
 
 pending_reviews = sa.Table(
@@ -78,6 +83,8 @@ operations = sa.Table(
     # While an attempt's Apply may be in flight: until then no other caller, on any replica, drives
     # the operation; a holder that crashed lets the next caller drive once it has passed.
     sa.Column("attempt_lease_until", _ts, nullable=True),
+    # Who took that lease: the orchestrator process (host:pid:instance), for operators.
+    sa.Column("attempt_lease_holder", sa.String(200), nullable=True),
     # Built once from the stored proposal and decision, so every retry and re-drive
     # sends identical bytes under the same digest.
     sa.Column("payload", sa.LargeBinary, nullable=True),

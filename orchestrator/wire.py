@@ -198,6 +198,12 @@ def operation_to_pb(operation: Operation) -> review_pb2.Operation:
         message.decision = DECISION_TO_PB[operation.decision.decision]
         message.reviewer = operation.decision.reviewer
         message.decided_at.CopyFrom(to_timestamp(operation.decision.decided_at))
+    if operation.attempt_lease_until is not None:
+        message.attempt_lease.CopyFrom(
+            review_pb2.AttemptLease(
+                holder=operation.attempt_lease_holder or "", expires_at=to_timestamp(operation.attempt_lease_until)
+            )
+        )
     if operation.last_lookup is not None:
         lookup = operation.last_lookup
         message.last_lookup.CopyFrom(

@@ -57,9 +57,10 @@ def policy_gaps(policy: Mapping[str, frozenset[Role]]) -> tuple[list[str], list[
 def check_four_eyes(authors: Collection[str], reviewer: str, enabled: bool) -> None:
     """Raise FourEyesViolation when the rule is enabled and the reviewer is among the proposal's authors.
 
-    The authors are everyone who wrote the proposal's text: its creator and the creator of every
-    proposal it was edited from. Otherwise an author could have a colleague change one character
-    and then approve their own text.
+    The authors are everyone in the proposal's chain of edits and replacements: its creator and
+    the creator of every proposal it was edited from or replaced, back to the first. Otherwise an
+    author could have a colleague change one character, or restart the case with their text, and
+    then approve their own text.
     """
     if enabled and reviewer in authors:
         raise FourEyesViolation(reviewer)

@@ -10,7 +10,8 @@ checkpoint and the ``commit`` step records the decision once, records the attemp
 calls the receiver with the operation id as key.
 
 Parts: ``_proposals`` (start, edit, read), ``_decisions`` (decide, commit, replay, drive),
-``_operations`` (the reconciler's API), ``_runs`` (workflow runs and their checkpoints).
+``_attempts`` (each attempt's budget and lease), ``_operations`` (the reconciler's API), ``_runs``
+(workflow runs and their checkpoints).
 """
 
 from __future__ import annotations
@@ -21,14 +22,25 @@ from datetime import datetime
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
-from orchestrator.service._decisions import DEFAULT_APPLY_BUDGET_SECONDS, DecisionService
+from orchestrator.service._attempts import AttemptBudget
+from orchestrator.service._decisions import DecisionService
 from orchestrator.service._operations import OperationService
 from orchestrator.service._proposals import ProposalService, StartedReview
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, OrchestratorStore
 from orchestrator.workflow import ReviewWorkflow
 
-__all__ = ["DecisionService", "OperationService", "OrchestratorService", "ProposalService", "StartedReview"]
+__all__ = [
+    "AttemptBudget",
+    "DecisionService",
+    "OperationService",
+    "OrchestratorService",
+    "ProposalService",
+    "StartedReview",
+]
+
+# Without a configured budget: the default of --receiver-timeout-seconds.
+DEFAULT_ATTEMPT_BUDGET = AttemptBudget()
 
 
 class OrchestratorService:
@@ -44,7 +56,7 @@ class OrchestratorService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool = False,
-        apply_budget_seconds: float = DEFAULT_APPLY_BUDGET_SECONDS,
+        attempt_budget: AttemptBudget = DEFAULT_ATTEMPT_BUDGET,
     ) -> None:
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
@@ -56,6 +68,6 @@ class OrchestratorService:
             failpoints,
             clock,
             four_eyes=four_eyes,
-            apply_budget_seconds=apply_budget_seconds,
+            attempt_budget=attempt_budget,
         )
         self.operations = OperationService(async_store, self.decisions, clock)

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
@@ -49,6 +49,7 @@ from orchestrator.ports import (
     KeyRetentionRefused,
     ReceiverRefusedCaller,
 )
+from orchestrator.service._attempts import Attempt, AttemptBudget
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
@@ -56,13 +57,9 @@ from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
 logger = logging.getLogger("decisionflow.orchestrator")
 
-# An attempt's lease lasts its Apply budget and this much more, to record the receiver's answer.
-LEASE_MARGIN_SECONDS = 1.0
 # A caller waiting for another replica's attempt reads the operation again after these pauses (doubling).
 LEASE_POLL_FIRST_SECONDS = 0.005
 LEASE_POLL_MAX_SECONDS = 0.1
-# The Apply budget of a drive whose caller set no deadline (the receiver timeout, in the service).
-DEFAULT_APPLY_BUDGET_SECONDS = 5.0
 
 
 class DecisionService:
@@ -77,7 +74,7 @@ class DecisionService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool,
-        apply_budget_seconds: float = DEFAULT_APPLY_BUDGET_SECONDS,
+        attempt_budget: AttemptBudget,
     ) -> None:
         self._store = store
         self._runs = runs
@@ -85,7 +82,7 @@ class DecisionService:
         self._failpoints = failpoints
         self._clock = clock
         self._four_eyes = four_eyes
-        self._apply_budget = apply_budget_seconds
+        self._budget = attempt_budget
         # The drive in flight per operation in this process; its answer (None: it ended without one).
         self._flights: dict[str, asyncio.Future[DecisionResult | None]] = {}
 
@@ -114,11 +111,9 @@ class DecisionService:
         if recorded is not None:
             return await self._replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
         proposal = inputs.proposal
-        if self._four_eyes:
-            # Every author in the edit chain, not only the last editor: an edit of one character by
-            # a colleague must not let the original author approve their own text.
-            authors = await self._store.edit_chain_authors(operation_id)
-            check_four_eyes(authors | {proposal.created_by}, reviewer, enabled=True)
+        # Every author in the chain of edits and replacements, stored with the proposal: a colleague
+        # changing one character, or replacing the proposal, must not let its author approve it.
+        check_four_eyes(proposal.authors, reviewer, enabled=self._four_eyes)
         current = inputs.current_operation_id
         if current != operation_id:
             raise StaleProposal(operation_id, current or "")
@@ -174,8 +169,6 @@ class DecisionService:
             _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
         operation_id = proposal.operation_id
-        if deadline is None:
-            deadline = time.monotonic() + self._apply_budget
         # A replay that reads this decision before our Apply has answered awaits this drive. A drive
         # already in flight here means another replica decided first: our insert will say so.
         flight: asyncio.Future[DecisionResult | None] | None = None
@@ -200,21 +193,17 @@ class DecisionService:
             flight.set_result(result)
 
     async def _decide_and_apply(
-        self, proposal: Proposal, decided: RecordedDecision, run: RunCheckpoints, deadline: float
+        self, proposal: Proposal, decided: RecordedDecision, run: RunCheckpoints, deadline: float | None
     ) -> DecisionResult:
         """Record the approval and its first attempt in one transaction (durable before Apply), then Apply."""
         payload, digest = effect_payload(proposal, decided)
-        lease_until = self._lease_until(decided.decided_at, deadline)
+        attempt = self._budget.start(decided.decided_at, deadline)
         operation = await self._store.record_decision(
-            decided, proposal.case_id, (), FirstAttempt(payload, digest, lease_until)
+            decided, proposal.case_id, (), FirstAttempt(payload, digest, attempt.lease_until, self._budget.holder)
         )
         _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
         # Both crash points are after the one transaction: the decision and the attempt are durable.
-        return await self._apply_holding(proposal, decided, operation, lease_until, deadline, replay=False)
-
-    def _lease_until(self, now: datetime, deadline: float) -> datetime:
-        # The lease covers this attempt's whole Apply budget, and a margin to record its answer.
-        return now + timedelta(seconds=max(0.0, deadline - time.monotonic()) + LEASE_MARGIN_SECONDS)
+        return await self._apply_holding(proposal, decided, operation, attempt, replay=False)
 
     async def _replay(
         self,
@@ -246,12 +235,13 @@ class DecisionService:
 
         Single flight: while a drive of the operation is in flight in this process, another caller
         awaits its answer; while an attempt on another replica holds the operation's lease, it waits
-        for that attempt to settle or its lease to pass, within deadline (then: Unknown). Raises
-        NotRedrivable when the operation is no longer APPROVED or UNKNOWN.
+        for that attempt to settle or its lease to pass, within deadline (then: Unknown). The attempt
+        itself gets at most the service's attempt budget. Raises NotRedrivable when the operation is
+        no longer APPROVED or UNKNOWN.
         """
         operation_id = proposal.operation_id
         if deadline is None:
-            deadline = time.monotonic() + self._apply_budget
+            deadline = time.monotonic() + self._budget.seconds
         while (flight := self._flights.get(operation_id)) is not None:
             try:
                 led = await asyncio.wait_for(asyncio.shield(flight), max(0.0, deadline - time.monotonic()))
@@ -276,16 +266,18 @@ class DecisionService:
 
     async def _take_lease(
         self, proposal: Proposal, decided: RecordedDecision, deadline: float
-    ) -> tuple[Operation, datetime] | Operation:
+    ) -> tuple[Operation, Attempt] | Operation:
         """Record an attempt under a lease (returned with it), or return the operation as another
         attempt's answer left it, or as it stands when deadline passed while that attempt held it."""
         payload, digest = effect_payload(proposal, decided)
         while True:
             now = self._clock()
-            lease_until = self._lease_until(now, deadline)
+            attempt = self._budget.start(now, deadline)
             try:
-                operation = await self._store.record_attempt(proposal.operation_id, payload, digest, now, lease_until)
-                return operation, lease_until
+                operation = await self._store.record_attempt(
+                    proposal.operation_id, payload, digest, now, attempt.lease_until, holder=self._budget.holder
+                )
+                return operation, attempt
             except AttemptInFlight as held:
                 waited = await self._await_lease(held.operation, deadline)
                 if waited is not None:
@@ -316,18 +308,15 @@ class DecisionService:
         taken = await self._take_lease(proposal, decided, deadline)
         if isinstance(taken, Operation):
             return DecisionResult(taken, outcome_of(taken.state), replay)
-        operation, lease_until = taken
-        return await self._apply_holding(
-            proposal, decided, operation, lease_until, deadline, replay=replay, first=False
-        )
+        operation, attempt = taken
+        return await self._apply_holding(proposal, decided, operation, attempt, replay=replay, first=False)
 
     async def _apply_holding(
         self,
         proposal: Proposal,
         decided: RecordedDecision,
         operation: Operation,
-        lease_until: datetime,
-        deadline: float,
+        attempt: Attempt,
         *,
         replay: bool,
         first: bool = True,
@@ -337,11 +326,11 @@ class DecisionService:
             if first:
                 self._failpoints.hit(AFTER_DECISION)
             self._failpoints.hit(AFTER_ATTEMPT)
-            return await self._apply(proposal, decided, operation, lease_until, deadline, replay)
+            return await self._apply(proposal, decided, operation, attempt, replay)
         except Exception:
             # This process lives on: the next caller need not wait for the lease to pass.
             try:
-                await self._store.release_attempt(proposal.operation_id, lease_until)
+                await self._store.release_attempt(proposal.operation_id, attempt.lease_until)
             except Exception:
                 logger.warning("could not release the attempt lease; it passes on its own", exc_info=True)
             raise
@@ -351,8 +340,7 @@ class DecisionService:
         proposal: Proposal,
         decided: RecordedDecision,
         operation: Operation,
-        lease_until: datetime,
-        deadline: float,
+        attempt: Attempt,
         replay: bool,
     ) -> DecisionResult:
         # The store keeps the first attempt's payload: every re-drive sends the same bytes and digest.
@@ -364,7 +352,7 @@ class DecisionService:
                 proposal.content.action,
                 operation.payload,
                 operation.payload_digest,
-                deadline=deadline,
+                deadline=attempt.apply_by,
                 # The receiver refuses a key it may have pruned; this is the time it judges by.
                 first_attempted_at=operation.first_attempt_at,
             )
@@ -373,7 +361,7 @@ class DecisionService:
             _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED.value)
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
-            operation = await self._store.release_attempt(proposal.operation_id, lease_until)
+            operation = await self._store.release_attempt(proposal.operation_id, attempt.lease_until)
             if isinstance(unknown, ReceiverRefusedCaller):
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
                 what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"

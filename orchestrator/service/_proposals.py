@@ -42,18 +42,29 @@ class ProposalService:
         self._runs = runs
         self._clock = clock
 
-    def _proposal(self, content: ProposalContent, parent: str | None, author: str) -> Proposal:
+    def _proposal(self, content: ProposalContent, parent: str | None, author: str, *, edited: bool) -> Proposal:
+        # The store adds the parent's authors as it records the proposal, in the same transaction.
         ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
         return Proposal(
-            ids.operation_id, content, ids.evidence_id, ids.policy_id, parent is not None, parent, author, self._clock()
+            ids.operation_id,
+            content,
+            ids.evidence_id,
+            ids.policy_id,
+            edited,
+            parent,
+            author,
+            self._clock(),
+            frozenset({author}),
         )
 
     async def start_review(self, start: ProposalStart, author: str) -> StartedReview:
         """Record a proposal and open its pending review; the same content again returns the first proposal.
 
-        New content never silently replaces an undecided proposal: it must name it (compare-and-set)."""
+        New content never silently replaces an undecided proposal: it must name it (compare-and-set).
+        A replacement records what it replaced as its parent (not human-edited) and, like an edit,
+        carries its authors forward."""
         content = start.content
-        proposal = self._proposal(content, None, author)
+        proposal = self._proposal(content, start.expected_operation_id, author, edited=False)
         tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
         # A replay is answered from the store; new content is refused early, before the workflow
         # runs, and the store decides again, atomically, when it records.
@@ -77,7 +88,7 @@ class ProposalService:
         current = await self._store.current_operation_id(parent.case_id)
         if current != expected:
             raise StaleProposal(expected, current or "")
-        proposal = self._proposal(edit.applied_to(parent.content), expected, editor)
+        proposal = self._proposal(edit.applied_to(parent.content), expected, editor, edited=True)
         if proposal.operation_id == expected:
             return StartedReview(parent, await self._store.get_pending_review(expected), False)
         review, saved = await self._runs.open_review(proposal)

@@ -76,10 +76,6 @@ class AsyncOrchestratorStore:
         """See OrchestratorStore.find_proposal."""
         return await self._run(self.sync.find_proposal, operation_id)
 
-    async def edit_chain_authors(self, operation_id: str) -> frozenset[str]:
-        """See OrchestratorStore.edit_chain_authors."""
-        return await self._run(self.sync.edit_chain_authors, operation_id)
-
     async def get_pending_review(self, operation_id: str) -> PendingReview:
         """See OrchestratorStore.get_pending_review."""
         return await self._run(self.sync.get_pending_review, operation_id)
@@ -103,10 +99,10 @@ class AsyncOrchestratorStore:
         return await self._run(self.sync.record_decision, decided, case_id, saved, attempt)
 
     async def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime, *, holder: str
     ) -> Operation:
         """See OrchestratorStore.record_attempt."""
-        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until)
+        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until, holder=holder)
 
     async def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
         """See OrchestratorStore.release_attempt."""

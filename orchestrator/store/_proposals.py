@@ -11,14 +11,25 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from orchestrator.domain import PendingReview, Proposal, State, evidence_to_json, policy_to_json
+from orchestrator.domain import (
+    PendingReview,
+    Proposal,
+    State,
+    authors_to_json,
+    carry_authors,
+    evidence_to_json,
+    policy_to_json,
+)
 from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._rows import proposal_from, review_from
 
 
-def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> None:
-    """Insert the proposal's own row; an IntegrityError here may mean the operation id exists."""
+def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal:
+    """Insert the proposal's own row with its authors carried from its parent (read in this
+    transaction) and return it as stored; an IntegrityError here may mean the operation id exists."""
+    parent = None if proposal.parent_operation_id is None else find_proposal_txn(conn, proposal.parent_operation_id)
+    proposal = carry_authors(proposal, parent)
     content = proposal.content
     conn.execute(
         proposals.insert().values(
@@ -34,8 +45,10 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> None:
             parent_operation_id=proposal.parent_operation_id,
             created_by=proposal.created_by,
             created_at=proposal.created_at,
+            authors_json=authors_to_json(proposal.authors),
         )
     )
+    return proposal
 
 
 def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, review: PendingReview) -> None:
@@ -127,18 +140,27 @@ def current_txn(conn: sa.Connection, case_id: str) -> str | None:
 def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None:
     """Return the proposal with that operation id, if there is one."""
     row = conn.execute(sa.select(proposals).where(proposals.c.operation_id == operation_id)).first()
-    return None if row is None else proposal_from(row._mapping)
+    return None if row is None else proposal_row_txn(conn, row._mapping)
 
 
-def edit_chain_authors_txn(conn: sa.Connection, operation_id: str) -> frozenset[str]:
-    """Return who created the proposal and each proposal it was edited from, back to the first one.
+def proposal_row_txn(conn: sa.Connection, m: sa.RowMapping, prefix: str = "") -> Proposal:
+    """Return the proposal in a row of the proposals table (columns under prefix); a row written
+    without its authors gets them from its chain of parents."""
+    legacy = None
+    if m[prefix + "authors_json"] is None:
+        legacy = chain_authors_txn(conn, m[prefix + "operation_id"])
+    return proposal_from(m, prefix, legacy)
 
-    An edit records its parent, so the chain is the parent links; empty when there is no such proposal.
+
+def chain_authors_txn(conn: sa.Connection, operation_id: str) -> frozenset[str]:
+    """Return who created the proposal and each proposal it was edited from or replaced, back to the first.
+
+    Walks the parent links; used only for rows written without their authors.
     """
     first = sa.select(proposals.c.parent_operation_id, proposals.c.created_by).where(
         proposals.c.operation_id == operation_id
     )
-    chain = first.cte("edit_chain", recursive=True)
+    chain = first.cte("proposal_chain", recursive=True)
     parent = proposals.alias("parent")
     # UNION, not UNION ALL: duplicates are dropped, so even a corrupted cycle of parents ends.
     chain = chain.union(

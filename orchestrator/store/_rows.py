@@ -22,13 +22,19 @@ from orchestrator.domain import (
     RecordedDecision,
     SealedCheckpoint,
     State,
+    authors_from_json,
     evidence_from_json,
     policy_from_json,
 )
 
 
-def proposal_from(m: sa.RowMapping, prefix: str = "") -> Proposal:
-    """Return the proposal in a row of the proposals table."""
+def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[str] | None = None) -> Proposal:
+    """Return the proposal in a row of the proposals table; chain_authors stands in for the authors
+    of a row written without them (see schema.proposals.authors_json)."""
+    stored = m[prefix + "authors_json"]
+    authors = authors_from_json(stored) if stored is not None else chain_authors
+    if authors is None:
+        raise ValueError(f"proposal {m[prefix + 'operation_id']} has no stored authors and none were given")
     return Proposal(
         operation_id=m[prefix + "operation_id"],
         content=ProposalContent(
@@ -44,6 +50,7 @@ def proposal_from(m: sa.RowMapping, prefix: str = "") -> Proposal:
         parent_operation_id=m[prefix + "parent_operation_id"],
         created_by=m[prefix + "created_by"],
         created_at=m[prefix + "created_at"],
+        authors=authors,
     )
 
 
@@ -126,4 +133,5 @@ def operation_from(row: sa.Row[Any]) -> Operation:
         payload=None if m["payload"] is None else bytes(m["payload"]),
         payload_digest=m["payload_digest"],
         attempt_lease_until=m["attempt_lease_until"],
+        attempt_lease_holder=m["attempt_lease_holder"],
     )

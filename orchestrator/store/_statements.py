@@ -64,6 +64,7 @@ RECORD_ATTEMPT = (
     .where(*_OPEN_ONLY, _LEASE_FREE)
     .values(
         attempt_lease_until=_LEASE_UNTIL,
+        attempt_lease_holder=sa.bindparam("b_lease_holder"),
         state=State.UNKNOWN.value,
         state_changed_at=sa.case(
             (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=_NOW
@@ -84,6 +85,7 @@ RECORD_RECEIPT = (
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_applied_at"),
         attempt_lease_until=None,
+        attempt_lease_holder=None,
     )
 )
 # The holder of a lease gives it up (its Apply ended without a settled answer); a lease that has
@@ -91,7 +93,7 @@ RECORD_RECEIPT = (
 RELEASE_ATTEMPT = (
     operations.update()
     .where(operations.c.operation_id == _OPERATION_ID, operations.c.attempt_lease_until == _LEASE_UNTIL)
-    .values(attempt_lease_until=None)
+    .values(attempt_lease_until=None, attempt_lease_holder=None)
 )
 
 _LOOKUP_NOTE_VALUES: dict[str, sa.BindParameter[object]] = {
@@ -109,6 +111,7 @@ COMMIT_BY_LOOKUP = (
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_receipt_applied_at"),
         attempt_lease_until=None,
+        attempt_lease_holder=None,
         **_LOOKUP_NOTE_VALUES,
     )
 )

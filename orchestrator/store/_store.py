@@ -33,7 +33,7 @@ from orchestrator.store import _statements as q
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
-from orchestrator.store._rows import operation_from, proposal_from, review_from, sealed_checkpoint_from
+from orchestrator.store._rows import operation_from, review_from, sealed_checkpoint_from
 
 MAX_REJECTION_REASON_CHARS = 2000
 
@@ -64,6 +64,8 @@ class OrchestratorStore:
     ) -> tuple[Proposal, bool]:
         """Record a new proposal, its pending review and checkpoints, and make it the case's current one.
 
+        The proposal replaces its parent_operation_id, if it names one (the caller names the same
+        proposal as expected_operation_id), and carries that proposal's authors forward.
         Returns the stored proposal and whether this call created it; the same content
         started twice returns the first proposal unchanged. Other content takes the case when it
         has no proposal or a decided one, or by compare-and-set from expected_operation_id; an
@@ -75,17 +77,17 @@ class OrchestratorStore:
         def work(conn: sa.Connection) -> tuple[Proposal, bool]:
             try:
                 with self.transactions.savepoint_txn(conn):
-                    _proposals.insert_proposal_row_txn(conn, proposal)
+                    stored = _proposals.insert_proposal_row_txn(conn, proposal)
             except IntegrityError:
                 # Read committed: after losing the race on the primary key, this sees the winner.
                 existing = _proposals.find_proposal_txn(conn, proposal.operation_id)
                 if existing is None:
                     raise  # some other constraint failed; not a duplicate operation id
                 return existing, False
-            _proposals.insert_operation_and_review_txn(conn, proposal, review)
+            _proposals.insert_operation_and_review_txn(conn, stored, review)
             self.checkpoints.insert_txn(conn, saved)
-            self._take_case_txn(conn, proposal, expected_operation_id)
-            return proposal, True
+            self._take_case_txn(conn, stored, expected_operation_id)
+            return stored, True
 
         stored, created = self.transactions.batched(work)
         if created:
@@ -133,8 +135,9 @@ class OrchestratorStore:
     ) -> Proposal:
         """Record an edited proposal and move the case's current pointer from expected to it (or refuse as stale).
 
-        When the edited content already exists as a proposal, that proposal becomes current again;
-        if it is undecided, its pending review moves to the checkpoint of this edit's run.
+        A new proposal carries the authors of the one it was edited from. When the edited content
+        already exists as a proposal, that proposal becomes current again, its authors as first
+        recorded; if it is undecided, its pending review moves to the checkpoint of this edit's run.
         """
         with self.transactions.write() as conn:
             created = True
@@ -177,11 +180,6 @@ class OrchestratorStore:
         with self.transactions.read() as conn:
             return _proposals.find_proposal_txn(conn, operation_id)
 
-    def edit_chain_authors(self, operation_id: str) -> frozenset[str]:
-        """Return who created the proposal and every proposal it was edited from (empty if there is none)."""
-        with self.transactions.read() as conn:
-            return _proposals.edit_chain_authors_txn(conn, operation_id)
-
     def get_pending_review(self, operation_id: str) -> PendingReview:
         """Return the pending review of an operation, or raise NotFound."""
         with self.transactions.read() as conn:
@@ -200,12 +198,13 @@ class OrchestratorStore:
         and the pending review with its still-sealed checkpoint, read together; raise NotFound."""
         with self.transactions.read() as conn:
             row = conn.execute(q.DECISION_INPUTS, {"b_operation_id": operation_id}).first()
-        if row is None:
-            raise NotFound("operation", operation_id)
-        m = row._mapping
+            if row is None:
+                raise NotFound("operation", operation_id)
+            m = row._mapping
+            proposal = _proposals.proposal_row_txn(conn, m, "p_")
         return DecisionInputs(
             operation=operation_from(row),
-            proposal=proposal_from(m, "p_"),
+            proposal=proposal,
             current_operation_id=m["current_operation_id"],
             review=None if m["r_operation_id"] is None else review_from(m, "r_"),
             checkpoint=None if m["k_checkpoint_id"] is None else sealed_checkpoint_from(m, "k_"),
@@ -254,6 +253,7 @@ class OrchestratorStore:
                         "b_payload": attempt.payload,
                         "b_digest": attempt.payload_digest,
                         "b_lease_until": attempt.lease_until,
+                        "b_lease_holder": attempt.lease_holder,
                     },
                 )
             self.checkpoints.insert_txn(conn, saved)
@@ -273,11 +273,18 @@ class OrchestratorStore:
             return _ledger.decision_txn(conn, operation_id)
 
     def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime
+        self,
+        operation_id: str,
+        payload: bytes,
+        digest: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        holder: str | None = None,
     ) -> Operation:
         """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
-        the operation until lease_until; raise NotRedrivable unless the operation is APPROVED or
-        UNKNOWN, AttemptInFlight while another attempt's lease holds it.
+        the operation until lease_until in holder's name; raise NotRedrivable unless the operation is
+        APPROVED or UNKNOWN, AttemptInFlight while another attempt's lease holds it.
 
         The payload is stored on the first attempt and reused by every later one.
         """
@@ -291,6 +298,7 @@ class OrchestratorStore:
                     "b_payload": payload,
                     "b_digest": digest,
                     "b_lease_until": lease_until,
+                    "b_lease_holder": holder,
                 },
             ).rowcount
             operation = _operations.operation_txn(conn, operation_id)
@@ -340,6 +348,7 @@ class OrchestratorStore:
                     state_changed_at=now,
                     rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
                     attempt_lease_until=None,
+                    attempt_lease_holder=None,
                 )
             )
             return _operations.operation_txn(conn, operation_id)

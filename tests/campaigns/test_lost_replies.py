@@ -73,7 +73,8 @@ def test_lost_replies_and_deadlines_at_twenty_percent(
 ) -> None:
     """Under 20 % faults every operation settles after one pass, with one effect per approved operation."""
     seed = campaign.base_seed
-    # Short attempts so a held answer costs a fraction of the Approve deadline, as in production.
+    # Short attempts (each one's whole budget) so a held answer costs a fraction of the Approve
+    # deadline, as in production.
     cluster = make_cluster(receiver_timeout_seconds=0.2)
     cluster.receiver.env[FAULTS_ENV] = f"lose_reply={LOSE_REPLY},delay={DELAY},seed={seed}"
     cluster.start()

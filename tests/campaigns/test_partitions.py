@@ -38,12 +38,14 @@ from tests.support.secure import NetworkSecurity, write_network_security
 
 CONCURRENCY = 8
 RECEIVER_TIMEOUT_SECONDS = 1.0
-# The Approve deadline: the orchestrator's Apply retries run inside it, then it answers Unknown.
+# The Approve deadline: the orchestrator's Apply retries run inside it and inside its attempt
+# budget (RECEIVER_TIMEOUT_SECONDS), whichever ends first, then it answers Unknown.
 APPROVE_TIMEOUT_SECONDS = 3.0
 CUT_SECONDS = 5.0
 LOSS, DELAY_MS = 0.1, 200
 # On the degraded link an Apply takes a round trip of 400 ms: an attempt of 0.5 s times out on any
-# retransmission, so the orchestrator sends Apply again while the first may have committed.
+# retransmission, so the Approve answers Unknown while its Apply may have committed, and its replay
+# or the reconciler sends Apply again.
 DEGRADED_ATTEMPT_SECONDS = 0.5
 CANARY_TRIES = 10
 DELAYER_START_POLLS = 200

@@ -118,6 +118,9 @@ FAULTS = (
     Fault("NO_RECEIVER_RETENTION", (*_SMALL, "AGE_ANYTIME"), "assertion violated (written[op]<=1)"),
     # property 6: a receiver that answers only from a lagging replica never lets UNKNOWN settle
     Fault("EVENTUAL_LOOKUPS", ("LIVENESS", "AUTHORS=1", "REVIEWERS=1"), "acceptance cycle", liveness=True),
+    # property 6: a lease that never passes after its holder crashed pins the operation: every
+    # re-drive meets it and answers Unknown, pass after pass
+    Fault("NO_LEASE_EXPIRY", ("LIVENESS", "AUTHORS=1", "REVIEWERS=1"), "acceptance cycle", liveness=True),
 )
 
 

@@ -66,11 +66,11 @@ def test_open_proposal_is_replaced_only_when_named_and_a_decided_one_gives_way(
     stack = make_stack()
     review = stack.review()
     first = review.StartReview(_draft(1), timeout=10).proposal.operation_id
-    # Named: compare-and-set replaces it; the replacement is not an edit.
+    # Named: compare-and-set replaces it; the replacement is not an edit, but records what it replaced.
     replacing = _draft(2)
     replacing.expected_operation_id = first
     second = review.StartReview(replacing, timeout=10).proposal
-    assert not second.human_edited and second.parent_operation_id == ""
+    assert not second.human_edited and second.parent_operation_id == first
     superseded = review.GetOperation(review_pb2.GetOperationRequest(operation_id=first), timeout=10).operation
     assert superseded.state == common_pb2.OPERATION_STATE_SUPERSEDED
     # Naming the replaced one again is stale, and nothing is written.
@@ -88,6 +88,7 @@ def test_open_proposal_is_replaced_only_when_named_and_a_decided_one_gives_way(
     review.Approve(decline(second.operation_id), timeout=10)
     third = review.StartReview(_draft(3), timeout=10)
     assert third.created and _current(review) == third.proposal.operation_id
+    assert third.proposal.parent_operation_id == ""  # it replaced nothing
     assert count(stack.orchestrator_url, "SELECT count(*) FROM proposals") == 3
 
 

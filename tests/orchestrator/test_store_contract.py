@@ -64,7 +64,17 @@ def proposal(
 ) -> Proposal:
     content = proposal_content(case_id, ACTION, body, EVIDENCE, POLICY)
     ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
-    return Proposal(ids.operation_id, content, ids.evidence_id, ids.policy_id, parent is not None, parent, author, at)
+    return Proposal(
+        ids.operation_id,
+        content,
+        ids.evidence_id,
+        ids.policy_id,
+        parent is not None,
+        parent,
+        author,
+        at,
+        frozenset({author}),
+    )
 
 
 def review(p: Proposal, checkpoint_id: str | None = None, version: str = "1") -> PendingReview:

@@ -45,7 +45,8 @@ def test_crash_after_decision_is_redriven_to_one_effect(tmp_path: Path) -> None:
         with grpc.insecure_channel(crashing.target) as channel:
             review = review_pb2_grpc.ReviewServiceStub(channel)
             op = review.StartReview(start_request(), timeout=10).proposal.operation_id
-            # The crashed attempt's lease lasts this deadline and a second: a re-drive waits that out.
+            # The crashed attempt's lease lasts the shorter of this deadline and the attempt budget, and a
+            # second: a re-drive waits that out.
             with pytest.raises(grpc.RpcError):
                 review.Approve(approve(op), timeout=2)
         assert crashing.process.wait(15) == 86  # the failpoint's exit status: died after the decision

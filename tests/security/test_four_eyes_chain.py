@@ -1,5 +1,6 @@
 """With four-eyes on, nobody who wrote any version of a proposal's text may decide it: the original
-author stays barred after a colleague edits one character, and so does every earlier editor."""
+author stays barred after a colleague edits one character or replaces the proposal through
+StartReview, and so does every earlier editor, across any chain of edits and replacements."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def _edit(secure: SecureStack, operation_id: str, body: str, editor: str) -> rev
         expected_operation_id=operation_id, body=body, evidence=original.evidence, policy=original.policy
     )
     return secure.stack.review().EditProposal(request, metadata=secure.as_(editor), timeout=15).proposal
+
+
+def _replace(secure: SecureStack, operation_id: str, body: str, author: str) -> review_pb2.Proposal:
+    request = start_request(body=body)
+    request.expected_operation_id = operation_id
+    return secure.stack.review().StartReview(request, metadata=secure.as_(author), timeout=15).proposal
 
 
 def _assert_barred(secure: SecureStack, operation_id: str, principal: str) -> None:
@@ -78,3 +85,34 @@ def test_an_edit_by_the_reviewer_alone_does_not_bar_a_reviewer_outside_the_chain
     edited = _edit(four_eyes, started.proposal.operation_id, start_request().body + " Thanks.", editor="arthur")
     answer = four_eyes.stack.review().Approve(approve(edited.operation_id), metadata=four_eyes.as_("sam"), timeout=15)
     assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_COMMITTED, "sam")
+
+
+def test_a_colleague_replacing_the_proposal_does_not_let_its_author_approve(four_eyes: SecureStack) -> None:
+    # sam starts the case; arthur (an author only) replaces it through StartReview naming sam's proposal.
+    started = four_eyes.stack.review().StartReview(start_request(), metadata=four_eyes.as_("sam"), timeout=15)
+    op1 = started.proposal.operation_id
+    replaced = _replace(four_eyes, op1, start_request().body + " Thank you.", author="arthur")
+    assert (replaced.created_by, replaced.parent_operation_id, replaced.human_edited) == ("arthur", op1, False)
+
+    _assert_barred(four_eyes, replaced.operation_id, "sam")
+
+    answer = four_eyes.stack.review().Approve(
+        approve(replaced.operation_id), metadata=four_eyes.as_("rita"), timeout=15
+    )
+    assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_COMMITTED, "rita")
+
+
+def test_an_author_stays_barred_along_edit_replace_edit(four_eyes: SecureStack) -> None:
+    started = four_eyes.stack.review().StartReview(start_request(), metadata=four_eyes.as_("arthur"), timeout=15)
+    body = start_request().body
+    by_sam = _edit(four_eyes, started.proposal.operation_id, body + " (edited)", editor="sam")
+    replaced = _replace(four_eyes, by_sam.operation_id, body + " (replaced)", author="arthur")
+    by_arthur = _edit(four_eyes, replaced.operation_id, body + " (replaced, edited)", editor="arthur")
+    assert (replaced.parent_operation_id, by_arthur.parent_operation_id) == (by_sam.operation_id, replaced.operation_id)
+
+    _assert_barred(four_eyes, by_arthur.operation_id, "sam")
+
+    answer = four_eyes.stack.review().Approve(
+        approve(by_arthur.operation_id), metadata=four_eyes.as_("rita"), timeout=15
+    )
+    assert (answer.outcome, answer.operation.reviewer) == (common_pb2.OUTCOME_COMMITTED, "rita")

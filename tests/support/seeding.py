@@ -75,7 +75,17 @@ def proposal_for(case_id: str, body: str, created_at: datetime, *, created_by: s
     """The proposal StartReview would store for case_id and body (the seeder's evidence and policy)."""
     ids = identities(case_id, ACTION, body, EVIDENCE, POLICY)
     content = ProposalContent(case_id, ACTION, body, EVIDENCE, POLICY)
-    return Proposal(ids.operation_id, content, ids.evidence_id, ids.policy_id, False, None, created_by, created_at)
+    return Proposal(
+        ids.operation_id,
+        content,
+        ids.evidence_id,
+        ids.policy_id,
+        False,
+        None,
+        created_by,
+        created_at,
+        frozenset({created_by}),
+    )
 
 
 def seed_decided(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -207,12 +207,17 @@ def spawn_receiver(workdir: Path, database_url: str, failpoints: str = "", name:
 
 
 def spawn_orchestrator(
-    workdir: Path, database_url: str, receiver: ServiceProcess, name: str, failpoints: str = ""
+    workdir: Path,
+    database_url: str,
+    receiver: ServiceProcess,
+    name: str,
+    failpoints: str = "",
+    extra: Sequence[str] = (),
 ) -> ServiceProcess:
-    """Start an orchestrator process."""
+    """Start an orchestrator process (extra: more of its flags)."""
     return spawn(
         ORCHESTRATOR_MODULE,
-        orchestrator_args(database_url, receiver.target, failpoints=failpoints),
+        orchestrator_args(database_url, receiver.target, failpoints=failpoints, extra=extra),
         workdir,
         name,
         env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},

@@ -77,6 +77,12 @@ def as_json(operation: OperationView, now: datetime) -> dict[str, Any]:
         **to_json(operation),
         "age_seconds": seconds(operation.updated_at),
         "seconds_since_decision": seconds(operation.decided_at),
+        # Negative once the lease has passed; null with no lease.
+        "lease_expires_in_seconds": (
+            None
+            if operation.attempt_lease is None or operation.attempt_lease.expires_at is None
+            else round((operation.attempt_lease.expires_at - now).total_seconds(), 3)
+        ),
     }
 
 
@@ -84,10 +90,19 @@ def _when(moment: datetime | None, now: datetime) -> str:
     return "-" if moment is None else f"{moment.isoformat()} ({duration(since(moment, now))} ago)"
 
 
+def _expiry(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "-"
+    if moment <= now:
+        return f"{moment.isoformat()} (passed {duration(since(moment, now))} ago: the next re-drive may take it)"
+    return f"{moment.isoformat()} (in {duration(moment - now)})"
+
+
 def details(operation: OperationView, now: datetime) -> str:
     """Return every field of operation as ``name: value`` lines for people."""
     receipt = operation.receipt
     note = operation.last_lookup
+    lease = operation.attempt_lease
     lines = [
         ("operation", operation.operation_id),
         ("case", operation.case_id),
@@ -100,6 +115,8 @@ def details(operation: OperationView, now: datetime) -> str:
         ("first attempt", _when(operation.first_attempt_at, now)),
         ("receipt", "-" if receipt is None else receipt.receipt_id),
         ("applied", "-" if receipt is None else _when(receipt.applied_at, now)),
+        ("lease holder", "-" if lease is None else lease.holder or "(not named)"),
+        ("lease expires", "-" if lease is None else _expiry(lease.expires_at, now)),
         ("rejection reason", operation.rejection_reason or "-"),
         ("last lookup", "-" if note is None else last_lookup(operation, now)),
     ]

@@ -85,6 +85,12 @@ def _optional_receipt(parent: Any) -> views.Receipt | None:
     return receipt(parent.receipt) if parent.HasField("receipt") else None
 
 
+def _attempt_lease(message: review_pb2.Operation) -> views.AttemptLease | None:
+    if not message.HasField("attempt_lease"):
+        return None
+    return views.AttemptLease(message.attempt_lease.holder, _time(message.attempt_lease, "expires_at"))
+
+
 def operation(message: review_pb2.Operation) -> views.OperationView:
     """Return the view of an operation."""
     last_lookup = None
@@ -116,6 +122,7 @@ def operation(message: review_pb2.Operation) -> views.OperationView:
         rejection_reason=message.rejection_reason,
         last_lookup=last_lookup,
         updated_at=_time(message, "updated_at"),
+        attempt_lease=_attempt_lease(message),
     )
 
 

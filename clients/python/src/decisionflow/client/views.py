@@ -84,6 +84,15 @@ class Receipt:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptLease:
+    """Who holds an operation against other callers while an attempt's Apply may be in flight, and
+    until when (a time past: the holder ended without releasing it; the next caller may drive)."""
+
+    holder: str
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class LookupNote:
     """The last lookup recorded for an operation."""
 
@@ -109,6 +118,8 @@ class OperationView:
     rejection_reason: str
     last_lookup: LookupNote | None
     updated_at: datetime | None
+    # The lease of the attempt that last took the operation, while one is recorded.
+    attempt_lease: AttemptLease | None = None
 
     @property
     def receipt_id(self) -> str | None:

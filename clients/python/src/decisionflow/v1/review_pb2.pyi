@@ -54,9 +54,11 @@ class Proposal(_message.Message):
     policy_id: _builtins.str
     """pol-v1- identity of the policy."""
     human_edited: _builtins.bool
-    """True when a human edited the proposal (it has a parent)."""
+    """True when a human edited the proposal (EditProposal; it has a parent)."""
     parent_operation_id: _builtins.str
-    """The proposal this one was edited from; empty for an original."""
+    """The proposal this one was edited from or replaced (StartReview naming it in
+    expected_operation_id); empty when it replaced nothing.
+    """
     created_by: _builtins.str
     """The authenticated principal that created the proposal."""
     current: _builtins.bool
@@ -196,6 +198,7 @@ class Operation(_message.Message):
     REJECTION_REASON_FIELD_NUMBER: _builtins.int
     LAST_LOOKUP_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_LEASE_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     """The operation id."""
     case_id: _builtins.str
@@ -234,6 +237,12 @@ class Operation(_message.Message):
     def updated_at(self) -> _timestamp_pb2.Timestamp:
         """When the operation entered its current state."""
 
+    @_builtins.property
+    def attempt_lease(self) -> Global___AttemptLease:
+        """The lease of the attempt that last took the operation, while it is recorded;
+        unset when no attempt holds it.
+        """
+
     def __init__(
         self,
         *,
@@ -249,14 +258,52 @@ class Operation(_message.Message):
         rejection_reason: _builtins.str = ...,
         last_lookup: Global___LookupNote | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        attempt_lease: Global___AttemptLease | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["decided_at", b"decided_at", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "receipt", b"receipt", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "decided_at", b"decided_at", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "receipt", b"receipt", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "case_id", b"case_id", "decided_at", b"decided_at", "decision", b"decision", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "operation_id", b"operation_id", "receipt", b"receipt", "rejection_reason", b"rejection_reason", "reviewer", b"reviewer", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "attempts", b"attempts", "case_id", b"case_id", "decided_at", b"decided_at", "decision", b"decision", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "operation_id", b"operation_id", "receipt", b"receipt", "rejection_reason", b"rejection_reason", "reviewer", b"reviewer", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
+@_typing.final
+class AttemptLease(_message.Message):
+    """While an attempt to drive an operation's effect may be in flight, no other
+    caller, on any replica, drives it. The orchestrator bounds the lease by its
+    own attempt budget (--receiver-timeout-seconds, plus 1 s), never by the
+    caller's deadline.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOLDER_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    holder: _builtins.str
+    """The orchestrator process that took it (host:pid:instance); empty when an
+    orchestrator of an earlier release took it.
+    """
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """Until when it holds the operation. A time already past means its holder
+        ended without releasing it (a crash): the next replay, RedriveOperation or
+        reconciler pass drives the effect.
+        """
+
+    def __init__(
+        self,
+        *,
+        holder: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at", "holder", b"holder"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttemptLease: _TypeAlias = AttemptLease  # noqa: Y015
 
 @_typing.final
 class StartReviewRequest(_message.Message):
@@ -279,7 +326,8 @@ class StartReviewRequest(_message.Message):
     expected_operation_id: _builtins.str
     """Optional: the case's current, undecided proposal this one replaces
     (compare-and-set). Empty: the case must have no current proposal, or a
-    decided one. The replacement is not marked human-edited.
+    decided one. The replacement is not marked human-edited; it records the
+    replaced proposal as its parent and carries its authors (four-eyes).
     """
     @_builtins.property
     def evidence(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Evidence]:

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file decisionflow/v1/review.proto.
  */
 export const file_decisionflow_v1_review: GenFile = /*@__PURE__*/
-  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSLAAwoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiuAEKElN0YXJ0UmV2aWV3UmVxdWVzdBIPCgdjYXNlX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIMCgRib2R5GAMgASgJEisKCGV2aWRlbmNlGAQgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgFIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAYgASgJIosBChNTdGFydFJldmlld1Jlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEg8KB2NyZWF0ZWQYAiABKAgSNgoOcGVuZGluZ19yZXZpZXcYAyABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyI7ChJHZXRQcm9wb3NhbFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEg8KB2Nhc2VfaWQYAiABKAkicQoTR2V0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBItCglvcGVyYXRpb24YAiABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uIpgBChNFZGl0UHJvcG9zYWxSZXF1ZXN0Eh0KFWV4cGVjdGVkX29wZXJhdGlvbl9pZBgBIAEoCRIMCgRib2R5GAIgASgJEisKCGV2aWRlbmNlGAMgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgEIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kiewoURWRpdFByb3Bvc2FsUmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSNgoOcGVuZGluZ19yZXZpZXcYAiABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyJTCg5BcHByb3ZlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSKwoIZGVjaXNpb24YAiABKA4yGS5kZWNpc2lvbmZsb3cudjEuRGVjaXNpb24iewoPQXBwcm92ZVJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24SKQoHb3V0Y29tZRgCIAEoDjIYLmRlY2lzaW9uZmxvdy52MS5PdXRjb21lEg4KBnJlcGxheRgDIAEoCCIrChNHZXRPcGVyYXRpb25SZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCSJFChRHZXRPcGVyYXRpb25SZXNwb25zZRItCglvcGVyYXRpb24YASABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uMssDCg1SZXZpZXdTZXJ2aWNlElgKC1N0YXJ0UmV2aWV3EiMuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5TdGFydFJldmlld1Jlc3BvbnNlElgKC0dldFByb3Bvc2FsEiMuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5HZXRQcm9wb3NhbFJlc3BvbnNlElsKDEVkaXRQcm9wb3NhbBIkLmRlY2lzaW9uZmxvdy52MS5FZGl0UHJvcG9zYWxSZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlc3BvbnNlEkwKB0FwcHJvdmUSHy5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlcXVlc3QaIC5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlc3BvbnNlElsKDEdldE9wZXJhdGlvbhIkLmRlY2lzaW9uZmxvdy52MS5HZXRPcGVyYXRpb25SZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlc3BvbnNlYgZwcm90bzM", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSL2AwoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2UiTgoMQXR0ZW1wdExlYXNlEg4KBmhvbGRlchgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoSU3RhcnRSZXZpZXdSZXF1ZXN0Eg8KB2Nhc2VfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEgwKBGJvZHkYAyABKAkSKwoIZXZpZGVuY2UYBCADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAUgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeRIdChVleHBlY3RlZF9vcGVyYXRpb25faWQYBiABKAkiiwEKE1N0YXJ0UmV2aWV3UmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSDwoHY3JlYXRlZBgCIAEoCBI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IjsKEkdldFByb3Bvc2FsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDwoHY2FzZV9pZBgCIAEoCSJxChNHZXRQcm9wb3NhbFJlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEi0KCW9wZXJhdGlvbhgCIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24imAEKE0VkaXRQcm9wb3NhbFJlcXVlc3QSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAEgASgJEgwKBGJvZHkYAiABKAkSKwoIZXZpZGVuY2UYAyADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAQgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeSJ7ChRFZGl0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBI2Cg5wZW5kaW5nX3JldmlldxgCIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IlMKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCghkZWNpc2lvbhgCIAEoDjIZLmRlY2lzaW9uZmxvdy52MS5EZWNpc2lvbiJ7Cg9BcHByb3ZlUmVzcG9uc2USLQoJb3BlcmF0aW9uGAEgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbhIpCgdvdXRjb21lGAIgASgOMhguZGVjaXNpb25mbG93LnYxLk91dGNvbWUSDgoGcmVwbGF5GAMgASgIIisKE0dldE9wZXJhdGlvblJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJIkUKFEdldE9wZXJhdGlvblJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24yywMKDVJldmlld1NlcnZpY2USWAoLU3RhcnRSZXZpZXcSIy5kZWNpc2lvbmZsb3cudjEuU3RhcnRSZXZpZXdSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVzcG9uc2USWAoLR2V0UHJvcG9zYWwSIy5kZWNpc2lvbmZsb3cudjEuR2V0UHJvcG9zYWxSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVzcG9uc2USWwoMRWRpdFByb3Bvc2FsEiQuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuRWRpdFByb3Bvc2FsUmVzcG9uc2USTAoHQXBwcm92ZRIfLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVxdWVzdBogLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVzcG9uc2USWwoMR2V0T3BlcmF0aW9uEiQuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2ViBnByb3RvMw", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * An immutable proposal; its operation id is computed from its content.
@@ -80,14 +80,15 @@ export type Proposal = Message<"decisionflow.v1.Proposal"> & {
   policyId: string;
 
   /**
-   * True when a human edited the proposal (it has a parent).
+   * True when a human edited the proposal (EditProposal; it has a parent).
    *
    * @generated from field: bool human_edited = 9;
    */
   humanEdited: boolean;
 
   /**
-   * The proposal this one was edited from; empty for an original.
+   * The proposal this one was edited from or replaced (StartReview naming it in
+   * expected_operation_id); empty when it replaced nothing.
    *
    * @generated from field: string parent_operation_id = 10;
    */
@@ -312,6 +313,14 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 12;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * The lease of the attempt that last took the operation, while it is recorded;
+   * unset when no attempt holds it.
+   *
+   * @generated from field: decisionflow.v1.AttemptLease attempt_lease = 13;
+   */
+  attemptLease?: AttemptLease | undefined;
 };
 
 /**
@@ -320,6 +329,40 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
   messageDesc(file_decisionflow_v1_review, 3);
+
+/**
+ * While an attempt to drive an operation's effect may be in flight, no other
+ * caller, on any replica, drives it. The orchestrator bounds the lease by its
+ * own attempt budget (--receiver-timeout-seconds, plus 1 s), never by the
+ * caller's deadline.
+ *
+ * @generated from message decisionflow.v1.AttemptLease
+ */
+export type AttemptLease = Message<"decisionflow.v1.AttemptLease"> & {
+  /**
+   * The orchestrator process that took it (host:pid:instance); empty when an
+   * orchestrator of an earlier release took it.
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+
+  /**
+   * Until when it holds the operation. A time already past means its holder
+   * ended without releasing it (a crash): the next replay, RedriveOperation or
+   * reconciler pass drives the effect.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 2;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message decisionflow.v1.AttemptLease.
+ * Use `create(AttemptLeaseSchema)` to create a new message.
+ */
+export const AttemptLeaseSchema: GenMessage<AttemptLease> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 4);
 
 /**
  * Request to start a review.
@@ -365,7 +408,8 @@ export type StartReviewRequest = Message<"decisionflow.v1.StartReviewRequest"> &
   /**
    * Optional: the case's current, undecided proposal this one replaces
    * (compare-and-set). Empty: the case must have no current proposal, or a
-   * decided one. The replacement is not marked human-edited.
+   * decided one. The replacement is not marked human-edited; it records the
+   * replaced proposal as its parent and carries its authors (four-eyes).
    *
    * @generated from field: string expected_operation_id = 6;
    */
@@ -377,7 +421,7 @@ export type StartReviewRequest = Message<"decisionflow.v1.StartReviewRequest"> &
  * Use `create(StartReviewRequestSchema)` to create a new message.
  */
 export const StartReviewRequestSchema: GenMessage<StartReviewRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 4);
+  messageDesc(file_decisionflow_v1_review, 5);
 
 /**
  * The proposal and its pending review.
@@ -412,7 +456,7 @@ export type StartReviewResponse = Message<"decisionflow.v1.StartReviewResponse">
  * Use `create(StartReviewResponseSchema)` to create a new message.
  */
 export const StartReviewResponseSchema: GenMessage<StartReviewResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 5);
+  messageDesc(file_decisionflow_v1_review, 6);
 
 /**
  * Request for one proposal. Exactly one of the fields is set.
@@ -440,7 +484,7 @@ export type GetProposalRequest = Message<"decisionflow.v1.GetProposalRequest"> &
  * Use `create(GetProposalRequestSchema)` to create a new message.
  */
 export const GetProposalRequestSchema: GenMessage<GetProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 6);
+  messageDesc(file_decisionflow_v1_review, 7);
 
 /**
  * One proposal.
@@ -468,7 +512,7 @@ export type GetProposalResponse = Message<"decisionflow.v1.GetProposalResponse">
  * Use `create(GetProposalResponseSchema)` to create a new message.
  */
 export const GetProposalResponseSchema: GenMessage<GetProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 7);
+  messageDesc(file_decisionflow_v1_review, 8);
 
 /**
  * Request to edit the case's current proposal. The new content replaces the old
@@ -511,7 +555,7 @@ export type EditProposalRequest = Message<"decisionflow.v1.EditProposalRequest">
  * Use `create(EditProposalRequestSchema)` to create a new message.
  */
 export const EditProposalRequestSchema: GenMessage<EditProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 8);
+  messageDesc(file_decisionflow_v1_review, 9);
 
 /**
  * The new current proposal.
@@ -539,7 +583,7 @@ export type EditProposalResponse = Message<"decisionflow.v1.EditProposalResponse
  * Use `create(EditProposalResponseSchema)` to create a new message.
  */
 export const EditProposalResponseSchema: GenMessage<EditProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 9);
+  messageDesc(file_decisionflow_v1_review, 10);
 
 /**
  * A decision on one operation id. The reviewer is the authenticated principal.
@@ -567,7 +611,7 @@ export type ApproveRequest = Message<"decisionflow.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 10);
+  messageDesc(file_decisionflow_v1_review, 11);
 
 /**
  * The outcome of a decision.
@@ -602,7 +646,7 @@ export type ApproveResponse = Message<"decisionflow.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 11);
+  messageDesc(file_decisionflow_v1_review, 12);
 
 /**
  * Request for one operation.
@@ -623,7 +667,7 @@ export type GetOperationRequest = Message<"decisionflow.v1.GetOperationRequest">
  * Use `create(GetOperationRequestSchema)` to create a new message.
  */
 export const GetOperationRequestSchema: GenMessage<GetOperationRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 12);
+  messageDesc(file_decisionflow_v1_review, 13);
 
 /**
  * One operation.
@@ -644,7 +688,7 @@ export type GetOperationResponse = Message<"decisionflow.v1.GetOperationResponse
  * Use `create(GetOperationResponseSchema)` to create a new message.
  */
 export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 13);
+  messageDesc(file_decisionflow_v1_review, 14);
 
 /**
  * Proposals, edits, pending reviews and decisions. Refusals carry a

@@ -1,0 +1,48 @@
+"""An attempt's budget and lease: how long one drive of an effect may take, and how long it holds
+the operation against every other caller, on any replica.
+
+The service bounds both, never the caller. An attempt's Apply (retries included) gets at most the
+service's own attempt budget (``--receiver-timeout-seconds``); a caller's shorter deadline shortens
+it, a longer one does not lengthen it. The lease the attempt records lasts that budget and a margin
+to record the receiver's answer. So a holder that crashes mid-attempt pins the operation for at most
+budget + margin, whatever deadline its caller set: after that a replay, RedriveOperation or a
+reconciler pass may drive it again. An Approve sent with a 300 s deadline that crashed after its
+decision held its operation for 301 s when the caller's deadline set the lease; it now holds it for
+6 s under the default budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+# An attempt's lease lasts its Apply budget and this much more, to record the receiver's answer.
+LEASE_MARGIN_SECONDS = 1.0
+# The attempt budget when none is configured (the default of --receiver-timeout-seconds).
+DEFAULT_ATTEMPT_BUDGET_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt this call holds: its Apply ends by apply_by (a time.monotonic() instant) and its
+    lease holds the operation until lease_until."""
+
+    apply_by: float
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptBudget:
+    """The service's own bound on each attempt, and the name its leases are taken under."""
+
+    # At most this long for one attempt's Apply, retries included.
+    seconds: float = DEFAULT_ATTEMPT_BUDGET_SECONDS
+    # Who holds the leases this service takes: its process (host:pid:instance), for operators.
+    holder: str = "orchestrator"
+
+    def start(self, now: datetime, deadline: float | None) -> Attempt:
+        """Return an attempt starting at now (wall clock) whose Apply ends by the earlier of the caller's
+        deadline (a time.monotonic() instant, None: none) and the end of this budget."""
+        left = self.seconds if deadline is None else min(self.seconds, max(0.0, deadline - time.monotonic()))
+        return Attempt(time.monotonic() + left, now + timedelta(seconds=left + LEASE_MARGIN_SECONDS))

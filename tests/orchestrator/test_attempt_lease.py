@@ -1,0 +1,130 @@
+"""The attempt lease is bounded by the orchestrator's own attempt budget, never by the caller's
+deadline, across real processes: an Approve sent with a 300 s deadline whose orchestrator dies right
+after recording the decision holds the operation for the budget and a second, not for 300 s; `ops
+describe` on the restarted orchestrator shows the dead holder and that expiry; once it has passed,
+one reconciler pass settles the operation to one effect. And the store's contract for the holder,
+on SQLite and PostgreSQL: recorded with the lease, replaced by the next holder, cleared with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decisionflow import db
+from decisionflow.processes import child_environment
+from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from orchestrator.domain import Receipt
+from orchestrator.service._attempts import LEASE_MARGIN_SECONDS
+from orchestrator.store import OrchestratorStore, migrate
+from tests.support.reconciling import run_reconciler
+from tests.support.seeding import proposal_for, seed_decided
+from tests.support.servers import ServiceProcess
+from tests.support.stack import approve, count, spawn_orchestrator, spawn_receiver, start_request
+
+# The orchestrators' attempt budget (--receiver-timeout-seconds): short, so the test waits little.
+BUDGET_SECONDS = 2.0
+CALLER_DEADLINE_SECONDS = 300.0
+BUDGET_FLAGS = ("--receiver-timeout-seconds", str(BUDGET_SECONDS))
+
+
+def _describe(orchestrator: ServiceProcess, op: str, *flags: str) -> str:
+    """Run ``decisionflow ops describe`` as a separate process; return its stdout."""
+    argv = [sys.executable, "-m", "decisionflow.cli", "ops", "describe", op, "--target", orchestrator.target, *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=child_environment())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_a_crashed_holder_pins_its_operation_for_the_budget_not_the_callers_deadline(tmp_path: Path) -> None:
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
+    receiver = spawn_receiver(tmp_path, receiver_url)
+    try:
+        crashing = spawn_orchestrator(
+            tmp_path,
+            orchestrator_url,
+            receiver,
+            "crashing",
+            failpoints="orchestrator.after_decision=exit",
+            extra=BUDGET_FLAGS,
+        )
+        with grpc.insecure_channel(crashing.target) as channel:
+            review = review_pb2_grpc.ReviewServiceStub(channel)
+            op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+            sent = datetime.now(UTC)
+            with pytest.raises(grpc.RpcError):
+                review.Approve(approve(op), timeout=CALLER_DEADLINE_SECONDS)
+        assert crashing.process.wait(15) == 86  # the failpoint's exit status: died after the decision
+
+        orchestrator = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "restarted", extra=BUDGET_FLAGS)
+        try:
+            described = json.loads(_describe(orchestrator, op, "--json"))
+            lease = described["attempt_lease"]
+            assert described["state"] == "UNKNOWN" and described["attempts"] == 1
+            assert lease["holder"].split(":")[1] == str(crashing.process.pid)
+            expires_at = datetime.fromisoformat(lease["expires_at"])
+            decided_at = datetime.fromisoformat(described["decided_at"])
+            # Within the service's budget and margin of the decision, nowhere near the caller's 300 s.
+            assert (
+                sent <= decided_at < expires_at <= decided_at + timedelta(seconds=BUDGET_SECONDS + LEASE_MARGIN_SECONDS)
+            )
+            assert described["lease_expires_in_seconds"] <= BUDGET_SECONDS + LEASE_MARGIN_SECONDS
+            fields = dict(line.split(":", 1) for line in _describe(orchestrator, op).splitlines())
+            assert fields["lease holder"].strip() == lease["holder"]
+            assert fields["lease expires"].strip().startswith(expires_at.isoformat())
+
+            time.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()) + 0.1)
+            run = run_reconciler(
+                ["--once", "--json", "--grace-seconds", "0"],
+                env={
+                    "DECISIONFLOW_ORCHESTRATOR_TARGET": orchestrator.target,
+                    "DECISIONFLOW_RECEIVER_TARGET": receiver.target,
+                },
+            )
+            assert run.returncode == 0, run.stderr
+            assert (run.summary["redriven"], run.summary["still_unknown"]) == (1, 0)
+            assert run.summary["redrive_outcomes"]["committed"] == 1
+            with grpc.insecure_channel(orchestrator.target) as channel:
+                review = review_pb2_grpc.ReviewServiceStub(channel)
+                settled = review.GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5).operation
+            assert settled.state == common_pb2.OPERATION_STATE_COMMITTED and not settled.HasField("attempt_lease")
+            assert count(receiver_url, "SELECT count(*) FROM effects WHERE case_id = 'T-1042'") == 1
+            assert json.loads(_describe(orchestrator, op, "--json"))["attempt_lease"] is None
+        finally:
+            assert orchestrator.stop() == 0
+    finally:
+        receiver.stop()
+
+
+def test_the_store_records_who_holds_a_lease_and_clears_it_with_the_lease(database_url: str) -> None:
+    engine = db.create_engine(database_url)
+    try:
+        migrate(engine)
+        store = OrchestratorStore(engine)
+        t0 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
+        seeded = seed_decided(store, proposal_for("L-1", "Lease me.", t0), t0)
+        op, payload, digest = seeded.operation_id, seeded.payload, seeded.payload_digest
+
+        held = store.record_attempt(op, payload, digest, t0, t0 + timedelta(seconds=6), holder="host-a:41:0a0b0c")
+        assert (held.attempt_lease_holder, held.attempt_lease_until) == ("host-a:41:0a0b0c", t0 + timedelta(seconds=6))
+        # host-a crashed; once its lease has passed, host-b takes the operation in its own name.
+        taken = store.record_attempt(
+            op, payload, digest, t0 + timedelta(seconds=7), t0 + timedelta(seconds=13), holder="host-b:7:1a2b3c"
+        )
+        assert taken.attempt_lease_holder == "host-b:7:1a2b3c"
+        released = store.release_attempt(op, t0 + timedelta(seconds=13))
+        assert (released.attempt_lease_holder, released.attempt_lease_until) == (None, None)
+
+        store.record_attempt(op, payload, digest, t0 + timedelta(seconds=14), t0 + timedelta(seconds=20), holder="c")
+        committed = store.record_receipt(op, Receipt("rcpt-1", t0 + timedelta(seconds=15)), t0 + timedelta(seconds=15))
+        assert (committed.attempt_lease_holder, committed.attempt_lease_until) == (None, None)
+    finally:
+        engine.dispose()
