@@ -2,7 +2,9 @@
 
 ``ObservedCalls`` is a server's outermost interceptor: it opens the call's span (``decisionflow.tracing``)
 and, when the call ends, logs one line on the ``decisionflow.access`` logger with the method, the final
-gRPC code, the duration, the principal and the operation and case ids. Its level says what the line
+gRPC code, the duration, the principal and the operation and case ids, and for a refusal its reason
+and detail (noted by ``decisionflow.rpc_errors.RefusalsAsStatus``, which also names the principal a
+role check refused). Its level says what the line
 asks of an operator: info for OK, warning for a refusal or a transient failure (the caller was told
 why; a burst of them is worth a look) and for an OK whose outcome is unknown or rejected (the
 message then names the outcome), error for a server fault (DATA_LOSS, INTERNAL, UNKNOWN,
@@ -35,7 +37,7 @@ SERVER_FAULT_CODES: frozenset[grpc.StatusCode] = frozenset(
 )
 # Calls an orchestrator or probe makes all the time; their lines help only when debugging.
 QUIET_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-NOTED_FIELDS = ("principal", "operation_id", "case_id", "outcome")
+NOTED_FIELDS = ("principal", "operation_id", "case_id", "checkpoint_id", "outcome", "reason", "detail")
 
 
 # Outcomes of an answered Approve or re-drive that leave an approval without its effect.

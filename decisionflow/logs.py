@@ -13,16 +13,21 @@ from opentelemetry import trace
 CONTEXT_FIELDS = (
     "operation_id",
     "case_id",
+    "checkpoint_id",
     "principal",
     "outcome",
     "rpc",
     "code",
+    "reason",
+    "detail",
     "duration_ms",
     "attempt",
     "service",
     "setting",
     "worker",
     "pid",
+    "event",
+    "port",
 )
 
 
@@ -49,6 +54,15 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+def json_line(logger: str, level: int, message: str, **fields: object) -> str:
+    """Return one log line formatted as every other (time, level, logger, message, fields), for a line
+    that must be written whatever the log level, such as the ``listening`` line on stdout."""
+    record = logging.makeLogRecord({"name": logger, "levelno": level, "levelname": logging.getLevelName(level)})
+    record.msg = message
+    record.__dict__.update(fields)
+    return JsonFormatter().format(record)
 
 
 def configure(level: str = "info") -> None:

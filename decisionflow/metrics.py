@@ -2,7 +2,11 @@
 observer of one method's answers, and the HTTP endpoint that serves a registry (and a health path).
 
 Each service keeps its own ``CollectorRegistry``: several servers in one process (the tests) never
-share a series. The gRPC families are recorded by ``GrpcServerMetrics.interceptor()``, which
+share a series. ``register_process_metrics`` gives each of them the process families
+(``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ``process_open_fds``,
+``process_start_time_seconds``, ...), ``python_info`` and ``decisionflow_build_info``.
+
+The gRPC families are recorded by ``GrpcServerMetrics.interceptor()``, which
 ``decisionflow.serving.start_server`` installs outermost, so a call's code is the one its caller
 gets: refusals of the status table and of authentication included.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import errno
 import functools
 import inspect
+import platform
 import socket
 import threading
 import time
@@ -21,13 +26,23 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from google.protobuf import descriptor_pool
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, make_wsgi_app
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    make_wsgi_app,
+)
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from decisionflow import startup
 from decisionflow.errors import DomainError
 from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, final_code, with_behaviour
 from decisionflow.settings import MetricsSettings
+from decisionflow.version import installed_version
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -39,6 +54,20 @@ HEALTH_PATH = "/healthz"
 # Every counter and histogram would also expose a ``_created`` sample (its start time), which no
 # rule or panel uses and which doubles what a scrape carries.
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def register_process_metrics(registry: CollectorRegistry) -> None:
+    """Expose on registry the process_* families of the process that scrapes it, python_info, and
+    ``decisionflow_build_info{version, python}`` = 1 (what a dashboard joins on to show a deploy)."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    build = Gauge(
+        "decisionflow_build_info",
+        "Always 1; the labels name the installed decisionflow version and the Python running it",
+        ["version", "python"],
+        registry=registry,
+    )
+    build.labels(version=installed_version(), python=platform.python_version()).set(1)
 
 
 def _split_method(method: str) -> tuple[str, str]:

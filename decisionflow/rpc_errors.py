@@ -17,6 +17,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from decisionflow import reasons, tracing
 from decisionflow.errors import DomainError, InvalidRequest
 from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
 from decisionflow.status_details import ERROR_DOMAIN
@@ -37,6 +38,9 @@ def code_for(table: StatusTable, error: DomainError) -> grpc.StatusCode:
 # only, and each text is cut; a request with thousands of bad fields is still told what is wrong.
 MAX_VIOLATIONS = 20
 MAX_DETAIL_CHARS = 256
+# The ids of a refusal's ErrorInfo that its access line carries: a caller refused for its role is
+# named there, and a refused checkpoint by its id (docs/observability.md).
+NOTED_METADATA = (reasons.PRINCIPAL, reasons.OPERATION_ID, reasons.CASE_ID, reasons.CHECKPOINT_ID)
 
 
 def _cut(text: str) -> str:
@@ -90,6 +94,8 @@ class RefusalsAsStatus(ServerInterceptor):
         return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
 
     async def _refuse(self, error: DomainError, context: Context) -> None:
+        noted = {name: error.metadata.get(name, "") for name in NOTED_METADATA}
+        tracing.note_refusal(error.reason, _cut(error.message), noted)
         await context.abort_with_status(rich_status(code_for(self._table, error), error))  # type: ignore[attr-defined]
 
     def _unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:

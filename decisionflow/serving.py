@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import os
 import signal
@@ -21,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from decisionflow import tracing, workers
+from decisionflow import logs, tracing, workers
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.channels import MAX_MESSAGE_BYTES
@@ -314,13 +313,19 @@ def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
 
 
 def announce_listening(service: str, port: int, port_file: Path | None) -> None:
-    """Tell a parent process the bound port: a JSON line on stdout and, if asked, a port file."""
+    """Tell a parent process the bound port: a JSON log line on stdout (``"event": "listening"``, with
+    ``service`` and ``port``) and, if asked, a port file."""
     if port_file is not None:
         # Written aside and renamed, so a process polling for the file never reads half a number.
         partial = port_file.with_name(port_file.name + ".partial")
         partial.write_text(f"{port}\n", encoding="ascii")
         partial.replace(port_file)
-    sys.stdout.write(json.dumps({"event": "listening", "service": service, "port": port}) + "\n")
+    # A log line like every other, with the fields a parent reads (event, service, port), written even at
+    # --log-level warning: the parent waits for it.
+    line = logs.json_line(
+        logger.name, logging.INFO, f"listening on port {port}", event="listening", service=service, port=port
+    )
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 

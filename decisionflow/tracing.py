@@ -142,6 +142,18 @@ def annotate(**fields: str) -> None:
         span.set_attributes({ATTRIBUTES[k]: v for k, v in fields.items() if v and k in ATTRIBUTES})
 
 
+def note_refusal(reason: str, detail: str, ids: Mapping[str, str]) -> None:
+    """Note on the served call's access line why it was refused, and those of ids (principal,
+    operation, case, checkpoint) the call has not noted itself; nothing outside a served call."""
+    notes = _call_notes.get()
+    if notes is None:
+        return
+    notes.update(reason=reason, detail=detail)
+    for name, value in ids.items():
+        if value:
+            notes.setdefault(name, value)
+
+
 @contextmanager
 def server_span(method: str, metadata: Sequence[tuple[str, str | bytes]] | None) -> Iterator[trace.Span | None]:
     """Open a SERVER span named method, the child of the caller's traceparent; yield None when tracing is off."""

@@ -6,7 +6,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter
 
 from decisionflow.errors import DomainError
-from decisionflow.metrics import GrpcServerMetrics, MetricsServer, ObserveAnswers, serve_metrics
+from decisionflow.metrics import (
+    GrpcServerMetrics,
+    MetricsServer,
+    ObserveAnswers,
+    register_process_metrics,
+    serve_metrics,
+)
 from decisionflow.v1 import effect_receiver_pb2
 from effect_receiver.config import METRICS
 from effect_receiver.errors import IdempotencyKeyReused
@@ -27,6 +33,7 @@ class ReceiverMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        register_process_metrics(self.registry)
         self.grpc = GrpcServerMetrics(self.registry)
         self.effects = Counter(
             "decisionflow_effects",

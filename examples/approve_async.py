@@ -5,13 +5,17 @@
 The story, one line printed per step:
 
 1. start a review of a support reply (case ``--case-id``) and approve it; a failure whose
-   ``error.definite`` is False (the reply was lost: the orchestrator may have acted) is retried
-   with the same operation id, so the server replays the decision and the effect stays single;
+   ``error.definite`` is False (the reply was lost: the orchestrator may have acted), and an answer
+   with outcome Unknown (returned, not raised), are retried with the same operation id, so the
+   server replays the decision and the effect stays single;
 2. start new content for the case, and edit it, as a second reviewer would in another tab;
 3. approve the proposal the first tab still shows: refused as STALE_PROPOSAL, a definite refusal
    that names the case's current operation id; approve that one instead.
 
-It needs only the light client (``pip install ./clients/python``).
+It needs only the light client (``pip install ./clients/python``), and a token (``--token-file``,
+when the orchestrator authenticates) whose principal holds the roles author (StartReview,
+EditProposal) and reviewer (Approve); with ``--four-eyes true`` on the orchestrator the author may
+not approve, so run it with four-eyes off.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from decisionflow.client import (
     AsyncReviewClient,
     DecisionflowError,
     EvidenceItem,
+    Outcome,
     PolicyRef,
     StaleProposal,
 )
@@ -43,25 +48,39 @@ def _indeterminate(error: BaseException) -> bool:
     return isinstance(error, DecisionflowError) and not error.definite
 
 
+def _unknown(result: ApproveResult) -> bool:
+    # Unknown is an answer, not an error: the decision stands and the effect may or may not exist.
+    # The same Approve again replays the decision and drives the same key once more.
+    return result.outcome is Outcome.UNKNOWN
+
+
+def _last_outcome(state: tenacity.RetryCallState) -> ApproveResult:
+    # Out of attempts: raise the last error, or return the last answer (still Unknown: the
+    # reconciler settles it later; never report it as a success or a failure).
+    assert state.outcome is not None
+    result: ApproveResult = state.outcome.result()
+    return result
+
+
 def _report(state: tenacity.RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome else None
-    print(f"  attempt {state.attempt_number} indeterminate: {error}")
+    assert state.outcome is not None
+    error = state.outcome.exception()
+    seen = error if error is not None else f"outcome {state.outcome.result().outcome.name}"
+    print(f"  attempt {state.attempt_number} indeterminate: {seen}")
 
 
 async def approve_once(reviews: AsyncReviewClient, operation_id: str) -> tuple[ApproveResult, int]:
-    """Approve operation_id, retrying indeterminate failures with the same id; return the result and
-    how many attempts it took."""
+    """Approve operation_id, repeating it with the same id after an indeterminate failure or an Unknown
+    outcome; return the last answer and how many attempts it took."""
     retrying = tenacity.AsyncRetrying(
         stop=tenacity.stop_after_attempt(4) | tenacity.stop_after_delay(30),
         wait=tenacity.wait_random_exponential(multiplier=0.2, max=2.0),
-        retry=tenacity.retry_if_exception(_indeterminate),
+        retry=tenacity.retry_if_exception(_indeterminate) | tenacity.retry_if_result(_unknown),
+        retry_error_callback=_last_outcome,
         before_sleep=_report,
-        reraise=True,
     )
-    async for attempt in retrying:
-        with attempt:
-            result = await reviews.approve(operation_id)
-    return result, attempt.retry_state.attempt_number
+    result: ApproveResult = await retrying(reviews.approve, operation_id)
+    return result, retrying.statistics["attempt_number"]
 
 
 async def story(target: str, token: str | None, case_id: str) -> None:
@@ -96,7 +115,9 @@ def main() -> None:
     """Parse the command line and run the story."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("target", help="the orchestrator, host:port")
-    parser.add_argument("--token-file", type=Path, help="a file holding a reviewer's bearer token")
+    parser.add_argument(
+        "--token-file", type=Path, help="a file holding the bearer token of a principal with roles author and reviewer"
+    )
     parser.add_argument("--case-id", default="T-2001")
     args = parser.parse_args()
     token = args.token_file.read_text().strip() if args.token_file else None

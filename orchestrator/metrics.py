@@ -21,7 +21,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from decisionflow.metrics import GrpcServerMetrics, MetricsServer, ObserveAnswers, serve_metrics
+from decisionflow.metrics import (
+    GrpcServerMetrics,
+    MetricsServer,
+    ObserveAnswers,
+    register_process_metrics,
+    serve_metrics,
+)
 from decisionflow.v1 import common_pb2, review_pb2
 from orchestrator.config import METRICS
 from orchestrator.domain import OperationTally, Receipt, State
@@ -157,6 +163,7 @@ class OrchestratorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        register_process_metrics(self.registry)
         self.grpc = GrpcServerMetrics(self.registry)
         self.approvals = Counter(
             "decisionflow_approvals",

@@ -35,6 +35,7 @@ from reconciler.service import PassSettings, Reconciler
 
 logger = logging.getLogger("decisionflow.reconciler")
 PROGRAM = "decisionflow-reconciler"
+SERVICE = "reconciler"
 # What decides whether the channels may carry the token: the targets, TLS, or the explicit opt-in.
 CHANNEL_SETTINGS = (
     configuration.ORCHESTRATOR_TARGET,
@@ -87,9 +88,15 @@ def _emit(summary: PassSummary, as_json: bool, out: TextIO) -> None:
     out.flush()
 
 
-def _stderr_line(text: str) -> None:
-    sys.stderr.write(text + "\n")
+def _notice(message: str, **fields: object) -> None:
+    """Write an info line on stderr, as JSON like every other, whatever the log level (default warning):
+    progress of a long pass and where metrics are served were always shown. The summary is on stdout."""
+    sys.stderr.write(logs.json_line(logger.name, logging.INFO, message, service=SERVICE, **fields) + "\n")
     sys.stderr.flush()
+
+
+def _failure_fields(error: DecisionflowError) -> dict[str, object]:
+    return {"service": SERVICE, "code": error.code.name, "reason": error.reason or None}
 
 
 @contextmanager
@@ -139,7 +146,7 @@ def build_reconciler(
         ),
         clock=utc_now,
         receiver_single_attempt=ReceiverClient(receiver, timeout=timeout, policy=NO_RETRY),
-        progress=_stderr_line,
+        progress=_notice,
         lookup_latency=None if metrics is None else metrics.lookup_latency.observe,
         should_stop=should_stop,
     )
@@ -155,7 +162,7 @@ def run_once(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
             summary = reconciler.run_pass()
         except DecisionflowError as error:
             target = config.orchestrator_target
-            _stderr_line(f"decisionflow-reconciler: could not run: orchestrator at {target}: {error}")
+            logger.error("could not run: orchestrator at %s: %s", target, error, extra=_failure_fields(error))
             return EXIT_COULD_NOT_RUN
     _emit(summary, config.json, out)
     return EXIT_UNKNOWN_TOO_OLD if summary.alerting else EXIT_OK
@@ -176,7 +183,7 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
     try:
         if config.metrics_port is not None:
             server = metrics.serve(config.metrics_port, config.metrics_address)
-            _stderr_line(f"decisionflow-reconciler: metrics on http://{config.metrics_address}:{server.port}/metrics")
+            _notice(f"metrics on http://{config.metrics_address}:{server.port}/metrics", port=server.port)
         with (
             open_channels(config) as (orchestrator, receiver),
             build_reconciler(config, orchestrator, receiver, should_stop=stop.is_set, metrics=metrics) as reconciler,
@@ -187,14 +194,15 @@ def run_interval(config: ReconcilerConfig, out: TextIO = sys.stdout) -> int:
                 except DecisionflowError as error:
                     # A loop outlives orchestrator restarts: report, count, and try again next interval.
                     metrics.pass_failed()
-                    _stderr_line(f"decisionflow-reconciler: pass failed: {error}")
+                    logger.warning("pass failed: %s", error, extra=_failure_fields(error))
                 else:
                     metrics.record(summary)
                     _emit(summary, config.json, out)
                     if summary.lookups_all_failed:
-                        _stderr_line(
-                            f"decisionflow-reconciler: pass failed: every lookup at the receiver "
-                            f"{config.receiver_target} failed ({summary.lookup_failures} operations left open)"
+                        logger.warning(
+                            "pass failed: every lookup at the receiver %s failed (%d operations left open)",
+                            config.receiver_target,
+                            summary.lookup_failures,
                         )
                 stop.wait(config.interval_seconds)
     finally:
@@ -214,11 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_once(config) if config.once else run_interval(config)
     except StartupError as error:
-        startup.report(PROGRAM, error, logger, debug=debug, service="reconciler")
+        startup.report(PROGRAM, error, logger, debug=debug, service=SERVICE)
     except Exception as exc:
         failure = startup.runtime_error("failed", (), f"{type(exc).__name__}: {startup.describe(exc)}")
         failure.__cause__ = exc
-        startup.report(PROGRAM, failure, logger, debug=debug, service="reconciler")
+        startup.report(PROGRAM, failure, logger, debug=debug, service=SERVICE)
     return EXIT_COULD_NOT_RUN
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from decisionflow.metrics import MetricsServer, serve_metrics
+from decisionflow.metrics import MetricsServer, register_process_metrics, serve_metrics
 from reconciler.config import METRICS
 from reconciler.domain import PassSummary
 
@@ -28,6 +28,7 @@ class ReconcilerMetrics:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry or CollectorRegistry()
+        register_process_metrics(self.registry)
         self._unhealthy_after = unhealthy_after_failed_passes
         self._wall_clock = wall_clock
         self._consecutive_failures = 0

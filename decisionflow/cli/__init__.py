@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Protocol
 
-from decisionflow.cli import demo, health, identity, ops, review, token
+from decisionflow.cli import demo, health, identity, ops, receiver, review, token
 from decisionflow.cli.command import (
     USAGE_EXIT_CODE,
     CommandError,
@@ -29,7 +29,7 @@ class CommandModule(Protocol):
         """Add this module's parsers to subparsers, each with ``func`` set to its handler."""
 
 
-COMMAND_MODULES: tuple[CommandModule, ...] = (identity, token, health, review, ops, demo)
+COMMAND_MODULES: tuple[CommandModule, ...] = (identity, token, health, review, ops, receiver, demo)
 
 
 def build_parser() -> CommandParser:

@@ -5,6 +5,7 @@ with authentication on: the table and JSON Lines of ``list`` and its filters, ``
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -315,3 +316,49 @@ def test_refusals_exit_3_with_one_line(make_cli: Callable[..., Cli], tmp_path: P
     assert "NOT_REDRIVABLE" in not_approved.stderr
     assert "case_id" in bad_case.stderr
     assert "PERMISSION_DENIED" in not_operator.stderr
+
+
+def receiver_lookup(cli: Cli, *args: str, principal: str = "ops") -> Done:
+    """Run ``decisionflow receiver lookup ARGS`` as a separate process against the stack's receiver."""
+    argv = [sys.executable, "-m", "decisionflow.cli", "receiver", "lookup", *args]
+    argv += ["--target", f"127.0.0.1:{cli.stack.receiver_port}", "--token-file", str(cli.tokens[principal])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    return Done(done.returncode, done.stdout, done.stderr)
+
+
+def test_receiver_lookup_prints_the_answer_and_the_settle_command_that_records_it(
+    stuck: tuple[Cli, Operations],
+) -> None:
+    cli, op = stuck
+    applied = receiver_lookup(cli, op.unknown, "--json")
+    absent = receiver_lookup(cli, op.pending)
+    assert applied.exit_code == 0 and absent.exit_code == 0, applied.stderr + absent.stderr
+    answer = applied.json()
+    assert (answer["operation_id"], answer["status"], answer["consistency"]) == (op.unknown, "APPLIED", "STRONG")
+    receipt = answer["receipt"]
+    assert isinstance(receipt, dict) and receipt["receipt_id"] and receipt["operation_id"] == op.unknown
+    assert str(answer["observed_at"]).endswith("+00:00")
+    assert absent.stdout.startswith(f"{op.pending}: NOT_FOUND (STRONG, observed ")
+    assert "--status not_found --consistency strong" in absent.stderr
+
+    # The line on stderr is the command that records the answer; run as it reads, it commits.
+    (suggested,) = applied.stderr.splitlines()
+    assert suggested.startswith("record it at the orchestrator: decisionflow ops settle ")
+    settle_args = shlex.split(suggested.split(": ", 1)[1])[3:]
+    settled = ops(cli, "settle", *settle_args, "--json")
+    assert settled.exit_code == 0, settled.stderr
+    operation = settled.json()["operation"]
+    assert isinstance(operation, dict) and operation["state"] == "COMMITTED"
+    assert isinstance(operation["receipt"], dict) and operation["receipt"]["receipt_id"] == receipt["receipt_id"]
+
+
+def test_receiver_lookup_refusals_exit_3_and_bad_ids_name_the_field(
+    make_cli: Callable[..., Cli], tmp_path: Path
+) -> None:
+    cli = make_cli(receiver={"security": ServerSecurity(credentials_file=tmp_path / "credentials.json")})
+    not_a_reader = receiver_lookup(cli, UNKNOWN_OPERATION, principal="rita")
+    bad_id = receiver_lookup(cli, "op-1")
+    for done in (not_a_reader, bad_id):
+        assert done.exit_code == 3 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert "PERMISSION_DENIED" in not_a_reader.stderr and "effect_reader" in not_a_reader.stderr
+    assert "operation_id" in bad_id.stderr

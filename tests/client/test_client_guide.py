@@ -108,3 +108,12 @@ console.log(JSON.stringify({ reasons: REASONS, answers, repeated }));
     caller_dependent = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.NOT_FOUND}
     for row, definite in zip(rows, told["repeated"], strict=True):
         assert definite == (row.definite and row.code not in caller_dependent), row
+
+
+def test_the_guides_unknown_retry_pattern_is_the_tested_examples_code() -> None:
+    section = GUIDE.read_text(encoding="utf-8").split("## Outcome Unknown", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    example = (GUIDE.parents[1] / "examples" / "approve_async.py").read_text(encoding="utf-8")
+    assert blocks and any("retry_if_result(_unknown)" in block for block in blocks)
+    for block in blocks:
+        assert block in example, f"docs/clients.md shows code examples/approve_async.py does not hold:\n{block}"

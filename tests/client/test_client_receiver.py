@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import grpc
@@ -19,6 +19,7 @@ from decisionflow.client import (
     AsyncReceiverClient,
     Consistency,
     DecisionflowError,
+    EffectRecord,
     IdempotencyKeyReused,
     LookupAnswer,
     LookupStatus,
@@ -28,7 +29,8 @@ from decisionflow.client import (
 from decisionflow.errors import DomainError
 from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER, RetryPolicy
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
-from tests.support.payloads import sample_payload
+from tests.support.payloads import apply_request, sample_payload
+from tests.support.stack import Stack
 
 from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin
 
@@ -289,25 +291,59 @@ def test_sync_apply_lookup_and_batch(server: StandIn) -> None:
         assert all(c.time_remaining is not None for c in server.script.calls(method))
 
 
-def test_list_effects_follows_page_tokens(server: StandIn) -> None:
-    def effect(operation_id: str) -> effect_receiver_pb2.Effect:
-        return effect_receiver_pb2.Effect(
-            operation_id=operation_id,
-            case_id="T-1042",
-            receipt=common_pb2.Receipt(receipt_id="r-" + operation_id[-1], operation_id=operation_id),
-        )
-
-    server.script.then(
-        "ListEffects",
-        effect_receiver_pb2.ListEffectsResponse(effects=[effect(OP)], next_page_token="page-2"),
-        Fail(grpc.StatusCode.UNAVAILABLE),
-        effect_receiver_pb2.ListEffectsResponse(effects=[effect(OP2)]),
+def _listed_effect(operation_id: str) -> effect_receiver_pb2.Effect:
+    return effect_receiver_pb2.Effect(
+        operation_id=operation_id,
+        case_id="T-1042",
+        receipt=common_pb2.Receipt(receipt_id="r-" + operation_id[-1], operation_id=operation_id),
     )
 
-    with insecure_channel(server.target) as channel:
-        effects = list(ReceiverClient(channel, sleep=Sleeps()).list_effects("T-1042", page_size=1))
+
+def _two_pages_with_a_failure_between(server: StandIn) -> None:
+    server.script.then(
+        "ListEffects",
+        effect_receiver_pb2.ListEffectsResponse(effects=[_listed_effect(OP)], next_page_token="page-2"),
+        Fail(grpc.StatusCode.UNAVAILABLE),
+        effect_receiver_pb2.ListEffectsResponse(effects=[_listed_effect(OP2)]),
+    )
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_list_effects_follows_page_tokens(server: StandIn, kind: str) -> None:
+    _two_pages_with_a_failure_between(server)
+
+    if kind == "sync":
+        with insecure_channel(server.target) as channel:
+            effects = list(ReceiverClient(channel, sleep=Sleeps()).list_effects("T-1042", page_size=1))
+    else:
+
+        async def listed() -> list[EffectRecord]:
+            async with aio_insecure_channel(server.target) as channel:
+                client = AsyncReceiverClient(channel, sleep=Sleeps().async_sleep)
+                return [e async for e in client.list_effects("T-1042", page_size=1)]
+
+        effects = asyncio.run(listed())
 
     assert [e.operation_id for e in effects] == [OP, OP2]
     assert [e.receipt.receipt_id for e in effects] == ["r-3", "r-4"]
     sent = [(c.request.case_id, c.request.page_size, c.request.page_token) for c in server.script.calls("ListEffects")]
     assert sent == [("T-1042", 1, ""), ("T-1042", 1, "page-2"), ("T-1042", 1, "page-2")]
+
+
+def test_async_list_effects_reads_what_a_real_receiver_holds_as_the_sync_client_does(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack()
+    operation_ids = ["op-v1-" + str(n) * 64 for n in (5, 6, 7)]
+    for operation_id in operation_ids:
+        stack.receiver().Apply(apply_request(operation_id, case_id="T-9"), timeout=10)
+    target = f"127.0.0.1:{stack.receiver_port}"
+
+    async def listed() -> list[EffectRecord]:
+        async with aio_insecure_channel(target) as channel:
+            return [e async for e in AsyncReceiverClient(channel).list_effects("T-9", page_size=2)]
+
+    with insecure_channel(target) as channel:
+        expected = list(ReceiverClient(channel).list_effects("T-9", page_size=2))
+    assert [e.operation_id for e in expected] == operation_ids
+    assert asyncio.run(listed()) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -424,3 +425,17 @@ def test_an_edit_returns_the_new_proposal_and_its_pending_review(server: StandIn
 def test_a_timeout_must_be_positive(channel: grpc.Channel) -> None:
     with pytest.raises(ValueError, match="deadline"):
         ReviewClient(channel, timeout=0)
+
+
+def test_the_default_policy_cuts_a_longer_timeout_to_its_total_and_a_longer_total_lifts_it(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    # docs/clients.md, "Retries": a timeout above 10 s is cut to 10 s by CLIENT_DEFAULT.
+    ReviewClient(channel, timeout=30.0).get_operation(OP)
+    long_approve = dataclasses.replace(CLIENT_DEFAULT, name="long_approve", max_total_seconds=60.0)
+    ReviewClient(channel, timeout=30.0, policy=long_approve).get_operation(OP)
+
+    cut, lifted = server.script.calls("GetOperation")
+    assert cut.time_remaining is not None and lifted.time_remaining is not None
+    assert 9.0 < cut.time_remaining <= CLIENT_DEFAULT.max_total_seconds + SLACK
+    assert 29.0 < lifted.time_remaining <= 30.0 * 1.01 + SLACK  # above 10 s gRPC rounds up to 100 ms

@@ -8,9 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
+from decisionflow.processes import free_port
+from decisionflow.stack import ProcessStack
+from decisionflow.v1 import review_pb2_grpc
 from tests.support.client_examples import ExampleServices, check_story
+from tests.support.stack import CHECKPOINT_KEY, count, start_request
 from tests.support.typescript import TypeScriptPackage
 
 BUF = Path(sys.executable).parent / "buf"
@@ -111,3 +116,91 @@ console.log(JSON.stringify(told));
     assert (omitted["definite"], omitted["retry"]) == (True, "no")
     assert (missing["code"], missing["reason"], missing["definite"]) == (5, "NOT_FOUND", True)
     assert missing["metadata"] == {"operation_id": "op-v1-" + "1" * 64}
+
+
+CRASH_SCRIPT = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, Outcome, codeName } from "./dist/src/index.js";
+import { refusalOf, reviewClient, withRetries } from "./dist/src/index.js";
+const [target, operationId] = process.argv.slice(1);
+const reviews = reviewClient(target, { timeoutMs: 5_000 });
+const request = create(ApproveRequestSchema, { operationId, decision: Decision.APPROVE });
+const seen = [];
+const policy = { maxAttempts: 60, maxTotalMs: 60_000, initialBackoffMs: 200, maxBackoffMs: 1_000 };
+try {
+  const answer = await withRetries(async () => {
+    try { return await reviews.approve(request); }
+    catch (error) { const r = refusalOf(error); seen.push([codeName(r.code), r.definite]); throw error; }
+  }, policy);
+  console.log(JSON.stringify({ seen, outcome: Outcome[answer.outcome], replay: answer.replay }));
+} catch (error) {
+  console.log(JSON.stringify({ seen, failed: codeName(refusalOf(error).code) }));
+}
+"""
+
+
+@pytest.mark.slow
+def test_with_retries_carries_an_approve_through_an_orchestrator_crash(
+    typescript_package: TypeScriptPackage, tmp_path: Path
+) -> None:
+    # Node's HTTP/2 transport reports the crash as CANCELLED (gRPC Python: UNAVAILABLE); the caller
+    # did not cancel, and Approve is idempotent by its operation id, so withRetries repeats it.
+    address = f"127.0.0.1:{free_port()}"
+    stack = ProcessStack(
+        tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}", f"sqlite:///{tmp_path / 'orch.db'}", CHECKPOINT_KEY
+    )
+    try:
+        stack.start_receiver()
+        crashing = stack.start_orchestrator(
+            "crashing", failpoints="orchestrator.after_receiver_ok=exit@1", args=["--address", address]
+        )
+        with grpc.insecure_channel(address) as channel:
+            operation_id = review_pb2_grpc.ReviewServiceStub(channel).StartReview(start_request(), timeout=15)
+        node = subprocess.Popen(
+            [
+                typescript_package.node,
+                "--input-type=module",
+                "-e",
+                CRASH_SCRIPT,
+                address,
+                operation_id.proposal.operation_id,
+            ],
+            cwd=typescript_package.folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert crashing.process.wait(30) == 86  # the failpoint ended it after the effect committed
+        stack.start_orchestrator("restarted", args=["--address", address])
+        out, err = node.communicate(timeout=90)
+    finally:
+        stack.close()
+
+    assert node.returncode == 0, err
+    told = json.loads(out)
+    assert told["seen"][0] == ["CANCELLED", False], told
+    assert (told.get("outcome"), told.get("replay")) == ("COMMITTED", True), told
+    assert count(stack.receiver_url, "SELECT count(*) FROM effects") == 1
+
+
+@pytest.mark.slow
+def test_with_retries_never_repeats_a_call_its_caller_cancelled(typescript_package: TypeScriptPackage) -> None:
+    script = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, codeName, refusalOf, reviewClient, withRetries } from "./dist/src/index.js";
+const reviews = reviewClient("127.0.0.1:9");
+const request = create(ApproveRequestSchema, { operationId: "op-v1-" + "0".repeat(64), decision: Decision.APPROVE });
+const stop = new AbortController();
+stop.abort();
+let attempts = 0;
+try {
+  const call = () => { attempts++; return reviews.approve(request, { signal: stop.signal }); };
+  await withRetries(call, undefined, stop.signal);
+} catch (error) {
+  console.log(JSON.stringify({ attempts, code: codeName(refusalOf(error).code) }));
+}
+"""
+    done = typescript_package.run("--input-type=module", "-e", script)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"attempts": 1, "code": "CANCELLED"}

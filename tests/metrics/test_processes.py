@@ -5,6 +5,7 @@ deploy/grafana-dashboard.json use is exposed by one of them."""
 from __future__ import annotations
 
 import json
+import platform
 import re
 import subprocess
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import yaml
 from decisionflow.processes import child_environment, free_port
 from decisionflow.stack import ProcessStack
 from decisionflow.v1 import common_pb2, review_pb2_grpc
+from decisionflow.version import installed_version
 from tests.metrics.scrape import Scrape, scrape, scrape_settled, wait_until
 from tests.support.reconciling import ROOT, reconciler_command
 from tests.support.stack import CHECKPOINT_KEY, approve, decline, start_request
@@ -147,3 +149,13 @@ def test_names_are_read_from_expressions_not_from_label_values() -> None:
     assert "decisionflow_oldest_unknown_age_seconds" in used_names(alert_exprs())
     assert "grpc_server_handling_seconds_bucket" in used_names(alert_exprs())
     assert "decisionflow_reconciler_last_success_timestamp_seconds" in used_names(dashboard_exprs())
+
+
+@pytest.mark.slow
+def test_every_service_exposes_its_process_python_and_build(running: Running) -> None:
+    for seen in (running.receiver, running.orchestrator, running.reconciler):
+        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds"):
+            assert seen.value(name) > 0, name
+        assert seen.value("process_open_fds") > 0
+        assert seen.total("python_info", version=platform.python_version()) == 1
+        assert seen.value("decisionflow_build_info", version=installed_version(), python=platform.python_version()) == 1

@@ -52,7 +52,8 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
         first = stack.start_orchestrator("orchestrator-a")
         with grpc.insecure_channel(first.target) as channel:
             review = review_pb2_grpc.ReviewServiceStub(channel)
-            operation_id = review.StartReview(start_request(), timeout=15).proposal.operation_id
+            begun = review.StartReview(start_request(), timeout=15)
+            operation_id, pending_checkpoint = begun.proposal.operation_id, begun.pending_review.checkpoint_id
             with pytest.raises(grpc.RpcError) as missing:
                 review.GetOperation(review_pb2.GetOperationRequest(operation_id=UNKNOWN_OPERATION), timeout=5)
         assert missing.value.code() is grpc.StatusCode.NOT_FOUND
@@ -93,6 +94,10 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
     ]
     assert len(data_loss) == 2 and {e["level"] for e in data_loss} == {"error"}  # the test's call and the CLI's
     assert data_loss[0]["operation_id"] == operation_id
+    # The refusal says why, and names the checkpoint an operator must look at.
+    assert data_loss[0]["reason"] == "CHECKPOINT_INTEGRITY"
+    assert data_loss[0]["checkpoint_id"] == pending_checkpoint
+    assert "sealed under unknown key" in str(data_loss[0]["detail"]), data_loss[0]
 
     assert not [e for e in before + after if "trace_id" in e or "span_id" in e], "tracing is off: no trace ids"
 
@@ -151,3 +156,41 @@ def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
     unknown = [e for e in log if str(e["message"]).startswith("receiver did not accept the Apply")]
     assert len(unknown) == 1 and unknown[0]["level"] == "error" and unknown[0]["operation_id"] == operation_id
     assert unknown[0]["code"] == "UNAVAILABLE" and unknown[0]["outcome"] == "unknown"
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    lines = [json.loads(line) for line in text.splitlines()]  # a line that is not JSON fails here
+    for line in lines:
+        assert {"time", "level", "logger", "message"} <= line.keys(), line
+    return lines
+
+
+def test_every_line_is_json_the_listening_line_and_the_frameworks_own_included(tmp_path: Path) -> None:
+    orchestrator = spawn(
+        ORCHESTRATOR_MODULE,
+        orchestrator_args(
+            f"sqlite:///{tmp_path / 'orch.db'}", "127.0.0.1:9", failpoints="orchestrator.checkpoint_save=raise"
+        ),
+        tmp_path,
+        "orchestrator",
+        env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
+    )
+    try:
+        with grpc.insecure_channel(orchestrator.target) as channel, pytest.raises(grpc.RpcError) as refused:
+            review_pb2_grpc.ReviewServiceStub(channel).StartReview(start_request(), timeout=15)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        assert orchestrator.stop() == 0
+    (listening,) = _json_lines(orchestrator.stdout_path.read_text())
+    assert (listening["event"], listening["service"], listening["port"]) == (
+        "listening",
+        "orchestrator",
+        orchestrator.port,
+    )
+    assert listening["level"] == "info"
+    log = _json_lines(orchestrator.stderr())
+    # The framework's own line says the run goes on; the request was refused all the same (the access line).
+    framework = [e for e in log if str(e["logger"]).startswith("agent_framework")]
+    assert framework and {e["level"] for e in framework} == {"warning"}, framework
+    assert all(str(e["message"]).startswith("Failed to create checkpoint") for e in framework)
+    assert _access(log, START, "UNAVAILABLE")["reason"] == "CHECKPOINT_SAVE_FAILED"

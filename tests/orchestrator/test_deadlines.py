@@ -5,9 +5,11 @@ the deadline it receives (a 12 s deadline may arrive as 12.1 s) as well as for s
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 import grpc
 import pytest
@@ -18,6 +20,8 @@ from orchestrator.domain import Receipt
 from orchestrator.effects import ReceiverEffects
 from orchestrator.grpc_api import REPLY_MARGIN_SECONDS, reply_margin
 from tests.support.stack import Stack, approve, start_request
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # Each timeout sits just past a point where gRPC's grpc-timeout encoding changes unit, where it
 # rounds up the most (and one minute, which it sends exactly).
@@ -41,6 +45,15 @@ async def _deadlines_seen_by_a_server(timeouts: tuple[float, ...]) -> list[float
             return [float(await call(b"", timeout=timeout)) for timeout in timeouts]
     finally:
         await server.stop(0)
+
+
+def test_the_guides_state_the_margin_the_orchestrator_keeps_back() -> None:
+    # reply_margin(remaining) = fixed + 1% of remaining: both guides quote the fixed part in ms.
+    fixed_ms = round(reply_margin(0.0) * 1000)
+    assert round(reply_margin(100.0) - reply_margin(0.0), 6) == 1.0  # 1% of 100 s
+    for page in ("clients.md", "review-protocol.md"):
+        text = " ".join((DOCS / page).read_text(encoding="utf-8").split())
+        assert re.findall(r"keeps back (\d+) ms plus 1% of the time left", text) == [str(fixed_ms)], page
 
 
 def test_the_reply_margin_covers_how_grpc_rounds_the_deadline_it_delivers() -> None:

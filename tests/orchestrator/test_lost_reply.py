@@ -34,3 +34,14 @@ def test_lost_reply_is_unknown_then_a_retry_settles_it_as_replay(make_stack: Cal
     assert stack.effects("T-1042") == 1
     final = review.GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5).operation
     assert final.state == common_pb2.OPERATION_STATE_COMMITTED
+
+
+def test_a_single_lost_reply_is_recovered_by_the_orchestrators_own_retry(make_stack: Callable[..., Stack]) -> None:
+    # docs/clients.md, "Rehearsing a lost reply": with raise@1 the caller sees COMMITTED at once.
+    stack = make_stack(receiver_failpoints="receiver.commit_then_lose_reply=raise@1")
+    review = stack.review()
+    op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+    answer = review.Approve(approve(op), timeout=10)
+    assert answer.outcome == common_pb2.OUTCOME_COMMITTED and not answer.replay
+    assert answer.operation.attempts == 1  # one attempt, its Apply retried inside it
+    assert stack.effects("T-1042") == 1

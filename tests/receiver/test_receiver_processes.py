@@ -93,7 +93,9 @@ def test_sigterm_stops_a_serving_receiver_cleanly(tmp_path: Path, receiver_proce
     child = spawn_receiver(tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}")
     receiver_processes.append(child)
     first_line = child.stdout_path.read_text().splitlines()[0]
-    assert json.loads(first_line) == {"event": "listening", "service": "effect_receiver", "port": child.port}
+    listening = json.loads(first_line)
+    assert (listening["event"], listening["service"], listening["port"]) == ("listening", "effect_receiver", child.port)
+    assert (listening["level"], listening["message"]) == ("info", f"listening on port {child.port}")
     with grpc.insecure_channel(f"127.0.0.1:{child.port}") as channel:
         check = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
     assert check.status == health_pb2.HealthCheckResponse.SERVING

@@ -112,12 +112,21 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert open_count(stack.orchestrator_url) == 0
 
 
+def _log_lines(stderr: str) -> list[dict[str, object]]:
+    """Every stderr line as a JSON log line (the human summary is on stdout); one that is not fails."""
+    lines = [json.loads(line) for line in stderr.splitlines()]
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines), lines
+    return lines
+
+
 @pytest.mark.slow
 def test_exit_2_when_the_orchestrator_cannot_be_reached() -> None:
     unreachable = ["--orchestrator-target", f"127.0.0.1:{closed_port()}", "--receiver-target", "127.0.0.1:1"]
     down = run_reconciler(["--once", *unreachable, "--timeout-seconds", "1"])
     assert down.returncode == 2
     assert "could not run" in down.stderr and "UNAVAILABLE" in down.stderr
+    (line,) = [e for e in _log_lines(down.stderr) if str(e["message"]).startswith("could not run")]
+    assert (line["level"], line["code"], line["service"]) == ("error", "UNAVAILABLE", "reconciler")
 
 
 @pytest.mark.parametrize(
@@ -287,6 +296,9 @@ def test_interval_mode_serves_metrics_and_stops_on_sigterm(make_stack: Callable[
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
     assert "metrics on http://127.0.0.1:" in stderr_path.read_text()
+    assert [e["port"] for e in _log_lines(stderr_path.read_text()) if str(e["message"]).startswith("metrics on")] == [
+        port
+    ]
 
 
 @pytest.mark.slow
@@ -336,6 +348,8 @@ def test_interval_mode_outlives_an_unreachable_orchestrator(tmp_path: Path) -> N
                 assert process.poll() is None, stderr_path.read_text()
                 time.sleep(0.1)
             assert stderr_path.read_text().count("pass failed") >= 2
+            failed = [e for e in _log_lines(stderr_path.read_text()) if str(e["message"]).startswith("pass failed")]
+            assert {(e["level"], e["code"]) for e in failed} == {("warning", "UNAVAILABLE")}
             process.send_signal(signal.SIGTERM)
             assert process.wait(15) == 0
         finally:

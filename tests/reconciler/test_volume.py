@@ -9,6 +9,7 @@ is printed (pytest -s shows it); only outcomes are asserted, since the machine m
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def test_ten_thousand_unknowns_settle_in_one_pass(tmp_path: Path) -> None:
     assert count(receiver_url, "SELECT count(*) FROM effects") == OPERATIONS
     # Progress lines on stderr: the backlog is larger than 2,000.
     assert run.stderr.count("reconciler: examined") == OPERATIONS // 2000
+    progress = [json.loads(line) for line in run.stderr.splitlines() if "reconciler: examined" in line]
+    assert {(line["level"], line["logger"]) for line in progress} == {("info", "decisionflow.reconciler")}
     rate = summary["settled"] / summary["duration_seconds"]
     print(
         f"\nsettled {summary['settled']} Unknowns in {summary['duration_seconds']:.2f} s "

@@ -1,7 +1,7 @@
 // Clients of the orchestrator's ReviewService and OperationsService over gRPC (HTTP/2), with a
 // deadline on every call and the same transient-failure retries as the Python client.
 
-import { type Client, type Interceptor, createClient } from "@connectrpc/connect";
+import { type Client, Code, type Interceptor, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import { OperationsService } from "./gen/decisionflow/v1/operations_pb.js";
@@ -70,10 +70,30 @@ export interface RetryPolicy {
 /** The Python client's CLIENT_DEFAULT: 5 attempts within 10 s, waits from 0.1 s up to 2 s. */
 export const CLIENT_DEFAULT: RetryPolicy = { maxAttempts: 5, maxTotalMs: 10_000, initialBackoffMs: 100, maxBackoffMs: 2_000 };
 
+/** Whether withRetries repeats a failure: a transient status, or a CANCELLED the caller did not ask for.
+ *
+ * Node's HTTP/2 transport reports a server that went away mid-call (its process ended and the stream
+ * was reset) as CANCELLED, where the Python client hears UNAVAILABLE and retries it. Both are
+ * indeterminate (the server may have acted), and every decisionflow call is safe to repeat unchanged
+ * (Approve by its operation id), so it is retried alike. Only the caller's own cancellation, its
+ * signal aborted, ends the call. */
+export function retriedByWithRetries(error: unknown, attempt: number, signal?: AbortSignal): boolean {
+  const refusal = refusalOf(error, attempt);
+  if (refusal.code === Code.Canceled) {
+    return !(signal?.aborted ?? false);
+  }
+  return refusal.retry === "automatic";
+}
+
 /** Run call, repeating it unchanged while it fails with a transient status (UNAVAILABLE,
- * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED); throw the last failure once the policy runs out. A call
+ * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) or is cancelled by anyone but the caller (pass the
+ * AbortSignal the call uses as signal); throw the last failure once the policy runs out. A call
  * that ends indeterminate here is still open: repeat it (same operation id) or read the operation. */
-export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = CLIENT_DEFAULT): Promise<T> {
+export async function withRetries<T>(
+  call: () => Promise<T>,
+  policy: RetryPolicy = CLIENT_DEFAULT,
+  signal?: AbortSignal,
+): Promise<T> {
   const deadline = Date.now() + policy.maxTotalMs;
   for (let attempt = 1; ; attempt++) {
     try {
@@ -82,7 +102,7 @@ export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy
       const window = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * 2 ** (attempt - 1));
       const wait = window / 2 + Math.random() * (window / 2);
       const last = attempt >= policy.maxAttempts || Date.now() + wait >= deadline;
-      if (refusalOf(error, attempt).retry !== "automatic" || last) {
+      if (!retriedByWithRetries(error, attempt, signal) || last) {
         throw error;
       }
       await new Promise((resolve) => setTimeout(resolve, wait));

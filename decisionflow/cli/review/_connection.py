@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -72,10 +72,14 @@ class Connection:
 
 
 @contextmanager
-def connection(args: argparse.Namespace) -> Iterator[Connection]:
-    """Yield a channel for the command's connection settings; it is closed afterwards."""
+def connection(
+    args: argparse.Namespace, declared: Sequence[Setting[Any]] = CONNECTION_SETTINGS
+) -> Iterator[Connection]:
+    """Yield a channel for the command's connection settings; it is closed afterwards. declared: the
+    orchestrator's by default, or another service's declarations of the same keys (target, token file,
+    timeout, CA file, cleartext opt-in) with its own variables and help."""
     try:
-        values = parse_settings(args, CONNECTION_SETTINGS, os.environ)
+        values = parse_settings(args, declared, os.environ)
     except SettingError as error:
         raise CommandError(str(error)) from None
     timeout = values.required(TIMEOUT)

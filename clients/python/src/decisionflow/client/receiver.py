@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime
 
 import grpc
@@ -164,3 +164,18 @@ class AsyncReceiverClient:
         request = effect_receiver_pb2.BatchLookupRequest(operation_ids=list(operation_ids))
         response = await call_async(self._stub.BatchLookup, request, self._settings, deadline)
         return convert.lookup_batch(response)
+
+    async def list_effects(self, case_id: str, *, page_size: int = 0) -> AsyncIterator[EffectRecord]:
+        """Yield the effects written for case_id, oldest first, fetching pages as the iterator advances
+        (each page retried on its own)."""
+        page_token = ""
+        while True:
+            request = effect_receiver_pb2.ListEffectsRequest(
+                case_id=case_id, page_size=page_size, page_token=page_token
+            )
+            response = await call_async(self._stub.ListEffects, request, self._settings)
+            for effect in response.effects:
+                yield convert.effect(effect)
+            page_token = response.next_page_token
+            if not page_token:
+                return
