@@ -1,0 +1,109 @@
+"""The parsers a setting's text goes through: each returns the typed value or raises ValueError
+saying what it accepts (``parse_settings`` adds the flag and the environment variable)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from decisionflow import addresses
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def text(value: str) -> str:
+    """Return value unchanged: any text is accepted."""
+    return value
+
+
+def _seconds(value: str, *, positive: bool) -> float:
+    form = "a positive" if positive else "a non-negative"
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"expected {form} number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise ValueError(f"expected {form} number of seconds, not {value!r}")
+    return seconds
+
+
+def seconds(value: str) -> float:
+    """Return a finite, non-negative number of seconds (0 allowed)."""
+    return _seconds(value, positive=False)
+
+
+def positive_seconds(value: str) -> float:
+    """Return a finite number of seconds greater than zero."""
+    return _seconds(value, positive=True)
+
+
+def boolean(value: str) -> bool:
+    """Return True for true/yes/on/1 and False for false/no/off/0 (any case)."""
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}, not {value!r}")
+
+
+def log_level(value: str) -> str:
+    """Return one of debug, info, warning or error (any case in, lower case out)."""
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, not {value!r}")
+    return level
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """Return a parser of whole numbers from low to high inclusive."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"expected a whole number from {low} to {high}, not {value!r}") from None
+        if not low <= number <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, not {value!r}")
+        return number
+
+    return parse
+
+
+port = integer(0, 65535)
+
+
+def non_empty(value: str) -> str:
+    """Return value, which must not be empty or only whitespace."""
+    if not value.strip():
+        raise ValueError("expected a value, not an empty one")
+    return value
+
+
+def target(value: str) -> str:
+    """Return an address to listen on or to call: ``host:port``, ``[IPv6]:port`` or a ``unix:`` target;
+    a missing port is refused (gRPC would quietly use 443)."""
+    if not value.strip():
+        raise ValueError("expected host:port, not an empty value")
+    return addresses.check_address(value)
+
+
+def path(value: str) -> Path:
+    """Return value as a path (checked when the file is used)."""
+    return Path(value)
+
+
+def readable_file(value: str) -> Path:
+    """Return the path of an existing, readable regular file."""
+    file = Path(value)
+    try:
+        with file.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"expected a readable file, not {value!r} ({exc.strerror or exc})") from None
+    if not file.is_file():
+        raise ValueError(f"expected a readable file, not {value!r} (not a regular file)")
+    return file
