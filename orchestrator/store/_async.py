@@ -1,30 +1,63 @@
-"""The store for the async service: every call runs the sync store in a worker thread, in one place."""
+"""The store for the async service: every call runs the sync store in a worker thread, in one place.
+
+Each coroutine method is declared by naming the sync method it runs (``get_proposal =
+in_thread(OrchestratorStore.get_proposal)``): its parameters and result type come from that method,
+so the facade cannot drift from the store, and mypy checks every call against the store's own
+signature. A call is one ``asyncio.to_thread`` hop, as a hand-written ``await
+asyncio.to_thread(self.sync.get_proposal, ...)`` would be; the method is looked up on the store at
+the call, so an instance or subclass that replaces it is the one called.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
-from orchestrator.domain import (
-    DecisionInputs,
-    FirstAttempt,
-    Operation,
-    PendingReview,
-    Proposal,
-    ProposalView,
-    Receipt,
-    RecordedDecision,
-    SealedCheckpoint,
-    Settlement,
-    State,
-)
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._store import OrchestratorStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class InThread(Generic[P, T]):
+    """A sync store method as a coroutine method of AsyncOrchestratorStore, run in a worker thread."""
+
+    def __init__(self, method: Callable[Concatenate[OrchestratorStore, P], T]) -> None:
+        self._name = method.__name__
+        self.__doc__ = f"See OrchestratorStore.{self._name}; runs in a worker thread."
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        # The attribute's name is the method looked up at the call: a mismatch would call another method.
+        if name != self._name:
+            raise TypeError(f"{owner.__name__}.{name} runs OrchestratorStore.{self._name}: name them alike")
+
+    @overload
+    def __get__(self, facade: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, facade: AsyncOrchestratorStore, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    def __get__(
+        self, facade: AsyncOrchestratorStore | None, owner: type[Any]
+    ) -> Self | Callable[P, Coroutine[Any, Any, T]]:
+        if facade is None:
+            return self
+        name = self._name
+
+        async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            method = cast("Callable[P, T]", getattr(facade.sync, name))
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        run.__name__ = run.__qualname__ = name
+        run.__doc__ = self.__doc__
+        return run
+
+
+def in_thread(method: Callable[Concatenate[OrchestratorStore, P], T]) -> InThread[P, T]:
+    """Declare the coroutine method that runs method (a method of OrchestratorStore) in a worker thread."""
+    return InThread(method)
 
 
 class AsyncOrchestratorStore:
@@ -38,100 +71,20 @@ class AsyncOrchestratorStore:
         """The checkpoint table the workflow runs load earlier checkpoints from."""
         return self.sync.checkpoints
 
-    @staticmethod
-    async def _run(method: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(method, *args, **kwargs)
-
-    async def create_proposal(
-        self,
-        proposal: Proposal,
-        review: PendingReview,
-        saved: Sequence[SealedCheckpoint],
-        expected_operation_id: str | None = None,
-    ) -> tuple[Proposal, bool]:
-        """See OrchestratorStore.create_proposal."""
-        return await self._run(self.sync.create_proposal, proposal, review, saved, expected_operation_id)
-
-    async def start_inputs(
-        self, operation_id: str, case_id: str, expected_operation_id: str | None
-    ) -> tuple[Proposal, PendingReview] | None:
-        """See OrchestratorStore.start_inputs."""
-        return await self._run(self.sync.start_inputs, operation_id, case_id, expected_operation_id)
-
-    async def create_edit(
-        self, proposal: Proposal, expected_operation_id: str, review: PendingReview, saved: Sequence[SealedCheckpoint]
-    ) -> Proposal:
-        """See OrchestratorStore.create_edit."""
-        return await self._run(self.sync.create_edit, proposal, expected_operation_id, review, saved)
-
-    async def current_operation_id(self, case_id: str) -> str | None:
-        """See OrchestratorStore.current_operation_id."""
-        return await self._run(self.sync.current_operation_id, case_id)
-
-    async def get_proposal(self, operation_id: str) -> Proposal:
-        """See OrchestratorStore.get_proposal."""
-        return await self._run(self.sync.get_proposal, operation_id)
-
-    async def find_proposal(self, operation_id: str) -> Proposal | None:
-        """See OrchestratorStore.find_proposal."""
-        return await self._run(self.sync.find_proposal, operation_id)
-
-    async def get_pending_review(self, operation_id: str) -> PendingReview:
-        """See OrchestratorStore.get_pending_review."""
-        return await self._run(self.sync.get_pending_review, operation_id)
-
-    async def proposal_view(self, operation_id: str) -> ProposalView:
-        """See OrchestratorStore.proposal_view."""
-        return await self._run(self.sync.proposal_view, operation_id)
-
-    async def decision_inputs(self, operation_id: str) -> DecisionInputs:
-        """See OrchestratorStore.decision_inputs."""
-        return await self._run(self.sync.decision_inputs, operation_id)
-
-    async def record_decision(
-        self,
-        decided: RecordedDecision,
-        case_id: str,
-        saved: Sequence[SealedCheckpoint],
-        attempt: FirstAttempt | None = None,
-    ) -> Operation:
-        """See OrchestratorStore.record_decision."""
-        return await self._run(self.sync.record_decision, decided, case_id, saved, attempt)
-
-    async def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime, *, holder: str
-    ) -> Operation:
-        """See OrchestratorStore.record_attempt."""
-        return await self._run(self.sync.record_attempt, operation_id, payload, digest, now, lease_until, holder=holder)
-
-    async def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
-        """See OrchestratorStore.release_attempt."""
-        return await self._run(self.sync.release_attempt, operation_id, lease_until)
-
-    async def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
-        """See OrchestratorStore.record_receipt."""
-        return await self._run(self.sync.record_receipt, operation_id, receipt, now)
-
-    async def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
-        """See OrchestratorStore.record_rejection."""
-        return await self._run(self.sync.record_rejection, operation_id, reason, now)
-
-    async def get_operation(self, operation_id: str) -> Operation:
-        """See OrchestratorStore.get_operation."""
-        return await self._run(self.sync.get_operation, operation_id)
-
-    async def list_operations(
-        self,
-        states: Sequence[State],
-        changed_before: datetime,
-        limit: int,
-        after: tuple[datetime, str] | None,
-        *,
-        case_id: str | None = None,
-    ) -> list[Operation]:
-        """See OrchestratorStore.list_operations."""
-        return await self._run(self.sync.list_operations, states, changed_before, limit, after, case_id=case_id)
-
-    async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
-        """See OrchestratorStore.settle."""
-        return await self._run(self.sync.settle, settlements)
+    create_proposal = in_thread(OrchestratorStore.create_proposal)
+    start_inputs = in_thread(OrchestratorStore.start_inputs)
+    create_edit = in_thread(OrchestratorStore.create_edit)
+    current_operation_id = in_thread(OrchestratorStore.current_operation_id)
+    get_proposal = in_thread(OrchestratorStore.get_proposal)
+    find_proposal = in_thread(OrchestratorStore.find_proposal)
+    get_pending_review = in_thread(OrchestratorStore.get_pending_review)
+    proposal_view = in_thread(OrchestratorStore.proposal_view)
+    decision_inputs = in_thread(OrchestratorStore.decision_inputs)
+    record_decision = in_thread(OrchestratorStore.record_decision)
+    record_attempt = in_thread(OrchestratorStore.record_attempt)
+    release_attempt = in_thread(OrchestratorStore.release_attempt)
+    record_receipt = in_thread(OrchestratorStore.record_receipt)
+    record_rejection = in_thread(OrchestratorStore.record_rejection)
+    get_operation = in_thread(OrchestratorStore.get_operation)
+    list_operations = in_thread(OrchestratorStore.list_operations)
+    settle = in_thread(OrchestratorStore.settle)
