@@ -1,5 +1,6 @@
-"""README.md stays true of the code: the two commands, the generated configuration reference and
-every file the guarantees table links to."""
+"""README.md stays true of the code: the two commands, the generated configuration reference,
+every file the guarantees table links to, and every command and flag it and the runbook
+(docs/operations.md) show."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+RUNBOOK = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
 
 
 def test_configuration_reference_is_current() -> None:
@@ -46,9 +48,9 @@ def test_every_linked_file_exists() -> None:
         assert (ROOT / link.replace("\\_", "_")).exists(), link
 
 
-def _shell_commands() -> list[list[str]]:
+def _shell_commands(markdown: str) -> list[list[str]]:
     commands = []
-    for block in re.findall(r"```sh\n(.*?)```", README, re.DOTALL):
+    for block in re.findall(r"```sh\n(.*?)```", markdown, re.DOTALL):
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
             argv = line.split("#")[0].split()
@@ -58,9 +60,10 @@ def _shell_commands() -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_every_documented_command_and_flag_exists() -> None:
-    commands = _shell_commands()
-    assert len(commands) >= 4
+@pytest.mark.parametrize(("markdown", "at_least"), [(README, 4), (RUNBOOK, 20)], ids=["README", "runbook"])
+def test_every_documented_command_and_flag_exists(markdown: str, at_least: int) -> None:
+    commands = _shell_commands(markdown)
+    assert len(commands) >= at_least
     for argv in commands:
         usage = help_text(command_words(argv))
         for flag in (arg.split("=")[0] for arg in argv if arg.startswith("--")):
