@@ -11,16 +11,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from orchestrator.domain import (
-    Decision,
-    Operation,
-    Proposal,
-    ProposalContent,
-    Receipt,
-    RecordedDecision,
-    State,
-    effect_payload,
-)
+from decisionflow.vocabulary import Decision, OperationId, OperationState, Receipt
+from orchestrator.domain import Operation, Proposal, ProposalContent, RecordedDecision, effect_payload
 from orchestrator.wire import operation_to_pb
 
 ACTION = "record_support_review"
@@ -123,12 +115,12 @@ def sample_approve_response() -> review_pb2.ApproveResponse:
     operation = Operation(
         operation_id=request.operation_id,
         case_id=request.case_id,
-        state=State.COMMITTED,
+        state=OperationState.COMMITTED,
         state_changed_at=_SAMPLE_TIME,
         decision=RecordedDecision(request.operation_id, Decision.APPROVE, REVIEWER, _SAMPLE_TIME),
         attempts=1,
         first_attempt_at=_SAMPLE_TIME,
-        receipt=Receipt(_SAMPLE_RECEIPT, _SAMPLE_TIME),
+        receipt=Receipt(_SAMPLE_RECEIPT, OperationId(request.operation_id), _SAMPLE_TIME),
         rejection_reason=None,
         last_lookup=None,
         payload=request.payload,

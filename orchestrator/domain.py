@@ -5,7 +5,6 @@ Frozen dataclasses and pure rules only; no gRPC, no SQLAlchemy.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -13,56 +12,16 @@ from datetime import datetime
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
 from decisionflow.payload import EffectPayload
+from decisionflow.vocabulary import (
+    Consistency,
+    Decision,
+    LookupStatus,
+    OperationState,
+    Outcome,
+    Receipt,
+)
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
-
-
-class Decision(enum.StrEnum):
-    """A recorded decision."""
-
-    APPROVE = "approve"
-    DECLINE = "decline"
-
-
-class State(enum.StrEnum):
-    """Where an operation stands (docs/review-protocol.md)."""
-
-    PENDING_REVIEW = "pending_review"
-    APPROVED = "approved"
-    UNKNOWN = "unknown"
-    COMMITTED = "committed"
-    DECLINED = "declined"
-    REJECTED = "rejected"
-    SUPERSEDED = "superseded"
-
-
-# States in which the effect's fate is open and a lookup or re-drive may settle it.
-OPEN_STATES = frozenset({State.APPROVED, State.UNKNOWN})
-
-
-class Outcome(enum.StrEnum):
-    """What a caller learns from a decision or a re-drive."""
-
-    COMMITTED = "committed"
-    DECLINED = "declined"
-    REJECTED = "rejected"
-    UNKNOWN = "unknown"
-
-
-class LookupStatus(enum.StrEnum):
-    """What a lookup at the receiver found; FAILED when it could not ask."""
-
-    APPLIED = "applied"
-    NOT_FOUND = "not_found"
-    FAILED = "failed"
-
-
-class Consistency(enum.StrEnum):
-    """How fresh a lookup answer was."""
-
-    STRONG = "strong"
-    EVENTUAL = "eventual"
-    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,20 +145,12 @@ class LookupNote:
 
 
 @dataclass(frozen=True, slots=True)
-class Receipt:
-    """The receiver's proof that an effect was written."""
-
-    receipt_id: str
-    applied_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Operation:
     """An operation's state, decision and effect record."""
 
     operation_id: str
     case_id: str
-    state: State
+    state: OperationState
     state_changed_at: datetime
     decision: RecordedDecision | None
     attempts: int
@@ -295,12 +246,12 @@ class DecisionResult:
     retention_refusal: RetentionRefusal | None = None
 
 
-def outcome_of(state: State) -> Outcome:
+def outcome_of(state: OperationState) -> Outcome:
     """Return the caller-facing outcome of a decided operation's state."""
     return {
-        State.COMMITTED: Outcome.COMMITTED,
-        State.DECLINED: Outcome.DECLINED,
-        State.REJECTED: Outcome.REJECTED,
+        OperationState.COMMITTED: Outcome.COMMITTED,
+        OperationState.DECLINED: Outcome.DECLINED,
+        OperationState.REJECTED: Outcome.REJECTED,
     }.get(state, Outcome.UNKNOWN)
 
 
@@ -314,7 +265,7 @@ def effect_payload(proposal: Proposal, decision: RecordedDecision) -> tuple[byte
         evidence_id=proposal.evidence_id,
         policy_id=proposal.policy_id,
         reviewer=decision.reviewer,
-        decision=decision.decision.value,
+        decision=decision.decision.label,
         decided_at=decision.decided_at,
     )
     return payload.encode(), payload.digest()
@@ -358,5 +309,5 @@ class OperationTally:
     """How many operations stand in each state, and when the oldest open one (APPROVED or UNKNOWN:
     its effect not confirmed) was decided, None when there is none."""
 
-    by_state: dict[State, int]
+    by_state: dict[OperationState, int]
     oldest_open_decided_at: datetime | None

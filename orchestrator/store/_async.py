@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
+from decisionflow.vocabulary import OperationState as State
+from decisionflow.vocabulary import Receipt
 from orchestrator.domain import (
     DecisionInputs,
     FirstAttempt,
@@ -14,11 +16,9 @@ from orchestrator.domain import (
     PendingReview,
     Proposal,
     ProposalView,
-    Receipt,
     RecordedDecision,
     SealedCheckpoint,
     Settlement,
-    State,
 )
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._store import OrchestratorStore

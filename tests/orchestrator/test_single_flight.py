@@ -14,7 +14,8 @@ import grpc
 
 from decisionflow import db
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from orchestrator.domain import Decision, RecordedDecision, effect_payload
+from decisionflow.vocabulary import Decision
+from orchestrator.domain import RecordedDecision, effect_payload
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore
 from tests.metrics.scrape import scrape_settled

@@ -19,10 +19,11 @@ import sqlalchemy as sa
 from decisionflow import db
 from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
+from decisionflow.vocabulary import Decision
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from effect_receiver.store import migrate as migrate_receiver
-from orchestrator.domain import Decision, RecordedDecision
+from orchestrator.domain import RecordedDecision
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore
 from reconciler.config import ReconcilerConfig
