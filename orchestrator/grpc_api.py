@@ -20,11 +20,11 @@ from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
 from decisionflow.rpc_errors import StatusTable
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt
+from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt, case_id_violations
 from orchestrator import errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
-from orchestrator.validation import check_case_id, check_operation_id
+from orchestrator.validation import check_operation_id
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
     LOOKUP_FROM_PB,
@@ -130,7 +130,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             raise InvalidRequest([FieldViolation("operation_id", "set exactly one of operation_id and case_id")])
         view: ProposalView
         if request.case_id:
-            violations = check_case_id(request.case_id)
+            violations = case_id_violations(request.case_id)
             if violations:
                 raise InvalidRequest(violations)
             view = await self._proposals.current_proposal(request.case_id)
@@ -251,7 +251,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         case_id = request.case_id if request.HasField("case_id") else None
         if case_id is not None:
             # Set but empty is refused with the other bad shapes: only an unset field means every case.
-            violations = check_case_id(case_id)
+            violations = case_id_violations(case_id)
             if violations:
                 raise InvalidRequest(violations)
         limit = request.page_size or DEFAULT_PAGE

@@ -9,10 +9,10 @@ import re
 from collections.abc import Sequence
 
 from decisionflow.errors import FieldViolation, InvalidRequest
-from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
+from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.vocabulary import OperationId, case_id_violations, operation_id_violations
 from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, ProposalStart, proposal_content
 
-CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
 MAX_BODY_BYTES = 64 * 1024
 MAX_QUOTATION_BYTES = 8 * 1024
@@ -30,18 +30,12 @@ def _text(violations: list[FieldViolation], name: str, value: str, max_bytes: in
         violations.append(FieldViolation(name, "contains a NUL character"))
 
 
-def check_operation_id(value: str, name: str = "operation_id") -> str:
-    """Return value if it is shaped like an operation id; refuse it otherwise."""
-    if not is_operation_id(value):
-        raise InvalidRequest([FieldViolation(name, "must be op-v1- followed by 64 lowercase hex digits")])
-    return value
-
-
-def check_case_id(value: str, name: str = "case_id") -> list[FieldViolation]:
-    """Return the violations of a case id (1 to 64 of letters, digits, '.', '_', '-')."""
-    if CASE_ID.match(value) is None:
-        return [FieldViolation(name, "must be 1 to 64 characters of letters, digits, '.', '_', '-'")]
-    return []
+def check_operation_id(value: str, name: str = "operation_id") -> OperationId:
+    """Return value as an operation id if it is shaped like one; refuse it otherwise."""
+    violations = operation_id_violations(value, name)
+    if violations:
+        raise InvalidRequest(violations)
+    return OperationId(value)
 
 
 def start_content(
@@ -86,7 +80,7 @@ def content_violations(
     """Return the violations of proposal content; case_id and action are None when not given (edits)."""
     violations: list[FieldViolation] = []
     if case_id is not None:
-        violations += check_case_id(case_id)
+        violations += case_id_violations(case_id)
     if action is not None and action not in SUPPORTED_ACTIONS:
         violations.append(
             FieldViolation("action", f"unknown action; supported: {', '.join(sorted(SUPPORTED_ACTIONS))}")
