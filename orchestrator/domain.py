@@ -13,9 +13,11 @@ from datetime import datetime
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
 from decisionflow.payload import EffectPayload
 from decisionflow.vocabulary import (
+    CaseId,
     Consistency,
     Decision,
     LookupStatus,
+    OperationId,
     OperationState,
     Outcome,
     Receipt,
@@ -28,7 +30,7 @@ SUPPORTED_ACTIONS = frozenset({"record_support_review"})
 class ProposalContent:
     """What a proposal says, before it has an identity."""
 
-    case_id: str
+    case_id: CaseId
     action: str
     body: str
     evidence: tuple[EvidenceItem, ...]
@@ -40,11 +42,11 @@ class ProposalStart:
     """A StartReview: the content, and the case's current proposal it replaces, if it names one."""
 
     content: ProposalContent
-    expected_operation_id: str | None = None
+    expected_operation_id: OperationId | None = None
 
 
 def proposal_content(
-    case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
+    case_id: CaseId, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
 ) -> ProposalContent:
     """Return content in the form its identity is computed from: body normalised, evidence by source_id."""
     ordered = tuple(sorted(evidence, key=lambda e: e.source_id))
@@ -58,7 +60,7 @@ class ProposalEdit:
     The case and the action stay those of the proposal being edited.
     """
 
-    expected_operation_id: str
+    expected_operation_id: OperationId
     body: str
     evidence: tuple[EvidenceItem, ...]
     policy: PolicyRef
@@ -72,13 +74,13 @@ class ProposalEdit:
 class Proposal:
     """An immutable proposal under its operation identity."""
 
-    operation_id: str
+    operation_id: OperationId
     content: ProposalContent
     evidence_id: str
     policy_id: str
     human_edited: bool
     # The proposal this one replaced or was edited from (None: it replaced nothing).
-    parent_operation_id: str | None
+    parent_operation_id: OperationId | None
     created_by: str
     created_at: datetime
     # Who created this proposal or any proposal in its chain of edits and replacements; the
@@ -115,7 +117,7 @@ def authors_from_json(text: str) -> frozenset[str]:
 class PendingReview:
     """The workflow position a decision on one operation resumes from."""
 
-    operation_id: str
+    operation_id: OperationId
     workflow_name: str
     workflow_version: str
     graph_signature: str
@@ -128,7 +130,7 @@ class PendingReview:
 class RecordedDecision:
     """A decision in the ledger; never changes once inserted."""
 
-    operation_id: str
+    operation_id: OperationId
     decision: Decision
     reviewer: str
     decided_at: datetime
@@ -148,8 +150,8 @@ class LookupNote:
 class Operation:
     """An operation's state, decision and effect record."""
 
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
     state: OperationState
     state_changed_at: datetime
     decision: RecordedDecision | None
@@ -207,7 +209,7 @@ class DecisionInputs:
 
     operation: Operation
     proposal: Proposal
-    current_operation_id: str | None
+    current_operation_id: OperationId | None
     review: PendingReview | None
     checkpoint: SealedCheckpoint | None
 
@@ -216,7 +218,7 @@ class DecisionInputs:
 class Settlement:
     """What one lookup at the receiver showed, to be recorded for an operation."""
 
-    operation_id: str
+    operation_id: OperationId
     status: LookupStatus
     consistency: Consistency
     receipt: Receipt | None

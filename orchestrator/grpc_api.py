@@ -215,8 +215,8 @@ def _settlement(field: str, message: operations_pb2.Settlement, now: datetime) -
         applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
         receipt = Receipt(receipt_id, OperationId(message.operation_id), applied_at)
     looked_up_at = _time(f"{field}.observed_at", message.observed_at) if message.HasField("observed_at") else now
-    check_operation_id(message.operation_id, f"{field}.operation_id")
-    return Settlement(message.operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
+    operation_id = check_operation_id(message.operation_id, f"{field}.operation_id")
+    return Settlement(operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
 
 
 class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):

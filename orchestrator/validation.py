@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
-from decisionflow.vocabulary import OperationId, case_id_violations, operation_id_violations
+from decisionflow.vocabulary import CaseId, OperationId, case_id_violations, operation_id_violations
 from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, ProposalStart, proposal_content
 
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
@@ -45,7 +45,7 @@ def start_content(
     violations = content_violations(case_id, action, body, evidence, policy)
     if violations or policy is None:  # a missing policy is among the violations
         raise InvalidRequest(violations)
-    return proposal_content(case_id, action, body, evidence, policy)
+    return proposal_content(CaseId(case_id), action, body, evidence, policy)
 
 
 def start_request(
@@ -57,21 +57,20 @@ def start_request(
     expected_operation_id: str = "",
 ) -> ProposalStart:
     """Return a validated StartReview: its content and, when given, the proposal it replaces."""
-    if expected_operation_id:
-        check_operation_id(expected_operation_id, "expected_operation_id")
+    replaces = check_operation_id(expected_operation_id, "expected_operation_id") if expected_operation_id else None
     content = start_content(case_id, action, body, evidence, policy)
-    return ProposalStart(content, expected_operation_id or None)
+    return ProposalStart(content, replaces)
 
 
 def edit_content(
     expected_operation_id: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
 ) -> ProposalEdit:
     """Return an edit of the proposal expected_operation_id; refuse it (naming every bad field) outside the bounds."""
-    check_operation_id(expected_operation_id, "expected_operation_id")
+    expected = check_operation_id(expected_operation_id, "expected_operation_id")
     violations = content_violations(None, None, body, evidence, policy)
     if violations or policy is None:  # a missing policy is among the violations
         raise InvalidRequest(violations)
-    return ProposalEdit(expected_operation_id, body, tuple(evidence), policy)
+    return ProposalEdit(expected, body, tuple(evidence), policy)
 
 
 def content_violations(

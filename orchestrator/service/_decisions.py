@@ -157,7 +157,9 @@ class DecisionService:
     ) -> DecisionResult:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
-        decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
+        decided = RecordedDecision(
+            OperationId(answer.operation_id), Decision(answer.decision), answer.reviewer, self._clock()
+        )
         if decided.decision is Decision.DECLINE:
             try:
                 operation = await self._store.record_decision(decided, proposal.case_id, ())

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
-from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
+from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     FirstAttempt,
     PendingReview,
@@ -54,11 +54,11 @@ def proposal(
     case_id: str = "T-1",
     body: str = "Please update to 4.2.1.",
     *,
-    parent: str | None = None,
+    parent: OperationId | None = None,
     author: str = "alex@example.com",
     at: datetime = T0,
 ) -> Proposal:
-    content = proposal_content(case_id, ACTION, body, EVIDENCE, POLICY)
+    content = proposal_content(CaseId(case_id), ACTION, body, EVIDENCE, POLICY)
     ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
     return Proposal(
         ids.operation_id,
@@ -298,7 +298,7 @@ def test_settle_commits_open_operations_and_notes_every_lookup(store: Orchestrat
     looked = T0 + timedelta(minutes=1)
 
     def lookup(op: str, status: LookupStatus, receipt: Receipt | None = None) -> Settlement:
-        return Settlement(op, status, Consistency.STRONG, receipt, "", looked)
+        return Settlement(OperationId(op), status, Consistency.STRONG, receipt, "", looked)
 
     results = store.settle(
         [

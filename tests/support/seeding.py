@@ -67,7 +67,7 @@ class SeededOperation:
 def proposal_for(case_id: str, body: str, created_at: datetime, *, created_by: str = AUTHOR) -> Proposal:
     """The proposal StartReview would store for case_id and body (the seeder's evidence and policy)."""
     ids = identities(case_id, ACTION, body, EVIDENCE, POLICY)
-    content = ProposalContent(case_id, ACTION, body, EVIDENCE, POLICY)
+    content = ProposalContent(CaseId(case_id), ACTION, body, EVIDENCE, POLICY)
     return Proposal(
         ids.operation_id,
         content,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NewType
 
-from decisionflow.identity import OPERATION_ID_PATTERN
 from decisionflow.reasons import FieldViolation
 
 __all__ = [
@@ -46,6 +45,8 @@ OperationId = NewType("OperationId", str)
 CaseId = NewType("CaseId", str)
 """The case a proposal answers (1 to 64 of letters, digits, '.', '_', '-')."""
 
+# The shape of an operation id (decisionflow.identity computes them) and of a case id.
+OPERATION_ID_PATTERN = re.compile(r"\Aop-v1-[0-9a-f]{64}\Z")
 CASE_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 
 
