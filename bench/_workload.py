@@ -11,16 +11,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from orchestrator.domain import (
-    Decision,
-    Operation,
-    Proposal,
-    ProposalContent,
-    Receipt,
-    RecordedDecision,
-    State,
-    effect_payload,
-)
+from decisionflow.vocabulary import CaseId, Decision, OperationId, OperationState, Receipt
+from orchestrator.domain import Operation, Proposal, ProposalContent, RecordedDecision, effect_payload
 from orchestrator.wire import operation_to_pb
 
 ACTION = "record_support_review"
@@ -71,7 +63,7 @@ def start_review_request(tag: str) -> review_pb2.StartReviewRequest:
 
 def proposal(tag: str, now: datetime) -> Proposal:
     """Return the proposal start_review_request(tag) creates, as the orchestrator stores it."""
-    content = ProposalContent(case_id(tag), ACTION, body(tag), EVIDENCE, POLICY)
+    content = ProposalContent(CaseId(case_id(tag)), ACTION, body(tag), EVIDENCE, POLICY)
     ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
     return Proposal(
         ids.operation_id, content, ids.evidence_id, ids.policy_id, False, None, REVIEWER, now, frozenset({REVIEWER})
@@ -121,14 +113,14 @@ def sample_approve_response() -> review_pb2.ApproveResponse:
     """An Approve response of the size the orchestrator returns for a committed first approval."""
     request = sample_apply_request()
     operation = Operation(
-        operation_id=request.operation_id,
-        case_id=request.case_id,
-        state=State.COMMITTED,
+        operation_id=OperationId(request.operation_id),
+        case_id=CaseId(request.case_id),
+        state=OperationState.COMMITTED,
         state_changed_at=_SAMPLE_TIME,
-        decision=RecordedDecision(request.operation_id, Decision.APPROVE, REVIEWER, _SAMPLE_TIME),
+        decision=RecordedDecision(OperationId(request.operation_id), Decision.APPROVE, REVIEWER, _SAMPLE_TIME),
         attempts=1,
         first_attempt_at=_SAMPLE_TIME,
-        receipt=Receipt(_SAMPLE_RECEIPT, _SAMPLE_TIME),
+        receipt=Receipt(_SAMPLE_RECEIPT, OperationId(request.operation_id), _SAMPLE_TIME),
         rejection_reason=None,
         last_lookup=None,
         payload=request.payload,

@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from decisionflow import strict_json
+from decisionflow.vocabulary import Decision
 
-APPROVE = "approve"
-DECLINE = "decline"
-# The decisions the orchestrator records, spelled as it writes them.
+# A decision as the payload spells it: its lowercase label, which the bytes of every payload ever
+# sent carry ("approve", "decline"); only an approval is ever sent.
+APPROVE = Decision.APPROVE.label
+DECLINE = Decision.DECLINE.label
 DECISIONS = (APPROVE, DECLINE)
 FIELDS = (
     "operation_id",

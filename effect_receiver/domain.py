@@ -8,21 +8,29 @@ case and action, digest equal to SHA-256 of the bytes) and takes the business re
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from decisionflow.identity import OPERATION_ID_PATTERN
 from decisionflow.payload import EffectPayload, PayloadError, payload_digest
+from decisionflow.reasons import FieldViolation
+from decisionflow.vocabulary import (
+    ApplyResult,
+    CaseId,
+    Consistency,
+    EffectRequest,
+    OperationId,
+    Receipt,
+    case_id_violations,
+    operation_id_violations,
+)
 
 RECORD_SUPPORT_REVIEW = "record_support_review"
 KINDS = frozenset({RECORD_SUPPORT_REVIEW})
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_REVIEWER_CHARS = 256  # the width of support_review_records.reviewer
-CASE_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 DIGEST_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
 MAX_BATCH_LOOKUP = 1000
 DEFAULT_PAGE_SIZE = 100
@@ -32,43 +40,12 @@ MAX_PAGE_SIZE = 1000
 RETENTION_SKEW_MARGIN = timedelta(seconds=60)
 
 
-class ApplyOutcome(enum.Enum):
-    """Whether an Apply wrote the effect or found it already written with the same payload."""
-
-    CREATED = "CREATED"
-    REPLAYED = "REPLAYED"
-
-
-class Consistency(enum.Enum):
-    """How fresh a lookup answer is: STRONG from the primary, EVENTUAL from a replica."""
-
-    STRONG = "STRONG"
-    EVENTUAL = "EVENTUAL"
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One bad request field and why it is refused."""
-
-    field: str
-    description: str
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """Proof that the effect for operation_id was written, and when."""
-
-    receipt_id: str
-    operation_id: str
-    applied_at: datetime
-
-
 @dataclass(frozen=True, slots=True)
 class Effect:
     """A validated effect to write: its key, case, kind, payload and digest, and the business record."""
 
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
     kind: str
     payload: bytes
     payload_digest: str
@@ -82,8 +59,8 @@ class AppliedEffect:
     """A written effect as listed for operators: its key, business record and receipt."""
 
     sequence: int
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
     kind: str
     payload_digest: str
     body: str
@@ -95,7 +72,7 @@ class AppliedEffect:
 class ApplyAnswer:
     """The result of an Apply: CREATED or REPLAYED, always with the original receipt."""
 
-    outcome: ApplyOutcome
+    outcome: ApplyResult
     receipt: Receipt
 
 
@@ -103,7 +80,7 @@ class ApplyAnswer:
 class LookupAnswer:
     """What the receiver knew about one operation id at observed_at; receipt is None when not found."""
 
-    operation_id: str
+    operation_id: OperationId
     receipt: Receipt | None
     consistency: Consistency
     observed_at: datetime
@@ -122,35 +99,21 @@ class EffectPage:
     next_after: int | None
 
 
-def operation_id_violations(operation_id: str, field: str = "operation_id") -> list[Violation]:
-    """Return why operation_id is not a well-formed operation id (empty when it is)."""
-    if OPERATION_ID_PATTERN.match(operation_id):
-        return []
-    return [Violation(field, "must be op-v1- followed by 64 lowercase hex digits")]
-
-
-def case_id_violations(case_id: str, field: str = "case_id") -> list[Violation]:
-    """Return why case_id is not a well-formed case id (empty when it is)."""
-    if CASE_ID_PATTERN.match(case_id):
-        return []
-    return [Violation(field, "must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'")]
-
-
-def batch_violations(operation_ids: Sequence[str]) -> list[Violation]:
+def batch_violations(operation_ids: Sequence[str]) -> list[FieldViolation]:
     """Return why a batch lookup request is refused: 1 to 1,000 ids, each well formed."""
     if not 1 <= len(operation_ids) <= MAX_BATCH_LOOKUP:
-        return [Violation("operation_ids", f"must hold 1 to {MAX_BATCH_LOOKUP} ids, not {len(operation_ids)}")]
-    violations: list[Violation] = []
+        return [FieldViolation("operation_ids", f"must hold 1 to {MAX_BATCH_LOOKUP} ids, not {len(operation_ids)}")]
+    violations: list[FieldViolation] = []
     for index, operation_id in enumerate(operation_ids):
         violations += operation_id_violations(operation_id, f"operation_ids[{index}]")
     return violations
 
 
-def page_size_violations(page_size: int) -> list[Violation]:
+def page_size_violations(page_size: int) -> list[FieldViolation]:
     """Return why page_size is refused: 0 (the default) or 1 to 1,000."""
     if 0 <= page_size <= MAX_PAGE_SIZE:
         return []
-    return [Violation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")]
+    return [FieldViolation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")]
 
 
 def _storable_text(value: str) -> bool:
@@ -161,34 +124,41 @@ def _storable_text(value: str) -> bool:
     return "\x00" not in value
 
 
-def check_effect(operation_id: str, case_id: str, kind: str, payload: bytes, digest: str) -> Effect | list[Violation]:
+def check_effect(request: EffectRequest) -> Effect | list[FieldViolation]:
     """Return the Effect an Apply describes, or every reason it is refused (then nothing may be written)."""
+    operation_id, case_id, kind, payload, digest = (
+        request.operation_id,
+        request.case_id,
+        request.kind,
+        request.payload,
+        request.payload_digest,
+    )
     violations = operation_id_violations(operation_id) + case_id_violations(case_id)
     if kind not in KINDS:
-        violations.append(Violation("kind", f"must be one of: {', '.join(sorted(KINDS))}"))
+        violations.append(FieldViolation("kind", f"must be one of: {', '.join(sorted(KINDS))}"))
     if not DIGEST_PATTERN.match(digest):
-        violations.append(Violation("payload_digest", "must be 64 lowercase hex digits"))
+        violations.append(FieldViolation("payload_digest", "must be 64 lowercase hex digits"))
     elif payload_digest(payload) != digest:
-        violations.append(Violation("payload_digest", "is not the SHA-256 of payload"))
+        violations.append(FieldViolation("payload_digest", "is not the SHA-256 of payload"))
     if len(payload) > MAX_PAYLOAD_BYTES:
-        violations.append(Violation("payload", f"must be at most {MAX_PAYLOAD_BYTES} bytes, not {len(payload)}"))
+        violations.append(FieldViolation("payload", f"must be at most {MAX_PAYLOAD_BYTES} bytes, not {len(payload)}"))
         return violations
     try:
         decoded = EffectPayload.decode(payload)
     except PayloadError as exc:
-        return violations + [Violation(problem.field, problem.description) for problem in exc.problems]
+        return violations + [FieldViolation(problem.field, problem.description) for problem in exc.problems]
     for key, expected in (("operation_id", operation_id), ("case_id", case_id), ("action", kind)):
         if getattr(decoded, key) != expected:
             request_field = "kind" if key == "action" else key
-            violations.append(Violation(f"payload.{key}", f"must equal the request's {request_field}"))
+            violations.append(FieldViolation(f"payload.{key}", f"must equal the request's {request_field}"))
     # The business record stores these as text: refuse what the database cannot hold (PostgreSQL
     # rejects NUL, UTF-8 has no unpaired surrogates, reviewer is VARCHAR(256)) instead of failing
     # the commit with an unexpected error.
     for key in ("body", "reviewer"):
         if not _storable_text(getattr(decoded, key)):
-            violations.append(Violation(f"payload.{key}", "contains a NUL or an unpaired surrogate"))
+            violations.append(FieldViolation(f"payload.{key}", "contains a NUL or an unpaired surrogate"))
     if len(decoded.reviewer) > MAX_REVIEWER_CHARS:
-        violations.append(Violation("payload.reviewer", f"longer than {MAX_REVIEWER_CHARS} characters"))
+        violations.append(FieldViolation("payload.reviewer", f"longer than {MAX_REVIEWER_CHARS} characters"))
     if violations:
         return violations
     return Effect(

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2
 
+from decisionflow import vocabulary_wire as wire
 from decisionflow.auth import AUTH_STATUS
 from decisionflow.rpc_errors import StatusTable
-from decisionflow.timestamps import from_timestamp, to_timestamp
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc
-from effect_receiver.domain import AppliedEffect, ApplyOutcome, Consistency, LookupAnswer, Receipt
+from decisionflow.timestamps import to_timestamp
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from decisionflow.vocabulary import CaseId, EffectRequest, LookupStatus, OperationId
+from effect_receiver.domain import AppliedEffect, LookupAnswer
 from effect_receiver.errors import (
     FieldViolation,
     IdempotencyKeyReused,
@@ -36,44 +37,25 @@ STATUS_TABLE: StatusTable = {
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
-_APPLY_RESULTS = {
-    ApplyOutcome.CREATED: effect_receiver_pb2.APPLY_RESULT_CREATED,
-    ApplyOutcome.REPLAYED: effect_receiver_pb2.APPLY_RESULT_REPLAYED,
-}
-_CONSISTENCIES = {
-    Consistency.STRONG: common_pb2.CONSISTENCY_STRONG,
-    Consistency.EVENTUAL: common_pb2.CONSISTENCY_EVENTUAL,
-}
-
 Context = grpc.aio.ServicerContext[Any, Any]
-
-
-def receipt_message(receipt: Receipt) -> common_pb2.Receipt:
-    """Return the wire form of a receipt."""
-    return common_pb2.Receipt(
-        receipt_id=receipt.receipt_id,
-        operation_id=receipt.operation_id,
-        applied_at=to_timestamp(receipt.applied_at),
-    )
 
 
 def _lookup_result(answer: LookupAnswer) -> effect_receiver_pb2.LookupResult:
     result = effect_receiver_pb2.LookupResult(
         operation_id=answer.operation_id,
-        status=common_pb2.LOOKUP_STATUS_APPLIED if answer.applied else common_pb2.LOOKUP_STATUS_NOT_FOUND,
-        consistency=_CONSISTENCIES[answer.consistency],
+        status=wire.lookup_status_to_pb(LookupStatus.APPLIED if answer.applied else LookupStatus.NOT_FOUND),
+        consistency=wire.consistency_to_pb(answer.consistency),
         observed_at=to_timestamp(answer.observed_at),
     )
     if answer.receipt is not None:
-        result.receipt.CopyFrom(receipt_message(answer.receipt))
+        result.receipt.CopyFrom(wire.receipt_to_pb(answer.receipt))
     return result
 
 
-def _first_attempted_at(request: effect_receiver_pb2.ApplyRequest) -> datetime | None:
-    if not request.HasField("first_attempted_at"):
-        return None  # an older caller: the retention check cannot be made
+def _effect_request(message: effect_receiver_pb2.ApplyRequest) -> EffectRequest:
+    # Without first_attempted_at (an older caller) the retention check cannot be made.
     try:
-        return from_timestamp(request.first_attempted_at)
+        return wire.effect_request_from_pb(message)
     except ValueError as exc:
         raise InvalidRequest([FieldViolation("first_attempted_at", "not a valid time (years 1 to 9999)")]) from exc
 
@@ -84,7 +66,7 @@ def _effect_message(effect: AppliedEffect) -> effect_receiver_pb2.Effect:
         case_id=effect.case_id,
         kind=effect.kind,
         payload_digest=effect.payload_digest,
-        receipt=receipt_message(effect.receipt),
+        receipt=wire.receipt_to_pb(effect.receipt),
         reviewer=effect.reviewer,
         body=effect.body,
     )
@@ -109,17 +91,9 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self, request: effect_receiver_pb2.ApplyRequest, context: Context
     ) -> effect_receiver_pb2.ApplyResponse:
         """Write the effect once; CREATED or REPLAYED with the original receipt."""
-        answer = await asyncio.to_thread(
-            self._service.apply,
-            request.operation_id,
-            request.case_id,
-            request.kind,
-            request.payload,
-            request.payload_digest,
-            _first_attempted_at(request),
-        )
+        answer = await asyncio.to_thread(self._service.apply, _effect_request(request))
         response = effect_receiver_pb2.ApplyResponse(
-            result=_APPLY_RESULTS[answer.outcome], receipt=receipt_message(answer.receipt)
+            result=wire.apply_result_to_pb(answer.outcome), receipt=wire.receipt_to_pb(answer.receipt)
         )
         self._advertise(response)
         return response
@@ -128,7 +102,7 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self, request: effect_receiver_pb2.LookupRequest, context: Context
     ) -> effect_receiver_pb2.LookupResponse:
         """Tell whether the effect of one operation id exists."""
-        answer = await asyncio.to_thread(self._service.lookup, request.operation_id)
+        answer = await asyncio.to_thread(self._service.lookup, OperationId(request.operation_id))
         response = effect_receiver_pb2.LookupResponse(result=_lookup_result(answer))
         self._advertise(response)
         return response
@@ -137,7 +111,7 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
         self, request: effect_receiver_pb2.BatchLookupRequest, context: Context
     ) -> effect_receiver_pb2.BatchLookupResponse:
         """Look up 1 to 1,000 operation ids; results in request order."""
-        answers = await asyncio.to_thread(self._service.batch_lookup, list(request.operation_ids))
+        answers = await asyncio.to_thread(self._service.batch_lookup, [OperationId(o) for o in request.operation_ids])
         response = effect_receiver_pb2.BatchLookupResponse(results=[_lookup_result(a) for a in answers])
         self._advertise(response)
         return response
@@ -147,7 +121,7 @@ class EffectReceiverServicer(effect_receiver_pb2_grpc.EffectReceiverServiceServi
     ) -> effect_receiver_pb2.ListEffectsResponse:
         """List one page of a case's effects, oldest first."""
         page, next_token = await asyncio.to_thread(
-            self._service.list_effects, request.case_id, request.page_size, request.page_token
+            self._service.list_effects, CaseId(request.case_id), request.page_size, request.page_token
         )
         response = effect_receiver_pb2.ListEffectsResponse(
             effects=[_effect_message(effect) for effect in page.effects], next_page_token=next_token

@@ -17,19 +17,23 @@ from datetime import UTC, datetime, timedelta
 
 from decisionflow import page_tokens, tracing
 from decisionflow.failpoints import FailpointError, Failpoints
+from decisionflow.vocabulary import (
+    CaseId,
+    Consistency,
+    EffectRequest,
+    OperationId,
+    Receipt,
+    case_id_violations,
+    operation_id_violations,
+)
 from effect_receiver.domain import (
     DEFAULT_PAGE_SIZE,
     ApplyAnswer,
-    Consistency,
     EffectPage,
     LookupAnswer,
-    Receipt,
-    Violation,
     batch_violations,
     beyond_retention,
-    case_id_violations,
     check_effect,
-    operation_id_violations,
     page_size_violations,
 )
 from effect_receiver.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, ReplyLost
@@ -56,10 +60,6 @@ def new_receipt_id() -> str:
     return "rcpt-" + uuid.uuid4().hex
 
 
-def _refuse(violations: Sequence[Violation]) -> InvalidRequest:
-    return InvalidRequest([FieldViolation(v.field, v.description) for v in violations])
-
-
 def encode_page_token(after: int) -> str:
     """Return the opaque token that resumes a listing after the effect with sequence after."""
     return page_tokens.encode("effects", after)
@@ -75,7 +75,7 @@ def decode_page_token(token: str) -> int:
         after = None
     # Sequences are 64-bit: a larger number would overflow the query's parameter (answered UNKNOWN).
     if type(after) is not int or not 0 <= after < _MAX_SEQUENCE:
-        raise _refuse([Violation("page_token", "is not a token from a previous ListEffects response")])
+        raise InvalidRequest([FieldViolation("page_token", "is not a token from a previous ListEffects response")])
     return after
 
 
@@ -100,24 +100,17 @@ class ReceiverService:
         self._receipt_ids = receipt_ids
         self.key_retention = key_retention
 
-    def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        first_attempted_at: datetime | None = None,
-    ) -> ApplyAnswer:
+    def apply(self, request: EffectRequest) -> ApplyAnswer:
         """Write the effect once: CREATED the first time, REPLAYED with the original receipt after.
 
         Raises InvalidRequest (nothing written), IdempotencyKeyReused (stored effect
         unchanged), KeyRetentionExceeded (the key is absent and may have been pruned; nothing
         written), Unavailable, or ReplyLost when that failpoint fires after the commit.
         """
-        checked = check_effect(operation_id, case_id, kind, payload, payload_digest)
+        checked = check_effect(request)
         if isinstance(checked, list):
-            raise _refuse(checked)
+            raise InvalidRequest(checked)
+        operation_id, case_id, first_attempted_at = checked.operation_id, checked.case_id, request.first_attempted_at
         now = self._clock()
         if beyond_retention(first_attempted_at, self.key_retention, now):
             # Replay only: a present key still answers REPLAYED, an absent one may have been pruned.
@@ -135,7 +128,7 @@ class ReceiverService:
         tracing.annotate(outcome=answer.outcome.value)
         logger.info(
             "effect %s",
-            answer.outcome.value.lower(),
+            answer.outcome.label,
             extra={"rpc": "Apply", "operation_id": operation_id, "case_id": case_id, "outcome": answer.outcome.value},
         )
         self._failpoints.hit(COMMIT_THEN_EXIT)
@@ -145,21 +138,21 @@ class ReceiverService:
             raise ReplyLost(operation_id) from exc
         return answer
 
-    def lookup(self, operation_id: str) -> LookupAnswer:
+    def lookup(self, operation_id: OperationId) -> LookupAnswer:
         """Return whether the effect of operation_id exists, with the consistency of the answer."""
         violations = operation_id_violations(operation_id)
         if violations:
-            raise _refuse(violations)
+            raise InvalidRequest(violations)
         # Taken before the read: a NOT_FOUND then holds at least until observed_at.
         observed_at = self._clock()
         receipt = self._reader.lookup(operation_id)
         return LookupAnswer(operation_id, receipt, self._consistency, observed_at)
 
-    def batch_lookup(self, operation_ids: Sequence[str]) -> list[LookupAnswer]:
+    def batch_lookup(self, operation_ids: Sequence[OperationId]) -> list[LookupAnswer]:
         """Return one answer per requested id, in request order, from a single query."""
         violations = batch_violations(operation_ids)
         if violations:
-            raise _refuse(violations)
+            raise InvalidRequest(violations)
         observed_at = self._clock()
         receipts = self._reader.batch_lookup(operation_ids)
         return [
@@ -167,11 +160,11 @@ class ReceiverService:
             for operation_id in operation_ids
         ]
 
-    def list_effects(self, case_id: str, page_size: int, page_token: str) -> tuple[EffectPage, str]:
+    def list_effects(self, case_id: CaseId, page_size: int, page_token: str) -> tuple[EffectPage, str]:
         """Return one page of the case's effects, oldest first, and the token for the next page ('' if last)."""
         violations = case_id_violations(case_id) + page_size_violations(page_size)
         if violations:
-            raise _refuse(violations)
+            raise InvalidRequest(violations)
         after = decode_page_token(page_token)
         # From the primary: operators and the demo count effects, and a lagging count misleads.
         page = self._primary.list_effects(case_id, after=after, limit=page_size or DEFAULT_PAGE_SIZE)

@@ -18,7 +18,8 @@ from sqlalchemy.engine import Engine
 
 from decisionflow import db
 from decisionflow.transactions import Transactions
-from effect_receiver.domain import AppliedEffect, ApplyAnswer, ApplyOutcome, Effect, EffectPage, Receipt
+from decisionflow.vocabulary import ApplyResult, CaseId, OperationId, Receipt
+from effect_receiver.domain import AppliedEffect, ApplyAnswer, Effect, EffectPage
 from effect_receiver.errors import IdempotencyKeyReused
 from effect_receiver.schema import VERSION_TABLE, effects, support_review_records
 
@@ -95,7 +96,7 @@ class EffectStore:
                     "decided_at": effect.decided_at,
                 },
             )
-            return ApplyAnswer(ApplyOutcome.CREATED, receipt)
+            return ApplyAnswer(ApplyResult.CREATED, receipt)
 
         return self._transactions.batched(work)
 
@@ -107,7 +108,7 @@ class EffectStore:
             raise exc  # some other constraint failed; not a duplicate key
         if row.payload_digest != effect.payload_digest:
             raise IdempotencyKeyReused(effect.operation_id) from exc
-        return ApplyAnswer(ApplyOutcome.REPLAYED, _receipt(row))
+        return ApplyAnswer(ApplyResult.REPLAYED, _receipt(row))
 
     def replay(self, effect: Effect) -> ApplyAnswer | None:
         """Replay the stored receipt of effect's key, or return None when it is absent; never writes.
@@ -122,22 +123,22 @@ class EffectStore:
             return None
         if row.payload_digest != effect.payload_digest:
             raise IdempotencyKeyReused(effect.operation_id)
-        return ApplyAnswer(ApplyOutcome.REPLAYED, _receipt(row))
+        return ApplyAnswer(ApplyResult.REPLAYED, _receipt(row))
 
-    def lookup(self, operation_id: str) -> Receipt | None:
+    def lookup(self, operation_id: OperationId) -> Receipt | None:
         """Return the receipt of the effect written under operation_id, or None when there is none."""
         with self._transactions.read() as conn:
             row = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == operation_id)).one_or_none()
         return None if row is None else _receipt(row)
 
-    def batch_lookup(self, operation_ids: Sequence[str]) -> dict[str, Receipt]:
+    def batch_lookup(self, operation_ids: Sequence[OperationId]) -> dict[OperationId, Receipt]:
         """Return the receipts of those operation_ids that have an effect, in one query."""
         wanted = sorted(set(operation_ids))
         with self._transactions.read() as conn:
             rows = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id.in_(wanted))).all()
         return {row.operation_id: _receipt(row) for row in rows}
 
-    def list_effects(self, case_id: str, *, after: int, limit: int) -> EffectPage:
+    def list_effects(self, case_id: CaseId, *, after: int, limit: int) -> EffectPage:
         """Return up to limit effects of case_id with a sequence above after, oldest first."""
         query = (
             sa.select(

@@ -5,7 +5,6 @@ Frozen dataclasses and pure rules only; no gRPC, no SQLAlchemy.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -13,63 +12,25 @@ from datetime import datetime
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
 from decisionflow.payload import EffectPayload
+from decisionflow.vocabulary import (
+    CaseId,
+    Consistency,
+    Decision,
+    LookupStatus,
+    OperationId,
+    OperationState,
+    Outcome,
+    Receipt,
+)
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
-
-
-class Decision(enum.StrEnum):
-    """A recorded decision."""
-
-    APPROVE = "approve"
-    DECLINE = "decline"
-
-
-class State(enum.StrEnum):
-    """Where an operation stands (docs/review-protocol.md)."""
-
-    PENDING_REVIEW = "pending_review"
-    APPROVED = "approved"
-    UNKNOWN = "unknown"
-    COMMITTED = "committed"
-    DECLINED = "declined"
-    REJECTED = "rejected"
-    SUPERSEDED = "superseded"
-
-
-# States in which the effect's fate is open and a lookup or re-drive may settle it.
-OPEN_STATES = frozenset({State.APPROVED, State.UNKNOWN})
-
-
-class Outcome(enum.StrEnum):
-    """What a caller learns from a decision or a re-drive."""
-
-    COMMITTED = "committed"
-    DECLINED = "declined"
-    REJECTED = "rejected"
-    UNKNOWN = "unknown"
-
-
-class LookupStatus(enum.StrEnum):
-    """What a lookup at the receiver found; FAILED when it could not ask."""
-
-    APPLIED = "applied"
-    NOT_FOUND = "not_found"
-    FAILED = "failed"
-
-
-class Consistency(enum.StrEnum):
-    """How fresh a lookup answer was."""
-
-    STRONG = "strong"
-    EVENTUAL = "eventual"
-    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
 class ProposalContent:
     """What a proposal says, before it has an identity."""
 
-    case_id: str
+    case_id: CaseId
     action: str
     body: str
     evidence: tuple[EvidenceItem, ...]
@@ -81,11 +42,11 @@ class ProposalStart:
     """A StartReview: the content, and the case's current proposal it replaces, if it names one."""
 
     content: ProposalContent
-    expected_operation_id: str | None = None
+    expected_operation_id: OperationId | None = None
 
 
 def proposal_content(
-    case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
+    case_id: CaseId, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef
 ) -> ProposalContent:
     """Return content in the form its identity is computed from: body normalised, evidence by source_id."""
     ordered = tuple(sorted(evidence, key=lambda e: e.source_id))
@@ -99,7 +60,7 @@ class ProposalEdit:
     The case and the action stay those of the proposal being edited.
     """
 
-    expected_operation_id: str
+    expected_operation_id: OperationId
     body: str
     evidence: tuple[EvidenceItem, ...]
     policy: PolicyRef
@@ -113,13 +74,13 @@ class ProposalEdit:
 class Proposal:
     """An immutable proposal under its operation identity."""
 
-    operation_id: str
+    operation_id: OperationId
     content: ProposalContent
     evidence_id: str
     policy_id: str
     human_edited: bool
     # The proposal this one replaced or was edited from (None: it replaced nothing).
-    parent_operation_id: str | None
+    parent_operation_id: OperationId | None
     created_by: str
     created_at: datetime
     # Who created this proposal or any proposal in its chain of edits and replacements; the
@@ -156,7 +117,7 @@ def authors_from_json(text: str) -> frozenset[str]:
 class PendingReview:
     """The workflow position a decision on one operation resumes from."""
 
-    operation_id: str
+    operation_id: OperationId
     workflow_name: str
     workflow_version: str
     graph_signature: str
@@ -169,7 +130,7 @@ class PendingReview:
 class RecordedDecision:
     """A decision in the ledger; never changes once inserted."""
 
-    operation_id: str
+    operation_id: OperationId
     decision: Decision
     reviewer: str
     decided_at: datetime
@@ -186,20 +147,12 @@ class LookupNote:
 
 
 @dataclass(frozen=True, slots=True)
-class Receipt:
-    """The receiver's proof that an effect was written."""
-
-    receipt_id: str
-    applied_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Operation:
     """An operation's state, decision and effect record."""
 
-    operation_id: str
-    case_id: str
-    state: State
+    operation_id: OperationId
+    case_id: CaseId
+    state: OperationState
     state_changed_at: datetime
     decision: RecordedDecision | None
     attempts: int
@@ -256,7 +209,7 @@ class DecisionInputs:
 
     operation: Operation
     proposal: Proposal
-    current_operation_id: str | None
+    current_operation_id: OperationId | None
     review: PendingReview | None
     checkpoint: SealedCheckpoint | None
 
@@ -265,7 +218,7 @@ class DecisionInputs:
 class Settlement:
     """What one lookup at the receiver showed, to be recorded for an operation."""
 
-    operation_id: str
+    operation_id: OperationId
     status: LookupStatus
     consistency: Consistency
     receipt: Receipt | None
@@ -295,12 +248,12 @@ class DecisionResult:
     retention_refusal: RetentionRefusal | None = None
 
 
-def outcome_of(state: State) -> Outcome:
+def outcome_of(state: OperationState) -> Outcome:
     """Return the caller-facing outcome of a decided operation's state."""
     return {
-        State.COMMITTED: Outcome.COMMITTED,
-        State.DECLINED: Outcome.DECLINED,
-        State.REJECTED: Outcome.REJECTED,
+        OperationState.COMMITTED: Outcome.COMMITTED,
+        OperationState.DECLINED: Outcome.DECLINED,
+        OperationState.REJECTED: Outcome.REJECTED,
     }.get(state, Outcome.UNKNOWN)
 
 
@@ -314,7 +267,7 @@ def effect_payload(proposal: Proposal, decision: RecordedDecision) -> tuple[byte
         evidence_id=proposal.evidence_id,
         policy_id=proposal.policy_id,
         reviewer=decision.reviewer,
-        decision=decision.decision.value,
+        decision=decision.decision.label,
         decided_at=decision.decided_at,
     )
     return payload.encode(), payload.digest()
@@ -358,5 +311,5 @@ class OperationTally:
     """How many operations stand in each state, and when the oldest open one (APPROVED or UNKNOWN:
     its effect not confirmed) was decided, None when there is none."""
 
-    by_state: dict[State, int]
+    by_state: dict[OperationState, int]
     oldest_open_decided_at: datetime | None

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
 from pathlib import Path
 
 import grpc
 
 from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
-from orchestrator.domain import Receipt, RetentionRefusal
+from decisionflow.vocabulary import EffectRequest, Receipt
+from orchestrator.domain import RetentionRefusal
 from orchestrator.ports import EffectIndeterminate, EffectRefused, KeyRetentionRefused, ReceiverRefusedCaller
 
 logger = logging.getLogger(__name__)
@@ -63,17 +63,7 @@ class ReceiverEffects:
         """Close the channel."""
         await self._channel.close(None)
 
-    async def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        deadline: float | None,
-        first_attempted_at: datetime | None = None,
-    ) -> Receipt:
+    async def apply(self, request: EffectRequest, *, deadline: float | None) -> Receipt:
         """Write the effect once; a definite refusal of the payload raises EffectRefused, a refusal of the
         caller ReceiverRefusedCaller, anything else unsure EffectIndeterminate.
 
@@ -83,20 +73,12 @@ class ReceiverEffects:
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         try:
-            applied = await self._client.apply(
-                operation_id,
-                case_id,
-                kind,
-                payload,
-                payload_digest,
-                deadline=deadline,
-                first_attempted_at=first_attempted_at,
-            )
+            applied = await self._client.apply(request, deadline=deadline)
         except KeyRetentionExceeded as error:
             logger.warning(
                 "operation %s was first attempted beyond the receiver's key retention; escalate, never re-drive",
-                operation_id,
-                extra={"operation_id": operation_id, "case_id": case_id},
+                request.operation_id,
+                extra={"operation_id": request.operation_id, "case_id": request.case_id},
             )
             refusal = RetentionRefusal(error.first_attempted_at, error.key_retention)
             raise KeyRetentionRefused(_describe(error), refusal) from error
@@ -107,8 +89,8 @@ class ReceiverEffects:
                 raise EffectRefused(_describe(error), code=error.code.name) from error
             raise EffectIndeterminate(_describe(error), code=error.code.name) from error
         if applied.receipt.applied_at is None:
-            raise EffectIndeterminate(f"receiver answered without a receipt time for {operation_id}")
-        return Receipt(applied.receipt.receipt_id, applied.receipt.applied_at)
+            raise EffectIndeterminate(f"receiver answered without a receipt time for {request.operation_id}")
+        return applied.receipt
 
 
 def _describe(error: DecisionflowError) -> str:

@@ -24,10 +24,10 @@ DomainError (decisionflow.errors)
 from __future__ import annotations
 
 from decisionflow import reasons
+from decisionflow import vocabulary_wire as wire
 from decisionflow.errors import DomainError
 from decisionflow.v1 import common_pb2
-from orchestrator.domain import Decision, State
-from orchestrator.wire import DECISION_TO_PB, STATE_TO_PB
+from decisionflow.vocabulary import Decision, OperationState
 
 # What a NotFound names: a case by its case id; an operation, proposal or pending review by its operation id.
 _ID_KEYS = {"case": reasons.CASE_ID}
@@ -85,10 +85,10 @@ class DecisionConflict(OrchestratorError):
     def __init__(self, operation_id: str, recorded: Decision | str) -> None:
         decision = Decision(recorded)
         super().__init__(
-            f"operation {operation_id} was already decided: {decision.value}",
+            f"operation {operation_id} was already decided: {decision.label}",
             metadata={
                 reasons.OPERATION_ID: operation_id,
-                reasons.RECORDED_DECISION: common_pb2.Decision.Name(DECISION_TO_PB[decision]),
+                reasons.RECORDED_DECISION: common_pb2.Decision.Name(wire.decision_to_pb(decision)),
             },
         )
         self.operation_id = operation_id
@@ -100,13 +100,13 @@ class NotRedrivable(OrchestratorError):
 
     reason = reasons.NOT_REDRIVABLE
 
-    def __init__(self, operation_id: str, state: State | str) -> None:
-        current = State(state)
+    def __init__(self, operation_id: str, state: OperationState | str) -> None:
+        current = OperationState(state)
         super().__init__(
-            f"operation {operation_id} is {current.value}; only approved or unknown operations are re-driven",
+            f"operation {operation_id} is {current.label}; only approved or unknown operations are re-driven",
             metadata={
                 reasons.OPERATION_ID: operation_id,
-                reasons.STATE: common_pb2.OperationState.Name(STATE_TO_PB[current]),
+                reasons.STATE: common_pb2.OperationState.Name(wire.state_to_pb(current)),
             },
         )
         self.operation_id = operation_id

@@ -14,19 +14,20 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow import page_tokens
+from decisionflow import vocabulary_wire as wire
 from decisionflow.auth import AUTH_STATUS, current_principal
 from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
 from decisionflow.rpc_errors import StatusTable
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt, case_id_violations
 from orchestrator import errors
-from orchestrator.domain import LookupStatus, ProposalView, Receipt, Settlement, State
+from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
-from orchestrator.validation import check_case_id, check_operation_id
+from orchestrator.validation import check_operation_id
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
     LOOKUP_FROM_PB,
-    OUTCOME_TO_PB,
     STATE_FROM_PB,
     decision_from_pb,
     edit_from_pb,
@@ -129,7 +130,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             raise InvalidRequest([FieldViolation("operation_id", "set exactly one of operation_id and case_id")])
         view: ProposalView
         if request.case_id:
-            violations = check_case_id(request.case_id)
+            violations = case_id_violations(request.case_id)
             if violations:
                 raise InvalidRequest(violations)
             view = await self._proposals.current_proposal(request.case_id)
@@ -156,7 +157,9 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             operation_id, decision, current_principal().name, _deadline(context), _reply_by(context)
         )
         return review_pb2.ApproveResponse(
-            operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome], replay=result.replay
+            operation=operation_to_pb(result.operation),
+            outcome=wire.outcome_to_pb(result.outcome),
+            replay=result.replay,
         )
 
     async def GetOperation(
@@ -210,10 +213,10 @@ def _settlement(field: str, message: operations_pb2.Settlement, now: datetime) -
             description = f"must be 1 to {MAX_RECEIPT_ID_CHARS} printable characters"
             raise InvalidRequest([FieldViolation(f"{field}.receipt.receipt_id", description)])
         applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
-        receipt = Receipt(receipt_id, applied_at)
+        receipt = Receipt(receipt_id, OperationId(message.operation_id), applied_at)
     looked_up_at = _time(f"{field}.observed_at", message.observed_at) if message.HasField("observed_at") else now
-    check_operation_id(message.operation_id, f"{field}.operation_id")
-    return Settlement(message.operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
+    operation_id = check_operation_id(message.operation_id, f"{field}.operation_id")
+    return Settlement(operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
 
 
 class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
@@ -237,7 +240,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             if state not in states:
                 states.append(state)
         if not states:
-            states = [State.APPROVED, State.UNKNOWN]
+            states = [OperationState.APPROVED, OperationState.UNKNOWN]
         try:
             min_age = request.min_age.ToTimedelta() if request.HasField("min_age") else timedelta(0)
         except (ValueError, OverflowError) as exc:
@@ -248,7 +251,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         case_id = request.case_id if request.HasField("case_id") else None
         if case_id is not None:
             # Set but empty is refused with the other bad shapes: only an unset field means every case.
-            violations = check_case_id(case_id)
+            violations = case_id_violations(case_id)
             if violations:
                 raise InvalidRequest(violations)
         limit = request.page_size or DEFAULT_PAGE
@@ -300,5 +303,5 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
             check_operation_id(request.operation_id), _deadline(context), _reply_by(context)
         )
         return operations_pb2.RedriveOperationResponse(
-            operation=operation_to_pb(result.operation), outcome=OUTCOME_TO_PB[result.outcome]
+            operation=operation_to_pb(result.operation), outcome=wire.outcome_to_pb(result.outcome)
         )

@@ -29,8 +29,9 @@ from decisionflow.metrics import (
     serve_metrics,
 )
 from decisionflow.v1 import common_pb2, review_pb2
+from decisionflow.vocabulary import EffectRequest, OperationState, Receipt
 from orchestrator.config import METRICS
-from orchestrator.domain import OperationTally, Receipt, State
+from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -97,8 +98,9 @@ class OperationsCollector(Collector):
         states = GaugeMetricFamily(
             "decisionflow_operations", "Operations in the orchestrator's database, by state", labels=["state"]
         )
-        for state in State:
-            states.add_metric([state.name], tally.by_state.get(state, 0))
+        for state in OperationState:
+            if state is not OperationState.UNSPECIFIED:  # a word of the wire only, never stored
+                states.add_metric([state.name], tally.by_state.get(state, 0))
         yield states
         age = 0.0
         if tally.oldest_open_decided_at is not None:
@@ -121,30 +123,12 @@ class TimedEffects:
         self._observe = observe
         self._count_error = count_error
 
-    async def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        deadline: float | None,
-        first_attempted_at: datetime | None = None,
-    ) -> Receipt:
+    async def apply(self, request: EffectRequest, *, deadline: float | None) -> Receipt:
         """Apply through the wrapped port, recording the call's duration and result."""
         began = time.perf_counter()
         result = "indeterminate"
         try:
-            receipt = await self._effects.apply(
-                operation_id,
-                case_id,
-                kind,
-                payload,
-                payload_digest,
-                deadline=deadline,
-                first_attempted_at=first_attempted_at,
-            )
+            receipt = await self._effects.apply(request, deadline=deadline)
             result = "committed"
             return receipt
         except EffectRefused as refused:

@@ -11,10 +11,10 @@ and tests may stand in for it.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Protocol
 
-from orchestrator.domain import Receipt, RetentionRefusal
+from decisionflow.vocabulary import EffectRequest, Receipt
+from orchestrator.domain import RetentionRefusal
 
 
 class EffectRefused(Exception):
@@ -55,19 +55,13 @@ class KeyRetentionRefused(EffectIndeterminate):
 
 
 class EffectPort(Protocol):
-    """The seam to the EffectReceiver: Apply with the operation id as idempotency key."""
+    """The seam to the EffectReceiver: Apply with the operation id as idempotency key.
 
-    async def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        deadline: float | None,
-        first_attempted_at: datetime | None = None,
-    ) -> Receipt:
-        """Write the effect once; raise EffectRefused or EffectIndeterminate (also when the receiver refuses an
-        operation first attempted beyond its key retention: the effect may exist)."""
+    request.first_attempted_at is the time the receiver judges its key retention by; deadline is
+    an absolute time.monotonic() (None: the port's own timeout).
+    """
+
+    async def apply(self, request: EffectRequest, *, deadline: float | None) -> Receipt:
+        """Write the effect of request once; raise EffectRefused or EffectIndeterminate (also when the receiver
+        refuses an operation first attempted beyond its key retention: the effect may exist)."""
         ...

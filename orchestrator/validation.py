@@ -9,10 +9,10 @@ import re
 from collections.abc import Sequence
 
 from decisionflow.errors import FieldViolation, InvalidRequest
-from decisionflow.identity import EvidenceItem, PolicyRef, is_operation_id
+from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.vocabulary import CaseId, OperationId, case_id_violations, operation_id_violations
 from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, ProposalStart, proposal_content
 
-CASE_ID = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z")
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
 MAX_BODY_BYTES = 64 * 1024
 MAX_QUOTATION_BYTES = 8 * 1024
@@ -30,18 +30,12 @@ def _text(violations: list[FieldViolation], name: str, value: str, max_bytes: in
         violations.append(FieldViolation(name, "contains a NUL character"))
 
 
-def check_operation_id(value: str, name: str = "operation_id") -> str:
-    """Return value if it is shaped like an operation id; refuse it otherwise."""
-    if not is_operation_id(value):
-        raise InvalidRequest([FieldViolation(name, "must be op-v1- followed by 64 lowercase hex digits")])
-    return value
-
-
-def check_case_id(value: str, name: str = "case_id") -> list[FieldViolation]:
-    """Return the violations of a case id (1 to 64 of letters, digits, '.', '_', '-')."""
-    if CASE_ID.match(value) is None:
-        return [FieldViolation(name, "must be 1 to 64 characters of letters, digits, '.', '_', '-'")]
-    return []
+def check_operation_id(value: str, name: str = "operation_id") -> OperationId:
+    """Return value as an operation id if it is shaped like one; refuse it otherwise."""
+    violations = operation_id_violations(value, name)
+    if violations:
+        raise InvalidRequest(violations)
+    return OperationId(value)
 
 
 def start_content(
@@ -51,7 +45,7 @@ def start_content(
     violations = content_violations(case_id, action, body, evidence, policy)
     if violations or policy is None:  # a missing policy is among the violations
         raise InvalidRequest(violations)
-    return proposal_content(case_id, action, body, evidence, policy)
+    return proposal_content(CaseId(case_id), action, body, evidence, policy)
 
 
 def start_request(
@@ -63,21 +57,20 @@ def start_request(
     expected_operation_id: str = "",
 ) -> ProposalStart:
     """Return a validated StartReview: its content and, when given, the proposal it replaces."""
-    if expected_operation_id:
-        check_operation_id(expected_operation_id, "expected_operation_id")
+    replaces = check_operation_id(expected_operation_id, "expected_operation_id") if expected_operation_id else None
     content = start_content(case_id, action, body, evidence, policy)
-    return ProposalStart(content, expected_operation_id or None)
+    return ProposalStart(content, replaces)
 
 
 def edit_content(
     expected_operation_id: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
 ) -> ProposalEdit:
     """Return an edit of the proposal expected_operation_id; refuse it (naming every bad field) outside the bounds."""
-    check_operation_id(expected_operation_id, "expected_operation_id")
+    expected = check_operation_id(expected_operation_id, "expected_operation_id")
     violations = content_violations(None, None, body, evidence, policy)
     if violations or policy is None:  # a missing policy is among the violations
         raise InvalidRequest(violations)
-    return ProposalEdit(expected_operation_id, body, tuple(evidence), policy)
+    return ProposalEdit(expected, body, tuple(evidence), policy)
 
 
 def content_violations(
@@ -86,7 +79,7 @@ def content_violations(
     """Return the violations of proposal content; case_id and action are None when not given (edits)."""
     violations: list[FieldViolation] = []
     if case_id is not None:
-        violations += check_case_id(case_id)
+        violations += case_id_violations(case_id)
     if action is not None and action not in SUPPORTED_ACTIONS:
         violations.append(
             FieldViolation("action", f"unknown action; supported: {', '.join(sorted(SUPPORTED_ACTIONS))}")

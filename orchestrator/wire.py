@@ -13,56 +13,20 @@ from typing import TypeVar
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow import reasons
+from decisionflow import vocabulary_wire as wire
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
-from orchestrator.domain import (
-    Consistency,
-    Decision,
-    LookupStatus,
-    Operation,
-    Outcome,
-    PendingReview,
-    Proposal,
-    ProposalEdit,
-    ProposalStart,
-    Receipt,
-    State,
-)
+from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState
+from orchestrator.domain import Operation, PendingReview, Proposal, ProposalEdit, ProposalStart
 from orchestrator.validation import edit_content, start_request
 
-STATE_TO_PB = {
-    State.PENDING_REVIEW: common_pb2.OPERATION_STATE_PENDING_REVIEW,
-    State.APPROVED: common_pb2.OPERATION_STATE_APPROVED,
-    State.UNKNOWN: common_pb2.OPERATION_STATE_UNKNOWN,
-    State.COMMITTED: common_pb2.OPERATION_STATE_COMMITTED,
-    State.DECLINED: common_pb2.OPERATION_STATE_DECLINED,
-    State.REJECTED: common_pb2.OPERATION_STATE_REJECTED,
-    State.SUPERSEDED: common_pb2.OPERATION_STATE_SUPERSEDED,
-}
-STATE_FROM_PB = {v: k for k, v in STATE_TO_PB.items()}
-OUTCOME_TO_PB = {
-    Outcome.COMMITTED: common_pb2.OUTCOME_COMMITTED,
-    Outcome.DECLINED: common_pb2.OUTCOME_DECLINED,
-    Outcome.REJECTED: common_pb2.OUTCOME_REJECTED,
-    Outcome.UNKNOWN: common_pb2.OUTCOME_UNKNOWN,
-}
-DECISION_TO_PB = {Decision.APPROVE: common_pb2.DECISION_APPROVE, Decision.DECLINE: common_pb2.DECISION_DECLINE}
-DECISION_FROM_PB = {v: k for k, v in DECISION_TO_PB.items()}
-LOOKUP_TO_PB = {
-    LookupStatus.APPLIED: common_pb2.LOOKUP_STATUS_APPLIED,
-    LookupStatus.NOT_FOUND: common_pb2.LOOKUP_STATUS_NOT_FOUND,
-    LookupStatus.FAILED: common_pb2.LOOKUP_STATUS_UNSPECIFIED,
-}
-CONSISTENCY_TO_PB = {
-    Consistency.STRONG: common_pb2.CONSISTENCY_STRONG,
-    Consistency.EVENTUAL: common_pb2.CONSISTENCY_EVENTUAL,
-    Consistency.NONE: common_pb2.CONSISTENCY_UNSPECIFIED,
-}
-CONSISTENCY_FROM_PB = {v: k for k, v in CONSISTENCY_TO_PB.items()}
-# A settlement's UNSPECIFIED status is a failed lookup, as LOOKUP_TO_PB writes it.
-LOOKUP_FROM_PB = {v: k for k, v in LOOKUP_TO_PB.items()}
+# The numbers a request may carry for each enum; a state is never UNSPECIFIED, while a settlement's
+# UNSPECIFIED status and consistency record a failed lookup.
+STATE_FROM_PB = {n: s for n, s in wire.numbers(OperationState).items() if s is not OperationState.UNSPECIFIED}
+LOOKUP_FROM_PB = wire.numbers(LookupStatus)
+CONSISTENCY_FROM_PB = wire.numbers(Consistency)
 
 _Number = TypeVar("_Number", bound=int)
 _Member = TypeVar("_Member")
@@ -123,8 +87,8 @@ def edit_from_pb(request: review_pb2.EditProposalRequest) -> ProposalEdit:
 
 def decision_from_pb(value: common_pb2.Decision.ValueType) -> Decision:
     """Return the decision of an Approve request; an omitted decision is refused, never taken as consent."""
-    decision = DECISION_FROM_PB.get(value)
-    if decision is None:
+    decision = wire.decision_from_pb(value)
+    if decision is Decision.UNSPECIFIED:
         if value != common_pb2.DECISION_UNSPECIFIED:
             raise InvalidRequest([FieldViolation("decision", f"unknown decision value {value}")])
         raise InvalidRequest(
@@ -173,29 +137,20 @@ def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
     )
 
 
-def receipt_to_pb(operation_id: str, receipt: Receipt | None) -> common_pb2.Receipt | None:
-    """Return the protobuf form of a receipt (None stays None)."""
-    if receipt is None:
-        return None
-    return common_pb2.Receipt(
-        receipt_id=receipt.receipt_id, operation_id=operation_id, applied_at=timestamp(receipt.applied_at)
-    )
-
-
 def operation_to_pb(operation: Operation) -> review_pb2.Operation:
     """Return the protobuf form of an operation."""
     message = review_pb2.Operation(
         operation_id=operation.operation_id,
         case_id=operation.case_id,
-        state=STATE_TO_PB[operation.state],
+        state=wire.state_to_pb(operation.state),
         attempts=operation.attempts,
         rejection_reason=operation.rejection_reason or "",
         updated_at=timestamp(operation.state_changed_at),
         first_attempt_at=timestamp(operation.first_attempt_at),
-        receipt=receipt_to_pb(operation.operation_id, operation.receipt),
+        receipt=None if operation.receipt is None else wire.receipt_to_pb(operation.receipt),
     )
     if operation.decision is not None:
-        message.decision = DECISION_TO_PB[operation.decision.decision]
+        message.decision = wire.decision_to_pb(operation.decision.decision)
         message.reviewer = operation.decision.reviewer
         message.decided_at.CopyFrom(to_timestamp(operation.decision.decided_at))
     if operation.attempt_lease_until is not None:
@@ -209,8 +164,8 @@ def operation_to_pb(operation: Operation) -> review_pb2.Operation:
         message.last_lookup.CopyFrom(
             review_pb2.LookupNote(
                 looked_up_at=timestamp(lookup.looked_up_at),
-                status=LOOKUP_TO_PB[lookup.status],
-                consistency=CONSISTENCY_TO_PB[lookup.consistency],
+                status=wire.lookup_status_to_pb(lookup.status),
+                consistency=wire.consistency_to_pb(lookup.consistency),
                 error=lookup.error,
             )
         )

@@ -24,6 +24,8 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from decisionflow.vocabulary import LookupStatus, OperationId, OperationState
+
 
 class Action(enum.StrEnum):
     """What the reconciler does with one operation after looking it up."""
@@ -32,21 +34,6 @@ class Action(enum.StrEnum):
     REDRIVE = "redrive"
     NOTE = "note"
     ESCALATE = "escalate"
-
-
-class OpenState(enum.StrEnum):
-    """The two states in which an operation's effect is still open."""
-
-    APPROVED = "approved"
-    UNKNOWN = "unknown"
-
-
-class Finding(enum.StrEnum):
-    """What a lookup at the receiver found; FAILED when no answer came back."""
-
-    APPLIED = "applied"
-    NOT_FOUND = "not_found"
-    FAILED = "failed"
 
 
 class RedriveOutcome(enum.StrEnum):
@@ -64,8 +51,8 @@ class RedriveOutcome(enum.StrEnum):
 class OpenOperation:
     """An APPROVED or UNKNOWN operation as the orchestrator listed it."""
 
-    operation_id: str
-    state: OpenState
+    operation_id: OperationId
+    state: OperationState
     approved: bool
     decided_at: datetime | None
     first_attempt_at: datetime | None
@@ -79,9 +66,10 @@ class OpenOperation:
 
 @dataclass(frozen=True, slots=True)
 class LookupFinding:
-    """One lookup answer: found or not (strong means read from the primary), or why it failed."""
+    """One lookup answer: APPLIED or NOT_FOUND (strong means read from the primary), or UNSPECIFIED and why
+    the lookup failed."""
 
-    finding: Finding
+    status: LookupStatus
     strong: bool = False
     error: str = ""
 
@@ -109,9 +97,9 @@ def decide(
     re-drive may take to reach the receiver: a first attempt within that margin of the retention
     is treated as already past it.
     """
-    if lookup.finding is Finding.APPLIED:
+    if lookup.status is LookupStatus.APPLIED:
         return Verdict(Action.SETTLE, "the receiver has the effect")
-    if lookup.finding is Finding.FAILED:
+    if lookup.status is LookupStatus.UNSPECIFIED:
         return Verdict(Action.NOTE, f"lookup failed: {lookup.error}" if lookup.error else "lookup failed")
     if not operation.approved:
         return Verdict(Action.NOTE, "no approval on record; never re-driven")
@@ -125,7 +113,7 @@ def decide(
             )
     if lookup.strong:
         why = "strong NOT_FOUND"
-    elif operation.state is OpenState.APPROVED:
+    elif operation.state is OperationState.APPROVED:
         why = "never attempted"
     else:
         return Verdict(Action.NOTE, "eventual NOT_FOUND is not authoritative (a replica may lag)")

@@ -19,9 +19,8 @@ from decisionflow.client import (
     Settlement,
     SettleResult,
 )
-from reconciler.domain import Action, Finding, LookupFinding, OpenOperation, OpenState, Verdict
-
-OPEN_STATES = {OperationState.APPROVED: OpenState.APPROVED, OperationState.UNKNOWN: OpenState.UNKNOWN}
+from decisionflow.vocabulary import OPEN_STATES, OperationId
+from reconciler.domain import Action, LookupFinding, OpenOperation, Verdict
 
 
 class OperationsPort(Protocol):
@@ -52,12 +51,11 @@ class ReceiverPort(Protocol):
 
 def open_operation(view: OperationView) -> OpenOperation | None:
     """Return the operation as the rules see it, or None when it is no longer APPROVED or UNKNOWN."""
-    state = OPEN_STATES.get(view.state)
-    if state is None:
+    if view.state not in OPEN_STATES:
         return None
     return OpenOperation(
-        operation_id=view.operation_id,
-        state=state,
+        operation_id=OperationId(view.operation_id),
+        state=view.state,
         approved=view.decision is Decision.APPROVE,
         decided_at=view.decided_at,
         first_attempt_at=view.first_attempt_at,
@@ -66,20 +64,20 @@ def open_operation(view: OperationView) -> OpenOperation | None:
 
 
 def finding(answer: LookupAnswer | None, error: str) -> LookupFinding:
-    """Return what a lookup answer says (FAILED with error when there is no usable answer)."""
+    """Return what a lookup answer says (UNSPECIFIED with error when there is no usable answer)."""
     if answer is None:
-        return LookupFinding(Finding.FAILED, error=error or "the receiver gave no answer for this id")
+        return LookupFinding(LookupStatus.UNSPECIFIED, error=error or "the receiver gave no answer for this id")
     strong = answer.consistency is Consistency.STRONG
     if answer.status is LookupStatus.APPLIED and answer.receipt is not None:
-        return LookupFinding(Finding.APPLIED, strong)
+        return LookupFinding(LookupStatus.APPLIED, strong)
     if answer.status is LookupStatus.NOT_FOUND:
-        return LookupFinding(Finding.NOT_FOUND, strong)
-    return LookupFinding(Finding.FAILED, error=f"unusable lookup answer: status {answer.status.value}")
+        return LookupFinding(LookupStatus.NOT_FOUND, strong)
+    return LookupFinding(LookupStatus.UNSPECIFIED, error=f"unusable lookup answer: status {answer.status.value}")
 
 
 def settlement(operation_id: str, answer: LookupAnswer | None, found: LookupFinding, verdict: Verdict) -> Settlement:
     """Return what SettleOperation records: the answer as given, the failure, or the escalation's reason."""
-    if answer is None or found.finding is Finding.FAILED:
+    if answer is None or found.status is LookupStatus.UNSPECIFIED:
         return Settlement.failed(operation_id, found.error)
     recorded = Settlement.from_lookup(answer)
     if verdict.action is Action.ESCALATE:

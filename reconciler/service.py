@@ -27,9 +27,9 @@ from decisionflow.client import (
     Outcome,
     Settlement,
 )
+from decisionflow.vocabulary import OPEN_STATES, LookupStatus
 from reconciler.domain import (
     Action,
-    Finding,
     OpenOperation,
     PassSummary,
     RedriveCounts,
@@ -39,7 +39,7 @@ from reconciler.domain import (
     decide,
 )
 from reconciler.lookahead import Lookahead
-from reconciler.ports import OPEN_STATES, OperationsPort, ReceiverPort, finding, open_operation, settlement
+from reconciler.ports import OperationsPort, ReceiverPort, finding, open_operation, settlement
 
 logger = logging.getLogger("decisionflow.reconciler")
 
@@ -220,7 +220,7 @@ class Reconciler:
                 redrive_enabled=self._settings.redrive_enabled,
                 redrive_margin=self._settings.redrive_margin,
             )
-            if found.finding is Finding.FAILED:
+            if found.status is LookupStatus.UNSPECIFIED:
                 tally.lookup_failures += 1
             verdicts.append(verdict)
             settlements.append(settlement(operation.operation_id, answer, found, verdict))

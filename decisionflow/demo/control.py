@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import tenacity
 
 from decisionflow.channels import insecure_channel
-from decisionflow.client import ReceiverClient, Unavailable
+from decisionflow.client import CaseId, EffectRequest, OperationId, ReceiverClient, Unavailable
 from decisionflow.payload import APPROVE, EffectPayload
 from decisionflow.retry import NO_RETRY
 
@@ -71,8 +71,11 @@ def run_naive_client(
                 # The defect under test: the idempotency key is drawn per attempt, not per approval.
                 operation_id = _random_operation_id()
                 payload = _payload(operation_id, case_id, kind, body, "rita")
+                request = EffectRequest(
+                    OperationId(operation_id), CaseId(case_id), kind, payload.encode(), payload.digest()
+                )
                 try:
-                    applied = receiver.apply(operation_id, case_id, kind, payload.encode(), payload.digest())
+                    applied = receiver.apply(request)
                 except Unavailable as lost:
                     sent.append(NaiveAttempt(operation_id, f"{lost.code.name} {lost.reason}".strip()))
                     on_attempt(sent[-1])

@@ -18,14 +18,12 @@ from datetime import datetime
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
 from decisionflow.failpoints import Failpoints
+from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, Outcome
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
-    OPEN_STATES,
-    Decision,
     DecisionResult,
     FirstAttempt,
     Operation,
-    Outcome,
     Proposal,
     RecordedDecision,
     effect_payload,
@@ -159,14 +157,16 @@ class DecisionService:
     ) -> DecisionResult:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
-        decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
+        decided = RecordedDecision(
+            OperationId(answer.operation_id), Decision(answer.decision), answer.reviewer, self._clock()
+        )
         if decided.decision is Decision.DECLINE:
             try:
                 operation = await self._store.record_decision(decided, proposal.case_id, ())
             except DecisionAlreadyRecorded as race:
                 return await self._replay(race.recorded, decided.decision, deadline)
             self._failpoints.hit(AFTER_DECISION)
-            _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
+            _log("decision recorded", proposal, decided.reviewer, decided.decision)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
         operation_id = proposal.operation_id
         # A replay that reads this decision before our Apply has answered awaits this drive. A drive
@@ -201,7 +201,7 @@ class DecisionService:
         operation = await self._store.record_decision(
             decided, proposal.case_id, (), FirstAttempt(payload, digest, attempt.lease_until, self._budget.holder)
         )
-        _log("decision recorded", proposal, decided.reviewer, decided.decision.value)
+        _log("decision recorded", proposal, decided.reviewer, decided.decision)
         # Both crash points are after the one transaction: the decision and the attempt are durable.
         return await self._apply_holding(proposal, decided, operation, attempt, replay=False)
 
@@ -215,7 +215,7 @@ class DecisionService:
     ) -> DecisionResult:
         """Report a recorded decision (operation and proposal as the caller just read them, else read here)."""
         if recorded.decision is not requested:
-            raise DecisionConflict(recorded.operation_id, recorded.decision.value)
+            raise DecisionConflict(recorded.operation_id, recorded.decision)
         if operation is None:
             operation = await self._store.get_operation(recorded.operation_id)
         if recorded.decision is Decision.APPROVE and operation.state in OPEN_STATES:
@@ -346,19 +346,19 @@ class DecisionService:
         # The store keeps the first attempt's payload: every re-drive sends the same bytes and digest.
         assert operation.payload is not None and operation.payload_digest is not None
         try:
-            receipt = await self._effects.apply(
-                proposal.operation_id,
-                proposal.case_id,
+            request = EffectRequest(
+                OperationId(proposal.operation_id),
+                CaseId(proposal.case_id),
                 proposal.content.action,
                 operation.payload,
                 operation.payload_digest,
-                deadline=attempt.apply_by,
                 # The receiver refuses a key it may have pruned; this is the time it judges by.
                 first_attempted_at=operation.first_attempt_at,
             )
+            receipt = await self._effects.apply(request, deadline=attempt.apply_by)
         except EffectRefused as refused:
             operation = await self._store.record_rejection(proposal.operation_id, str(refused), self._clock())
-            _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED.value)
+            _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED)
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
             operation = await self._store.release_attempt(proposal.operation_id, attempt.lease_until)
@@ -366,21 +366,24 @@ class DecisionService:
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
                 what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"
                 message = f"{what}; the operation stays open to a re-drive"
-                _log(message, proposal, decided.reviewer, Outcome.UNKNOWN.value, code=unknown.code)
+                _log(message, proposal, decided.reviewer, Outcome.UNKNOWN, code=unknown.code)
             else:
                 # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
-                _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN.value)
+                _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN)
             retention = unknown.refusal if isinstance(unknown, KeyRetentionRefused) else None
             return DecisionResult(operation, outcome_of(operation.state), replay, retention)
         self._failpoints.hit(AFTER_RECEIVER_OK)
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
-        _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state).value)
+        _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state))
         return DecisionResult(operation, outcome_of(operation.state), replay)
 
 
-def _log(message: str, proposal: Proposal, principal: str, outcome: str, *, code: str = "") -> None:
-    """Log at info, at warning when the outcome is unknown, at error when the receiver refused the caller (code)."""
-    tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome)
-    level = logging.ERROR if code else logging.WARNING if outcome == Outcome.UNKNOWN.value else logging.INFO
+def _log(message: str, proposal: Proposal, principal: str, outcome: Outcome | Decision, *, code: str = "") -> None:
+    """Log at info, at warning when the outcome is unknown, at error when the receiver refused the caller (code).
+
+    Logs and spans carry the outcome's lowercase label ("committed", or the decision recorded), as they always have.
+    """
+    tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome.label)
+    level = logging.ERROR if code else logging.WARNING if outcome is Outcome.UNKNOWN else logging.INFO
     extra = {"operation_id": proposal.operation_id, "case_id": proposal.case_id, "principal": principal}
-    logger.log(level, message, extra={**extra, "outcome": outcome, **({"code": code} if code else {})})
+    logger.log(level, message, extra={**extra, "outcome": outcome.label, **({"code": code} if code else {})})

@@ -19,7 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from decisionflow.errors import Unavailable
-from orchestrator.domain import Decision, DecisionResult, outcome_of
+from decisionflow.vocabulary import Decision
+from orchestrator.domain import DecisionResult, outcome_of
 from orchestrator.errors import NotFound
 from orchestrator.store import AsyncOrchestratorStore
 

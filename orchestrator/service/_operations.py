@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from orchestrator.domain import OPEN_STATES, DecisionResult, Operation, Settlement, State
+from decisionflow.vocabulary import OPEN_STATES, OperationState
+from orchestrator.domain import DecisionResult, Operation, Settlement
 from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._in_time import answer_by, answer_from_store
@@ -31,7 +32,7 @@ class OperationService:
         """
         operation = await self._store.get_operation(operation_id)
         if operation.state not in OPEN_STATES or operation.decision is None:
-            raise NotRedrivable(operation_id, operation.state.value)
+            raise NotRedrivable(operation_id, operation.state)
         proposal = await self._store.get_proposal(operation_id)
         work = self._decisions.drive(proposal, operation.decision, deadline, replay=False)
         early = answer_from_store(self._store, operation_id, operation.decision.decision, self._clock())
@@ -47,7 +48,7 @@ class OperationService:
 
     async def list_operations(
         self,
-        states: Sequence[State],
+        states: Sequence[OperationState],
         min_age: timedelta,
         limit: int,
         after: tuple[datetime, str] | None,

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from decisionflow import tracing
 from decisionflow.identity import identities
+from decisionflow.vocabulary import OperationId
 from orchestrator.domain import (
     Operation,
     PendingReview,
@@ -42,7 +43,7 @@ class ProposalService:
         self._runs = runs
         self._clock = clock
 
-    def _proposal(self, content: ProposalContent, parent: str | None, author: str, *, edited: bool) -> Proposal:
+    def _proposal(self, content: ProposalContent, parent: OperationId | None, author: str, *, edited: bool) -> Proposal:
         # The store adds the parent's authors as it records the proposal, in the same transaction.
         ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
         return Proposal(

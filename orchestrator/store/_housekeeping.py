@@ -11,12 +11,14 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.transactions import Transactions
-from orchestrator.domain import PendingReview, SealedCheckpoint, State
+from decisionflow.vocabulary import OperationState
+from orchestrator.domain import PendingReview, SealedCheckpoint
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
 from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
+from orchestrator.store._columns import state_text, states_text
 from orchestrator.store._rows import review_from, sealed_checkpoint_from
 
-SETTLED_STATES = (State.COMMITTED, State.DECLINED, State.REJECTED)
+SETTLED_STATES = (OperationState.COMMITTED, OperationState.DECLINED, OperationState.REJECTED)
 
 
 class Housekeeping:
@@ -35,13 +37,13 @@ class Housekeeping:
         pruned one.
         """
         settled = sa.select(operations.c.operation_id).where(
-            operations.c.state.in_([s.value for s in SETTLED_STATES]), operations.c.state_changed_at < cutoff
+            operations.c.state.in_(states_text(SETTLED_STATES)), operations.c.state_changed_at < cutoff
         )
         superseded = (
             sa.select(operations.c.operation_id)
             .join(cases, cases.c.case_id == operations.c.case_id)
             .where(
-                operations.c.state == State.PENDING_REVIEW.value,
+                operations.c.state == state_text(OperationState.PENDING_REVIEW),
                 cases.c.current_operation_id != operations.c.operation_id,
                 cases.c.updated_at < cutoff,
             )
@@ -60,7 +62,7 @@ class Housekeeping:
             sa.select(pending_reviews)
             .join(operations, operations.c.operation_id == pending_reviews.c.operation_id)
             .where(
-                operations.c.state == State.PENDING_REVIEW.value,
+                operations.c.state == state_text(OperationState.PENDING_REVIEW),
                 sa.or_(
                     pending_reviews.c.workflow_name != name,
                     pending_reviews.c.workflow_version != version,
@@ -78,7 +80,7 @@ class Housekeeping:
             sa.select(*checkpoint_columns())
             .join(pending_reviews, pending_reviews.c.checkpoint_id == checkpoints.c.checkpoint_id)
             .join(operations, operations.c.operation_id == pending_reviews.c.operation_id)
-            .where(operations.c.state == State.PENDING_REVIEW.value)
+            .where(operations.c.state == state_text(OperationState.PENDING_REVIEW))
             .order_by(pending_reviews.c.created_at)
             .limit(limit)
         )

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from orchestrator.domain import Operation, RecordedDecision
 from orchestrator.schema import decisions
+from orchestrator.store._columns import decision_text
 from orchestrator.store._rows import decision_from
 
 _INSERT_DECISION = decisions.insert()
@@ -34,7 +35,7 @@ def insert_decision_txn(conn: sa.Connection, decided: RecordedDecision) -> None:
         _INSERT_DECISION,
         {
             "operation_id": decided.operation_id,
-            "decision": decided.decision.value,
+            "decision": decision_text(decided.decision),
             "reviewer": decided.reviewer,
             "decided_at": decided.decided_at,
         },

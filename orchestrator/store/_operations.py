@@ -7,10 +7,12 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from orchestrator.domain import LookupStatus, Operation, OperationTally, Settlement, State
+from decisionflow.vocabulary import LookupStatus, OperationState
+from orchestrator.domain import Operation, OperationTally, Settlement
 from orchestrator.errors import NotFound
 from orchestrator.schema import cases, decisions, operations
 from orchestrator.store import _statements as q
+from orchestrator.store._columns import consistency_text, lookup_text, state_of, state_text, states_text
 from orchestrator.store._rows import operation_from
 
 
@@ -22,25 +24,25 @@ def operation_txn(conn: sa.Connection, operation_id: str) -> Operation:
     return operation_from(row)
 
 
-def _in_states(states: Sequence[State]) -> sa.ColumnElement[bool]:
+def _in_states(states: Sequence[OperationState]) -> sa.ColumnElement[bool]:
     """The condition "the operation is in one of states", as operation_from derives them: SUPERSEDED
     is not stored, it is a stored PENDING_REVIEW whose case has moved on to another proposal."""
-    pending = operations.c.state == State.PENDING_REVIEW.value
+    pending = operations.c.state == state_text(OperationState.PENDING_REVIEW)
     current = cases.c.current_operation_id == operations.c.operation_id
     conditions: list[sa.ColumnElement[bool]] = []
-    stored = [s.value for s in states if s not in (State.PENDING_REVIEW, State.SUPERSEDED)]
+    stored = states_text(s for s in states if s not in (OperationState.PENDING_REVIEW, OperationState.SUPERSEDED))
     if stored:
         conditions.append(operations.c.state.in_(stored))
-    if State.PENDING_REVIEW in states:
+    if OperationState.PENDING_REVIEW in states:
         conditions.append(sa.and_(pending, current))
-    if State.SUPERSEDED in states:
+    if OperationState.SUPERSEDED in states:
         conditions.append(sa.and_(pending, sa.not_(current)))
     return sa.or_(sa.false(), *conditions)
 
 
 def list_operations_txn(
     conn: sa.Connection,
-    states: Sequence[State],
+    states: Sequence[OperationState],
     changed_before: datetime,
     limit: int,
     after: tuple[datetime, str] | None,
@@ -88,8 +90,8 @@ def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[t
         values: dict[str, object] = {
             "b_operation_id": s.operation_id,
             "b_last_lookup_at": s.looked_up_at,
-            "b_last_lookup_status": s.status.value,
-            "b_last_lookup_consistency": s.consistency.value,
+            "b_last_lookup_status": lookup_text(s.status),
+            "b_last_lookup_consistency": consistency_text(s.consistency),
             "b_last_lookup_error": s.error or None,
         }
         receipt = s.receipt if s.status is LookupStatus.APPLIED else None
@@ -114,18 +116,18 @@ def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[t
 def tally_txn(conn: sa.Connection) -> OperationTally:
     """Return the count of operations per state (SUPERSEDED derived as operation_from does) and the
     decision time of the oldest open one: two aggregate statements, no rows read out."""
-    pending = operations.c.state == State.PENDING_REVIEW.value
+    pending = operations.c.state == state_text(OperationState.PENDING_REVIEW)
     superseded = sa.and_(pending, cases.c.current_operation_id != operations.c.operation_id)
-    state = sa.case((superseded, State.SUPERSEDED.value), else_=operations.c.state).label("state")
+    state = sa.case((superseded, state_text(OperationState.SUPERSEDED)), else_=operations.c.state).label("state")
     counted = (
         sa.select(state, sa.func.count().label("n"))
         .select_from(operations)
         .outerjoin(cases, cases.c.case_id == operations.c.case_id)
         .group_by(state)
     )
-    by_state = dict.fromkeys(State, 0)
+    by_state = dict.fromkeys(OperationState, 0)
     for row in conn.execute(counted):
-        by_state[State(row.state)] += int(row.n)
+        by_state[state_of(row.state)] += int(row.n)
     oldest = conn.execute(
         sa.select(sa.func.min(decisions.c.decided_at))
         .select_from(operations)

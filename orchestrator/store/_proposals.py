@@ -11,10 +11,10 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from decisionflow.vocabulary import OperationState
 from orchestrator.domain import (
     PendingReview,
     Proposal,
-    State,
     authors_to_json,
     carry_authors,
     evidence_to_json,
@@ -22,6 +22,7 @@ from orchestrator.domain import (
 )
 from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
 from orchestrator.schema import cases, operations, pending_reviews, proposals
+from orchestrator.store._columns import state_text
 from orchestrator.store._rows import proposal_from, review_from
 
 
@@ -57,7 +58,7 @@ def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, rev
         operations.insert().values(
             operation_id=proposal.operation_id,
             case_id=proposal.case_id,
-            state=State.PENDING_REVIEW.value,
+            state=state_text(OperationState.PENDING_REVIEW),
             state_changed_at=proposal.created_at,
             attempts=0,
         )
@@ -97,7 +98,7 @@ def insert_case_txn(conn: sa.Connection, case_id: str, operation_id: str, now: d
 
 def _undecided_txn(conn: sa.Connection, operation_id: str) -> bool:
     state = conn.execute(sa.select(operations.c.state).where(operations.c.operation_id == operation_id)).scalar_one()
-    return bool(state == State.PENDING_REVIEW.value)
+    return bool(state == state_text(OperationState.PENDING_REVIEW))
 
 
 def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:
@@ -118,7 +119,8 @@ def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
         .where(
             pending_reviews.c.operation_id == review.operation_id,
             sa.exists().where(
-                operations.c.operation_id == review.operation_id, operations.c.state == State.PENDING_REVIEW.value
+                operations.c.operation_id == review.operation_id,
+                operations.c.state == state_text(OperationState.PENDING_REVIEW),
             ),
         )
         .values(

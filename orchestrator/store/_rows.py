@@ -9,23 +9,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from decisionflow.vocabulary import OperationState, Receipt
 from orchestrator.domain import (
-    Consistency,
-    Decision,
     LookupNote,
-    LookupStatus,
     Operation,
     PendingReview,
     Proposal,
     ProposalContent,
-    Receipt,
     RecordedDecision,
     SealedCheckpoint,
-    State,
     authors_from_json,
     evidence_from_json,
     policy_from_json,
 )
+from orchestrator.store._columns import consistency_of, decision_of, lookup_of, state_of
 
 
 def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[str] | None = None) -> Proposal:
@@ -69,7 +66,7 @@ def review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:
 
 def decision_from(m: sa.RowMapping) -> RecordedDecision:
     """Return the recorded decision in a row holding the decisions table's columns."""
-    return RecordedDecision(m["operation_id"], Decision(m["decision"]), m["reviewer"], m["decided_at"])
+    return RecordedDecision(m["operation_id"], decision_of(m["decision"]), m["reviewer"], m["decided_at"])
 
 
 def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
@@ -103,20 +100,20 @@ def _ascii_text(value: Any) -> Any:
 def operation_from(row: sa.Row[Any]) -> Operation:
     """Return the operation in a row of the operations select (with decision and current proposal)."""
     m = row._mapping
-    state = State(m["state"])
+    state = state_of(m["state"])
     # SUPERSEDED is not stored: a pending review whose case has moved on to a newer proposal.
-    if state is State.PENDING_REVIEW and m["current_operation_id"] != m["operation_id"]:
-        state = State.SUPERSEDED
+    if state is OperationState.PENDING_REVIEW and m["current_operation_id"] != m["operation_id"]:
+        state = OperationState.SUPERSEDED
     decision = None if m["decision"] is None else decision_from(m)
     receipt = None
     if m["receipt_id"] is not None:
-        receipt = Receipt(m["receipt_id"], m["receipt_applied_at"])
+        receipt = Receipt(m["receipt_id"], m["operation_id"], m["receipt_applied_at"])
     lookup = None
     if m["last_lookup_at"] is not None:
         lookup = LookupNote(
             m["last_lookup_at"],
-            LookupStatus(m["last_lookup_status"]),
-            Consistency(m["last_lookup_consistency"]),
+            lookup_of(m["last_lookup_status"]),
+            consistency_of(m["last_lookup_consistency"]),
             m["last_lookup_error"] or "",
         )
     return Operation(

@@ -9,11 +9,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from decisionflow.db import UtcDateTime
-from orchestrator.domain import OPEN_STATES, State
+from decisionflow.vocabulary import OPEN_STATES, OperationState
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
 from orchestrator.store._checkpoints import checkpoint_columns
+from orchestrator.store._columns import state_text, states_text
 
-OPEN = [s.value for s in OPEN_STATES]
+OPEN = states_text(OPEN_STATES)
 
 # Typed binds: a bare bindparam inside case() or coalesce() would reach the driver untyped.
 _NOW = sa.bindparam("b_now", type_=UtcDateTime())
@@ -65,9 +66,9 @@ RECORD_ATTEMPT = (
     .values(
         attempt_lease_until=_LEASE_UNTIL,
         attempt_lease_holder=sa.bindparam("b_lease_holder"),
-        state=State.UNKNOWN.value,
+        state=state_text(OperationState.UNKNOWN),
         state_changed_at=sa.case(
-            (operations.c.state == State.UNKNOWN.value, operations.c.state_changed_at), else_=_NOW
+            (operations.c.state == state_text(OperationState.UNKNOWN), operations.c.state_changed_at), else_=_NOW
         ),
         attempts=operations.c.attempts + 1,
         first_attempt_at=sa.func.coalesce(operations.c.first_attempt_at, _NOW, type_=UtcDateTime()),
@@ -80,7 +81,7 @@ RECORD_RECEIPT = (
     operations.update()
     .where(*_OPEN_ONLY)
     .values(
-        state=State.COMMITTED.value,
+        state=state_text(OperationState.COMMITTED),
         state_changed_at=_NOW,
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_applied_at"),
@@ -106,7 +107,7 @@ COMMIT_BY_LOOKUP = (
     operations.update()
     .where(operations.c.operation_id == _OPERATION_ID)
     .values(
-        state=State.COMMITTED.value,
+        state=state_text(OperationState.COMMITTED),
         state_changed_at=sa.bindparam("b_last_lookup_at"),
         receipt_id=sa.bindparam("b_receipt_id"),
         receipt_applied_at=sa.bindparam("b_receipt_applied_at"),

@@ -10,9 +10,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.transactions import Transactions
+from decisionflow.vocabulary import OPEN_STATES, Decision, OperationState, Receipt
 from orchestrator.domain import (
-    OPEN_STATES,
-    Decision,
     DecisionInputs,
     FirstAttempt,
     Operation,
@@ -20,17 +19,16 @@ from orchestrator.domain import (
     PendingReview,
     Proposal,
     ProposalView,
-    Receipt,
     RecordedDecision,
     SealedCheckpoint,
     Settlement,
-    State,
 )
 from orchestrator.errors import CaseHasOpenProposal, NotFound, NotRedrivable, StaleProposal
 from orchestrator.schema import operations
 from orchestrator.store import _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._checkpoints import CheckpointTable
+from orchestrator.store._columns import state_text
 from orchestrator.store._housekeeping import Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._rows import operation_from, review_from, sealed_checkpoint_from
@@ -227,7 +225,7 @@ class OrchestratorStore:
         """
         if attempt is not None and decided.decision is not Decision.APPROVE:
             raise ValueError("only an approval has an attempt")
-        state = State.APPROVED if decided.decision is Decision.APPROVE else State.DECLINED
+        state = OperationState.APPROVED if decided.decision is Decision.APPROVE else OperationState.DECLINED
 
         def work(conn: sa.Connection) -> Operation:
             try:
@@ -242,7 +240,8 @@ class OrchestratorStore:
             if current != decided.operation_id:
                 raise StaleProposal(decided.operation_id, current or "")
             conn.execute(
-                q.DECIDE, {"b_operation_id": decided.operation_id, "b_state": state.value, "b_now": decided.decided_at}
+                q.DECIDE,
+                {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
             )
             if attempt is not None:
                 conn.execute(
@@ -305,7 +304,7 @@ class OrchestratorStore:
             if updated != 1:
                 if operation.state in OPEN_STATES:
                     raise AttemptInFlight(operation)
-                raise NotRedrivable(operation_id, operation.state.value)
+                raise NotRedrivable(operation_id, operation.state)
             return operation
 
         return self.transactions.batched(work)
@@ -344,7 +343,7 @@ class OrchestratorStore:
                 operations.update()
                 .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
                 .values(
-                    state=State.REJECTED.value,
+                    state=state_text(OperationState.REJECTED),
                     state_changed_at=now,
                     rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
                     attempt_lease_until=None,
@@ -364,7 +363,7 @@ class OrchestratorStore:
 
     def list_operations(
         self,
-        states: Sequence[State],
+        states: Sequence[OperationState],
         changed_before: datetime,
         limit: int,
         after: tuple[datetime, str] | None,

@@ -29,7 +29,7 @@ from tests.campaigns.history import History
 from tests.campaigns.report import publish
 from tests.campaigns.workload import Reviewer, channel, settle_and_check
 from tests.support.campaigns import CampaignOptions
-from tests.support.payloads import apply_request, new_operation_id
+from tests.support.payloads import effect_request, new_operation_id
 
 CONCURRENCY = 8
 # The refusals a full disk may produce: retry later, with the same key.
@@ -96,10 +96,10 @@ def _direct_apply(receiver_target: str) -> tuple[str, str]:
     name and message."""
     ch = channel(receiver_target)
     try:
-        request = apply_request(new_operation_id(), "FULL-DIRECT")
+        request = effect_request(new_operation_id(), "FULL-DIRECT")
         client = ReceiverClient(ch, timeout=10, policy=NO_RETRY)
         try:
-            client.apply(request.operation_id, request.case_id, request.kind, request.payload, request.payload_digest)
+            client.apply(request)
         except DecisionflowError as error:
             return error.code.name, str(error)
         return "OK", ""

@@ -21,6 +21,7 @@ from decisionflow.client import (
     Receipt,
     Unavailable,
 )
+from decisionflow.vocabulary import OperationId
 from tests.campaigns.history import CheckResult, Event, EventType, History, check, load
 
 OK_OP, DECLINED_OP, LOST_OP, REFUSED_OP = ("op-v1-" + c * 64 for c in "abcd")
@@ -49,7 +50,9 @@ def _history() -> list[Event]:
 
 
 def _effect(op: str, receipt: str) -> EffectRecord:
-    return EffectRecord(op, CASE, "record_support_review", "0" * 64, Receipt(receipt, op, NOW), "rita", "body")
+    return EffectRecord(
+        op, CASE, "record_support_review", "0" * 64, Receipt(receipt, OperationId(op), NOW), "rita", "body"
+    )
 
 
 def _lookups(
@@ -104,7 +107,7 @@ def _declined_with_effect(events: list[Event], effects: list[EffectRecord], deci
 
 
 def _other_receipt(events: list[Event], effects: list[EffectRecord], decisions: dict[str, Decision]) -> None:
-    effects[0] = replace(effects[0], receipt=Receipt("rcpt-other", OK_OP, NOW))
+    effects[0] = replace(effects[0], receipt=Receipt("rcpt-other", OperationId(OK_OP), NOW))
 
 
 def _phantom_effect(events: list[Event], effects: list[EffectRecord], decisions: dict[str, Decision]) -> None:

@@ -17,11 +17,10 @@ from decisionflow.client.views import Decision, OperationState
 from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
 from decisionflow.rpc_errors import code_for
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow.vocabulary import Decision as DomainDecision
 from effect_receiver import errors as receiver_errors
 from effect_receiver.grpc_api import STATUS_TABLE as RECEIVER_STATUS
 from orchestrator import errors as orchestrator_errors
-from orchestrator.domain import Decision as DomainDecision
-from orchestrator.domain import State
 from orchestrator.grpc_api import STATUS_TABLE as ORCHESTRATOR_STATUS
 
 from .client_standin import Fail, StandIn, standin
@@ -263,12 +262,12 @@ def test_every_reason_has_a_class_of_its_own() -> None:
             {"operation_id": OP, "recorded_decision": Decision.DECLINE},
         ),
         (
-            orchestrator_errors.NotRedrivable(OP, State.COMMITTED.value),
+            orchestrator_errors.NotRedrivable(OP, OperationState.COMMITTED.value),
             {reasons.OPERATION_ID: OP, reasons.STATE: "OPERATION_STATE_COMMITTED"},
             {"operation_id": OP, "state": OperationState.COMMITTED},
         ),
         (
-            orchestrator_errors.NotRedrivable(OP, State.PENDING_REVIEW),
+            orchestrator_errors.NotRedrivable(OP, OperationState.PENDING_REVIEW),
             {reasons.OPERATION_ID: OP, reasons.STATE: "OPERATION_STATE_PENDING_REVIEW"},
             {"operation_id": OP, "state": OperationState.PENDING_REVIEW},
         ),

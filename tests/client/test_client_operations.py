@@ -20,6 +20,7 @@ from decisionflow.client import (
     Settlement,
 )
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
+from decisionflow.vocabulary import OperationId
 
 from .client_standin import Fail, Sleeps, StandIn, standin
 
@@ -81,7 +82,7 @@ def test_settle_operation_sends_the_lookup_as_observed(server: StandIn, client: 
     answer = LookupAnswer(
         operation_id=OPS[0],
         status=LookupStatus.APPLIED,
-        receipt=Receipt("rcpt-9", OPS[0], OBSERVED),
+        receipt=Receipt("rcpt-9", OperationId(OPS[0]), OBSERVED),
         consistency=Consistency.STRONG,
         observed_at=OBSERVED,
     )

@@ -29,7 +29,7 @@ from decisionflow.client import (
 from decisionflow.errors import DomainError
 from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER, RetryPolicy
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
-from tests.support.payloads import apply_request, sample_payload
+from tests.support.payloads import apply_request, effect_request, sample_payload
 from tests.support.stack import Stack
 
 from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin
@@ -72,7 +72,7 @@ def apply_async(server: StandIn, client_kwargs: dict[str, object], deadline_in: 
             clock = client_kwargs.get("clock", time.monotonic)
             assert callable(clock)
             deadline = clock() + deadline_in
-            return await client.apply(OP, "T-1042", "record_support_review", PAYLOAD, DIGEST, deadline=deadline)
+            return await client.apply(effect_request(OP, "T-1042", PAYLOAD, DIGEST), deadline=deadline)
 
     return asyncio.run(run())
 
@@ -276,7 +276,7 @@ def test_sync_apply_lookup_and_batch(server: StandIn) -> None:
 
     with insecure_channel(server.target) as channel:
         client = ReceiverClient(channel, sleep=sleeps)
-        applied = client.apply(OP, "T-1042", "record_support_review", PAYLOAD, DIGEST)
+        applied = client.apply(effect_request(OP, "T-1042", PAYLOAD, DIGEST))
         found = client.lookup(OP)
         batch = client.batch_lookup([OP, OP2])
 

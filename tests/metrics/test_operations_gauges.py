@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from decisionflow import db
 from decisionflow.v1 import common_pb2
-from orchestrator.domain import OperationTally, State
+from decisionflow.vocabulary import OperationState
+from orchestrator.domain import OperationTally
 from orchestrator.metrics import OperationsCollector
 from orchestrator.store import OrchestratorStore, migrate
 from tests.metrics.scrape import scrape_settled
@@ -44,7 +45,7 @@ def test_an_unknown_shows_in_the_gauges_read_from_the_database(make_stack: Calla
         store = OrchestratorStore(engine)
         decision = store.get_decision(op)
         tally = store.tally()
-        assert decision is not None and tally.by_state[State.UNKNOWN] == 1
+        assert decision is not None and tally.by_state[OperationState.UNKNOWN] == 1
         assert tally.oldest_open_decided_at == decision.decided_at
         registry = CollectorRegistry()
         registry.register(OperationsCollector(store.tally, lambda: decision.decided_at + timedelta(minutes=10)))
@@ -82,7 +83,7 @@ class _CountingTally:
 
 
 def test_scrapes_within_the_cache_period_read_the_database_once() -> None:
-    counting = _CountingTally(OperationTally(dict.fromkeys(State, 0), None))
+    counting = _CountingTally(OperationTally(dict.fromkeys(OperationState, 0), None))
     registry = CollectorRegistry()
     registry.register(OperationsCollector(counting, _never, cache_seconds=2.0, monotonic=lambda: counting.clock))
     for _ in range(10):
@@ -108,15 +109,15 @@ def test_a_database_that_cannot_be_read_leaves_the_gauges_out_not_the_scrape(cap
 
 def test_the_tally_counts_states_and_finds_the_oldest_open_decision(database_url: str) -> None:
     oldest = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    seed_operations(database_url, 3, state=State.UNKNOWN, decided_at=oldest + timedelta(milliseconds=2))
-    seed_operations(database_url, 2, state=State.APPROVED, decided_at=oldest + timedelta(hours=1))
+    seed_operations(database_url, 3, state=OperationState.UNKNOWN, decided_at=oldest + timedelta(milliseconds=2))
+    seed_operations(database_url, 2, state=OperationState.APPROVED, decided_at=oldest + timedelta(hours=1))
     engine = db.create_engine(database_url, pool_size=1)
     try:
         tally = OrchestratorStore(engine).tally()
     finally:
         engine.dispose()
-    assert tally.by_state[State.UNKNOWN] == 3
-    assert tally.by_state[State.APPROVED] == 2
+    assert tally.by_state[OperationState.UNKNOWN] == 3
+    assert tally.by_state[OperationState.APPROVED] == 2
     assert sum(tally.by_state.values()) == 5
     assert tally.oldest_open_decided_at == oldest  # the first of the three, 2 ms before the last
 
@@ -128,6 +129,6 @@ def test_an_empty_database_tallies_zero_everywhere(database_url: str) -> None:
         tally = OrchestratorStore(engine).tally()
     finally:
         engine.dispose()
-    assert set(tally.by_state) == set(State)
+    assert set(tally.by_state) == set(OperationState)
     assert not any(tally.by_state.values())
     assert tally.oldest_open_decided_at is None

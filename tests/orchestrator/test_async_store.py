@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db
-from orchestrator.domain import State
+from decisionflow.vocabulary import OperationState as State
 from orchestrator.errors import NotFound
 from orchestrator.store import AsyncOrchestratorStore, OrchestratorStore, migrate
 from orchestrator.store._async import in_thread

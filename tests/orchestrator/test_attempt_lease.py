@@ -20,7 +20,7 @@ import pytest
 from decisionflow import db
 from decisionflow.processes import child_environment
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from orchestrator.domain import Receipt
+from decisionflow.vocabulary import OperationId, Receipt
 from orchestrator.service._attempts import LEASE_MARGIN_SECONDS
 from orchestrator.store import OrchestratorStore, migrate
 from tests.support.reconciling import run_reconciler
@@ -124,7 +124,9 @@ def test_the_store_records_who_holds_a_lease_and_clears_it_with_the_lease(databa
         assert (released.attempt_lease_holder, released.attempt_lease_until) == (None, None)
 
         store.record_attempt(op, payload, digest, t0 + timedelta(seconds=14), t0 + timedelta(seconds=20), holder="c")
-        committed = store.record_receipt(op, Receipt("rcpt-1", t0 + timedelta(seconds=15)), t0 + timedelta(seconds=15))
+        committed = store.record_receipt(
+            op, Receipt("rcpt-1", OperationId(op), t0 + timedelta(seconds=15)), t0 + timedelta(seconds=15)
+        )
         assert (committed.attempt_lease_holder, committed.attempt_lease_until) == (None, None)
     finally:
         engine.dispose()

@@ -8,7 +8,6 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -16,7 +15,7 @@ import pytest
 
 from decisionflow.faults import FaultPlan
 from decisionflow.v1 import common_pb2, review_pb2
-from orchestrator.domain import Receipt
+from decisionflow.vocabulary import EffectRequest, Receipt
 from orchestrator.effects import ReceiverEffects
 from orchestrator.grpc_api import REPLY_MARGIN_SECONDS, reply_margin
 from tests.support.stack import Stack, approve, start_request
@@ -101,28 +100,10 @@ class _LateAnswers:
         self.receiver_target = ""
         self._effects: ReceiverEffects | None = None
 
-    async def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        deadline: float | None,
-        first_attempted_at: datetime | None = None,
-    ) -> Receipt:
+    async def apply(self, request: EffectRequest, *, deadline: float | None) -> Receipt:
         if self._effects is None:
             self._effects = ReceiverEffects.connect(self.receiver_target, token=None, timeout=5.0)
-        receipt = await self._effects.apply(
-            operation_id,
-            case_id,
-            kind,
-            payload,
-            payload_digest,
-            deadline=deadline,
-            first_attempted_at=first_attempted_at,
-        )
+        receipt = await self._effects.apply(request, deadline=deadline)
         assert deadline is not None
         await asyncio.sleep(max(0.0, deadline - time.monotonic()) + self.late_by)
         return receipt

@@ -14,7 +14,8 @@ import grpc
 
 from decisionflow import db
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from orchestrator.domain import Decision, RecordedDecision, effect_payload
+from decisionflow.vocabulary import Decision, OperationId
+from orchestrator.domain import RecordedDecision, effect_payload
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore
 from tests.metrics.scrape import scrape_settled
@@ -64,7 +65,7 @@ def test_a_replay_waits_for_a_held_lease_and_drives_once_it_has_passed(make_stac
         store = OrchestratorStore(engine)
         proposal = store.get_proposal(op)
         now = datetime.now(UTC)
-        decision = RecordedDecision(op, Decision.APPROVE, "reviewer-on-another-replica", now)
+        decision = RecordedDecision(OperationId(op), Decision.APPROVE, "reviewer-on-another-replica", now)
         store.record_decision(decision, proposal.case_id, [])
         payload, digest = effect_payload(proposal, decision)
         store.record_attempt(op, payload, digest, now, now + timedelta(minutes=1))

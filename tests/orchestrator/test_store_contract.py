@@ -14,18 +14,14 @@ from sqlalchemy.exc import IntegrityError
 
 from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
+from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
-    Consistency,
-    Decision,
     FirstAttempt,
-    LookupStatus,
     PendingReview,
     Proposal,
-    Receipt,
     RecordedDecision,
     SealedCheckpoint,
     Settlement,
-    State,
     proposal_content,
 )
 from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
@@ -58,11 +54,11 @@ def proposal(
     case_id: str = "T-1",
     body: str = "Please update to 4.2.1.",
     *,
-    parent: str | None = None,
+    parent: OperationId | None = None,
     author: str = "alex@example.com",
     at: datetime = T0,
 ) -> Proposal:
-    content = proposal_content(case_id, ACTION, body, EVIDENCE, POLICY)
+    content = proposal_content(CaseId(case_id), ACTION, body, EVIDENCE, POLICY)
     ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
     return Proposal(
         ids.operation_id,
@@ -165,13 +161,13 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
 def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
     p = started(store, proposal())
     recorded = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")])
-    assert (recorded.decision, recorded.state, recorded.attempts) == (decided(p), State.APPROVED, 0)
+    assert (recorded.decision, recorded.state, recorded.attempts) == (decided(p), OperationState.APPROVED, 0)
     assert store.get_operation(p.operation_id) == recorded
     with pytest.raises(DecisionAlreadyRecorded) as again:
         store.record_decision(decided(p, Decision.DECLINE, T0 + timedelta(seconds=1)), p.case_id, [])
     assert again.value.recorded == decided(p)
     assert store.get_decision(p.operation_id) == decided(p)
-    assert store.get_operation(p.operation_id).state is State.APPROVED
+    assert store.get_operation(p.operation_id).state is OperationState.APPROVED
 
 
 def test_a_decision_on_a_proposal_no_longer_current_is_stale(store: OrchestratorStore) -> None:
@@ -183,7 +179,7 @@ def test_a_decision_on_a_proposal_no_longer_current_is_stale(store: Orchestrator
     assert refused.value.current_operation_id == edit.operation_id
     assert store.get_decision(first.operation_id) is None
     assert rows(store, "SELECT count(*) FROM checkpoints WHERE checkpoint_id = 'cp-final'") == 0
-    assert store.get_operation(first.operation_id).state is State.SUPERSEDED
+    assert store.get_operation(first.operation_id).state is OperationState.SUPERSEDED
 
 
 def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_payload(
@@ -197,13 +193,18 @@ def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_pa
 
     p = approved(store, proposal())
     first = store.record_attempt(p.operation_id, b"p1", "d1", T0 + timedelta(seconds=1), T0 + timedelta(seconds=1))
-    assert (first.state, first.attempts, first.payload, first.payload_digest) == (State.UNKNOWN, 1, b"p1", "d1")
+    assert (first.state, first.attempts, first.payload, first.payload_digest) == (
+        OperationState.UNKNOWN,
+        1,
+        b"p1",
+        "d1",
+    )
     second = store.record_attempt(p.operation_id, b"p2", "d2", T0 + timedelta(seconds=2), T0 + timedelta(seconds=2))
     assert (second.attempts, second.payload, second.payload_digest) == (2, b"p1", "d1")
     assert second.first_attempt_at == T0 + timedelta(seconds=1)
     assert second.state_changed_at == T0 + timedelta(seconds=1)  # still UNKNOWN since the first attempt
 
-    store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=3))
+    store.record_receipt(p.operation_id, Receipt("rcpt-1", OperationId(p.operation_id), T0), T0 + timedelta(seconds=3))
     with pytest.raises(NotRedrivable) as settled:
         store.record_attempt(p.operation_id, b"p3", "d3", T0 + timedelta(seconds=4), T0 + timedelta(seconds=4))
     assert settled.value.metadata["state"] == "OPERATION_STATE_COMMITTED"
@@ -214,7 +215,7 @@ def test_an_approval_and_its_first_attempt_are_one_transaction(store: Orchestrat
     p = started(store, proposal())
     attempt = FirstAttempt(b"p1", "d1", T0 + timedelta(seconds=10))
     operation = store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")], attempt)
-    assert (operation.state, operation.attempts, operation.first_attempt_at) == (State.UNKNOWN, 1, T0)
+    assert (operation.state, operation.attempts, operation.first_attempt_at) == (OperationState.UNKNOWN, 1, T0)
     assert (operation.payload, operation.payload_digest) == (b"p1", "d1")
     assert operation.attempt_lease_until == T0 + timedelta(seconds=10)
     assert store.get_operation(p.operation_id) == operation
@@ -225,7 +226,7 @@ def test_an_approval_and_its_first_attempt_are_one_transaction(store: Orchestrat
     with pytest.raises(StaleProposal):
         store.record_decision(decided(other), other.case_id, [], attempt)
     stale = store.get_operation(other.operation_id)
-    assert (stale.state, stale.attempts, stale.payload) == (State.SUPERSEDED, 0, None)
+    assert (stale.state, stale.attempts, stale.payload) == (OperationState.SUPERSEDED, 0, None)
     with pytest.raises(ValueError):
         store.record_decision(decided(other, Decision.DECLINE), other.case_id, [], attempt)
 
@@ -249,27 +250,41 @@ def test_an_attempt_lease_holds_the_operation_until_it_passes_or_is_released(sto
     third = store.record_attempt(p.operation_id, b"p1", "d1", held_until, held_until + timedelta(seconds=30))
     assert third.attempts == 3
     # A receipt ends the lease with the attempt.
-    committed = store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), held_until + timedelta(seconds=1))
-    assert (committed.state, committed.attempt_lease_until) == (State.COMMITTED, None)
+    committed = store.record_receipt(
+        p.operation_id, Receipt("rcpt-1", OperationId(p.operation_id), T0), held_until + timedelta(seconds=1)
+    )
+    assert (committed.state, committed.attempt_lease_until) == (OperationState.COMMITTED, None)
 
 
 def test_a_receipt_commits_an_open_operation_once(store: OrchestratorStore) -> None:
     p = approved(store, proposal())
     store.record_attempt(p.operation_id, b"p1", "d1", T0, T0)
-    committed = store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0 + timedelta(seconds=1))
-    assert (committed.state, committed.receipt) == (State.COMMITTED, Receipt("rcpt-1", T0))
-    later = store.record_receipt(p.operation_id, Receipt("rcpt-2", T0), T0 + timedelta(seconds=2))
-    assert later.receipt == Receipt("rcpt-1", T0) and later.state_changed_at == T0 + timedelta(seconds=1)
-    assert store.record_rejection(p.operation_id, "too late", T0).state is State.COMMITTED
+    committed = store.record_receipt(
+        p.operation_id, Receipt("rcpt-1", OperationId(p.operation_id), T0), T0 + timedelta(seconds=1)
+    )
+    assert (committed.state, committed.receipt) == (
+        OperationState.COMMITTED,
+        Receipt("rcpt-1", OperationId(p.operation_id), T0),
+    )
+    later = store.record_receipt(
+        p.operation_id, Receipt("rcpt-2", OperationId(p.operation_id), T0), T0 + timedelta(seconds=2)
+    )
+    assert later.receipt == Receipt(
+        "rcpt-1", OperationId(p.operation_id), T0
+    ) and later.state_changed_at == T0 + timedelta(seconds=1)
+    assert store.record_rejection(p.operation_id, "too late", T0).state is OperationState.COMMITTED
 
 
 def test_a_rejection_settles_an_open_operation(store: OrchestratorStore) -> None:
     p = approved(store, proposal())
     store.record_attempt(p.operation_id, b"p1", "d1", T0, T0)
     rejected = store.record_rejection(p.operation_id, "x" * 3000, T0 + timedelta(seconds=1))
-    assert rejected.state is State.REJECTED
+    assert rejected.state is OperationState.REJECTED
     assert rejected.rejection_reason == "x" * 2000
-    assert store.record_receipt(p.operation_id, Receipt("rcpt-1", T0), T0).state is State.REJECTED
+    assert (
+        store.record_receipt(p.operation_id, Receipt("rcpt-1", OperationId(p.operation_id), T0), T0).state
+        is OperationState.REJECTED
+    )
     with pytest.raises(NotFound):
         store.record_rejection("op-v1-" + "0" * 64, "unknown", T0)
 
@@ -283,25 +298,36 @@ def test_settle_commits_open_operations_and_notes_every_lookup(store: Orchestrat
     looked = T0 + timedelta(minutes=1)
 
     def lookup(op: str, status: LookupStatus, receipt: Receipt | None = None) -> Settlement:
-        return Settlement(op, status, Consistency.STRONG, receipt, "", looked)
+        return Settlement(OperationId(op), status, Consistency.STRONG, receipt, "", looked)
 
     results = store.settle(
         [
-            lookup(applied.operation_id, LookupStatus.APPLIED, Receipt("rcpt-1", T0)),
+            lookup(
+                applied.operation_id, LookupStatus.APPLIED, Receipt("rcpt-1", OperationId(applied.operation_id), T0)
+            ),
             lookup(missing.operation_id, LookupStatus.NOT_FOUND),
-            lookup(declined.operation_id, LookupStatus.APPLIED, Receipt("rcpt-3", T0)),
+            lookup(
+                declined.operation_id, LookupStatus.APPLIED, Receipt("rcpt-3", OperationId(declined.operation_id), T0)
+            ),
             lookup(unknown, LookupStatus.NOT_FOUND),
         ]
     )
     assert [settled for _, settled in results] == [True, False, False, False]
     committed, noted, still_declined, absent = (operation for operation, _ in results)
     assert absent is None
-    assert committed is not None and committed.state is State.COMMITTED
-    assert committed.receipt == Receipt("rcpt-1", T0) and committed.state_changed_at == looked
-    assert noted is not None and noted.state is State.APPROVED
+    assert committed is not None and committed.state is OperationState.COMMITTED
+    assert (
+        committed.receipt == Receipt("rcpt-1", OperationId(applied.operation_id), T0)
+        and committed.state_changed_at == looked
+    )
+    assert noted is not None and noted.state is OperationState.APPROVED
     assert noted.last_lookup is not None and noted.last_lookup.status is LookupStatus.NOT_FOUND
     assert noted.last_lookup.looked_up_at == looked
-    assert still_declined is not None and still_declined.state is State.DECLINED and still_declined.receipt is None
+    assert (
+        still_declined is not None
+        and still_declined.state is OperationState.DECLINED
+        and still_declined.receipt is None
+    )
     assert store.get_operation(applied.operation_id) == committed
 
 
@@ -312,7 +338,7 @@ def test_list_operations_pages_oldest_first_and_filters_by_the_state_shown(store
     seen: list[str] = []
     after: tuple[datetime, str] | None = None
     while True:
-        page = store.list_operations([State.APPROVED], before, 2, after)
+        page = store.list_operations([OperationState.APPROVED], before, 2, after)
         seen += [op.operation_id for op in page]
         if len(page) < 2:
             break
@@ -324,15 +350,15 @@ def test_list_operations_pages_oldest_first_and_filters_by_the_state_shown(store
     edit = proposal(case_id="T-E", body="Please update to 4.2.2.", parent=first.operation_id, at=T0)
     store.create_edit(edit, first.operation_id, review(edit), [])
 
-    def listed(*states: State) -> dict[str, State]:
+    def listed(*states: OperationState) -> dict[str, OperationState]:
         return {op.operation_id: op.state for op in store.list_operations(states, before, 10, None)}
 
     # The filter matches the state each operation is shown in: SUPERSEDED is derived, not stored.
-    assert listed(State.PENDING_REVIEW) == {edit.operation_id: State.PENDING_REVIEW}
-    assert listed(State.SUPERSEDED) == {first.operation_id: State.SUPERSEDED}
-    assert listed(State.PENDING_REVIEW, State.SUPERSEDED) == {
-        first.operation_id: State.SUPERSEDED,
-        edit.operation_id: State.PENDING_REVIEW,
+    assert listed(OperationState.PENDING_REVIEW) == {edit.operation_id: OperationState.PENDING_REVIEW}
+    assert listed(OperationState.SUPERSEDED) == {first.operation_id: OperationState.SUPERSEDED}
+    assert listed(OperationState.PENDING_REVIEW, OperationState.SUPERSEDED) == {
+        first.operation_id: OperationState.SUPERSEDED,
+        edit.operation_id: OperationState.PENDING_REVIEW,
     }
 
 
@@ -343,17 +369,17 @@ def test_list_operations_filters_by_case_and_pages_within_it(store: Orchestrator
     other = approved(store, proposal(case_id="T-8"), at=T0)
     before = T0 + timedelta(minutes=1)
 
-    first = store.list_operations([State.APPROVED], before, 2, None, case_id="T-7")
+    first = store.list_operations([OperationState.APPROVED], before, 2, None, case_id="T-7")
     after = (first[-1].state_changed_at, first[-1].operation_id)
-    rest = store.list_operations([State.APPROVED], before, 2, after, case_id="T-7")
+    rest = store.list_operations([OperationState.APPROVED], before, 2, after, case_id="T-7")
 
     assert [op.operation_id for op in first + rest] == [p.operation_id for p in mine]
     assert {op.case_id for op in first + rest} == {"T-7"}
-    assert store.list_operations([State.APPROVED], before, 10, None, case_id="T-8") == [
+    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id="T-8") == [
         store.get_operation(other.operation_id)
     ]
-    assert store.list_operations([State.APPROVED], before, 10, None, case_id="T-404") == []
-    assert store.list_operations([State.PENDING_REVIEW], before, 10, None, case_id="T-7") == []
+    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id="T-404") == []
+    assert store.list_operations([OperationState.PENDING_REVIEW], before, 10, None, case_id="T-7") == []
 
 
 def test_prune_deletes_only_settled_operations_checkpoints(store: OrchestratorStore) -> None:
@@ -419,7 +445,7 @@ def test_timestamps_come_back_as_aware_utc(store: OrchestratorStore) -> None:
     p = started(store, proposal(at=at))
     store.record_decision(decided(p, at=at), p.case_id, [])
     store.record_attempt(p.operation_id, b"p1", "d1", at, at)
-    operation = store.record_receipt(p.operation_id, Receipt("rcpt-1", at), at)
+    operation = store.record_receipt(p.operation_id, Receipt("rcpt-1", OperationId(p.operation_id), at), at)
     inputs = store.decision_inputs(p.operation_id)
     assert inputs.checkpoint is not None and inputs.review is not None
     assert operation.decision is not None and operation.receipt is not None

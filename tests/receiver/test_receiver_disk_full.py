@@ -6,7 +6,6 @@ answer exactly as on a full disk ("database or disk is full"), without root or a
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,10 +17,11 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from decisionflow import db
-from effect_receiver.domain import ApplyOutcome, Effect, Receipt, check_effect
+from decisionflow.vocabulary import ApplyResult, Receipt
+from effect_receiver.domain import Effect, check_effect
 from effect_receiver.errors import Unavailable
 from effect_receiver.store import EffectStore, migrate
-from tests.support.receiver import CASE_ID, new_operation_id, payload_for
+from tests.support.receiver import CASE_ID, effect_request, new_operation_id
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 MAX_WRITES = 200
@@ -40,8 +40,7 @@ class PageCap:
 
 
 def _effect(operation_id: str) -> Effect:
-    payload = payload_for(operation_id, CASE_ID)
-    checked = check_effect(operation_id, CASE_ID, "record_support_review", payload, hashlib.sha256(payload).hexdigest())
+    checked = check_effect(effect_request(operation_id, CASE_ID))
     assert isinstance(checked, Effect), checked
     return checked
 
@@ -92,7 +91,7 @@ def test_a_full_database_refuses_apply_clearly_keeps_reads_and_recovers(
     cap.pages = 0
     engine.dispose()
     later = refused[0]
-    assert store.apply(_effect(later), Receipt("rcpt-later", later, T0)).outcome is ApplyOutcome.CREATED
+    assert store.apply(_effect(later), Receipt("rcpt-later", later, T0)).outcome is ApplyResult.CREATED
     with engine.connect() as conn:
         assert conn.execute(sa.text("PRAGMA integrity_check")).scalar_one() == "ok"
 

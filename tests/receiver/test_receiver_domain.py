@@ -13,7 +13,7 @@ from decisionflow.errors import InvalidRequest
 from effect_receiver.config import load
 from effect_receiver.domain import MAX_PAYLOAD_BYTES, Effect, batch_violations, check_effect
 from effect_receiver.service import decode_page_token, encode_page_token
-from tests.support.receiver import BODY, CASE_ID, new_operation_id, payload_for
+from tests.support.receiver import BODY, CASE_ID, effect_request, new_operation_id, payload_for
 
 KIND = "record_support_review"
 
@@ -21,9 +21,7 @@ KIND = "record_support_review"
 def check(
     operation_id: str, payload: bytes, *, case_id: str = CASE_ID, kind: str = KIND, digest: str | None = None
 ) -> Any:
-    return check_effect(
-        operation_id, case_id, kind, payload, hashlib.sha256(payload).hexdigest() if digest is None else digest
-    )
+    return check_effect(effect_request(operation_id, case_id, payload, digest, kind=kind))
 
 
 def refused_fields(result: Any) -> set[str]:

@@ -18,10 +18,11 @@ import sqlalchemy as sa
 from decisionflow import db
 from decisionflow.processes import child_environment
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
-from effect_receiver.domain import Effect, Receipt, check_effect
+from decisionflow.vocabulary import OperationId, Receipt
+from effect_receiver.domain import Effect, check_effect
 from effect_receiver.housekeeping import prune_keys
 from effect_receiver.store import EffectStore, migrate
-from tests.support.receiver import CASE_ID, new_operation_id, payload_for
+from tests.support.receiver import CASE_ID, effect_request, new_operation_id, payload_for
 from tests.support.reconciling import LOST_REPLY, approve_unknown, lookup, reconcile
 from tests.support.stack import Stack
 
@@ -40,13 +41,12 @@ def store(database_url: str) -> Iterator[EffectStore]:
 
 
 def _effect(operation_id: str) -> Effect:
-    payload = payload_for(operation_id)
-    checked = check_effect(operation_id, CASE_ID, "record_support_review", payload, hashlib.sha256(payload).hexdigest())
+    checked = check_effect(effect_request(operation_id, CASE_ID, payload_for(operation_id)))
     assert isinstance(checked, Effect), checked
     return checked
 
 
-def _apply_at(store: EffectStore, applied_at: datetime) -> str:
+def _apply_at(store: EffectStore, applied_at: datetime) -> OperationId:
     operation_id = new_operation_id()
     store.apply(_effect(operation_id), Receipt(f"rcpt-{operation_id[-32:]}", operation_id, applied_at))
     return operation_id

@@ -130,7 +130,7 @@ def test_lookup_before_and_after(start_receiver: StartReceiver) -> None:
 
 def test_batch_lookup_of_a_thousand_ids_in_request_order(start_receiver: StartReceiver, database_url: str) -> None:
     receiver = start_receiver(database_url=database_url)
-    applied = {}
+    applied: dict[str, common_pb2.Receipt] = {}
     for _ in range(40):
         operation_id = new_operation_id()
         applied[operation_id] = receiver.stub.Apply(apply_request(operation_id), timeout=5).receipt

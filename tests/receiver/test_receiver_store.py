@@ -11,11 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow import db
-from effect_receiver.domain import ApplyOutcome, Consistency, Effect, Receipt, check_effect
+from decisionflow.vocabulary import ApplyResult, CaseId, Consistency, OperationId, Receipt
+from effect_receiver.domain import Effect, check_effect
 from effect_receiver.errors import IdempotencyKeyReused, Unavailable
 from effect_receiver.service import ReceiverService
 from effect_receiver.store import EffectStore, migrate
-from tests.support.receiver import CASE_ID, closed_port, new_operation_id, payload_for
+from tests.support.receiver import CASE_ID, closed_port, effect_request, new_operation_id, payload_for
 
 T0 = datetime(2026, 11, 29, 21, 0, 0, 250000, tzinfo=UTC)
 
@@ -32,14 +33,13 @@ def store(database_url: str) -> Iterator[EffectStore]:
 
 
 def effect(operation_id: str, case_id: str = CASE_ID, **overrides: str) -> Effect:
-    payload = payload_for(operation_id, case_id, **overrides)
-    checked = check_effect(operation_id, case_id, "record_support_review", payload, hashlib.sha256(payload).hexdigest())
+    checked = check_effect(effect_request(operation_id, case_id, payload_for(operation_id, case_id, **overrides)))
     assert isinstance(checked, Effect), checked
     return checked
 
 
 def receipt(operation_id: str, n: int = 0) -> Receipt:
-    return Receipt(f"rcpt-{n:032x}", operation_id, T0 + timedelta(seconds=n))
+    return Receipt(f"rcpt-{n:032x}", OperationId(operation_id), T0 + timedelta(seconds=n))
 
 
 def stored_rows(store: EffectStore, operation_id: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -59,7 +59,7 @@ def test_apply_creates_the_effect_and_its_record_in_one_go(store: EffectStore) -
     operation_id = new_operation_id()
     assert store.lookup(operation_id) is None
     answer = store.apply(effect(operation_id), receipt(operation_id))
-    assert answer.outcome is ApplyOutcome.CREATED
+    assert answer.outcome is ApplyResult.CREATED
     assert answer.receipt == receipt(operation_id)
     assert store.lookup(operation_id) == receipt(operation_id)  # applied_at survives the round trip, in UTC
     effect_row, record_row = stored_rows(store, operation_id)
@@ -72,7 +72,7 @@ def test_a_repeat_replays_the_original_receipt(store: EffectStore) -> None:
     operation_id = new_operation_id()
     store.apply(effect(operation_id), receipt(operation_id, 1))
     answer = store.apply(effect(operation_id), receipt(operation_id, 2))
-    assert answer.outcome is ApplyOutcome.REPLAYED
+    assert answer.outcome is ApplyResult.REPLAYED
     assert answer.receipt == receipt(operation_id, 1)
     assert store.count_effects() == 1
 
@@ -130,7 +130,7 @@ def test_list_effects_pages_one_case_oldest_first(store: EffectStore) -> None:
         "record_support_review",
         hashlib.sha256(payload_for(ours[0])).hexdigest(),
     )
-    assert store.list_effects("T-unknown", after=0, limit=10).effects == ()
+    assert store.list_effects(CaseId("T-unknown"), after=0, limit=10).effects == ()
 
 
 def test_an_unreachable_database_is_unavailable() -> None:

@@ -6,12 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from decisionflow.vocabulary import LookupStatus, OperationId, OperationState
 from reconciler.domain import (
     Action,
-    Finding,
     LookupFinding,
     OpenOperation,
-    OpenState,
     PassSummary,
     RedriveCounts,
     age_seconds,
@@ -25,19 +24,19 @@ HOUR = timedelta(hours=1)
 def unknown(first_attempt_ago: timedelta = timedelta(minutes=1), *, approved: bool = True) -> OpenOperation:
     """An UNKNOWN operation decided and first attempted first_attempt_ago."""
     at = NOW - first_attempt_ago
-    return OpenOperation("op-v1-" + "a" * 64, OpenState.UNKNOWN, approved, at, at)
+    return OpenOperation(OperationId("op-v1-" + "a" * 64), OperationState.UNKNOWN, approved, at, at)
 
 
 def never_attempted() -> OpenOperation:
     """An APPROVED operation whose effect was never attempted."""
-    return OpenOperation("op-v1-" + "b" * 64, OpenState.APPROVED, True, NOW - HOUR, None)
+    return OpenOperation(OperationId("op-v1-" + "b" * 64), OperationState.APPROVED, True, NOW - HOUR, None)
 
 
-APPLIED = LookupFinding(Finding.APPLIED, strong=True)
-APPLIED_EVENTUAL = LookupFinding(Finding.APPLIED, strong=False)
-STRONG_NOT_FOUND = LookupFinding(Finding.NOT_FOUND, strong=True)
-EVENTUAL_NOT_FOUND = LookupFinding(Finding.NOT_FOUND, strong=False)
-FAILED = LookupFinding(Finding.FAILED, error="UNAVAILABLE: connection refused")
+APPLIED = LookupFinding(LookupStatus.APPLIED, strong=True)
+APPLIED_EVENTUAL = LookupFinding(LookupStatus.APPLIED, strong=False)
+STRONG_NOT_FOUND = LookupFinding(LookupStatus.NOT_FOUND, strong=True)
+EVENTUAL_NOT_FOUND = LookupFinding(LookupStatus.NOT_FOUND, strong=False)
+FAILED = LookupFinding(LookupStatus.UNSPECIFIED, error="UNAVAILABLE: connection refused")
 
 
 @pytest.mark.parametrize(
@@ -90,9 +89,9 @@ def test_failed_lookup_reason_carries_the_error() -> None:
 
 
 def test_age_runs_from_the_decision() -> None:
-    decided = OpenOperation("op", OpenState.UNKNOWN, True, NOW - HOUR, NOW - timedelta(minutes=1))
+    decided = OpenOperation(OperationId("op"), OperationState.UNKNOWN, True, NOW - HOUR, NOW - timedelta(minutes=1))
     assert age_seconds(decided, NOW) == 3600
-    assert age_seconds(OpenOperation("op", OpenState.UNKNOWN, True, None, None), NOW) == 0
+    assert age_seconds(OpenOperation(OperationId("op"), OperationState.UNKNOWN, True, None, None), NOW) == 0
 
 
 def test_summary_json_names_every_count() -> None:

@@ -30,6 +30,7 @@ from decisionflow.client import (
     Unavailable,
 )
 from decisionflow.client.errors import error_class
+from decisionflow.vocabulary import OperationId
 from reconciler.service import PassSettings, Reconciler
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
@@ -146,7 +147,7 @@ class Receiver:
         answers = []
         for operation_id in operation_ids:
             if operation_id in self.applied:
-                receipt = Receipt("rcpt-" + operation_id[-8:], operation_id, NOW)
+                receipt = Receipt("rcpt-" + operation_id[-8:], OperationId(operation_id), NOW)
                 answers.append(LookupAnswer(operation_id, LookupStatus.APPLIED, receipt, Consistency.STRONG, NOW))
             else:
                 answers.append(LookupAnswer(operation_id, LookupStatus.NOT_FOUND, None, Consistency.STRONG, NOW))

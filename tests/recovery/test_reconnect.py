@@ -5,7 +5,6 @@ call indeterminate, never a definite answer."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server
 from orchestrator.effects import ReceiverEffects
 from orchestrator.ports import EffectIndeterminate
-from tests.support.payloads import ACTION, CASE_ID, new_operation_id, payload_for
+from tests.support.payloads import effect_request, new_operation_id
 
 
 def test_every_channel_reconnects_within_a_second_unless_the_caller_says_otherwise() -> None:
@@ -32,15 +31,7 @@ def test_every_channel_reconnects_within_a_second_unless_the_caller_says_otherwi
 
 
 async def _apply(client: AsyncReceiverClient, operation_id: str, deadline_in: float) -> str:
-    payload = payload_for(operation_id)
-    applied = await client.apply(
-        operation_id,
-        CASE_ID,
-        ACTION,
-        payload,
-        hashlib.sha256(payload).hexdigest(),
-        deadline=time.monotonic() + deadline_in,
-    )
+    applied = await client.apply(effect_request(operation_id), deadline=time.monotonic() + deadline_in)
     return applied.receipt.receipt_id
 
 
@@ -80,11 +71,8 @@ def test_an_apply_to_a_receiver_that_stays_away_is_indeterminate() -> None:
             await channel.close(None)
         effects = ReceiverEffects.connect(target, token=None, timeout=1.0)
         try:
-            payload = payload_for(operation_id := new_operation_id())
             with pytest.raises(EffectIndeterminate):
-                await effects.apply(
-                    operation_id, CASE_ID, ACTION, payload, hashlib.sha256(payload).hexdigest(), deadline=None
-                )
+                await effects.apply(effect_request(new_operation_id()), deadline=None)
         finally:
             await effects.close()
 

@@ -9,7 +9,8 @@ import pytest
 
 from decisionflow import strict_json
 from decisionflow.payload import APPROVE, EffectPayload, PayloadError
-from orchestrator.domain import Decision, RecordedDecision, effect_payload
+from decisionflow.vocabulary import Decision
+from orchestrator.domain import RecordedDecision, effect_payload
 from tests.support.payloads import sample_payload, tampered
 from tests.support.seeding import proposal_for
 

@@ -11,16 +11,18 @@ from typing import Any
 
 from decisionflow.payload import APPROVE, EffectPayload
 from decisionflow.v1 import effect_receiver_pb2
+from decisionflow.vocabulary import CaseId, EffectRequest, OperationId
+from decisionflow.vocabulary_wire import effect_request_to_pb
 
-CASE_ID = "T-1042"
+CASE_ID = CaseId("T-1042")
 ACTION = "record_support_review"
 BODY = "Thanks for the report. This is a known firmware issue; version 4.2.1 fixes it.\n"
 DECIDED_AT = datetime(2026, 11, 29, 20, 53, 0, 123456, tzinfo=UTC)
 
 
-def new_operation_id() -> str:
+def new_operation_id() -> OperationId:
     """A fresh, well-formed operation id (random: each test gets its own keys)."""
-    return "op-v1-" + hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    return OperationId("op-v1-" + hashlib.sha256(uuid.uuid4().bytes).hexdigest())
 
 
 def sample_payload(operation_id: str, case_id: str = CASE_ID, /, **changes: Any) -> EffectPayload:
@@ -61,16 +63,23 @@ def payload_for(operation_id: str, case_id: str = CASE_ID, /, **overrides: Any) 
     return tampered(encoded, **untyped) if untyped else encoded
 
 
+def effect_request(
+    operation_id: str,
+    case_id: str = CASE_ID,
+    payload: bytes | None = None,
+    digest: str | None = None,
+    *,
+    kind: str = ACTION,
+) -> EffectRequest:
+    """An Apply of operation_id whose digest matches its payload unless digest is given (fields unchecked)."""
+    if payload is None:
+        payload = payload_for(operation_id, case_id)
+    digest = hashlib.sha256(payload).hexdigest() if digest is None else digest
+    return EffectRequest(OperationId(operation_id), CaseId(case_id), kind, payload, digest)
+
+
 def apply_request(
     operation_id: str, case_id: str = CASE_ID, payload: bytes | None = None, digest: str | None = None
 ) -> effect_receiver_pb2.ApplyRequest:
     """An ApplyRequest whose digest matches its payload unless digest is given."""
-    if payload is None:
-        payload = payload_for(operation_id, case_id)
-    return effect_receiver_pb2.ApplyRequest(
-        operation_id=operation_id,
-        case_id=case_id,
-        kind=ACTION,
-        payload=payload,
-        payload_digest=hashlib.sha256(payload).hexdigest() if digest is None else digest,
-    )
+    return effect_request_to_pb(effect_request(operation_id, case_id, payload, digest))

@@ -20,7 +20,7 @@ from decisionflow.stack import RECEIVER_MODULE, receiver_args
 from decisionflow.v1 import effect_receiver_pb2_grpc
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import ReceiverServer, create_server
-from tests.support.payloads import BODY, CASE_ID, apply_request, new_operation_id, payload_for
+from tests.support.payloads import BODY, CASE_ID, apply_request, effect_request, new_operation_id, payload_for
 
 __all__ = [
     "BODY",
@@ -30,6 +30,7 @@ __all__ = [
     "apply_request",
     "closed_port",
     "count_rows",
+    "effect_request",
     "new_operation_id",
     "payload_for",
     "spawn_receiver",

@@ -19,10 +19,11 @@ import sqlalchemy as sa
 from decisionflow import db
 from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
+from decisionflow.vocabulary import Decision, OperationId
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from effect_receiver.store import migrate as migrate_receiver
-from orchestrator.domain import Decision, RecordedDecision
+from orchestrator.domain import RecordedDecision
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore
 from reconciler.config import ReconcilerConfig
@@ -113,7 +114,7 @@ def approved_never_attempted(stack: Stack, case_id: str) -> str:
     engine = db.create_engine(stack.orchestrator_url, pool_size=1)
     try:
         store = OrchestratorStore(engine)
-        decision = RecordedDecision(op, Decision.APPROVE, "reviewer@example.com", datetime.now(UTC))
+        decision = RecordedDecision(OperationId(op), Decision.APPROVE, "reviewer@example.com", datetime.now(UTC))
         store.record_decision(decision, case_id, [])
     finally:
         engine.dispose()

@@ -20,18 +20,11 @@ import sqlalchemy as sa
 
 from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
-from effect_receiver.domain import Effect, Receipt, check_effect
+from decisionflow.vocabulary import CaseId, Decision, EffectRequest, OperationId, OperationState, Receipt
+from effect_receiver.domain import Effect, check_effect
 from effect_receiver.store import EffectStore
 from effect_receiver.store import migrate as migrate_receiver
-from orchestrator.domain import (
-    Decision,
-    PendingReview,
-    Proposal,
-    ProposalContent,
-    RecordedDecision,
-    State,
-    effect_payload,
-)
+from orchestrator.domain import PendingReview, Proposal, ProposalContent, RecordedDecision, effect_payload
 from orchestrator.store import OrchestratorStore
 from orchestrator.store import migrate as migrate_orchestrator
 
@@ -74,7 +67,7 @@ class SeededOperation:
 def proposal_for(case_id: str, body: str, created_at: datetime, *, created_by: str = AUTHOR) -> Proposal:
     """The proposal StartReview would store for case_id and body (the seeder's evidence and policy)."""
     ids = identities(case_id, ACTION, body, EVIDENCE, POLICY)
-    content = ProposalContent(case_id, ACTION, body, EVIDENCE, POLICY)
+    content = ProposalContent(CaseId(case_id), ACTION, body, EVIDENCE, POLICY)
     return Proposal(
         ids.operation_id,
         content,
@@ -113,7 +106,7 @@ def seed_operations(
     orchestrator_url: str,
     count: int,
     *,
-    state: State = State.UNKNOWN,
+    state: OperationState = OperationState.UNKNOWN,
     decided_at: datetime | None = None,
     first_attempt_at: datetime | None = None,
     case_prefix: str | None = None,
@@ -123,7 +116,7 @@ def seed_operations(
     The i-th operation is decided (and attempted) i milliseconds after the first, the last at
     decided_at (default: a minute ago), as a stream of approvals would leave them.
     """
-    assert state in (State.UNKNOWN, State.APPROVED)
+    assert state in (OperationState.UNKNOWN, OperationState.APPROVED)
     last_decided = decided_at or datetime.now(UTC) - timedelta(minutes=1)
     last_attempt = first_attempt_at or last_decided
     prefix = case_prefix or "R-" + uuid.uuid4().hex[:8]
@@ -138,7 +131,9 @@ def seed_operations(
             body = f"Known firmware issue; please update to 4.2.1 (reply {i})."
             proposal = proposal_for(f"{prefix}-{i}", body, decided - timedelta(minutes=5))
             seeded.append(
-                seed_decided(store, proposal, decided, attempted_at=attempted if state is State.UNKNOWN else None)
+                seed_decided(
+                    store, proposal, decided, attempted_at=attempted if state is OperationState.UNKNOWN else None
+                )
             )
     finally:
         engine.dispose()
@@ -154,9 +149,10 @@ def seed_effects(receiver_url: str, seeded: Iterable[SeededOperation]) -> dict[s
         migrate_receiver(engine)
         store = EffectStore(engine)
         for s in seeded:
-            effect = check_effect(s.operation_id, s.case_id, ACTION, s.payload, s.payload_digest)
+            request = EffectRequest(OperationId(s.operation_id), CaseId(s.case_id), ACTION, s.payload, s.payload_digest)
+            effect = check_effect(request)
             assert isinstance(effect, Effect), effect
-            answer = store.apply(effect, Receipt("rcpt-" + uuid.uuid4().hex, s.operation_id, applied_at))
+            answer = store.apply(effect, Receipt("rcpt-" + uuid.uuid4().hex, OperationId(s.operation_id), applied_at))
             receipts[s.operation_id] = answer.receipt.receipt_id
     finally:
         engine.dispose()

@@ -9,10 +9,11 @@ digest is an identifier, not a signature.
 from __future__ import annotations
 
 import hashlib
-import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from decisionflow.vocabulary import OPERATION_ID_PATTERN, OperationId
 
 OPERATION_PREFIX = "op-v1-"
 EVIDENCE_PREFIX = "ev-v1-"
@@ -21,7 +22,6 @@ OPERATION_DOMAIN = "decisionflow.operation.v1"
 EVIDENCE_DOMAIN = "decisionflow.evidence.v1"
 POLICY_DOMAIN = "decisionflow.policy.v1"
 
-OPERATION_ID_PATTERN = re.compile(r"\Aop-v1-[0-9a-f]{64}\Z")
 _MAX_FIELD_BYTES = 0xFFFFFFFF
 _LENGTH = struct.Struct(">I").pack
 
@@ -53,7 +53,7 @@ class PolicyRef:
 class Identities:
     """The three identities of one proposal."""
 
-    operation_id: str
+    operation_id: OperationId
     evidence_id: str
     policy_id: str
 
@@ -125,9 +125,9 @@ def policy_id(policy: PolicyRef) -> str:
     return _digest(POLICY_PREFIX, fields)
 
 
-def operation_id(case_id: str, action: str, body: str, evidence_ref: str, policy_ref: str) -> str:
+def operation_id(case_id: str, action: str, body: str, evidence_ref: str, policy_ref: str) -> OperationId:
     """Return the op-v1- identity from the case, action, body and the evidence and policy identities."""
-    return _digest(OPERATION_PREFIX, [OPERATION_DOMAIN, case_id, action, body, evidence_ref, policy_ref])
+    return OperationId(_digest(OPERATION_PREFIX, [OPERATION_DOMAIN, case_id, action, body, evidence_ref, policy_ref]))
 
 
 def identities(case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef) -> Identities:

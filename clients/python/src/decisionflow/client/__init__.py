@@ -103,6 +103,7 @@ from decisionflow.client.views import (
     StartedReview,
 )
 from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.vocabulary import CaseId, EffectRequest, OperationId
 
 __all__ = [
     "AppliedEffect",
@@ -113,6 +114,7 @@ __all__ = [
     "AsyncReviewClient",
     "AttemptLease",
     "CaseHasOpenProposal",
+    "CaseId",
     "CheckpointIntegrity",
     "CheckpointSaveFailed",
     "Consistency",
@@ -123,6 +125,7 @@ __all__ = [
     "DecisionflowError",
     "EditedProposal",
     "EffectRecord",
+    "EffectRequest",
     "EvidenceItem",
     "FourEyes",
     "IdempotencyKeyReused",
@@ -134,6 +137,7 @@ __all__ = [
     "LookupStatus",
     "NotFound",
     "NotRedrivable",
+    "OperationId",
     "OperationState",
     "OperationView",
     "OperationsClient",

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from decisionflow import vocabulary_wire as wire
 from decisionflow.client import views
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
-
-_E = TypeVar("_E", bound=enum.Enum)
-
-
-def _from_pb_enum(cls: type[_E], wrapper: Any, value: int, prefix: str, fallback: _E) -> _E:
-    # A number this client's stubs do not know (a newer server) falls back instead of failing.
-    try:
-        name = str(wrapper.Name(value)).removeprefix(prefix)
-    except ValueError:
-        return fallback
-    return cls.__members__.get(name, fallback)
 
 
 def _time(message: Any, field: str) -> datetime | None:
@@ -40,49 +29,8 @@ def _retention(message: Any) -> timedelta | None:
     return retention.ToTimedelta()
 
 
-def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
-    return None if value is None else to_timestamp(value)
-
-
-def decision_to_pb(decision: views.Decision) -> common_pb2.Decision.ValueType:
-    """Return the wire value of a decision."""
-    return common_pb2.Decision.Value(f"DECISION_{decision.value}")
-
-
-def state_to_pb(state: views.OperationState) -> common_pb2.OperationState.ValueType:
-    """Return the wire value of an operation state."""
-    return common_pb2.OperationState.Value(f"OPERATION_STATE_{state.value}")
-
-
-def decision(value: int) -> views.Decision:
-    """Return the view of a wire decision."""
-    return _from_pb_enum(views.Decision, common_pb2.Decision, value, "DECISION_", views.Decision.UNSPECIFIED)
-
-
-def outcome(value: int) -> views.Outcome:
-    """Return the view of a wire outcome; an unset or unknown outcome is UNKNOWN, never a success."""
-    return _from_pb_enum(views.Outcome, common_pb2.Outcome, value, "OUTCOME_", views.Outcome.UNKNOWN)
-
-
-def lookup_status(value: int) -> views.LookupStatus:
-    """Return the view of a wire lookup status."""
-    fallback = views.LookupStatus.UNSPECIFIED
-    return _from_pb_enum(views.LookupStatus, common_pb2.LookupStatus, value, "LOOKUP_STATUS_", fallback)
-
-
-def consistency(value: int) -> views.Consistency:
-    """Return the view of a wire consistency."""
-    fallback = views.Consistency.UNSPECIFIED
-    return _from_pb_enum(views.Consistency, common_pb2.Consistency, value, "CONSISTENCY_", fallback)
-
-
-def receipt(message: common_pb2.Receipt) -> views.Receipt:
-    """Return the view of a receipt."""
-    return views.Receipt(message.receipt_id, message.operation_id, _time(message, "applied_at"))
-
-
 def _optional_receipt(parent: Any) -> views.Receipt | None:
-    return receipt(parent.receipt) if parent.HasField("receipt") else None
+    return wire.receipt_from_pb(parent.receipt) if parent.HasField("receipt") else None
 
 
 def _attempt_lease(message: review_pb2.Operation) -> views.AttemptLease | None:
@@ -98,22 +46,15 @@ def operation(message: review_pb2.Operation) -> views.OperationView:
         note = message.last_lookup
         last_lookup = views.LookupNote(
             looked_up_at=_time(note, "looked_up_at"),
-            status=lookup_status(note.status),
-            consistency=consistency(note.consistency),
+            status=wire.lookup_status_from_pb(note.status),
+            consistency=wire.consistency_from_pb(note.consistency),
             error=note.error,
         )
-    state = _from_pb_enum(
-        views.OperationState,
-        common_pb2.OperationState,
-        message.state,
-        "OPERATION_STATE_",
-        views.OperationState.UNSPECIFIED,
-    )
     return views.OperationView(
         operation_id=message.operation_id,
         case_id=message.case_id,
-        state=state,
-        decision=decision(message.decision),
+        state=wire.state_from_pb(message.state),
+        decision=wire.decision_from_pb(message.decision),
         reviewer=message.reviewer,
         decided_at=_time(message, "decided_at"),
         receipt=_optional_receipt(message),
@@ -179,23 +120,18 @@ def pending_review(message: review_pb2.PendingReview) -> views.PendingReviewView
 
 def applied_effect(message: effect_receiver_pb2.ApplyResponse) -> views.AppliedEffect:
     """Return the view of an Apply response."""
-    result = _from_pb_enum(
-        views.ApplyResult,
-        effect_receiver_pb2.ApplyResult,
-        message.result,
-        "APPLY_RESULT_",
-        views.ApplyResult.UNSPECIFIED,
+    return views.AppliedEffect(
+        wire.apply_result_from_pb(message.result), wire.receipt_from_pb(message.receipt), _retention(message)
     )
-    return views.AppliedEffect(result, receipt(message.receipt), _retention(message))
 
 
 def lookup_answer(message: effect_receiver_pb2.LookupResult) -> views.LookupAnswer:
     """Return the view of one lookup result."""
     return views.LookupAnswer(
         operation_id=message.operation_id,
-        status=lookup_status(message.status),
+        status=wire.lookup_status_from_pb(message.status),
         receipt=_optional_receipt(message),
-        consistency=consistency(message.consistency),
+        consistency=wire.consistency_from_pb(message.consistency),
         observed_at=_time(message, "observed_at"),
     )
 
@@ -212,7 +148,7 @@ def effect(message: effect_receiver_pb2.Effect) -> views.EffectRecord:
         case_id=message.case_id,
         kind=message.kind,
         payload_digest=message.payload_digest,
-        receipt=receipt(message.receipt),
+        receipt=wire.receipt_from_pb(message.receipt),
         reviewer=message.reviewer,
         body=message.body,
     )
@@ -222,21 +158,14 @@ def settlement_to_pb(settlement: views.Settlement) -> operations_pb2.Settlement:
     """Return the wire form of a settlement."""
     message = operations_pb2.Settlement(
         operation_id=settlement.operation_id,
-        status=common_pb2.LookupStatus.Value(f"LOOKUP_STATUS_{settlement.status.value}"),
-        consistency=common_pb2.Consistency.Value(f"CONSISTENCY_{settlement.consistency.value}"),
+        status=wire.lookup_status_to_pb(settlement.status),
+        consistency=wire.consistency_to_pb(settlement.consistency),
         error=settlement.error,
     )
     if settlement.receipt is not None:
-        message.receipt.CopyFrom(
-            common_pb2.Receipt(
-                receipt_id=settlement.receipt.receipt_id,
-                operation_id=settlement.receipt.operation_id,
-                applied_at=_timestamp(settlement.receipt.applied_at),
-            )
-        )
-    observed_at = _timestamp(settlement.observed_at)
-    if observed_at is not None:
-        message.observed_at.CopyFrom(observed_at)
+        message.receipt.CopyFrom(wire.receipt_to_pb(settlement.receipt))
+    if settlement.observed_at is not None:
+        message.observed_at.CopyFrom(to_timestamp(settlement.observed_at))
     return message
 
 

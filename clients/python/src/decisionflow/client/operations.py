@@ -11,6 +11,7 @@ from functools import cached_property
 import grpc
 from google.protobuf import duration_pb2
 
+from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
 from decisionflow.client.views import OperationState, OperationView, RedriveResult, Settlement, SettleResult
@@ -22,7 +23,7 @@ def _list_request(
     states: Iterable[OperationState], min_age: timedelta | None, page_size: int, case_id: str | None
 ) -> operations_pb2.ListOperationsRequest:
     request = operations_pb2.ListOperationsRequest(
-        states=[convert.state_to_pb(s) for s in states], page_size=page_size, case_id=case_id
+        states=[wire.state_to_pb(s) for s in states], page_size=page_size, case_id=case_id
     )
     if min_age is not None:
         age = duration_pb2.Duration()
@@ -48,7 +49,7 @@ def _redrive_request(operation_id: str) -> operations_pb2.RedriveOperationReques
 
 
 def _redrive_result(response: operations_pb2.RedriveOperationResponse) -> RedriveResult:
-    return RedriveResult(convert.outcome(response.outcome), convert.operation(response.operation))
+    return RedriveResult(wire.outcome_from_pb(response.outcome), convert.operation(response.operation))
 
 
 class OperationsClient:

@@ -12,36 +12,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from datetime import datetime
 
 import grpc
 
+from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncCallSettings, CallSettings, call, call_async, metadata_tuple
 from decisionflow.client.views import AppliedEffect, EffectRecord, LookupAnswer, LookupBatch
 from decisionflow.retry import CLIENT_DEFAULT, ORCHESTRATOR_TO_RECEIVER, Clock, RetryPolicy
-from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
-
-
-def _apply_request(
-    operation_id: str,
-    case_id: str,
-    kind: str,
-    payload: bytes,
-    payload_digest: str,
-    first_attempted_at: datetime | None,
-) -> effect_receiver_pb2.ApplyRequest:
-    request = effect_receiver_pb2.ApplyRequest(
-        operation_id=operation_id,
-        case_id=case_id,
-        kind=kind,
-        payload=payload,
-        payload_digest=payload_digest,
-    )
-    if first_attempted_at is not None:
-        request.first_attempted_at.CopyFrom(to_timestamp(first_attempted_at))
-    return request
+from decisionflow.vocabulary import EffectRequest
 
 
 class ReceiverClient:
@@ -60,23 +40,14 @@ class ReceiverClient:
         self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
         self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
 
-    def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        first_attempted_at: datetime | None = None,
-    ) -> AppliedEffect:
-        """Write the effect of operation_id once; a repeat with the same payload replays the receipt.
+    def apply(self, request: EffectRequest) -> AppliedEffect:
+        """Write the effect of request.operation_id once; a repeat with the same payload replays the receipt.
 
-        With first_attempted_at, a receiver with a key retention refuses (KeyRetentionExceeded) when
-        the key is absent and may already have been pruned.
+        With request.first_attempted_at, a receiver with a key retention refuses (KeyRetentionExceeded)
+        when the key is absent and may already have been pruned.
         """
-        request = _apply_request(operation_id, case_id, kind, payload, payload_digest, first_attempted_at)
-        return convert.applied_effect(call(self._stub.Apply, request, self._settings))
+        message = wire.effect_request_to_pb(request)
+        return convert.applied_effect(call(self._stub.Apply, message, self._settings))
 
     def lookup(self, operation_id: str) -> LookupAnswer:
         """Return whether the effect of operation_id exists, and how fresh that answer is."""
@@ -131,25 +102,15 @@ class AsyncReceiverClient:
             timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
         )
 
-    async def apply(
-        self,
-        operation_id: str,
-        case_id: str,
-        kind: str,
-        payload: bytes,
-        payload_digest: str,
-        *,
-        deadline: float,
-        first_attempted_at: datetime | None = None,
-    ) -> AppliedEffect:
-        """Write the effect of operation_id once, retrying until deadline (an absolute clock() time).
+    async def apply(self, request: EffectRequest, *, deadline: float) -> AppliedEffect:
+        """Write the effect of request.operation_id once, retrying until deadline (an absolute clock() time).
 
-        With first_attempted_at, a receiver with a key retention refuses (KeyRetentionExceeded) when
-        the key is absent and may already have been pruned.
+        With request.first_attempted_at, a receiver with a key retention refuses (KeyRetentionExceeded)
+        when the key is absent and may already have been pruned.
         """
-        request = _apply_request(operation_id, case_id, kind, payload, payload_digest, first_attempted_at)
-        context = {"operation_id": operation_id, "case_id": case_id, "rpc": "Apply"}
-        response = await call_async(self._stub.Apply, request, self._settings, deadline, log_context=context)
+        message = wire.effect_request_to_pb(request)
+        context = {"operation_id": request.operation_id, "case_id": request.case_id, "rpc": "Apply"}
+        response = await call_async(self._stub.Apply, message, self._settings, deadline, log_context=context)
         return convert.applied_effect(response)
 
     async def lookup(self, operation_id: str, *, deadline: float | None = None) -> LookupAnswer:

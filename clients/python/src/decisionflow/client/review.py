@@ -14,6 +14,7 @@ from functools import cached_property
 
 import grpc
 
+from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
 from decisionflow.client.errors import DecisionflowError, StaleProposal
@@ -107,12 +108,12 @@ def _own_edit(
 
 
 def _approve_request(operation_id: str, decision: Decision) -> review_pb2.ApproveRequest:
-    return review_pb2.ApproveRequest(operation_id=operation_id, decision=convert.decision_to_pb(decision))
+    return review_pb2.ApproveRequest(operation_id=operation_id, decision=wire.decision_to_pb(decision))
 
 
 def _approve_result(response: review_pb2.ApproveResponse) -> ApproveResult:
     return ApproveResult(
-        outcome=convert.outcome(response.outcome),
+        outcome=wire.outcome_from_pb(response.outcome),
         replay=response.replay,
         operation=convert.operation(response.operation),
     )

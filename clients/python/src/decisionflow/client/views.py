@@ -1,86 +1,52 @@
 """What the clients return: frozen dataclasses and string enums, never pb2 messages.
 
-Enum members mirror the proto enums without their prefix (``OPERATION_STATE_COMMITTED``
-is ``OperationState.COMMITTED``); a value a newer server sends that this client does not
-know becomes the enum's UNSPECIFIED member (or, for an outcome, UNKNOWN).
+The enums and the receipt are the shared vocabulary (``decisionflow.vocabulary``), re-exported
+here: members mirror the proto enums without their prefix (``OPERATION_STATE_COMMITTED`` is
+``OperationState.COMMITTED``); a value a newer server sends that this client does not know
+becomes the enum's UNSPECIFIED member (or, for an outcome, UNKNOWN).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.vocabulary import (
+    ApplyResult,
+    Consistency,
+    Decision,
+    LookupStatus,
+    OperationState,
+    Outcome,
+    Receipt,
+)
 
-
-class Decision(enum.StrEnum):
-    """A reviewer's decision; UNSPECIFIED is always refused by the server."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    APPROVE = "APPROVE"
-    DECLINE = "DECLINE"
-
-    @classmethod
-    def parse(cls, text: str) -> Decision:
-        """Return the decision named by text (``APPROVE``, ``DECISION_APPROVE``, ``approve``), else UNSPECIFIED."""
-        name = text.strip().upper().removeprefix("DECISION_")
-        return cls.__members__.get(name, cls.UNSPECIFIED)
-
-
-class OperationState(enum.StrEnum):
-    """Where an operation stands (docs/review-protocol.md)."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    PENDING_REVIEW = "PENDING_REVIEW"
-    APPROVED = "APPROVED"
-    UNKNOWN = "UNKNOWN"
-    COMMITTED = "COMMITTED"
-    DECLINED = "DECLINED"
-    REJECTED = "REJECTED"
-    SUPERSEDED = "SUPERSEDED"
-
-
-class Outcome(enum.StrEnum):
-    """What a decision or re-drive achieved. UNKNOWN is neither success nor failure: a lookup settles it."""
-
-    COMMITTED = "COMMITTED"
-    DECLINED = "DECLINED"
-    REJECTED = "REJECTED"
-    UNKNOWN = "UNKNOWN"
-
-
-class LookupStatus(enum.StrEnum):
-    """What a lookup at the receiver found; UNSPECIFIED when the lookup failed."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    APPLIED = "APPLIED"
-    NOT_FOUND = "NOT_FOUND"
-
-
-class Consistency(enum.StrEnum):
-    """How fresh a lookup answer is; only a STRONG NOT_FOUND is authoritative."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    STRONG = "STRONG"
-    EVENTUAL = "EVENTUAL"
-
-
-class ApplyResult(enum.StrEnum):
-    """Whether an Apply wrote the effect or found it written with the same payload."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    CREATED = "CREATED"
-    REPLAYED = "REPLAYED"
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """The receiver's proof that the effect of operation_id was written."""
-
-    receipt_id: str
-    operation_id: str
-    applied_at: datetime | None
+__all__ = [
+    "AppliedEffect",
+    "ApplyResult",
+    "ApproveResult",
+    "AttemptLease",
+    "Consistency",
+    "Decision",
+    "EditedProposal",
+    "EffectRecord",
+    "LookupAnswer",
+    "LookupBatch",
+    "LookupNote",
+    "LookupStatus",
+    "OperationState",
+    "OperationView",
+    "Outcome",
+    "PendingReviewView",
+    "ProposalRecord",
+    "ProposalView",
+    "Receipt",
+    "RedriveResult",
+    "SettleResult",
+    "Settlement",
+    "StartedReview",
+]
 
 
 @dataclass(frozen=True, slots=True)
