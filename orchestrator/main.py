@@ -29,7 +29,6 @@ from decisionflow.failpoints import Failpoints
 from decisionflow.host import Host, Service, Wiring, command_line
 from decisionflow.serving import ReceiveLimits
 from decisionflow.settings import SettingError, parse_settings
-from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow.version import add_version_flag
 from orchestrator import config as configuration
@@ -257,43 +256,37 @@ def _housekeeping(command: str, args: list[str]) -> int:
         cli.error(str(error))
     level = values.required(configuration.LOG_LEVEL)
     configure_logging(level)
-    try:
-        # Housekeeping never creates or migrates a database: a mistyped path must not become an empty one.
-        engine = migrating.open_existing(database_url, SCHEMA)
-    except StartupError as error:
-        return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
-    try:
+
+    def work(engine: Engine) -> int:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
-            housekeeping_commands.report_count(
-                command,
-                dry_run=ns.dry_run,
-                noun="checkpoints",
-                count=pruned,
-                what=f"checkpoints of operations settled more than {ns.older_than_days:g} days ago",
-            )
+            what = f"checkpoints of operations settled more than {ns.older_than_days:g} days ago"
+            housekeeping_commands.report_count(command, dry_run=ns.dry_run, noun="checkpoints", count=pruned, what=what)
             return 0
         report = asyncio.run(
             reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
         )
+        found = [
+            {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
+            for r in report.found
+        ]
         print(
             json.dumps(
                 {
                     "command": command,
                     "dry_run": ns.dry_run,
-                    "found": [
-                        {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
-                        for r in report.found
-                    ],
+                    "found": found,
                     "reopened": report.reopened,
                     "skipped": report.skipped,
                 }
             )
         )
         return 0
-    finally:
-        engine.dispose()
+
+    return housekeeping_commands.on_existing_database(
+        SCHEMA, command, database_url, work, logger, debug=level == "debug"
+    )
 
 
 HOUSEKEEPING = {
