@@ -25,7 +25,8 @@ import grpc
 from bench import _workload
 from decisionflow import workers
 from decisionflow.channels import MAX_MESSAGE_BYTES, aio_insecure_channel
-from decisionflow.serving import ReceiveLimits, TransportLimits, announce_listening
+from decisionflow.host import announce_listening
+from decisionflow.serving import ReceiveLimits, TransportLimits
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -1,18 +1,22 @@
 """The shape every housekeeping command shares (``decisionflow-orchestrator prune-checkpoints``,
-``decisionflow-receiver prune-keys``): a parser with the service's settings and ``--dry-run``, and
-its report: one JSON line on stdout for scripts, one line for a
-person on stderr."""
+``decisionflow-receiver prune-keys``): a parser with the service's settings and ``--dry-run``, the
+existing database (never created or migrated: a mistyped path must not become an empty one), and
+its report: one JSON line on stdout for scripts, one line for a person on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from decisionflow import arguments
+from sqlalchemy.engine import Engine
+
+from decisionflow import arguments, migrating, startup
 from decisionflow.settings import Setting, add_settings
+from decisionflow.startup import StartupError
 
 
 def parser(program: str, command: str, description: str, settings: Sequence[Setting[Any]]) -> argparse.ArgumentParser:
@@ -27,3 +31,24 @@ def report_count(command: str, *, dry_run: bool, noun: str, count: int, what: st
     """Print ``{"command", "dry_run", noun: count}`` on stdout and "deleted|would delete <count> <what>" on stderr."""
     print(json.dumps({"command": command, "dry_run": dry_run, noun: count}))
     print(f"{'would delete' if dry_run else 'deleted'} {count} {what}", file=sys.stderr)
+
+
+def on_existing_database(
+    schema: migrating.Schema,
+    command: str,
+    database_url: str,
+    work: Callable[[Engine], int],
+    logger: logging.Logger,
+    *,
+    debug: bool,
+) -> int:
+    """Run work on the database at database_url, at the head revision, and return its exit status; a missing
+    database, an older schema or an unreachable one is one line naming the setting (decisionflow.startup)."""
+    try:
+        engine = migrating.open_existing(database_url, schema)
+    except StartupError as error:
+        return startup.report(f"{schema.program} {command}", error, logger, debug=debug, service=schema.service)
+    try:
+        return work(engine)
+    finally:
+        engine.dispose()

@@ -1,18 +1,14 @@
 """gRPC server bootstrap shared by the services: message limits, the server's status table, health,
-reflection and a graceful shutdown (health NOT_SERVING first, then drain calls in flight)."""
+reflection and a graceful shutdown (health NOT_SERVING first, then drain calls in flight). The
+process around the server (start-up order, workers, signals) is decisionflow.host."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
-import os
-import signal
-import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -20,7 +16,6 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from decisionflow import logs, tracing, workers
 from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
 from decisionflow.channels import MAX_MESSAGE_BYTES
@@ -252,107 +247,3 @@ async def start_server(
     for name in (*service_names, ""):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server, port, health, service_names, guard)
-
-
-async def serve_until_signal(
-    running: RunningServer, grace: float, *, reload: Sequence[Callable[[], object]] = ()
-) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully; on SIGHUP call each of reload (e.g.
-    re-read the credentials file), a failing one logged, never ending the server."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, _reload_all, reload)
-    serving = asyncio.ensure_future(running.server.wait_for_termination())
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    logger.info("shutting down: NOT_SERVING, draining calls for up to %.1f s", grace)
-    await running.stop(grace)
-    serving.cancel()
-    stopping.cancel()
-
-
-def _reload_all(reload: Sequence[Callable[[], object]]) -> None:
-    if not reload:
-        logger.info("SIGHUP: nothing to reload")
-    for callback in reload:
-        try:
-            callback()
-        except Exception:
-            logger.exception("SIGHUP: reloading failed; serving on as before")
-
-
-async def _cancel_remaining_tasks() -> None:
-    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.get_running_loop().shutdown_asyncgens()
-
-
-def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
-    """Run serve() to its end, then end the process with status 0 at once; an exception propagates."""
-    # A call cancelled when the grace period runs out can leave its database work running in a
-    # worker thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run,
-    # then the interpreter, would wait for that thread without bound. The work is one atomic
-    # transaction, so ending the process rolls it back.
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_until_complete(serve)
-        loop.run_until_complete(_cancel_remaining_tasks())
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()  # unlike asyncio.run, does not wait for the default executor's threads
-    tracing.shutdown()  # exports the spans still queued
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def announce_listening(service: str, port: int, port_file: Path | None) -> None:
-    """Tell a parent process the bound port: a JSON log line on stdout (``"event": "listening"``, with
-    ``service`` and ``port``) and, if asked, a port file."""
-    if port_file is not None:
-        # Written aside and renamed, so a process polling for the file never reads half a number.
-        partial = port_file.with_name(port_file.name + ".partial")
-        partial.write_text(f"{port}\n", encoding="ascii")
-        partial.replace(port_file)
-    # A log line like every other, with the fields a parent reads (event, service, port), written even at
-    # --log-level warning: the parent waits for it.
-    line = logs.json_line(
-        logger.name, logging.INFO, f"listening on port {port}", event="listening", service=service, port=port
-    )
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def serve_workers(
-    service: str,
-    count: int,
-    address: str,
-    port_file: Path | None,
-    metrics_port: int | None,
-    serve: Callable[[str, int | None, workers.Ready], int],
-    log: logging.Logger,
-) -> int:
-    """Fork count worker processes of service that share address (decisionflow.workers); return the
-    exit status. The parent's own lines go to the service's log.
-
-    Worker i runs serve(address, its metrics port, ready): metrics_port + i when a metrics port is
-    set, each worker serving its own. The shared port is announced (and written to port_file)
-    once every worker is serving.
-    """
-
-    def worker(index: int, bound: str, ready: workers.Ready) -> int:
-        return serve(bound, metrics_port + index if metrics_port else metrics_port, ready)
-
-    def announce(port: int) -> None:
-        announce_listening(service, port, port_file)
-        log.info("%d workers serving port %d", count, port, extra={"service": service})
-
-    status = workers.run_workers(count, address, worker, announce)
-    log.info("every worker stopped", extra={"service": service})
-    return status

@@ -16,9 +16,10 @@ import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from decisionflow import housekeeping_commands, logs, migrating, startup
+from sqlalchemy.engine import Engine
+
+from decisionflow import housekeeping_commands, logs, migrating
 from decisionflow.settings import SettingError, parse_settings
-from decisionflow.startup import StartupError
 from effect_receiver import config as configuration
 from effect_receiver.errors import Unavailable
 from effect_receiver.service import Clock, utc_now
@@ -113,24 +114,18 @@ def main(args: Sequence[str], schema: migrating.Schema) -> int:
         cli.error(str(error))
     level = values.required(configuration.LOG_LEVEL)
     logs.configure(level)
-    try:
-        # Housekeeping never creates or migrates a database: a mistyped path must not become an empty one.
-        engine = migrating.open_existing(database_url, schema)
-    except StartupError as error:
-        return startup.report(f"{PROGRAM} {COMMAND}", error, logger, debug=level == "debug", service="effect_receiver")
-    try:
-        pruned = prune_keys(EffectStore(engine), retention, utc_now(), dry_run=ns.dry_run)
-    except Unavailable as error:
-        # Batches already deleted stay deleted; running the command again finishes the work.
-        logger.error("%s: %s", COMMAND, error, extra={"service": "effect_receiver"})
-        return 1
-    finally:
-        engine.dispose()
-    housekeeping_commands.report_count(
-        COMMAND,
-        dry_run=ns.dry_run,
-        noun="keys",
-        count=pruned,
-        what=f"keys (effects and their records) applied more than {retention.total_seconds():.0f} s ago",
+
+    def prune(engine: Engine) -> int:
+        try:
+            pruned = prune_keys(EffectStore(engine), retention, utc_now(), dry_run=ns.dry_run)
+        except Unavailable as error:
+            # Batches already deleted stay deleted; running the command again finishes the work.
+            logger.error("%s: %s", COMMAND, error, extra={"service": "effect_receiver"})
+            return 1
+        what = f"keys (effects and their records) applied more than {retention.total_seconds():.0f} s ago"
+        housekeeping_commands.report_count(COMMAND, dry_run=ns.dry_run, noun="keys", count=pruned, what=what)
+        return 0
+
+    return housekeeping_commands.on_existing_database(
+        schema, COMMAND, database_url, prune, logger, debug=level == "debug"
     )
-    return 0

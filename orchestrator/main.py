@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -16,26 +17,18 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import grpc
+from sqlalchemy.engine import Engine
 
-from decisionflow import arguments, housekeeping_commands, logs, migrating, server_security, startup, tracing, workers
+from decisionflow import arguments, housekeeping_commands, logs, migrating, startup
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
-from decisionflow.serving import (
-    ReceiveLimits,
-    RunningServer,
-    announce_listening,
-    run_server,
-    serve_until_signal,
-    serve_workers,
-    start_server,
-)
+from decisionflow.host import Host, Service, Wiring, command_line
+from decisionflow.serving import ReceiveLimits
 from decisionflow.settings import SettingError, parse_settings
-from decisionflow.startup import StartupError
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow.version import add_version_flag
 from orchestrator import config as configuration
@@ -124,9 +117,6 @@ def configure_logging(level: str) -> None:
         logging.getLogger(FRAMEWORK_LOGGER).setLevel(logging.WARNING)
 
 
-Closer = Callable[[], Awaitable[None]]
-
-
 def utc_now() -> datetime:
     """Return the current time in UTC."""
     return datetime.now(UTC)
@@ -138,25 +128,44 @@ def lease_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-async def _close_all(closers: Sequence[Closer]) -> None:
-    for close in reversed(closers):
-        await close()
+def check_receiver_channel(config: OrchestratorConfig) -> None:
+    """Raise a configuration StartupError when the receiver's CA file is unusable, or when the receiver
+    token would travel in cleartext beyond loopback without the explicit opt-in."""
+    startup.check_ca_file(config.receiver_ca_file, configuration.RECEIVER_CA_FILE)
+    with startup.refusing_cleartext(RECEIVER_CHANNEL_SETTINGS):
+        check_cleartext_token(
+            config.receiver_target,
+            ca_file=config.receiver_ca_file,
+            token=config.receiver_token,
+            allow_cleartext_token=config.receiver_allow_cleartext_token,
+        )
 
 
-@dataclass
-class OrchestratorServer(RunningServer):
-    """A running orchestrator and the resources it releases when stopped."""
+def connect_receiver(host: Host, config: OrchestratorConfig) -> ReceiverEffects:
+    """Open the channel to the receiver, closed when host stops."""
+    receiver = ReceiverEffects.connect(
+        config.receiver_target,
+        token=config.receiver_token,
+        timeout=config.receiver_timeout_seconds,
+        ca_file=config.receiver_ca_file,
+        allow_cleartext_token=config.receiver_allow_cleartext_token,
+    )
+    host.close_on_stop(receiver.close)
+    return receiver
 
-    closers: list[Closer] = field(default_factory=list)
-    metrics_port: int | None = None  # the bound metrics port, when metrics are served
-    reload: tuple[Callable[[], object], ...] = ()  # what SIGHUP re-reads (the credentials file)
 
-    async def stop(self, grace: float) -> None:
-        """Report NOT_SERVING, drain calls in flight within grace, then close the channel and pools."""
-        try:
-            await super().stop(grace)
-        finally:
-            await _close_all(self.closers)
+def register(review: ReviewServicer, operations: OperationsServicer) -> Callable[[grpc.aio.Server], list[str]]:
+    """Return what adds ReviewService and OperationsService to a server and names them."""
+
+    def add(server: grpc.aio.Server) -> list[str]:
+        review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
+        operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
+        return [
+            review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
+            operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+        ]
+
+    return add
 
 
 async def create_server(
@@ -165,114 +174,51 @@ async def create_server(
     workflow: ReviewWorkflow | None = None,
     effects: EffectPort | None = None,
     clock: Callable[[], datetime] = utc_now,
-) -> OrchestratorServer:
-    """Migrate the database and serve ReviewService and OperationsService on config.address. A setting that
-    stops it, or a database or port that is not ready, raises StartupError naming the setting; listening
-    beyond loopback without TLS and authentication raises ExposureRefused."""
-    auth, tls = startup.security_parts(config.address, config.security)
-    if effects is None:
-        startup.check_ca_file(config.receiver_ca_file, configuration.RECEIVER_CA_FILE)
-        with startup.refusing_cleartext(RECEIVER_CHANNEL_SETTINGS):
-            check_cleartext_token(
-                config.receiver_target,
-                ca_file=config.receiver_ca_file,
-                token=config.receiver_token,
-                allow_cleartext_token=config.receiver_allow_cleartext_token,
-            )
-    startup.check_bindable(config.address, configuration.ADDRESS, reuse_port=config.workers > 1)
-    engine = startup.database_engine(config.database_url, configuration.DATABASE_URL)
-
-    async def dispose() -> None:
-        engine.dispose()
-
-    closers: list[Closer] = [dispose]
+) -> Host:
+    """Migrate the database and serve ReviewService and OperationsService on config.address (the steps of
+    decisionflow.host); workflow and effects replace the real ones (tests). A setting that stops it, or a
+    database or port that is not ready, raises StartupError naming the setting; listening beyond loopback
+    without TLS and authentication raises ExposureRefused."""
     metrics = OrchestratorMetrics()
-    metrics_port = None
-    try:
-        if config.metrics_port is not None:
-            endpoint = metrics.serve(config.metrics_port, config.metrics_address)
-            closers.append(lambda: asyncio.to_thread(endpoint.close))
-            metrics_port = endpoint.port
+
+    def check() -> None:
+        if effects is None:
+            check_receiver_channel(config)
+
+    async def build(host: Host, engine: Engine) -> Wiring:
         store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
         sealer = CheckpointSealer(config.checkpoint_keys)
         with startup.opening_database(configuration.DATABASE_URL):
-            await asyncio.to_thread(migrating.prepare, engine, SCHEMA, auto=config.migrate_at_start)
             warn_unreadable_checkpoints(await asyncio.to_thread(check_checkpoint_keys, store, sealer))
-        if effects is None:
-            receiver = ReceiverEffects.connect(
-                config.receiver_target,
-                token=config.receiver_token,
-                timeout=config.receiver_timeout_seconds,
-                ca_file=config.receiver_ca_file,
-                allow_cleartext_token=config.receiver_allow_cleartext_token,
-            )
-            closers.append(receiver.close)
-            effects = receiver
+        receiver = connect_receiver(host, config) if effects is None else effects
         metrics.watch(store.tally, clock)
         service = OrchestratorService(
             store,
             workflow or ReviewWorkflow(),
             sealer,
-            metrics.timed(effects),
+            metrics.timed(receiver),
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
             attempt_budget=AttemptBudget(config.receiver_timeout_seconds, lease_holder()),
         )
-        review, operations = ReviewServicer(service), OperationsServicer(service, clock)
+        return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock)))
 
-        def register(server: grpc.aio.Server) -> list[str]:
-            review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
-            operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
-            return [
-                review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
-                operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
-            ]
-
-        running = await start_server(
-            config.address,
-            register,
-            status_table=STATUS_TABLE,
-            interceptors=[auth, metrics.answers()],
-            credentials=tls,
-            transport=config.transport,
-            receive=RECEIVE_LIMITS,
-            observers=[metrics.grpc.interceptor()],
-            reuse_port=config.workers > 1,
-        )
-    except BaseException:
-        await _close_all(closers)
-        raise
-    reloader = server_security.credentials_reloader(config.security, auth)
-    return OrchestratorServer(
-        running.server,
-        running.port,
-        running.health,
-        running.service_names,
-        running.guard,
-        closers,
-        metrics_port,
-        reload=() if reloader is None else (reloader,),
-    )
+    return await Host.start(SERVICE, config, metrics, build, check=check)
 
 
-async def serve(config: OrchestratorConfig, ready: workers.Ready | None = None) -> None:
-    """Serve until SIGTERM or SIGINT, announcing the bound port on stdout (and in the port file), or, in a
-    worker process, telling ready; a failure to start raises StartupError."""
-    with startup.starting(configuration.ADDRESS):
-        running = await create_server(config)
-    if ready is None:
-        announce_listening("orchestrator", running.port, config.port_file)
-    else:
-        ready(running.port)
-    logger.info(
-        "listening on port %d (failpoints: %s)",
-        running.port,
-        config.failpoints or "none",
-        extra={"service": "orchestrator"},
-    )
-    await serve_until_signal(running, config.shutdown_grace_seconds, reload=running.reload)
-    logger.info("stopped", extra={"service": "orchestrator"})
+SERVICE: Service[OrchestratorConfig] = Service(
+    name="orchestrator",
+    program=PROGRAM,
+    logger=logger,
+    schema=SCHEMA,
+    address=configuration.ADDRESS,
+    status_table=STATUS_TABLE,
+    receive=RECEIVE_LIMITS,
+    create=create_server,
+    configure_logging=configure_logging,
+    without_tracing=without_framework_spans,
+)
 
 
 # A hundred years: beyond it, now minus the retention falls outside the dates the database holds.
@@ -310,43 +256,37 @@ def _housekeeping(command: str, args: list[str]) -> int:
         cli.error(str(error))
     level = values.required(configuration.LOG_LEVEL)
     configure_logging(level)
-    try:
-        # Housekeeping never creates or migrates a database: a mistyped path must not become an empty one.
-        engine = migrating.open_existing(database_url, SCHEMA)
-    except StartupError as error:
-        return startup.report(f"{PROGRAM} {command}", error, logger, debug=level == "debug", service="orchestrator")
-    try:
+
+    def work(engine: Engine) -> int:
         store = OrchestratorStore(engine)
         if command == "prune-checkpoints":
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
-            housekeeping_commands.report_count(
-                command,
-                dry_run=ns.dry_run,
-                noun="checkpoints",
-                count=pruned,
-                what=f"checkpoints of operations settled more than {ns.older_than_days:g} days ago",
-            )
+            what = f"checkpoints of operations settled more than {ns.older_than_days:g} days ago"
+            housekeeping_commands.report_count(command, dry_run=ns.dry_run, noun="checkpoints", count=pruned, what=what)
             return 0
         report = asyncio.run(
             reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
         )
+        found = [
+            {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
+            for r in report.found
+        ]
         print(
             json.dumps(
                 {
                     "command": command,
                     "dry_run": ns.dry_run,
-                    "found": [
-                        {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
-                        for r in report.found
-                    ],
+                    "found": found,
                     "reopened": report.reopened,
                     "skipped": report.skipped,
                 }
             )
         )
         return 0
-    finally:
-        engine.dispose()
+
+    return housekeeping_commands.on_existing_database(
+        SCHEMA, command, database_url, work, logger, debug=level == "debug"
+    )
 
 
 HOUSEKEEPING = {
@@ -358,15 +298,8 @@ HOUSEKEEPING = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the decisionflow-orchestrator command; returns the process exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in HOUSEKEEPING:
-        return _housekeeping(args[0], args[1:])
-    if args and args[0] == "migrate":
-        return migrating.migrate_command(SCHEMA, args[1:], configure_logging, logger)
-    if args and args[0] == "serve":
-        args = args[1:]
+def load(args: list[str]) -> OrchestratorConfig:
+    """Return the serving configuration from the command line and the environment (a bad value exits 2)."""
     cli = arguments.ArgumentParser(
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
@@ -375,39 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     configuration.add_to(cli)
     add_version_flag(cli)
-    config = configuration.from_namespace(cli, cli.parse_args(args), os.environ)
-    configure_logging(config.log_level)
-    if config.workers > 1:
-        return _serve_workers(config)
-    return _serve_process(config)
+    return configuration.from_namespace(cli, cli.parse_args(args), os.environ)
 
 
-def _serve_workers(config: OrchestratorConfig) -> int:
-    """Fork config.workers server processes on one port; return the exit status."""
-
-    def serve(address: str, metrics_port: int | None, ready: workers.Ready) -> int:
-        return _serve_process(replace(config, address=address, metrics_port=metrics_port, port_file=None), ready)
-
-    try:
-        with startup.claimed_address(config.address, configuration.ADDRESS) as address:
-            return serve_workers(
-                "orchestrator", config.workers, address, config.port_file, config.metrics_port, serve, logger
-            )
-    except StartupError as error:
-        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
-
-
-def _serve_process(config: OrchestratorConfig, ready: workers.Ready | None = None) -> int:
-    # Tracing starts exporter threads: in a worker process, after the fork.
-    if not tracing.configure_or_exit(PROGRAM, PROGRAM, os.environ):
-        without_framework_spans()
-    try:
-        run_server(serve(config, ready))
-    except StartupError as error:
-        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service="orchestrator")
-    except Exception:
-        logger.exception("orchestrator failed", extra={"service": "orchestrator"})
-        return 1
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the decisionflow-orchestrator command (``serve``, the default, ``migrate``, ``prune-checkpoints``
+    or ``reopen-reviews``); returns the process exit status."""
+    commands = {command: functools.partial(_housekeeping, command) for command in HOUSEKEEPING}
+    return command_line(SERVICE, sys.argv[1:] if argv is None else argv, os.environ, load, commands)
 
 
 if __name__ == "__main__":
