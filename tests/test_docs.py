@@ -135,6 +135,7 @@ def _help(words: list[str]) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # about thirty --help processes
 def test_every_file_cited_by_the_command_line_help_exists() -> None:
     pending = [[script] for script in SCRIPTS]
     seen: dict[str, str] = {}

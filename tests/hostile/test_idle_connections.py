@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
@@ -63,6 +64,7 @@ def _held_after(peers: Sequence[RawPeer], seconds: float) -> int:
     return sum(not peer.closed for peer in peers)
 
 
+@pytest.mark.slow  # a receiver process and timeouts of seconds
 def test_connections_without_a_call_are_closed_after_the_first_call_timeout(tmp_path: Path) -> None:
     process, token = _start(tmp_path, "--first-call-timeout-seconds", "2", "--max-connections-per-peer", "20")
     peers = _open_peers(process.port, HELD)
@@ -83,6 +85,7 @@ def test_connections_without_a_call_are_closed_after_the_first_call_timeout(tmp_
         assert process.stop() == 0
 
 
+@pytest.mark.slow  # a receiver process and timeouts of seconds
 def test_one_peer_address_holds_at_most_its_share(tmp_path: Path) -> None:
     process, token = _start(tmp_path)  # the share: half of --max-connections; first call within 10 s
     peers = _open_peers(process.port, HELD, source="127.0.0.2")
@@ -96,6 +99,7 @@ def test_one_peer_address_holds_at_most_its_share(tmp_path: Path) -> None:
         assert process.stop() == 0
 
 
+@pytest.mark.slow  # a receiver process and timeouts of seconds
 def test_a_connection_that_made_an_authenticated_call_is_kept(tmp_path: Path) -> None:
     process, token = _start(tmp_path, "--first-call-timeout-seconds", "1")
     states: list[grpc.ChannelConnectivity] = []

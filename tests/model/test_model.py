@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# spin compiles and searches the model (about 50 s of CPU in all): `make test` runs it, `make check` does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "model" / "decisionflow.pml"
 SEARCH_DEPTH = 1_000_000

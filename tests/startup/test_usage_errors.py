@@ -13,6 +13,9 @@ import pytest
 
 from decisionflow.processes import child_environment
 
+# Thirteen real commands, each a new process: `make test` runs them, `make check` does not.
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 MISSING = "/nonexistent/decisionflow-secret"
 
