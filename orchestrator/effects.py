@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from decisionflow import reasons
 from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
 from decisionflow.vocabulary import EffectRequest, Receipt
@@ -83,7 +84,9 @@ class ReceiverEffects:
             refusal = RetentionRefusal(error.first_attempted_at, error.key_retention)
             raise KeyRetentionRefused(_describe(error), refusal) from error
         except DecisionflowError as error:
-            if error.code in CALLER_REFUSAL_CODES:
+            # REPLY_LOST is the receiver's fault switch: it committed and withheld the reply, so it
+            # accepted the Apply; the effect's fate is simply unknown to this caller.
+            if error.code in CALLER_REFUSAL_CODES and error.reason != reasons.REPLY_LOST:
                 raise ReceiverRefusedCaller(_describe(error), code=error.code.name) from error
             if error.definite:
                 raise EffectRefused(_describe(error), code=error.code.name) from error

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+
+import pytest
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from tests.support.stack import Stack, approve, start_request
 
 
-def test_lost_reply_is_unknown_then_a_retry_settles_it_as_replay(make_stack: Callable[..., Stack]) -> None:
+def test_lost_reply_is_unknown_then_a_retry_settles_it_as_replay(
+    make_stack: Callable[..., Stack], caplog: pytest.LogCaptureFixture
+) -> None:
     # Every Apply commits and then loses its reply, so the orchestrator's own retries all hear
     # UNAVAILABLE; the deadline ends them and the outcome must be Unknown.
     stack = make_stack(receiver_failpoints="receiver.commit_then_lose_reply=raise", receiver_timeout_seconds=1.0)
     review = stack.review()
     op = review.StartReview(start_request(), timeout=10).proposal.operation_id
-    first = review.Approve(approve(op), timeout=10)
+    with caplog.at_level(logging.INFO, logger="decisionflow.orchestrator"):
+        first = review.Approve(approve(op), timeout=10)
     assert first.outcome == common_pb2.OUTCOME_UNKNOWN and not first.replay
+    # The receiver accepted the Apply (it committed): a warning that the outcome is unknown, never
+    # the error an operator gets when the receiver refuses the orchestrator itself.
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "decisionflow.orchestrator"]
+    assert [message.split(":")[0] for level, message in said if level >= logging.WARNING] == [
+        "effect outcome unknown"
+    ], said
     assert first.operation.state == common_pb2.OPERATION_STATE_UNKNOWN
     assert first.operation.attempts >= 1
     assert stack.effects("T-1042") == 1  # the receiver did commit
