@@ -151,8 +151,11 @@ def test_with_retries_carries_an_approve_through_an_orchestrator_crash(
     )
     try:
         stack.start_receiver()
+        # The crashed attempt's lease pins the operation for the attempt budget plus 1 s: a 1 s budget
+        # lets the restarted orchestrator's replay wait it out within the client's deadline and drive.
+        budget = ["--receiver-timeout-seconds", "1"]
         crashing = stack.start_orchestrator(
-            "crashing", failpoints="orchestrator.after_receiver_ok=exit@1", args=["--address", address]
+            "crashing", failpoints="orchestrator.after_receiver_ok=exit@1", args=["--address", address, *budget]
         )
         with grpc.insecure_channel(address) as channel:
             operation_id = review_pb2_grpc.ReviewServiceStub(channel).StartReview(start_request(), timeout=15)
@@ -171,7 +174,7 @@ def test_with_retries_carries_an_approve_through_an_orchestrator_crash(
             text=True,
         )
         assert crashing.process.wait(30) == 86  # the failpoint ended it after the effect committed
-        stack.start_orchestrator("restarted", args=["--address", address])
+        stack.start_orchestrator("restarted", args=["--address", address, *budget])
         out, err = node.communicate(timeout=90)
     finally:
         stack.close()
