@@ -104,7 +104,11 @@ class ObservedCalls(ServerInterceptor):
 
 
 class NotedCalls(ServerInterceptor):
-    """Innermost interceptor: notes the admitted principal and the request's operation and case ids."""
+    """Innermost interceptor: notes the admitted principal and the request's operation and case ids, and
+    tells on_admitted the peer of every call authentication admitted (the connection guard's "used")."""
+
+    def __init__(self, on_admitted: Callable[[str], None] | None = None) -> None:
+        self._on_admitted = on_admitted
 
     async def intercept_service(
         self,
@@ -113,15 +117,20 @@ class NotedCalls(ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """Return the handler with its unary behaviour noting who called and about what."""
         handler = await continuation(handler_call_details)
+        # Every service method is unary; a streaming one (health's Watch) is exempt from authentication.
         if handler is None or not inspect.iscoroutinefunction(behaviour_of(handler)):
             return handler
         behaviour = behaviour_of(handler)
+        on_admitted = self._on_admitted
 
         async def noted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 admitted = current_principal()
-            except DomainError:  # a server wired without authentication has no principal to name
+            except DomainError:  # not admitted: health and reflection, or a server without authentication
                 admitted = ANONYMOUS
+            else:
+                if on_admitted is not None:
+                    on_admitted(context.peer())
             principal = "" if admitted is ANONYMOUS else admitted.name
             tracing.annotate(principal=principal, **request_ids(request))
             return await behaviour(request, context)

@@ -20,7 +20,8 @@ So each server process looks at its own sockets (``/proc/self/fd``, Linux), ever
 
 - one on which no call was admitted by authentication within ``--first-call-timeout-seconds``
   (with authentication off, any call to a service method counts; health checks and reflection,
-  which need no credentials, never do);
+  which need no credentials, never do); ``decisionflow.access.NotedCalls``, the innermost
+  interceptor, tells ``note_call`` of each admitted call, so the guard adds no layer of its own;
 - beyond ``--max-connections-per-peer`` (default: half of ``--max-connections``) from one peer
   address, the excess, those never used and the newest first.
 
@@ -35,22 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import ipaddress
 import logging
 import os
 import socket
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import grpc
-
-from decisionflow.auth import current_principal
-from decisionflow.errors import DomainError
-from decisionflow.handlers import ServerInterceptor, behaviour_of, with_behaviour
 
 logger = logging.getLogger(__name__)
 
@@ -251,38 +244,3 @@ class ConnectionGuard:
                 await asyncio.to_thread(self.sweep)
             except Exception:
                 logger.exception("connection sweep failed; trying again")
-
-    def interceptor(self) -> AdmittedCalls:
-        """Return the interceptor that notes each admitted call's connection (install it after authentication)."""
-        return AdmittedCalls(self)
-
-
-class AdmittedCalls(ServerInterceptor):
-    """Notes the connection of every call admitted by authentication as used (health and reflection,
-    which authentication exempts, are not admitted)."""
-
-    def __init__(self, guard: ConnectionGuard) -> None:
-        self._guard = guard
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the handler with its behaviour noting the call's connection once admitted."""
-        handler = await continuation(handler_call_details)
-        # Every service method is unary; a streaming one (health's Watch) is exempt from authentication.
-        if handler is None or not inspect.iscoroutinefunction(behaviour_of(handler)):
-            return handler
-        behaviour = behaviour_of(handler)
-
-        async def noted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            try:
-                current_principal()
-            except DomainError:
-                pass  # not admitted by authentication: exempt (health, reflection)
-            else:
-                self._guard.note_call(context.peer())
-            return await behaviour(request, context)
-
-        return with_behaviour(handler, noted)

@@ -224,8 +224,7 @@ async def start_server(
             RefusalsAsStatus(status_table),
             *interceptors,
             DecodeRequests(receive),
-            NotedCalls(),
-            guard.interceptor(),
+            NotedCalls(on_admitted=guard.note_call),
         ],
         options=transport.server_options(receive, reuse_port=reuse_port),
     )
