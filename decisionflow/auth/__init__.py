@@ -4,7 +4,7 @@ _roles.py        Role, Principal
 _errors.py       Unauthenticated, PermissionDenied, FourEyesViolation and AUTH_STATUS
 _credentials.py  the credentials file (hashed bearer tokens, certificate principals)
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
-_server.py       AuthInterceptor and current_principal()
+_server.py       AuthInterceptor (admission of a call), admitted() and current_principal()
 _reload.py       CredentialsReloader: the credentials file read again (SIGHUP) and swapped in
 
 The client side, bearer metadata and the interceptors that send it, is ``decisionflow.bearer`` in
@@ -32,7 +32,7 @@ from decisionflow.auth._errors import (
 from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eyes, policy_gaps
 from decisionflow.auth._reload import CredentialsReloader, principal_count
 from decisionflow.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
-from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, current_principal
+from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, admitted, current_principal
 from decisionflow.bearer import (
     AUTHORIZATION,
     BearerTokenInterceptor,
@@ -62,6 +62,7 @@ __all__ = [
     "SyncBearerTokenInterceptor",
     "TokenEntry",
     "Unauthenticated",
+    "admitted",
     "all_rpc_methods",
     "bearer_metadata",
     "check_four_eyes",
