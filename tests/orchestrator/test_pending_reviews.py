@@ -32,11 +32,11 @@ class Inbox:
     superseded: str  # T-PR-2 as arthur started it
     decided: str  # T-PR-3, approved by rita
 
-    def list(self, principal: str = "rita", **fields: object) -> review_pb2.ListPendingReviewsResponse:
+    def list(self, principal: str = "rita", /, **fields: object) -> review_pb2.ListPendingReviewsResponse:
         request = review_pb2.ListPendingReviewsRequest(**fields)  # type: ignore[arg-type]
         return self.secure.stack.review().ListPendingReviews(request, metadata=self.secure.as_(principal), timeout=10)
 
-    def refused(self, principal: str = "rita", **fields: object) -> grpc.RpcError:
+    def refused(self, principal: str = "rita", /, **fields: object) -> grpc.RpcError:
         with pytest.raises(grpc.RpcError) as refused:
             self.list(principal, **fields)
         return refused.value
@@ -49,8 +49,9 @@ def inbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inbox]:
     try:
         review = secure.stack.review()
         ids = [
-            review.StartReview(start_request(case_id=f"T-PR-{n}"), metadata=secure.as_("arthur"), timeout=15)
-            .proposal.operation_id
+            review.StartReview(
+                start_request(case_id=f"T-PR-{n}"), metadata=secure.as_("arthur"), timeout=15
+            ).proposal.operation_id
             for n in (1, 2, 3)
         ]
         edit = review_pb2.EditProposalRequest(
@@ -118,7 +119,7 @@ def test_filters_select_by_case_prefix_author_and_action(inbox: Inbox) -> None:
     assert _ids(inbox.list(action="record_support_review", created_by="arthur")) == [inbox.first]
 
 
-BAD_REQUESTS = {
+BAD_REQUESTS: dict[str, tuple[dict[str, object], str]] = {
     "negative page size": ({"page_size": -1}, "page_size"),
     "page size over 500": ({"page_size": 501}, "page_size"),
     "not a token": ({"page_token": "%%%"}, "page_token"),

@@ -9,7 +9,7 @@ each with a deadline on every attempt, the named retry policy and the one mappin
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import grpc
@@ -17,14 +17,13 @@ import grpc
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
 from decisionflow.client.views import (
     ApproveResult,
     Decision,
     EditedProposal,
     OperationView,
-    PendingReviewEntry,
-    PendingReviewPage,
     ProposalRecord,
     ProposalView,
     StartedReview,
@@ -129,26 +128,7 @@ def _operation(response: review_pb2.GetOperationResponse) -> OperationView:
     return convert.operation(response.operation)
 
 
-def _pending_request(
-    page_size: int,
-    page_token: str,
-    case_id: str | None,
-    case_id_prefix: str | None,
-    created_by: str | None,
-    action: str | None,
-) -> review_pb2.ListPendingReviewsRequest:
-    # None leaves a filter unset (any); the server refuses a filter set but empty.
-    return review_pb2.ListPendingReviewsRequest(
-        page_size=page_size,
-        page_token=page_token,
-        case_id=case_id,
-        case_id_prefix=case_id_prefix,
-        created_by=created_by,
-        action=action,
-    )
-
-
-class ReviewClient:
+class ReviewClient(Inbox):
     """Synchronous client of ReviewService.
 
     Every call carries a deadline (``timeout`` per attempt, never beyond the policy's total
@@ -242,45 +222,8 @@ class ReviewClient:
         """Return the state of one operation."""
         return _operation(call(self._stub.GetOperation, _get_operation_request(operation_id), self._settings))
 
-    def list_pending_reviews(
-        self,
-        *,
-        page_size: int = 0,
-        page_token: str = "",
-        case_id: str | None = None,
-        case_id_prefix: str | None = None,
-        created_by: str | None = None,
-        action: str | None = None,
-    ) -> PendingReviewPage:
-        """Return one page of the cases' current, undecided proposals, oldest first (page_size 0: 50).
 
-        Filters left None match anything; case_id and case_id_prefix exclude each other. Pass the
-        page's next_page_token back (with the same filters) for the next page.
-        """
-        request = _pending_request(page_size, page_token, case_id, case_id_prefix, created_by, action)
-        return convert.pending_review_page(call(self._stub.ListPendingReviews, request, self._settings))
-
-    def iter_pending_reviews(
-        self,
-        *,
-        page_size: int = 0,
-        case_id: str | None = None,
-        case_id_prefix: str | None = None,
-        created_by: str | None = None,
-        action: str | None = None,
-    ) -> Iterator[PendingReviewEntry]:
-        """Yield every pending review matching the filters, oldest first; pages are fetched as the
-        iterator advances, each call retried on its own."""
-        request = _pending_request(page_size, "", case_id, case_id_prefix, created_by, action)
-        while True:
-            page = convert.pending_review_page(call(self._stub.ListPendingReviews, request, self._settings))
-            yield from page.entries
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
-
-
-class AsyncReviewClient(AsyncClient):
+class AsyncReviewClient(AsyncClient, AsyncInbox):
     """asyncio client of ReviewService on a ``grpc.aio`` channel: the methods, deadlines, retry
     policy, typed errors and ``definite`` flag of ``ReviewClient``, awaited."""
 
@@ -352,39 +295,3 @@ class AsyncReviewClient(AsyncClient):
         """Return the state of one operation."""
         request = _get_operation_request(operation_id)
         return _operation(await call_async(self._stub.GetOperation, request, self._settings))
-
-    async def list_pending_reviews(
-        self,
-        *,
-        page_size: int = 0,
-        page_token: str = "",
-        case_id: str | None = None,
-        case_id_prefix: str | None = None,
-        created_by: str | None = None,
-        action: str | None = None,
-    ) -> PendingReviewPage:
-        """Return one page of the cases' current, undecided proposals, oldest first (see
-        ``ReviewClient.list_pending_reviews``)."""
-        request = _pending_request(page_size, page_token, case_id, case_id_prefix, created_by, action)
-        return convert.pending_review_page(await call_async(self._stub.ListPendingReviews, request, self._settings))
-
-    async def iter_pending_reviews(
-        self,
-        *,
-        page_size: int = 0,
-        case_id: str | None = None,
-        case_id_prefix: str | None = None,
-        created_by: str | None = None,
-        action: str | None = None,
-    ) -> AsyncIterator[PendingReviewEntry]:
-        """Yield every pending review matching the filters, oldest first; pages are fetched as the
-        iterator advances, each call retried on its own."""
-        request = _pending_request(page_size, "", case_id, case_id_prefix, created_by, action)
-        while True:
-            response = await call_async(self._stub.ListPendingReviews, request, self._settings)
-            page = convert.pending_review_page(response)
-            for entry in page.entries:
-                yield entry
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
