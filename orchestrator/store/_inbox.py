@@ -60,11 +60,14 @@ def pending_reviews_txn(
     query = _PENDING.where(*_matching(filters))
     if after is not None:
         at, operation_id = after
+        # The ">=" alone lets the database start the index range at the page key instead of reading
+        # every older pending operation again; the OR then drops the ones on the key's own instant.
         query = query.where(
+            operations.c.state_changed_at >= at,
             sa.or_(
                 operations.c.state_changed_at > at,
                 sa.and_(operations.c.state_changed_at == at, operations.c.operation_id > operation_id),
-            )
+            ),
         )
     query = query.order_by(operations.c.state_changed_at, operations.c.operation_id).limit(limit)
     found = [(row._mapping, proposal_row_txn(conn, row._mapping, "p_")) for row in conn.execute(query)]
