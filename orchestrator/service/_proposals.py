@@ -12,6 +12,8 @@ from decisionflow.vocabulary import OperationId
 from orchestrator.domain import (
     Operation,
     PendingReview,
+    PendingReviewEntry,
+    PendingReviewFilter,
     Proposal,
     ProposalContent,
     ProposalEdit,
@@ -38,7 +40,7 @@ class StartedReview:
 
 
 class ProposalService:
-    """StartReview, EditProposal, GetProposal and GetOperation over validated input."""
+    """StartReview, EditProposal, GetProposal, GetOperation and ListPendingReviews over validated input."""
 
     def __init__(self, store: AsyncOrchestratorStore, runs: ReviewRuns, clock: Callable[[], datetime]) -> None:
         self._store = store
@@ -113,3 +115,9 @@ class ProposalService:
     async def get_operation(self, operation_id: str) -> Operation:
         """Return the operation's state, decision, receipt and last lookup."""
         return await self._store.get_operation(operation_id)
+
+    async def list_pending_reviews(
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+    ) -> list[PendingReviewEntry]:
+        """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
+        return await self._store.list_pending_reviews(filters, limit, after)
