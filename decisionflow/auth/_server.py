@@ -1,5 +1,6 @@
-"""The server interceptor: authenticates every call (bearer token or verified client certificate),
-checks the method's roles, and makes the principal available to servicer code.
+"""The server interceptor: authenticates every call (bearer token from the credentials file, OIDC
+access token, or verified client certificate), checks the method's roles, and makes the principal
+available to servicer code.
 
 The principal is set in a context variable by the wrapped method behaviour, inside the call that
 runs the servicer: grpc.aio does not promise that ``intercept_service`` runs in the handler's task,
@@ -20,6 +21,7 @@ import grpc
 from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
+from decisionflow.auth._jwt import JwtVerifier, KeysNeeded, looks_like_jwt
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
 from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
 
@@ -77,17 +79,25 @@ class AuthInterceptor(ServerInterceptor):
         policy: Mapping[str, frozenset[Role]],
         *,
         client_certificates: bool = True,
+        oidc: JwtVerifier | None = None,
     ) -> None:
         """client_certificates False says the transport never verifies a client certificate (no
-        client CA), so a call without a token is refused from its headers alone."""
+        client CA), so a call without a token is refused from its headers alone. oidc also admits
+        OIDC access tokens (JWTs) its issuer signed; credentials may then be None."""
         self._credentials = credentials
         self._policy = dict(policy)
         self._client_certificates = client_certificates
+        self._oidc = oidc
 
     @property
     def authenticated(self) -> bool:
         """True when callers must present credentials (False: everyone is the anonymous principal)."""
-        return self._credentials is not None
+        return self._credentials is not None or self._oidc is not None
+
+    async def warm_up(self) -> None:
+        """Fetch the OIDC issuer's signing keys ahead of the first token (nothing to do without OIDC)."""
+        if self._oidc is not None:
+            await self._oidc.warm_up()
 
     def replace_credentials(self, credentials: Credentials) -> None:
         """Authenticate every call from now on against credentials (a call already admitted keeps its
@@ -106,7 +116,8 @@ class AuthInterceptor(ServerInterceptor):
         metadata: Iterable[tuple[str, str | bytes]],
         auth_context: Mapping[str, Iterable[bytes]],
     ) -> Principal:
-        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied."""
+        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied
+        (or, for an OIDC token, IdentityProviderUnavailable, or KeysNeeded when keys must be fetched first)."""
         principal = self._authenticate(metadata, auth_context)
         allowed = self._policy.get(method)
         if allowed is None:
@@ -123,17 +134,21 @@ class AuthInterceptor(ServerInterceptor):
         self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
     ) -> Principal:
         credentials = self._credentials
-        if credentials is None:
+        if credentials is None and self._oidc is None:
             return ANONYMOUS
         # An explicit token wins over the transport's certificate; a bad token is refused, not skipped.
         token = _bearer_token(metadata)
         if token is not None:
-            principal = credentials.principal_for_token(token)
+            principal = None if credentials is None else credentials.principal_for_token(token)
             if principal is None:
+                # Only a token the credentials file does not know is tried as a JWT: the file's
+                # tokens cost exactly what they did before OIDC.
+                if self._oidc is not None and looks_like_jwt(token):
+                    return self._oidc.verify(token)
                 raise Unauthenticated("unknown bearer token")
             return principal
         names = _certificate_names(auth_context)
-        if names:
+        if names and credentials is not None:
             principal = credentials.principal_for_certificate(names)
             if principal is None:
                 raise Unauthenticated(f"client certificate {names[0]!r} is not a known principal")
@@ -173,7 +188,17 @@ class AuthInterceptor(ServerInterceptor):
         method = handler_call_details.method
         if handler is None or method.startswith(EXEMPT_METHOD_PREFIXES):
             return handler  # None: no such method, the server answers UNIMPLEMENTED
-        early = self._admit_early(method, handler_call_details.invocation_metadata or ())
+        metadata = handler_call_details.invocation_metadata or ()
+        try:
+            early = self._admit_early(method, metadata)
+        except KeysNeeded as needed:
+            # An OIDC token whose key is not cached: fetched here, off the loop, then decided again.
+            await needed.refresh()
+            try:
+                early = self._admit_early(method, metadata)
+            except KeysNeeded:
+                early = Unauthenticated("OIDC token refused: its signing key is not one of the issuer's keys")
+                _log_refusal(method, early)
         if isinstance(early, AuthError):
             return _refusing_handler(handler, early)
 
