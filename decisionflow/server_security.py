@@ -45,7 +45,8 @@ def provider_url(value: str) -> str:
     parts = urllib.parse.urlsplit(value.strip())
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ValueError(f"expected an https:// URL, not {value!r}")
-    if parts.scheme == "http" and not is_loopback(f"{parts.hostname}:0"):
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 literal
+    if parts.scheme == "http" and not is_loopback(f"{host}:0"):
         raise ValueError(f"expected an https:// URL (http only for localhost, 127.x or ::1), not {value!r}")
     return value.strip()
 
