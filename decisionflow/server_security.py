@@ -27,7 +27,8 @@ from decisionflow.tls import server_credentials
 CREDENTIALS_FILE = Setting(
     "credentials_file",
     "DECISIONFLOW_CREDENTIALS_FILE",
-    "JSON file of token hashes and certificate principals with their roles (unset: authentication off, loopback only)",
+    "JSON file of token hashes and certificate principals with their roles (unset, and no --oidc-issuer: "
+    "authentication off, loopback only)",
     parse=path,
 )
 TLS_CERT = Setting(
