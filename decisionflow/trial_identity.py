@@ -49,6 +49,11 @@ class TrialIdentityError(RuntimeError):
     """The trial provider answered a request with an error; the message says which and how."""
 
 
+class _QuietRequests(werkzeug.serving.WSGIRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass  # one line per request on stderr would drown the services' logs; errors are still logged
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # the redirect carries the authorization code: read it, do not follow it
@@ -104,7 +109,9 @@ class TrialIdentityProvider:
             "trial identity provider: for trying decisionflow only; anyone can sign in as anyone. "
             "Never use it in production."
         )
-        server = werkzeug.serving.make_server("127.0.0.1", self._port, self._app, threaded=True)
+        server = werkzeug.serving.make_server(
+            "127.0.0.1", self._port, self._app, threaded=True, request_handler=_QuietRequests
+        )
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="trial-identity", daemon=True)
         self._thread.start()

@@ -90,7 +90,9 @@ class JwtVerifier:
     async def warm_up(self) -> None:
         """Fetch the keys once (at server start); a failure is logged and retried when a token needs them."""
         await self.cache.refresh()
-        if self.cache.error is not None:
+        if self.cache.error is None:
+            logger.info("OIDC tokens accepted from %s (signing keys from %s)", self.config.issuer, self.cache.url)
+        else:
             logger.warning(
                 "OIDC signing keys not fetched at start (%s): %s; tokens are refused with UNAVAILABLE until they are",
                 self.cache.url,

@@ -165,7 +165,8 @@ class AuthInterceptor(ServerInterceptor):
 
     def _admit_early(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
         """Return the caller's principal, or the refusal, when the call's headers settle it; None
-        when only the transport's certificate can (known inside the call)."""
+        when only the transport's certificate can (known inside the call). Raises KeysNeeded when an
+        OIDC token can be decided only once the issuer's keys are fetched."""
         try:
             if self._certificates(self._credentials) and _bearer_token(metadata) is None:
                 return None
