@@ -1,4 +1,5 @@
-"""Admission of every call (bearer token or verified client certificate): who the caller is, whether
+"""Admission of every call (bearer token from the credentials file, OIDC access
+token, or verified client certificate): who the caller is, whether
 the method's roles admit it, and the principal made available to servicer code (``admitted``,
 ``current_principal``). The server's one pass per call (``decisionflow.served_calls``) asks
 ``AuthInterceptor.admission`` from the call's headers, then ``admit_in_call`` when only the client
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
+from decisionflow.auth._jwt import JwtVerifier, KeysNeeded, looks_like_jwt
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
 from decisionflow.handlers import Context
 
@@ -72,17 +74,25 @@ class AuthInterceptor:
         policy: Mapping[str, frozenset[Role]],
         *,
         client_certificates: bool = True,
+        oidc: JwtVerifier | None = None,
     ) -> None:
         """client_certificates False says the transport never verifies a client certificate (no
-        client CA), so a call without a token is refused from its headers alone."""
+        client CA), so a call without a token is refused from its headers alone. oidc also admits
+        OIDC access tokens (JWTs) its issuer signed; credentials may then be None."""
         self._credentials = credentials
         self._policy = dict(policy)
         self._client_certificates = client_certificates
+        self._oidc = oidc
 
     @property
     def authenticated(self) -> bool:
         """True when callers must present credentials (False: everyone is the anonymous principal)."""
-        return self._credentials is not None
+        return self._credentials is not None or self._oidc is not None
+
+    async def warm_up(self) -> None:
+        """Fetch the OIDC issuer's signing keys ahead of the first token (nothing to do without OIDC)."""
+        if self._oidc is not None:
+            await self._oidc.warm_up()
 
     def replace_credentials(self, credentials: Credentials) -> None:
         """Authenticate every call from now on against credentials (a call already admitted keeps its
@@ -101,7 +111,8 @@ class AuthInterceptor:
         metadata: Iterable[tuple[str, str | bytes]],
         auth_context: Mapping[str, Iterable[bytes]],
     ) -> Principal:
-        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied."""
+        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied
+        (or, for an OIDC token, IdentityProviderUnavailable, or KeysNeeded when keys must be fetched first)."""
         principal = self._authenticate(metadata, auth_context)
         allowed = self._policy.get(method)
         if allowed is None:
@@ -118,17 +129,21 @@ class AuthInterceptor:
         self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
     ) -> Principal:
         credentials = self._credentials
-        if credentials is None:
+        if credentials is None and self._oidc is None:
             return ANONYMOUS
         # An explicit token wins over the transport's certificate; a bad token is refused, not skipped.
         token = _bearer_token(metadata)
         if token is not None:
-            principal = credentials.principal_for_token(token)
+            principal = None if credentials is None else credentials.principal_for_token(token)
             if principal is None:
+                # Only a token the credentials file does not know is tried as a JWT: the file's
+                # tokens cost exactly what they did before OIDC.
+                if self._oidc is not None and looks_like_jwt(token):
+                    return self._oidc.verify(token)
                 raise Unauthenticated("unknown bearer token")
             return principal
         names = _certificate_names(auth_context)
-        if names:
+        if names and credentials is not None:
             principal = credentials.principal_for_certificate(names)
             if principal is None:
                 raise Unauthenticated(f"client certificate {names[0]!r} is not a known principal")
@@ -145,9 +160,10 @@ class AuthInterceptor:
             # Answered by the server's status table (decisionflow.rpc_errors.refuse).
             raise
 
-    async def admission(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
-        """Return the caller's principal, or the refusal (logged), when the call's headers settle it;
-        None when only the transport's certificate can (``admit_in_call`` decides inside the call)."""
+    def _admit_early(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
+        """Return the caller's principal, or the refusal, when the call's headers settle it; None
+        when only the transport's certificate can (known inside the call). Raises KeysNeeded when an
+        OIDC token can be decided only once the issuer's keys are fetched."""
         try:
             if self._certificates(self._credentials) and _bearer_token(metadata) is None:
                 return None
@@ -156,6 +172,21 @@ class AuthInterceptor:
         except AuthError as error:
             _log_refusal(method, error)
             return error
+
+    async def admission(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
+        """Return the caller's principal, or the refusal (logged), when the call's headers settle it;
+        None when only the transport's certificate can (``admit_in_call`` decides inside the call)."""
+        try:
+            return self._admit_early(method, metadata)
+        except KeysNeeded as needed:
+            # An OIDC token whose key is not cached: fetched here, off the loop, then decided again.
+            await needed.refresh()
+            try:
+                return self._admit_early(method, metadata)
+            except KeysNeeded:
+                refusal = Unauthenticated("OIDC token refused: its signing key is not one of the issuer's keys")
+                _log_refusal(method, refusal)
+                return refusal
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 ``Host.start`` runs the steps every service shares, each one's clean-up pushed on one
 ``AsyncExitStack``, so a step that fails closes what the steps before it opened:
 
-1. the security parts (credentials file, TLS files; exposure beyond loopback refused);
+1. the security parts (credentials file, TLS files, the OIDC issuer's keys fetched once; exposure
+   beyond loopback refused);
 2. the service's own configuration checks (``check``), before anything is opened;
 3. the address, bound once as the server will bind it;
 4. the database engine;
@@ -186,6 +187,7 @@ class Host:
         service, config = self.service, self.config
         schema = service.schema
         auth, tls = startup.security_parts(config.address, config.security)
+        await auth.warm_up()
         check()
         reuse_port = config.workers > 1
         startup.check_bindable(config.address, service.address, reuse_port=reuse_port)
