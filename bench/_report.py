@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import _reconcile
+from bench import _costs, _reconcile
 from bench._run import (
     APPLY_CREATED,
     APPLY_REPLAYED,
@@ -130,6 +130,8 @@ def _run_figures(results: Results) -> dict[str, Figure]:
     if results.inprocess is not None:
         out["inprocess_framework_jobs_rps"] = Figure(results.inprocess.jobs_per_second, "jobs/s", None)
         out["inprocess_framework_cpu_ms"] = Figure(results.inprocess.cpu_ms_per_job, "CPU ms per job", None)
+    for cost in _costs.costs(results):
+        out[f"cost_{cost.name}"] = Figure(cost.ratio if cost.ratio is not None else 0.0, "ratio", None)
     out["identity_us"] = Figure(results.identity_us, "µs", None)
     out["identities_all_us"] = Figure(results.identities_us, "µs", None)
     for name, kib in results.rss_kib.items():
@@ -264,6 +266,7 @@ def _render_run(results: Results, table: dict[str, Figure]) -> list[str]:
             f"{inprocess.cpu_ms_per_job:.1f} CPU ms per job; first Approve at {HEADLINE_IN_FLIGHT} in flight "
             f"= {first / inprocess.jobs_per_second:.2f}x that"
         )
+    lines += _costs.render(results)
     lines.append(
         "resident memory after the run: "
         + ", ".join(f"{name} {kib / 1024:.0f} MiB" for name, kib in results.rss_kib.items())
