@@ -131,7 +131,8 @@ def _run_figures(results: Results) -> dict[str, Figure]:
         out["inprocess_framework_jobs_rps"] = Figure(results.inprocess.jobs_per_second, "jobs/s", None)
         out["inprocess_framework_cpu_ms"] = Figure(results.inprocess.cpu_ms_per_job, "CPU ms per job", None)
     for cost in _costs.costs(results):
-        out[f"cost_{cost.name}"] = Figure(cost.ratio if cost.ratio is not None else 0.0, "ratio", None)
+        if cost.ratio:  # a run too short for the CPU clock's ticks measures no ratio
+            out[f"cost_{cost.name}"] = Figure(cost.ratio, "ratio", None)
     out["identity_us"] = Figure(results.identity_us, "µs", None)
     out["identities_all_us"] = Figure(results.identities_us, "µs", None)
     for name, kib in results.rss_kib.items():
