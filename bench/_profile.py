@@ -62,9 +62,32 @@ class Profiler:
             (self.directory / f"{name}.top.txt").write_text(top_functions(raw), encoding="utf-8")
 
 
+# This project's packages, told apart by their first two path parts (decisionflow/auth, orchestrator/store).
+_OWN_PACKAGES = ("decisionflow", "orchestrator", "effect_receiver", "reconciler", "bench")
+
+
+def package_of(frame: str) -> str:
+    """The package a py-spy frame (``function (path/to/file.py:line)``) belongs to: the distribution's
+    top-level package (sqlalchemy, grpc, agent_framework, asyncio, whose ``Handle._run`` holds gRPC's
+    Cython callbacks), this project's package and module, or ``<file>.py`` for a module py-spy names
+    by its file alone (the standard library's, and this project's namespace-package modules); frames
+    with no file are ``<native>``."""
+    _, _, where = frame.rpartition(" (")
+    path = where.rsplit(":", 1)[0]
+    if not path or not path.endswith(".py"):
+        return "<native>"
+    parts = path.split("/")
+    if parts[0] in _OWN_PACKAGES:
+        return "/".join(parts[:2]) if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    return parts[0]
+
+
 def top_functions(raw: Path, limit: int = TOP) -> str:
     """Return the functions with the most samples, by own time and by inclusive time, from collapsed stacks."""
     own: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
     for line in raw.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -75,11 +98,14 @@ def top_functions(raw: Path, limit: int = TOP) -> str:
         total += samples
         frames = stack.split(";")
         own[frames[-1]] += samples
+        packages[package_of(frames[-1])] += samples
         for frame in set(frames):
             inclusive[frame] += samples
     if total == 0:
         return "no samples\n"
-    lines = [f"{total} samples (GIL held)", "", "by own time:"]
+    lines = [f"{total} samples (GIL held)", "", "by package of the innermost frame:"]
+    lines += [f"{100 * n / total:6.1f}%  {name}" for name, n in packages.most_common(limit)]
+    lines += ["", "by own time:"]
     lines += [f"{100 * n / total:6.1f}%  {frame}" for frame, n in own.most_common(limit)]
     lines += ["", "by inclusive time:"]
     lines += [f"{100 * n / total:6.1f}%  {frame}" for frame, n in inclusive.most_common(limit)]
