@@ -52,7 +52,7 @@ def create_app(
     """Return the console for config, reached by browsers at origin (``https://host``), recording its
     request metrics in registry."""
     pages = Pages()
-    store = sessions or SessionStore(config.session_key, config.session_lifetime_seconds)
+    store = sessions if sessions is not None else SessionStore(config.session_key, config.session_lifetime_seconds)
     orchestrator = Orchestrator(
         config.orchestrator_target,
         ca_file=config.ca_file,

@@ -27,6 +27,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from decisionflow.console.app import create_app
 from decisionflow.console.config import ConsoleConfig
+from decisionflow.console.sessions import COOKIE_NAME, Session, SessionStore
 from decisionflow.processes import free_port
 from tests.support.stack import Stack
 
@@ -69,11 +70,19 @@ class ConsoleUnderTest:
     base: str
     issuer: str
     stack: Stack
+    sessions: SessionStore
     servers: list[ConsoleServer] = field(default_factory=list)
 
     def url(self, path: str) -> str:
         """Return the console URL of path."""
         return self.base + path
+
+    def session_of(self, context: BrowserContext) -> Session:
+        """Return the server-side session the browser context's cookie names."""
+        cookies = [c["value"] for c in context.cookies() if c["name"] == COOKIE_NAME]
+        session = self.sessions.find(cookies[0] if cookies else None)
+        assert session is not None, "the browser holds no live session"
+        return session
 
     def set_person(self, subject: str, groups: list[str], name: str | None = None) -> None:
         """Give subject these claims at the provider (the groups claim and a display name)."""
@@ -174,10 +183,12 @@ def make_console(oidc_issuer: str) -> Iterator[Callable[..., ConsoleUnderTest]]:
     def make(stack: Stack, **overrides: Any) -> ConsoleUnderTest:
         listener = free_listener()
         base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        server = ConsoleServer(create_app(console_config(oidc_issuer, stack, **overrides), base), listener)
+        config = console_config(oidc_issuer, stack, **overrides)
+        sessions = SessionStore(config.session_key, config.session_lifetime_seconds)
+        server = ConsoleServer(create_app(config, base, sessions=sessions), listener)
         server.start()
         running.append(server)
-        return ConsoleUnderTest(base, oidc_issuer, stack, [server])
+        return ConsoleUnderTest(base, oidc_issuer, stack, sessions, [server])
 
     yield make
     for server in running:

@@ -1,0 +1,71 @@
+"""The operator desk settles an Unknown left by a lost reply: the receiver committed, its answer never
+arrived; the desk lists the operation under Unknown, and a confirmed re-drive settles it with the
+original receipt, still one effect."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from decisionflow.v1 import effect_receiver_pb2
+from tests.console.pages import start_case
+from tests.support.console import ConsoleUnderTest, screenshot
+from tests.support.reconciling import LOST_REPLY
+from tests.support.stack import Stack
+
+
+def test_desk_redrives_an_unknown_to_committed(
+    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    stack = make_stack(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+    console = make_console(stack)
+    console.sign_in(page, "olga")
+    operation_id = start_case(page, console, case_id="T-outage")
+    page.click("#approve")
+    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    expect(page.locator(".words")).to_contain_text(
+        "Recorded; the effect is not confirmed yet — the reconciler will settle it."
+    )
+    assert stack.effects("T-outage") == 1  # written, though nobody heard back
+
+    # The receiver answers again, on the same address the orchestrator dials.
+    stack.start_receiver(address=f"127.0.0.1:{stack.receiver_port}")
+    page.goto(console.url("/operations"))
+    row = page.locator("#operations-unknown tr", has_text=operation_id)
+    expect(row).to_contain_text("T-outage")
+    screenshot(page, "desk")
+    row.get_by_role("link").click()
+    expect(page.locator("#state")).to_have_text("UNKNOWN")
+    page.click("#redrive")
+    expect(page.locator("h1")).to_contain_text("Re-drive")
+    page.click("#confirm")
+    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#state")).to_have_text("COMMITTED")
+    assert stack.effects("T-outage") == 1
+    page.goto(console.url("/operations"))
+    expect(page.locator("#operations-unknown")).to_have_count(0)
+
+
+def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
+    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    stack = make_stack(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+    console = make_console(stack)
+    console.sign_in(page, "olga")
+    operation_id = start_case(page, console, case_id="T-lookup")
+    page.click("#approve")
+    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    request = effect_receiver_pb2.ListEffectsRequest(case_id="T-lookup")
+    [effect] = stack.receiver().ListEffects(request, timeout=10).effects
+    page.goto(console.url(f"/operations/{operation_id}/settle"))
+    page.check("input[name=status][value=applied]")
+    page.check("input[name=consistency][value=strong]")
+    page.fill("#receipt_id", effect.receipt.receipt_id)
+    page.click("#review")
+    expect(page.locator("h1")).to_have_text("Record this lookup?")
+    expect(page.locator("#state")).to_have_count(0)  # nothing recorded before the confirmation
+    page.click("#confirm")
+    expect(page.locator("#outcome")).to_have_text("Settled: COMMITTED")
+    expect(page.locator("#receipt")).to_have_text(effect.receipt.receipt_id)
+
