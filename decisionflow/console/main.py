@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -81,11 +83,19 @@ def serve(config: ConsoleConfig) -> None:
                 proxy_headers=False,
             )
         )
+        # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handler it found:
+        # this one, so a requested stop ends with status 0 as every other service's does.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, _stopped)
         server.run(sockets=[listener])
     finally:
         listener.close()
         if metrics is not None:
             metrics.close()
+
+
+def _stopped(signum: int, _frame: FrameType | None) -> None:
+    logger.info("stopped by signal %d", signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

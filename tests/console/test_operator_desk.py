@@ -68,4 +68,3 @@ def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
     page.click("#confirm")
     expect(page.locator("#outcome")).to_have_text("Settled: COMMITTED")
     expect(page.locator("#receipt")).to_have_text(effect.receipt.receipt_id)
-

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
