@@ -30,6 +30,12 @@ def test_approve_with_the_keyboard_only(
     page.keyboard.press("Enter")
     expect(page.locator("#outcome")).to_have_text("COMMITTED")
     assert stack.effects("T-keys") == 1
+    # Back on the proposal, Decline: decisions are final, and the page says which one stands.
+    page.go_back()
+    page.click("#decline")
+    expect(page.locator("h1")).to_have_text("Already decided")
+    expect(page.locator("#refusal")).to_contain_text("already recorded for this operation: approve")
+    assert stack.decisions() == 1
 
 
 def test_an_orchestrator_that_is_down_is_said_in_words(
