@@ -56,7 +56,7 @@ class SignIn:
     async def login(self, request: Request) -> Response:
         """Start a sign-in and send the browser to the provider."""
         session = self._store.start_sign_in()
-        session.sign_in_state[_NEXT] = _local_path(request.query_params.get("next"))
+        session.sign_in_state[_NEXT] = local_path(request.query_params.get("next"))
         request.scope["session"] = session.sign_in_state
         try:
             response: Response = await self._client.authorize_redirect(request, self._origin + CALLBACK_PATH)
@@ -145,8 +145,8 @@ def forged(pages: Pages, request: Request) -> Response:
     )
 
 
-def _local_path(value: str | None) -> str:
-    # Only a path on this console: never another site (an open redirect), never a scheme-relative URL.
+def local_path(value: str | None) -> str:
+    """Return value when it is a path on this console, else "/": a sign-in never ends on another site."""
     if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
         return value
     return "/"

@@ -17,6 +17,7 @@ from decisionflow.console.diff import proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
 from decisionflow.console.refusals import explain
 from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
+from decisionflow.console.signin import local_path
 
 KEY = b"k" * 32
 ANA = Person("ana", "Ana", ("reviewers",))
@@ -189,3 +190,9 @@ def test_settings_refuse_what_would_be_unsafe(tmp_path: Path, capsys: pytest.Cap
     assert config.session_key == b"k" * 32 and config.session_lifetime_seconds == 60
     assert "k" * 32 not in repr(config)
     assert config.origin(8123) == "http://127.0.0.1:8123"
+
+
+def test_after_sign_in_only_alocal_path_is_followed() -> None:
+    assert local_path("/proposals/op-v1-a") == "/proposals/op-v1-a"
+    for elsewhere in (None, "", "https://evil.example", "//evil.example/x", "/\\evil.example", "proposals"):
+        assert local_path(elsewhere) == "/"

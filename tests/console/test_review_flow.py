@@ -59,3 +59,19 @@ def _tab_to(page: Page, selector: str) -> None:
             return
         page.keyboard.press("Tab")
     raise AssertionError(f"{selector} is not reachable with Tab")
+
+
+def test_a_session_ends_at_its_lifetime_and_the_page_asks_to_sign_in_again(
+    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console(make_stack(), session_lifetime_seconds=1.5)
+    console.sign_in(page, "ana")
+    page.goto(console.url("/start"))
+    expect(page.locator("h1")).to_have_text("Start a case")
+    page.wait_for_timeout(1600)
+    page.goto(console.url("/start"))
+    # Back at the provider's sign-in page, with the way back to /start kept.
+    expect(page.get_by_role("button", name="Authorize")).to_be_visible()
+    page.get_by_placeholder("sub").fill("ana")
+    page.get_by_role("button", name="Authorize").click()
+    expect(page.locator("h1")).to_have_text("Start a case")
