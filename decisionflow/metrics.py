@@ -1,26 +1,24 @@
-"""Prometheus metrics shared by the services: the gRPC server families of go-grpc-prometheus, an
-observer of one method's answers, and the HTTP endpoint that serves a registry (and a health path).
+"""Prometheus metrics shared by the services: the gRPC server families of go-grpc-prometheus and
+the HTTP endpoint that serves a registry (and a health path).
 
 Each service keeps its own ``CollectorRegistry``: several servers in one process (the tests) never
 share a series. ``register_process_metrics`` gives each of them the process families
 (``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ``process_open_fds``,
 ``process_start_time_seconds``, ...), ``python_info`` and ``decisionflow_build_info``.
 
-The gRPC families are recorded by ``GrpcServerMetrics.interceptor()``, which
-``decisionflow.serving.start_server`` installs outermost, so a call's code is the one its caller
-gets: refusals of the status table and of authentication included.
+The gRPC families are recorded by the server's one pass per call (``decisionflow.served_calls``),
+outside the status mapping, so a call's code is the one its caller gets: refusals of the status
+table and of authentication included.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import inspect
 import platform
 import socket
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -39,8 +37,6 @@ from prometheus_client import (
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from decisionflow import startup
-from decisionflow.errors import DomainError
-from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, final_code, with_behaviour
 from decisionflow.settings import MetricsSettings
 from decisionflow.version import installed_version
 
@@ -101,8 +97,27 @@ def _declared_kind(service: str, method: str) -> str | None:
     return _kind_of(declared.client_streaming, declared.server_streaming)
 
 
+class MethodMetrics:
+    """The go-grpc-prometheus children of one method, resolved once: a call only increments them."""
+
+    def __init__(self, families: GrpcServerMetrics, labels: tuple[str, str, str]) -> None:
+        self._families = families
+        self._labels = labels
+        self.started = families.started.labels(*labels)
+        self._handling = families.handling_seconds.labels(*labels)
+        self._handled: dict[grpc.StatusCode, Any] = {}
+
+    def finished(self, code: grpc.StatusCode, seconds: float) -> None:
+        """Count one call of the method as handled with code, seconds after it started."""
+        handled = self._handled.get(code)
+        if handled is None:
+            handled = self._handled[code] = self._families.handled.labels(*self._labels, code.name)
+        handled.inc()
+        self._handling.observe(seconds)
+
+
 class GrpcServerMetrics:
-    """The go-grpc-prometheus server families on a registry, with the interceptor that records them."""
+    """The go-grpc-prometheus server families on a registry; ``method`` gives one method's children."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["grpc_type", "grpc_service", "grpc_method"]
@@ -121,110 +136,11 @@ class GrpcServerMetrics:
             registry=registry,
         )
 
-    def interceptor(self) -> GrpcMetricsInterceptor:
-        """Return the interceptor recording every call of a server on these families."""
-        return GrpcMetricsInterceptor(self)
-
-
-class GrpcMetricsInterceptor(ServerInterceptor):
-    """Counts each call as it starts and as it ends (with the final status code) and times it."""
-
-    def __init__(self, metrics: GrpcServerMetrics) -> None:
-        self._metrics = metrics
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the method's handler with its calls recorded (methods unknown to the server are not)."""
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        service, method = _split_method(handler_call_details.method)
-        labels = (_declared_kind(service, method) or _kind(handler), service, method)
-        behaviour = behaviour_of(handler)
-        if inspect.isasyncgenfunction(behaviour):
-            return with_behaviour(handler, self._streamed(behaviour, labels))
-        if inspect.iscoroutinefunction(behaviour):
-            return with_behaviour(handler, self._unary(behaviour, labels))
-        return handler  # a synchronous behaviour runs on a thread; no server of ours has one
-
-    def _record(
-        self, labels: tuple[str, str, str], context: Context, error: BaseException | None, began: float
-    ) -> None:
-        self._metrics.handled.labels(*labels, final_code(context, error).name).inc()
-        self._metrics.handling_seconds.labels(*labels).observe(time.perf_counter() - began)
-
-    def _unary(self, behaviour: Callable[..., Any], labels: tuple[str, str, str]) -> Callable[..., Any]:
-        async def recorded(request: Any, context: Context) -> Any:
-            self._metrics.started.labels(*labels).inc()
-            began = time.perf_counter()
-            try:
-                response = await behaviour(request, context)
-            except BaseException as error:
-                self._record(labels, context, error, began)
-                raise
-            self._record(labels, context, None, began)
-            return response
-
-        return recorded
-
-    def _streamed(self, behaviour: Callable[..., Any], labels: tuple[str, str, str]) -> Callable[..., Any]:
-        async def recorded(request: Any, context: Context) -> AsyncIterator[Any]:
-            self._metrics.started.labels(*labels).inc()
-            began = time.perf_counter()
-            try:
-                async for response in behaviour(request, context):
-                    yield response
-            except BaseException as error:
-                self._record(labels, context, error, began)
-                raise
-            self._record(labels, context, None, began)
-
-        return recorded
-
-
-OnAnswer = Callable[[Any], None]
-OnRefusal = Callable[[DomainError], None]
-
-
-class ObserveAnswers(ServerInterceptor):
-    """Hands each answer of chosen unary methods (the response message, or the domain error that
-    refuses it) to a callback; installed inside the status mapping, so it sees the error itself."""
-
-    def __init__(self, answers: Mapping[str, OnAnswer], refusals: Mapping[str, OnRefusal] | None = None) -> None:
-        self._answers = dict(answers)
-        self._refusals = dict(refusals or {})
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the handler, wrapped when its method is observed."""
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or (method not in self._answers and method not in self._refusals):
-            return handler
-        behaviour = behaviour_of(handler)
-        if _kind(handler) != "unary" or not inspect.iscoroutinefunction(behaviour):
-            return handler
-        on_answer = self._answers.get(method)
-        on_refusal = self._refusals.get(method)
-
-        async def observed(request: Any, context: Context) -> Any:
-            try:
-                response = await behaviour(request, context)
-            except DomainError as error:
-                if on_refusal is not None:
-                    on_refusal(error)
-                raise
-            if on_answer is not None:
-                on_answer(response)
-            return response
-
-        return with_behaviour(handler, observed)
+    def method(self, full_method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> MethodMetrics:
+        """Return the children of full_method (``/package.Service/Method``), labelled with the type its
+        service declares (an interceptor may serve a unary method with a handler of another shape)."""
+        service, method = _split_method(full_method)
+        return MethodMetrics(self, (_declared_kind(service, method) or _kind(handler), service, method))
 
 
 class _QuietHandler(WSGIRequestHandler):

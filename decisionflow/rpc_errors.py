@@ -1,16 +1,14 @@
 """Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo
 and BadRequest (read back by ``decisionflow.status_details.error_info``).
 
-Each server maps its domain errors to a status code in exactly one table (``StatusTable``);
-``RefusalsAsStatus``, installed once when the server is built (``decisionflow.serving``),
-applies that table to every call, so neither servicers nor interceptors call ``context.abort``.
+Each server maps its domain errors to a status code in exactly one table (``StatusTable``); the
+server's one pass per call (``decisionflow.served_calls``) applies it to every call with
+``refuse``, so servicers never call ``context.abort``.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import grpc
 from google.protobuf import any_pb2
@@ -19,7 +17,7 @@ from grpc_status import rpc_status
 
 from decisionflow import reasons, tracing
 from decisionflow.errors import DomainError, InvalidRequest
-from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
+from decisionflow.handlers import Context
 from decisionflow.status_details import ERROR_DOMAIN
 
 StatusTable = Mapping[type[DomainError], grpc.StatusCode]
@@ -70,52 +68,11 @@ def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-class RefusalsAsStatus(ServerInterceptor):
-    """Answers a DomainError raised by any method, or by an interceptor inside this one, with the
-    rich status its server's table assigns."""
-
-    def __init__(self, table: StatusTable) -> None:
-        self._table = table
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the method's handler with its domain errors turned into rich statuses."""
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        behaviour = behaviour_of(handler)
-        if inspect.isasyncgenfunction(behaviour):
-            return with_behaviour(handler, self._streamed(behaviour))
-        if inspect.iscoroutinefunction(behaviour):
-            return with_behaviour(handler, self._unary(behaviour))
-        return handler  # a synchronous behaviour runs on a thread, where no domain error is raised
-
-    async def _refuse(self, error: DomainError, context: Context) -> None:
-        noted = {name: error.metadata.get(name, "") for name in NOTED_METADATA}
-        tracing.note_refusal(error.reason, _cut(error.message), noted)
-        await context.abort_with_status(rich_status(code_for(self._table, error), error))  # type: ignore[attr-defined]
-
-    def _unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        async def answered(request: Any, context: Context) -> Any:
-            try:
-                return await behaviour(request, context)
-            except DomainError as error:
-                await self._refuse(error, context)
-
-        return answered
-
-    def _streamed(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        async def answered(request: Any, context: Context) -> AsyncIterator[Any]:
-            try:
-                async for response in behaviour(request, context):
-                    yield response
-            except DomainError as error:
-                await self._refuse(error, context)
-
-        return answered
+async def refuse(table: StatusTable, error: DomainError, context: Context) -> None:
+    """Answer the call with the rich status table assigns to error, noting on its access line why."""
+    noted = {name: error.metadata.get(name, "") for name in NOTED_METADATA}
+    tracing.note_refusal(error.reason, _cut(error.message), noted)
+    await context.abort_with_status(rich_status(code_for(table, error), error))  # type: ignore[attr-defined]
 
 
 assert code_pb2.OK == 0  # the google.rpc code numbering matches grpc.StatusCode's

@@ -4,11 +4,10 @@ process around the server (start-up order, workers, signals) is decisionflow.hos
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -16,13 +15,13 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from decisionflow.access import NotedCalls, ObservedCalls
 from decisionflow.addresses import is_loopback
+from decisionflow.auth import EXEMPT_METHOD_PREFIXES, AuthInterceptor
 from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.connection_guard import ConnectionGuard, ConnectionRules
-from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.reflection import enable_reflection
-from decisionflow.rpc_errors import RefusalsAsStatus, StatusTable
+from decisionflow.rpc_errors import StatusTable
+from decisionflow.served_calls import Observers, ServedCalls
 from decisionflow.settings import SettingValues, TransportSettings
 
 # A method without a size of its own receives at most this (ids, page tokens, a decision).
@@ -34,6 +33,10 @@ MAX_PING_STRIKES = 2
 # The server pings a connection silent this long, and drops it if no answer comes within the timeout.
 KEEPALIVE_TIME_MS = 120_000
 KEEPALIVE_TIMEOUT_MS = 20_000
+
+if TYPE_CHECKING:
+    # Type only: decisionflow.metrics imports start-up code that imports this module.
+    from decisionflow.metrics import GrpcServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -135,46 +138,6 @@ def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
 STATUS_DETAIL_FILES = (status_pb2.DESCRIPTOR, error_details_pb2.DESCRIPTOR)
 
 
-class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Parses each unary request inside the call, so bytes that are not the request message, or
-    more bytes than the method's largest valid request, are refused as an InvalidRequest (gRPC
-    itself answers UNKNOWN when its deserializer raises)."""
-
-    def __init__(self, limits: ReceiveLimits | None = None) -> None:
-        self._limits = limits or ReceiveLimits(default=MAX_MESSAGE_BYTES)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        """Return the handler with parsing moved from gRPC's deserializer into its behaviour."""
-        handler = await continuation(handler_call_details)
-        if (
-            handler is None
-            or handler.request_streaming
-            or handler.response_streaming
-            or handler.request_deserializer is None
-            or not inspect.iscoroutinefunction(handler.unary_unary)
-        ):
-            return handler
-        parse, behaviour = handler.request_deserializer, handler.unary_unary
-        limit = self._limits.for_method(handler_call_details.method)
-
-        async def parsed(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            if len(request) > limit:
-                raise InvalidRequest(
-                    [FieldViolation("request", f"{len(request)} bytes; this method accepts at most {limit}")]
-                )
-            try:
-                message = parse(request)
-            except Exception as exc:  # whatever the parser raises, the bytes are not a request
-                raise InvalidRequest([FieldViolation("request", "not a well-formed request message")]) from exc
-            return await behaviour(message, context)
-
-        return grpc.unary_unary_rpc_method_handler(parsed, response_serializer=handler.response_serializer)
-
-
 @dataclass
 class RunningServer:
     """A started server, the port it bound and its health servicer."""
@@ -197,35 +160,38 @@ async def start_server(
     register: Callable[[grpc.aio.Server], Sequence[str]],
     *,
     status_table: StatusTable,
+    auth: AuthInterceptor | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     credentials: grpc.ServerCredentials | None = None,
     transport: TransportLimits | None = None,
     receive: ReceiveLimits | None = None,
-    observers: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    metrics: GrpcServerMetrics | None = None,
+    observers: Observers | None = None,
     reuse_port: bool = False,
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
-    returns their full service names, which health and reflection then announce. Every domain
-    error raised in a call, by a servicer or an interceptor, is answered through status_table.
-    transport and receive bound what a peer may hold (defaults: TransportLimits(), and 1 MiB for
-    every method). observers see every call from outside the status mapping, so they read the code
-    the caller gets (metrics). reuse_port: worker processes share the port (decisionflow.workers)."""
+    returns their full service names, which health and reflection then announce. Every call is served
+    in one pass (decisionflow.served_calls): counted on metrics, traced, admitted by auth (None: every
+    caller is anonymous; health and reflection are exempt), parsed within receive (default 1 MiB for
+    every method), handed to observers, and any domain error raised on the way answered through
+    status_table. interceptors run inside that pass, around the servicers (fault injection).
+    transport bounds what a peer may hold (default TransportLimits()). reuse_port: worker processes
+    share the port (decisionflow.workers)."""
     transport = transport or TransportLimits()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
-    # The status mapping is outermost but for the access line and span, which see its final code,
-    # so it also answers the refusals of the interceptors (authentication, request parsing);
-    # parsing is innermost, so a caller is authenticated before its bytes are parsed; then the
-    # principal and the parsed request are noted for the access line.
     guard = ConnectionGuard(transport.connection_rules)
+    served = ServedCalls(
+        status_table,
+        auth=auth,
+        metrics=metrics,
+        observers=observers,
+        receive_limit=receive.for_method,
+        exempt=EXEMPT_METHOD_PREFIXES,
+        on_admitted=guard.note_call,
+        inner=interceptors,
+    )
     server = grpc.aio.server(
-        interceptors=[
-            *observers,
-            ObservedCalls(),
-            RefusalsAsStatus(status_table),
-            *interceptors,
-            DecodeRequests(receive),
-            NotedCalls(on_admitted=guard.note_call),
-        ],
+        interceptors=[served],
         options=transport.server_options(receive, reuse_port=reuse_port),
     )
     service_names = tuple(register(server))

@@ -31,6 +31,7 @@ from decisionflow.auth import AuthInterceptor, CredentialsError
 from decisionflow.channels import CleartextTokenRefused
 from decisionflow.server_security import (
     CREDENTIALS_FILE,
+    OIDC_ISSUER,
     TLS_CERT,
     TLS_CLIENT_CA,
     TLS_KEY,
@@ -103,7 +104,7 @@ def starting(address: Setting[Any]) -> Iterator[None]:
         raise
     except ExposureRefused as exc:
         raise configuration_error(
-            "cannot listen", (address, TLS_CERT, TLS_KEY, CREDENTIALS_FILE), describe(exc)
+            "cannot listen", (address, TLS_CERT, TLS_KEY, CREDENTIALS_FILE, OIDC_ISSUER), describe(exc)
         ) from exc
     except Exception as exc:
         raise runtime_error("cannot start", (), f"{type(exc).__name__}: {describe(exc)}") from exc

@@ -131,6 +131,11 @@ def call_notes() -> Iterator[MutableMapping[str, str]]:
         _call_notes.reset(token)
 
 
+def in_served_call() -> bool:
+    """True inside a call a server is serving: what ``annotate`` notes reaches its access line."""
+    return _call_notes.get() is not None
+
+
 def annotate(**fields: str) -> None:
     """Note operation_id, case_id, outcome (or principal) on the served call's span (else the current one)
     and its access line; cheap when neither exists."""

@@ -9,10 +9,10 @@ from decisionflow.errors import DomainError
 from decisionflow.metrics import (
     GrpcServerMetrics,
     MetricsServer,
-    ObserveAnswers,
     register_process_metrics,
     serve_metrics,
 )
+from decisionflow.served_calls import Observers
 from decisionflow.v1 import effect_receiver_pb2
 from effect_receiver.config import METRICS
 from effect_receiver.errors import IdempotencyKeyReused
@@ -54,9 +54,10 @@ class ReceiverMetrics:
         if isinstance(error, IdempotencyKeyReused):
             self.effects.labels(KEY_REUSED).inc()
 
-    def answers(self) -> ObserveAnswers:
-        """Return the interceptor counting Apply's results (install it innermost, after faults)."""
-        return ObserveAnswers({APPLY_METHOD: self.record_apply}, {APPLY_METHOD: self.record_refusal})
+    def answers(self) -> Observers:
+        """Return the observers counting Apply's results and refusals (they see the servicer's answer,
+        before fault injection can lose its reply)."""
+        return Observers({APPLY_METHOD: self.record_apply}, {APPLY_METHOD: self.record_refusal})
 
     def serve(self, port: int, address: str) -> MetricsServer:
         """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""

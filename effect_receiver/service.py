@@ -125,12 +125,8 @@ class ReceiverService:
             answer = replayed
         else:
             answer = self._primary.apply(checked, Receipt(self._receipt_ids(), operation_id, now))
+        # The call's access line carries the outcome: one line per Apply, not a second for the same event.
         tracing.annotate(outcome=answer.outcome.value)
-        logger.info(
-            "effect %s",
-            answer.outcome.label,
-            extra={"rpc": "Apply", "operation_id": operation_id, "case_id": case_id, "outcome": answer.outcome.value},
-        )
         self._failpoints.hit(COMMIT_THEN_EXIT)
         try:
             self._failpoints.hit(COMMIT_THEN_LOSE_REPLY)

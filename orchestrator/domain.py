@@ -190,6 +190,28 @@ class ProposalView:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingReviewFilter:
+    """Which pending reviews a listing returns: every filter that is set must match (None matches any)."""
+
+    case_id: CaseId | None = None
+    # Compared exactly, character for character: no pattern, no case folding.
+    case_id_prefix: str | None = None
+    created_by: str | None = None
+    action: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReviewEntry:
+    """A case's current proposal, still undecided: its pending review, how many proposals its chain of
+    edits and replacements holds (itself included), and since when it has waited (the listing's order)."""
+
+    proposal: Proposal
+    review: PendingReview
+    versions: int
+    pending_since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class SealedCheckpoint:
     """One workflow checkpoint as stored: identifying columns, the seal and the pickled state."""
 

@@ -24,7 +24,7 @@ from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, R
 from orchestrator import errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
-from orchestrator.validation import check_operation_id
+from orchestrator.validation import check_operation_id, pending_page_size, pending_review_filter
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
     LOOKUP_FROM_PB,
@@ -34,6 +34,7 @@ from orchestrator.wire import (
     enum_from_pb,
     from_timestamp,
     operation_to_pb,
+    pending_entry_to_pb,
     proposal_to_pb,
     review_to_pb,
     settle_result_to_pb,
@@ -76,6 +77,8 @@ MAX_RECEIPT_ID_CHARS = 64  # the width of operations.receipt_id
 MAX_MIN_AGE = timedelta(days=36_525)
 MAX_PAGE = 5000
 DEFAULT_PAGE = 500
+# The name ListPendingReviews' page tokens carry, so a token of ListOperations is refused there.
+PENDING_LISTING = "pending_reviews"
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -169,16 +172,36 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         operation = await self._proposals.get_operation(check_operation_id(request.operation_id))
         return review_pb2.GetOperationResponse(operation=operation_to_pb(operation))
 
+    async def ListPendingReviews(
+        self, request: review_pb2.ListPendingReviewsRequest, context: Context
+    ) -> review_pb2.ListPendingReviewsResponse:
+        """List the undecided current proposals matching the filters, oldest first, a page at a time."""
+        limit = pending_page_size(request.page_size)
+        filters = pending_review_filter(
+            request.case_id if request.HasField("case_id") else None,
+            request.case_id_prefix if request.HasField("case_id_prefix") else None,
+            request.created_by if request.HasField("created_by") else None,
+            request.action if request.HasField("action") else None,
+        )
+        after = _parse_page_token(request.page_token, PENDING_LISTING)
+        page = await self._proposals.list_pending_reviews(filters, limit, after)
+        last = page[-1] if len(page) == limit else None
+        token = "" if last is None else _page_token(last.pending_since, last.proposal.operation_id, PENDING_LISTING)
+        return review_pb2.ListPendingReviewsResponse(
+            entries=[pending_entry_to_pb(entry) for entry in page], next_page_token=token
+        )
 
-def _page_token(operation_changed_at: datetime, operation_id: str) -> str:
-    return page_tokens.encode("operations", operation_changed_at.isoformat(), operation_id)
+
+def _page_token(operation_changed_at: datetime, operation_id: str, listing: str = "operations") -> str:
+    return page_tokens.encode(listing, operation_changed_at.isoformat(), operation_id)
 
 
-def _parse_page_token(token: str) -> tuple[datetime, str] | None:
+def _parse_page_token(token: str, listing: str = "operations") -> tuple[datetime, str] | None:
+    """Return the (time, operation id) position a token of listing resumes after; None for no token."""
     if not token:
         return None
     try:
-        at, operation_id = page_tokens.decode("operations", token, 2)
+        at, operation_id = page_tokens.decode(listing, token, 2)
         if not isinstance(at, str) or not isinstance(operation_id, str) or not is_operation_id(operation_id):
             raise ValueError("page token names no operation id")  # a NUL in it fails on PostgreSQL
         changed_at = datetime.fromisoformat(at)

@@ -24,10 +24,10 @@ from prometheus_client.registry import Collector
 from decisionflow.metrics import (
     GrpcServerMetrics,
     MetricsServer,
-    ObserveAnswers,
     register_process_metrics,
     serve_metrics,
 )
+from decisionflow.served_calls import Observers
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import EffectRequest, OperationState, Receipt
 from orchestrator.config import METRICS
@@ -186,9 +186,9 @@ class OrchestratorMetrics:
         outcome = OUTCOMES.get(response.outcome, "unspecified")
         self.approvals.labels(outcome=outcome, replay="true" if response.replay else "false").inc()
 
-    def answers(self) -> ObserveAnswers:
-        """Return the interceptor that counts Approve outcomes (install it inside the status mapping)."""
-        return ObserveAnswers({APPROVE_METHOD: self.record_approval})
+    def answers(self) -> Observers:
+        """Return the observer that counts Approve outcomes (it sees each answer before the status mapping)."""
+        return Observers({APPROVE_METHOD: self.record_approval})
 
     def timed(self, effects: EffectPort) -> EffectPort:
         """Return effects with each Apply timed on decisionflow_receiver_call_seconds and each error counted on

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.vocabulary import CaseId, OperationId, case_id_violations, operation_id_violations
-from orchestrator.domain import SUPPORTED_ACTIONS, ProposalContent, ProposalEdit, ProposalStart, proposal_content
+from orchestrator.domain import (
+    SUPPORTED_ACTIONS,
+    PendingReviewFilter,
+    ProposalContent,
+    ProposalEdit,
+    ProposalStart,
+    proposal_content,
+)
 
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
 MAX_BODY_BYTES = 64 * 1024
@@ -19,6 +26,9 @@ MAX_QUOTATION_BYTES = 8 * 1024
 MAX_EVIDENCE = 32
 MAX_RULES = 32
 MAX_INT = 2**63 - 1
+MAX_PRINCIPAL_CHARS = 128  # the width of proposals.created_by, as the credentials file bounds a principal
+MAX_PENDING_PAGE = 500
+DEFAULT_PENDING_PAGE = 50
 
 
 def _text(violations: list[FieldViolation], name: str, value: str, max_bytes: int, *, required: bool = True) -> None:
@@ -111,3 +121,38 @@ def content_violations(
             _text(violations, "policy.rules key", key, 64)
             _text(violations, f"policy.rules[{key[:64]!r}]", value, 1024, required=False)
     return violations
+
+
+def pending_page_size(page_size: int) -> int:
+    """Return the page size of a ListPendingReviews (0 means the default); refuse one outside 0 to the maximum."""
+    if page_size < 0 or page_size > MAX_PENDING_PAGE:
+        raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PENDING_PAGE}")])
+    return page_size or DEFAULT_PENDING_PAGE
+
+
+def pending_review_filter(
+    case_id: str | None, case_id_prefix: str | None, created_by: str | None, action: str | None
+) -> PendingReviewFilter:
+    """Return the filters of a ListPendingReviews (None: not set); refuse them, naming every bad one.
+
+    A filter set but empty is refused with the other bad shapes: only an unset field means "any".
+    """
+    violations: list[FieldViolation] = []
+    if case_id is not None:
+        violations += case_id_violations(case_id)
+    if case_id_prefix is not None:
+        violations += case_id_violations(case_id_prefix, "case_id_prefix")
+    if case_id is not None and case_id_prefix is not None:
+        violations.append(FieldViolation("case_id_prefix", "set at most one of case_id and case_id_prefix"))
+    if created_by is not None and not (
+        0 < len(created_by) <= MAX_PRINCIPAL_CHARS and created_by.isprintable() and created_by == created_by.strip()
+    ):
+        description = f"must be 1 to {MAX_PRINCIPAL_CHARS} printable characters without surrounding spaces"
+        violations.append(FieldViolation("created_by", description))
+    if action is not None and action not in SUPPORTED_ACTIONS:
+        violations.append(
+            FieldViolation("action", f"unknown action; supported: {', '.join(sorted(SUPPORTED_ACTIONS))}")
+        )
+    if violations:
+        raise InvalidRequest(violations)
+    return PendingReviewFilter(None if case_id is None else CaseId(case_id), case_id_prefix, created_by, action)

@@ -19,7 +19,7 @@ from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState
-from orchestrator.domain import Operation, PendingReview, Proposal, ProposalEdit, ProposalStart
+from orchestrator.domain import Operation, PendingReview, PendingReviewEntry, Proposal, ProposalEdit, ProposalStart
 from orchestrator.validation import edit_content, start_request
 
 # The numbers a request may carry for each enum; a state is never UNSPECIFIED, while a settlement's
@@ -134,6 +134,15 @@ def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
         graph_signature=review.graph_signature,
         checkpoint_id=review.checkpoint_id,
         created_at=timestamp(review.created_at),
+    )
+
+
+def pending_entry_to_pb(entry: PendingReviewEntry) -> review_pb2.PendingReviewEntry:
+    """Return the protobuf form of a pending review's entry (its proposal is current by definition)."""
+    return review_pb2.PendingReviewEntry(
+        proposal=proposal_to_pb(entry.proposal, True),
+        versions=entry.versions,
+        pending_review=review_to_pb(entry.review),
     )
 
 

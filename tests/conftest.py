@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.stack",
     "tests.support.receiver",
     "tests.support.secure",
+    "tests.support.oidc",
     "tests.support.hostile",
     "tests.support.review_cli",
     "tests.support.campaigns",

@@ -1,10 +1,12 @@
 """Authentication and authorization for every decisionflow server and client.
 
 _roles.py        Role, Principal
-_errors.py       Unauthenticated, PermissionDenied, FourEyesViolation and AUTH_STATUS
+_errors.py       Unauthenticated, IdentityProviderUnavailable, PermissionDenied, FourEyesViolation, AUTH_STATUS
 _credentials.py  the credentials file (hashed bearer tokens, certificate principals)
+_jwt.py          OIDC access tokens (JWTs): OidcConfig, JwtVerifier (claims to a principal and roles)
+_jwks.py         the issuer's signing keys, fetched off the event loop, cached and refreshed
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
-_server.py       AuthInterceptor and current_principal()
+_server.py       AuthInterceptor (admission of a call), admitted() and current_principal()
 _reload.py       CredentialsReloader: the credentials file read again (SIGHUP) and swapped in
 
 The client side, bearer metadata and the interceptors that send it, is ``decisionflow.bearer`` in
@@ -26,13 +28,16 @@ from decisionflow.auth._errors import (
     AUTH_STATUS,
     AuthError,
     FourEyesViolation,
+    IdentityProviderUnavailable,
     PermissionDenied,
     Unauthenticated,
 )
+from decisionflow.auth._jwks import ALLOWED_ALGORITHMS, JwksCache
+from decisionflow.auth._jwt import JwtVerifier, OidcConfig, looks_like_jwt
 from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eyes, policy_gaps
 from decisionflow.auth._reload import CredentialsReloader, principal_count
 from decisionflow.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
-from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, current_principal
+from decisionflow.auth._server import EXEMPT_METHOD_PREFIXES, AuthInterceptor, admitted, current_principal
 from decisionflow.bearer import (
     AUTHORIZATION,
     BearerTokenInterceptor,
@@ -41,6 +46,7 @@ from decisionflow.bearer import (
 )
 
 __all__ = [
+    "ALLOWED_ALGORITHMS",
     "ALL_ROLES",
     "ANONYMOUS",
     "AUTHORIZATION",
@@ -56,12 +62,17 @@ __all__ = [
     "CredentialsError",
     "CredentialsReloader",
     "FourEyesViolation",
+    "IdentityProviderUnavailable",
+    "JwksCache",
+    "JwtVerifier",
+    "OidcConfig",
     "PermissionDenied",
     "Principal",
     "Role",
     "SyncBearerTokenInterceptor",
     "TokenEntry",
     "Unauthenticated",
+    "admitted",
     "all_rpc_methods",
     "bearer_metadata",
     "check_four_eyes",
@@ -69,6 +80,7 @@ __all__ = [
     "current_principal",
     "issue_token",
     "load_credentials",
+    "looks_like_jwt",
     "parse_credentials",
     "parse_role",
     "policy_gaps",

@@ -3,6 +3,8 @@
     DomainError                      (decisionflow.errors)
     └── AuthError                    base of every refusal made here
         ├── Unauthenticated          UNAUTHENTICATED: no credentials, or none that are recognised
+        ├── IdentityProviderUnavailable
+        │                            UNAVAILABLE: the issuer's signing keys cannot be fetched (retry)
         └── PermissionDenied         PERMISSION_DENIED: authenticated, but not allowed
             └── FourEyesViolation    PERMISSION_DENIED, reason FOUR_EYES: the author cannot approve
 
@@ -29,6 +31,16 @@ class Unauthenticated(AuthError):
     reason = reasons.UNAUTHENTICATED
 
 
+class IdentityProviderUnavailable(AuthError):
+    """An OIDC token cannot be checked: the issuer's signing keys (its JWKS) cannot be fetched."""
+
+    reason = reasons.UNAVAILABLE
+
+    def __init__(self, jwks_url: str, cause: str) -> None:
+        super().__init__(f"cannot check the OIDC token: the signing keys at {jwks_url} cannot be fetched ({cause})")
+        self.jwks_url = jwks_url
+
+
 class PermissionDenied(AuthError):
     """The principal is known but holds none of the roles the method allows."""
 
@@ -50,5 +62,7 @@ class FourEyesViolation(PermissionDenied):
 
 AUTH_STATUS: StatusTable = {
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    # Nothing was decided about the caller: a retry may be admitted once the keys can be fetched.
+    IdentityProviderUnavailable: grpc.StatusCode.UNAVAILABLE,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }

@@ -22,6 +22,7 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
         _REVIEW + "EditProposal": frozenset({Role.AUTHOR}),
         _REVIEW + "GetProposal": _READERS_OF_REVIEWS,
         _REVIEW + "GetOperation": _READERS_OF_REVIEWS,
+        _REVIEW + "ListPendingReviews": _READERS_OF_REVIEWS,
         _REVIEW + "Approve": frozenset({Role.REVIEWER}),
         _OPERATIONS + "ListOperations": frozenset({Role.OPERATOR}),
         _OPERATIONS + "SettleOperation": frozenset({Role.OPERATOR}),

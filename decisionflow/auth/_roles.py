@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Literal
 
-Via = Literal["token", "certificate", "anonymous"]
+Via = Literal["token", "certificate", "oidc", "anonymous"]
 
 
 class Role(enum.Enum):

@@ -1,27 +1,24 @@
-"""The server interceptor: authenticates every call (bearer token or verified client certificate),
-checks the method's roles, and makes the principal available to servicer code.
-
-The principal is set in a context variable by the wrapped method behaviour, inside the call that
-runs the servicer: grpc.aio does not promise that ``intercept_service`` runs in the handler's task,
-so a variable set there could be invisible to the servicer, or visible to another call.
+"""Admission of every call (bearer token from the credentials file, OIDC access
+token, or verified client certificate): who the caller is, whether
+the method's roles admit it, and the principal made available to servicer code (``admitted``,
+``current_principal``). The server's one pass per call (``decisionflow.served_calls``) asks
+``AuthInterceptor.admission`` from the call's headers, then ``admit_in_call`` when only the client
+certificate can tell.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, cast
-
-import grpc
+from collections.abc import Iterable, Iterator, Mapping
 
 from decisionflow import reasons
 from decisionflow.auth._credentials import Credentials
 from decisionflow.auth._errors import AuthError, PermissionDenied, Unauthenticated
+from decisionflow.auth._jwt import JwtVerifier, KeysNeeded, looks_like_jwt
 from decisionflow.auth._roles import ANONYMOUS, Principal, Role
-from decisionflow.handlers import Context, ServerInterceptor, behaviour_of, with_behaviour
+from decisionflow.handlers import Context
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +64,7 @@ def _certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> list[str]
     return names
 
 
-class AuthInterceptor(ServerInterceptor):
+class AuthInterceptor:
     """Authenticates each call and admits it only if the principal holds a role the policy allows
     for the method; health and reflection are exempt, methods absent from the policy are refused."""
 
@@ -77,17 +74,25 @@ class AuthInterceptor(ServerInterceptor):
         policy: Mapping[str, frozenset[Role]],
         *,
         client_certificates: bool = True,
+        oidc: JwtVerifier | None = None,
     ) -> None:
         """client_certificates False says the transport never verifies a client certificate (no
-        client CA), so a call without a token is refused from its headers alone."""
+        client CA), so a call without a token is refused from its headers alone. oidc also admits
+        OIDC access tokens (JWTs) its issuer signed; credentials may then be None."""
         self._credentials = credentials
         self._policy = dict(policy)
         self._client_certificates = client_certificates
+        self._oidc = oidc
 
     @property
     def authenticated(self) -> bool:
         """True when callers must present credentials (False: everyone is the anonymous principal)."""
-        return self._credentials is not None
+        return self._credentials is not None or self._oidc is not None
+
+    async def warm_up(self) -> None:
+        """Fetch the OIDC issuer's signing keys ahead of the first token (nothing to do without OIDC)."""
+        if self._oidc is not None:
+            await self._oidc.warm_up()
 
     def replace_credentials(self, credentials: Credentials) -> None:
         """Authenticate every call from now on against credentials (a call already admitted keeps its
@@ -106,7 +111,8 @@ class AuthInterceptor(ServerInterceptor):
         metadata: Iterable[tuple[str, str | bytes]],
         auth_context: Mapping[str, Iterable[bytes]],
     ) -> Principal:
-        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied."""
+        """Return the caller's principal if it may call method; raise Unauthenticated or PermissionDenied
+        (or, for an OIDC token, IdentityProviderUnavailable, or KeysNeeded when keys must be fetched first)."""
         principal = self._authenticate(metadata, auth_context)
         allowed = self._policy.get(method)
         if allowed is None:
@@ -123,34 +129,41 @@ class AuthInterceptor(ServerInterceptor):
         self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
     ) -> Principal:
         credentials = self._credentials
-        if credentials is None:
+        if credentials is None and self._oidc is None:
             return ANONYMOUS
         # An explicit token wins over the transport's certificate; a bad token is refused, not skipped.
         token = _bearer_token(metadata)
         if token is not None:
-            principal = credentials.principal_for_token(token)
+            principal = None if credentials is None else credentials.principal_for_token(token)
             if principal is None:
+                # Only a token the credentials file does not know is tried as a JWT: the file's
+                # tokens cost exactly what they did before OIDC.
+                if self._oidc is not None and looks_like_jwt(token):
+                    return self._oidc.verify(token)
                 raise Unauthenticated("unknown bearer token")
             return principal
         names = _certificate_names(auth_context)
-        if names:
+        if names and credentials is not None:
             principal = credentials.principal_for_certificate(names)
             if principal is None:
                 raise Unauthenticated(f"client certificate {names[0]!r} is not a known principal")
             return principal
         raise Unauthenticated("credentials required: 'authorization: Bearer <token>' or a client certificate")
 
-    def _admit_call(self, method: str, context: Context) -> Principal:
+    def admit_in_call(self, method: str, context: Context) -> Principal:
+        """Return the caller's principal from inside the call (where the transport's verified client
+        certificate is known); raise and log Unauthenticated or PermissionDenied."""
         try:
             return self.admit(method, context.invocation_metadata() or (), context.auth_context())
         except AuthError as error:
             _log_refusal(method, error)
-            # Answered by the server's status table (decisionflow.rpc_errors.RefusalsAsStatus).
+            # Answered by the server's status table (decisionflow.rpc_errors.refuse).
             raise
 
     def _admit_early(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
         """Return the caller's principal, or the refusal, when the call's headers settle it; None
-        when only the transport's certificate can (known inside the call)."""
+        when only the transport's certificate can (known inside the call). Raises KeysNeeded when an
+        OIDC token can be decided only once the issuer's keys are fetched."""
         try:
             if self._certificates(self._credentials) and _bearer_token(metadata) is None:
                 return None
@@ -160,27 +173,42 @@ class AuthInterceptor(ServerInterceptor):
             _log_refusal(method, error)
             return error
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        """Return the method's handler with admission and the principal wrapped around its behaviour.
+    async def admission(self, method: str, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | AuthError | None:
+        """Return the caller's principal, or the refusal (logged), when the call's headers settle it;
+        None when only the transport's certificate can (``admit_in_call`` decides inside the call)."""
+        try:
+            return self._admit_early(method, metadata)
+        except KeysNeeded as needed:
+            # An OIDC token whose key is not cached: fetched here, off the loop, then decided again.
+            await needed.refresh()
+            try:
+                return self._admit_early(method, metadata)
+            except KeysNeeded:
+                refusal = Unauthenticated("OIDC token refused: its signing key is not one of the issuer's keys")
+                _log_refusal(method, refusal)
+                return refusal
 
-        When the headers already decide a refusal, the handler returned never reads the request:
-        gRPC answers the status and resets the stream without buffering the message body."""
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(EXEMPT_METHOD_PREFIXES):
-            return handler  # None: no such method, the server answers UNIMPLEMENTED
-        early = self._admit_early(method, handler_call_details.invocation_metadata or ())
-        if isinstance(early, AuthError):
-            return _refusing_handler(handler, early)
 
-        def admit(context: Context) -> Principal:
-            return early if early is not None else self._admit_call(method, context)
+@contextlib.contextmanager
+def admitted(principal: Principal | None, *, lenient: bool = False) -> Iterator[None]:
+    """Make principal the one ``current_principal`` returns inside the block (None: leave it unset);
+    lenient: a block left in another context (an abandoned async generator) leaves it set there.
 
-        return _wrap_handler(handler, admit, method)
+    Set by the served call's behaviour, inside the call that runs the servicer: grpc.aio does not
+    promise that ``intercept_service`` runs in the handler's task, so a variable set there could be
+    invisible to the servicer, or visible to another call."""
+    if principal is None:
+        yield
+        return
+    reset = _principal.set(principal)
+    try:
+        yield
+    finally:
+        if lenient:
+            with contextlib.suppress(ValueError):
+                _principal.reset(reset)
+        else:
+            _principal.reset(reset)
 
 
 def _log_refusal(method: str, error: AuthError) -> None:
@@ -195,82 +223,3 @@ def _log_refusal(method: str, error: AuthError) -> None:
             "principal": error.metadata.get(reasons.PRINCIPAL),
         },
     )
-
-
-def _refusing_handler(handler: grpc.RpcMethodHandler[Any, Any], error: AuthError) -> grpc.RpcMethodHandler[Any, Any]:
-    """Return a handler of the same response kind that refuses with error without reading a request."""
-    # Taking the requests as a stream hands the behaviour an iterator it never advances, where a
-    # unary handler would first wait for (and buffer) the whole request message.
-    if handler.response_streaming:
-
-        async def refused_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
-            raise error
-            yield  # an async generator, as a streaming behaviour is
-
-        return grpc.stream_stream_rpc_method_handler(
-            refused_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    async def refused(requests: Any, context: Context) -> Any:
-        raise error
-
-    return grpc.stream_unary_rpc_method_handler(
-        refused, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-    )
-
-
-_Admit = Callable[[Context], Principal]
-_Behaviour = Callable[[Any, Context], Any]
-
-
-def _wrap_coroutine(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
-    async def admitted(request: Any, context: Context) -> Any:
-        principal = admit(context)
-        reset = _principal.set(principal)
-        try:
-            return await behaviour(request, context)
-        finally:
-            _principal.reset(reset)
-
-    return admitted
-
-
-def _wrap_async_generator(behaviour: _Behaviour, admit: _Admit) -> _Behaviour:
-    async def admitted(request: Any, context: Context) -> AsyncIterator[Any]:
-        principal = admit(context)
-        reset = _principal.set(principal)
-        try:
-            async for response in behaviour(request, context):
-                yield response
-        finally:
-            # A generator abandoned mid-stream is closed by the loop in another context, where the
-            # reset cannot apply; the variable then dies with the call's own task context.
-            with contextlib.suppress(ValueError):
-                _principal.reset(reset)
-
-    return admitted
-
-
-def _refuse_sync(method: str) -> _Behaviour:
-    async def refused(request: Any, context: Context) -> None:
-        # A synchronous behaviour would run on a thread without the principal; refuse rather than
-        # serve it unauthenticated.
-        logger.error("refused %s: AuthInterceptor admits only async behaviours", method)
-        await context.abort(grpc.StatusCode.INTERNAL, "server misconfigured: synchronous handler")
-
-    return refused
-
-
-def _wrap_handler(
-    handler: grpc.RpcMethodHandler[Any, Any], admit: _Admit, method: str
-) -> grpc.RpcMethodHandler[Any, Any]:
-    behaviour = behaviour_of(handler)
-    if inspect.isasyncgenfunction(behaviour):
-        wrapped = _wrap_async_generator(cast(_Behaviour, behaviour), admit)
-    elif inspect.iscoroutinefunction(behaviour):
-        wrapped = _wrap_coroutine(cast(_Behaviour, behaviour), admit)
-    else:
-        wrapped = _refuse_sync(method)
-    return with_behaviour(handler, wrapped)

@@ -24,6 +24,7 @@ from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
 LOSE_FIRST_REPLY = "receiver.commit_then_lose_reply=raise@1"
 REEMITTED = "review request re-emitted from checkpoint"
+APPROVE_RPC = "/decisionflow.v1.ReviewService/Approve"
 EXIT_UNKNOWN, EXIT_REFUSED = 42, 3
 
 
@@ -108,10 +109,10 @@ class Story:
         self.stack.ready(orchestrator_b, self.stack.launch_receiver(LOSE_EVERY_REPLY))
         op = self.seen.operation_id
         approved = self.stack.review("approve", [op], ws.REVIEWER, short(op))
-        reemitted = self._reemitted(orchestrator_b, op)
-        if reemitted:
-            self.say.line(f'-> orchestrator B log: "{reemitted}"')
-        self.seen.reemitted_from_checkpoint = reemitted == f"{REEMITTED} {self.seen.checkpoint_id}"
+        resumed_from = self._resumed_from(orchestrator_b, op)
+        if resumed_from:
+            self.say.line(f"-> orchestrator B, the Approve's access line: {REEMITTED} {resumed_from}")
+        self.seen.reemitted_from_checkpoint = resumed_from == self.seen.checkpoint_id
         outcome = approved.document.get("outcome")
         self.say.line(
             f"-> outcome {outcome}, exit {approved.exit_code}: the decision is recorded, the effect is not confirmed"
@@ -123,15 +124,15 @@ class Story:
             approved.exit_code == EXIT_UNKNOWN and outcome == "UNKNOWN" and state == "UNKNOWN"
         )
 
-    def _reemitted(self, orchestrator: Service, operation_id: str) -> str:
+    def _resumed_from(self, orchestrator: Service, operation_id: str) -> str:
+        """The checkpoint the Approve of operation_id resumed from, as its access line names it."""
         for line in orchestrator.log().splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            message = str(entry.get("message", ""))
-            if message.startswith(REEMITTED) and entry.get("operation_id") == operation_id:
-                return message
+            if entry.get("rpc") == APPROVE_RPC and entry.get("operation_id") == operation_id:
+                return str(entry.get("checkpoint_id", ""))
         return ""
 
     def step3(self) -> None:

@@ -3,7 +3,8 @@
 ``Host.start`` runs the steps every service shares, each one's clean-up pushed on one
 ``AsyncExitStack``, so a step that fails closes what the steps before it opened:
 
-1. the security parts (credentials file, TLS files; exposure beyond loopback refused);
+1. the security parts (credentials file, TLS files, the OIDC issuer's keys fetched once; exposure
+   beyond loopback refused);
 2. the service's own configuration checks (``check``), before anything is opened;
 3. the address, bound once as the server will bind it;
 4. the database engine;
@@ -35,6 +36,7 @@ from sqlalchemy.engine import Engine
 from decisionflow import logs, migrating, server_security, startup
 from decisionflow.metrics import GrpcServerMetrics, MetricsServer
 from decisionflow.rpc_errors import StatusTable
+from decisionflow.served_calls import Observers
 from decisionflow.server_security import ServerSecurity
 from decisionflow.serving import ReceiveLimits, RunningServer, TransportLimits, start_server
 from decisionflow.settings import Setting
@@ -83,8 +85,8 @@ class ServiceMetrics(Protocol):
     @property
     def grpc(self) -> GrpcServerMetrics: ...
 
-    def answers(self) -> Interceptor:
-        """Return the interceptor that counts the service's answers (installed innermost)."""
+    def answers(self) -> Observers:
+        """Return the observers that count the service's answers."""
         ...
 
     def serve(self, port: int, address: str) -> MetricsServer:
@@ -111,7 +113,8 @@ class Wiring:
     register: Callable[[grpc.aio.Server], Sequence[str]]
     """Adds the servicers to the server and returns their full service names (decisionflow.serving)."""
     interceptors: Sequence[Interceptor] = ()
-    """Installed after authentication and before the answer counters (a refused caller never reaches them)."""
+    """Run around the servicers and their answer counters, after authentication and parsing (a refused
+    caller never reaches them; decisionflow.served_calls)."""
     jobs: Sequence[Job] = ()
     """Started once the server serves, stopped before it stops."""
 
@@ -184,6 +187,7 @@ class Host:
         service, config = self.service, self.config
         schema = service.schema
         auth, tls = startup.security_parts(config.address, config.security)
+        await auth.warm_up()
         check()
         reuse_port = config.workers > 1
         startup.check_bindable(config.address, service.address, reuse_port=reuse_port)
@@ -199,12 +203,15 @@ class Host:
             config.address,
             wiring.register,
             status_table=service.status_table,
-            # The answer counters are innermost: they count what was written even if its reply is lost.
-            interceptors=[auth, *wiring.interceptors, metrics.answers()],
+            auth=auth,
+            interceptors=wiring.interceptors,
             credentials=tls,
             transport=config.transport,
             receive=service.receive,
-            observers=[metrics.grpc.interceptor()],
+            metrics=metrics.grpc,
+            # The answer counters see the servicer's answer: they count what was written even if its
+            # reply is then lost (fault injection runs around the servicer, inside them).
+            observers=metrics.answers(),
             reuse_port=reuse_port,
         )
         self._running, self.port = running, running.port

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -98,6 +99,10 @@ async def serve(service: Service[C], config: C, ready: workers.Ready | None = No
     worker process, telling ready; a failure to start raises StartupError."""
     with startup.starting(service.address):
         host = await service.create(config)
+    # What start-up built (modules, tables, compiled statements, the workflow graph) lives as long
+    # as the process: frozen, the collector no longer walks it on every full collection, which
+    # under load was about 7 % of a served call's CPU.
+    gc.freeze()
     if ready is None:
         announce_listening(service.name, host.port, config.port_file)
     else:

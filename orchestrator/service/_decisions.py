@@ -137,11 +137,8 @@ class DecisionService:
                 raise WorkflowProtocolError(
                     f"checkpoint {review.checkpoint_id} re-emitted a request for {request.operation_id}"
                 )
-            logger.info(
-                "review request re-emitted from checkpoint %s",
-                review.checkpoint_id,
-                extra={"operation_id": operation_id, "case_id": proposal.case_id, "principal": reviewer},
-            )
+            # The access line names the checkpoint the request was re-emitted from (one line per call).
+            tracing.annotate(checkpoint_id=review.checkpoint_id)
 
         async def commit(answer: ReviewAnswer) -> DecisionResult:
             return await self._commit(proposal, answer, run, deadline)
@@ -379,11 +376,14 @@ class DecisionService:
 
 
 def _log(message: str, proposal: Proposal, principal: str, outcome: Outcome | Decision, *, code: str = "") -> None:
-    """Log at info, at warning when the outcome is unknown, at error when the receiver refused the caller (code).
+    """Note the outcome on the call's access line; log a line of its own at warning when the outcome is
+    unknown, at error when the receiver refused the caller (code), and at info only outside a served call.
 
     Logs and spans carry the outcome's lowercase label ("committed", or the decision recorded), as they always have.
     """
     tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome.label)
     level = logging.ERROR if code else logging.WARNING if outcome is Outcome.UNKNOWN else logging.INFO
+    if level == logging.INFO and tracing.in_served_call():
+        return  # the access line says it: one line per call
     extra = {"operation_id": proposal.operation_id, "case_id": proposal.case_id, "principal": principal}
     logger.log(level, message, extra={**extra, "outcome": outcome.label, **({"code": code} if code else {})})

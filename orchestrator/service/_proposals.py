@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +12,8 @@ from decisionflow.vocabulary import OperationId
 from orchestrator.domain import (
     Operation,
     PendingReview,
+    PendingReviewEntry,
+    PendingReviewFilter,
     Proposal,
     ProposalContent,
     ProposalEdit,
@@ -23,7 +24,10 @@ from orchestrator.errors import NotFound, StaleProposal
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore
 
-logger = logging.getLogger("decisionflow.orchestrator")
+
+def _started(created: bool) -> str:
+    # The access line's outcome of StartReview and EditProposal: a new proposal, or the one stored.
+    return "created" if created else "existing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,7 @@ class StartedReview:
 
 
 class ProposalService:
-    """StartReview, EditProposal, GetProposal and GetOperation over validated input."""
+    """StartReview, EditProposal, GetProposal, GetOperation and ListPendingReviews over validated input."""
 
     def __init__(self, store: AsyncOrchestratorStore, runs: ReviewRuns, clock: Callable[[], datetime]) -> None:
         self._store = store
@@ -76,10 +80,8 @@ class ProposalService:
         stored, created = await self._store.create_proposal(proposal, review, saved, start.expected_operation_id)
         if not created:
             review = await self._store.get_pending_review(stored.operation_id)
-        logger.info(
-            "review started" if created else "review exists",
-            extra={"operation_id": stored.operation_id, "case_id": content.case_id, "principal": author},
-        )
+        # Said on the call's access line (one line per call), with the operation and case ids.
+        tracing.annotate(operation_id=stored.operation_id, case_id=content.case_id, outcome=_started(created))
         return StartedReview(stored, review, created)
 
     async def edit_proposal(self, edit: ProposalEdit, editor: str) -> StartedReview:
@@ -95,11 +97,9 @@ class ProposalService:
         review, saved = await self._runs.open_review(proposal)
         stored = await self._store.create_edit(proposal, expected, review, saved)
         review = await self._store.get_pending_review(stored.operation_id)
-        logger.info(
-            "proposal edited",
-            extra={"operation_id": stored.operation_id, "case_id": parent.case_id, "principal": editor},
-        )
-        return StartedReview(stored, review, stored.operation_id == proposal.operation_id)
+        created = stored.operation_id == proposal.operation_id
+        tracing.annotate(operation_id=stored.operation_id, case_id=parent.case_id, outcome=_started(created))
+        return StartedReview(stored, review, created)
 
     async def get_proposal(self, operation_id: str) -> ProposalView:
         """Return the proposal with that operation id, its operation and whether it is the case's current one."""
@@ -115,3 +115,9 @@ class ProposalService:
     async def get_operation(self, operation_id: str) -> Operation:
         """Return the operation's state, decision, receipt and last lookup."""
         return await self._store.get_operation(operation_id)
+
+    async def list_pending_reviews(
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+    ) -> list[PendingReviewEntry]:
+        """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
+        return await self._store.list_pending_reviews(filters, limit, after)

@@ -9,8 +9,8 @@ winner in the same transaction.
 
 Transactions (write turn, Unavailable) are ``decisionflow.transactions``, shared with the
 receiver. Parts: ``_statements`` (prebuilt statements),
-``_rows`` (row → domain), ``_proposals``, ``_ledger`` (decisions), ``_operations`` (reads,
-listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
+``_rows`` (row → domain), ``_proposals``, ``_inbox`` (the pending reviews' listing), ``_ledger``
+(decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
 ``_housekeeping``, ``_store`` (the sync store) and ``_async`` (its async facade).
 """
 

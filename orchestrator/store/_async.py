@@ -78,6 +78,7 @@ class AsyncOrchestratorStore:
     get_proposal = in_thread(OrchestratorStore.get_proposal)
     find_proposal = in_thread(OrchestratorStore.find_proposal)
     get_pending_review = in_thread(OrchestratorStore.get_pending_review)
+    list_pending_reviews = in_thread(OrchestratorStore.list_pending_reviews)
     proposal_view = in_thread(OrchestratorStore.proposal_view)
     decision_inputs = in_thread(OrchestratorStore.decision_inputs)
     record_decision = in_thread(OrchestratorStore.record_decision)

@@ -17,6 +17,8 @@ from orchestrator.domain import (
     Operation,
     OperationTally,
     PendingReview,
+    PendingReviewEntry,
+    PendingReviewFilter,
     Proposal,
     ProposalView,
     RecordedDecision,
@@ -25,7 +27,7 @@ from orchestrator.domain import (
 )
 from orchestrator.errors import CaseHasOpenProposal, NotFound, NotRedrivable, StaleProposal
 from orchestrator.schema import operations
-from orchestrator.store import _ledger, _operations, _proposals
+from orchestrator.store import _inbox, _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._columns import state_text
@@ -182,6 +184,14 @@ class OrchestratorStore:
         """Return the pending review of an operation, or raise NotFound."""
         with self.transactions.read() as conn:
             return _proposals.review_txn(conn, operation_id)
+
+    def list_pending_reviews(
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+    ) -> list[PendingReviewEntry]:
+        """Return up to limit undecided current proposals matching filters, oldest first, after a page
+        key, each with its pending review and version count, from one snapshot."""
+        with self.transactions.read() as conn:
+            return _inbox.pending_reviews_txn(conn, filters, limit, after)
 
     def proposal_view(self, operation_id: str) -> ProposalView:
         """Return the proposal, its operation and whether it is the case's current proposal; raise NotFound."""

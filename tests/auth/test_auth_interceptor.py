@@ -64,6 +64,10 @@ class RecordingReviewService(review_pb2_grpc.ReviewServiceServicer):
         await self._record()
         return review_pb2.GetOperationResponse()
 
+    async def ListPendingReviews(self, request: review_pb2.ListPendingReviewsRequest, context: Context) -> Any:
+        await self._record()
+        return review_pb2.ListPendingReviewsResponse()
+
     def register(self, server: grpc.aio.Server) -> Sequence[str]:
         """start_server's register callback."""
         review_pb2_grpc.add_ReviewServiceServicer_to_server(self, server)

@@ -27,6 +27,7 @@ EXPECTED_ROLES: dict[str, set[str]] = {
     "/decisionflow.v1.ReviewService/EditProposal": {"author"},
     "/decisionflow.v1.ReviewService/GetProposal": {"reviewer", "author", "operator"},
     "/decisionflow.v1.ReviewService/GetOperation": {"reviewer", "author", "operator"},
+    "/decisionflow.v1.ReviewService/ListPendingReviews": {"reviewer", "author", "operator"},
     "/decisionflow.v1.ReviewService/Approve": {"reviewer"},
     "/decisionflow.v1.OperationsService/ListOperations": {"operator"},
     "/decisionflow.v1.OperationsService/SettleOperation": {"operator"},
@@ -42,7 +43,7 @@ EXPECTED_ROLES: dict[str, set[str]] = {
 def test_rpc_roles_names_exactly_the_rpcs_of_the_contract() -> None:
     assert policy_gaps(RPC_ROLES) == ([], [])
     assert sorted(RPC_ROLES) == all_rpc_methods()
-    assert len(all_rpc_methods()) == 13
+    assert len(all_rpc_methods()) == 14
 
 
 def test_policy_gaps_reports_missing_and_unknown_methods() -> None:

@@ -113,7 +113,7 @@ def test_with_the_opt_in_the_token_reaches_a_server_named_beyond_loopback() -> N
             "0.0.0.0:0",
             recorder.register,
             status_table=AUTH_STATUS,
-            interceptors=[AuthInterceptor(known_credentials(), RPC_ROLES)],
+            auth=AuthInterceptor(known_credentials(), RPC_ROLES),
         )
         try:
             target = f"{name}:{running.port}"

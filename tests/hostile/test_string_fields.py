@@ -232,6 +232,15 @@ FORGED_PAGE_TOKENS = {
         _token(json.dumps(["2026-01-01T00:00:00+00:00", "x" * 100_000]).encode()),
         "%%%",
     ),
+    "ListPendingReviews": (
+        _token(b"[" * 100_000),
+        _token(json.dumps(["pending_reviews", "2026-01-01T00:00:00+00:00", "x\x00"]).encode()),
+        _token(json.dumps(["pending_reviews", "2026-01-01T00:00:00+00:00", "x" * 100_000]).encode()),
+        _token(json.dumps(["pending_reviews", "2026-01-01T00:00:00", "op-v1-" + "0" * 64]).encode()),
+        _token(json.dumps(["pending_reviews", "not a time", "op-v1-" + "0" * 64]).encode()),
+        _token(json.dumps(["operations", "2026-01-01T00:00:00+00:00", "op-v1-" + "0" * 64]).encode()),
+        "%%%",
+    ),
     "ListEffects": (
         _token(b"after:" + b"9" * 30),
         _token(b"after:" + b"9" * 5000),

@@ -1,5 +1,6 @@
-"""The gRPC server families on a real aio server whose methods end in every way a call can end:
-an answer, an abort, an exception escaping the method, the deadline passing, the caller leaving."""
+"""The gRPC server families, recorded by the one pass per call, on a real aio server whose methods
+end in every way a call can end: an answer, an abort, an exception escaping the method, the
+deadline passing, the caller leaving."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from decisionflow.metrics import GrpcServerMetrics
+from decisionflow.served_calls import ServedCalls
 
 CHECK = {"grpc_service": "grpc.health.v1.Health", "grpc_method": "Check", "grpc_type": "unary"}
 
@@ -29,7 +31,8 @@ class _Endings(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
 
 
 async def _exercise(registry: CollectorRegistry) -> list[grpc.StatusCode]:
-    server = grpc.aio.server(interceptors=[GrpcServerMetrics(registry).interceptor()])
+    metrics = GrpcServerMetrics(registry)
+    server = grpc.aio.server(interceptors=[ServedCalls({}, metrics=metrics, receive_limit=lambda method: 1024)])
     health_pb2_grpc.add_HealthServicer_to_server(_Endings(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.auth import Role, issue_token
+from decisionflow.auth import OidcConfig, Role, issue_token
 from decisionflow.server_security import ServerSecurity
 from decisionflow.serving import ExposureRefused
 from decisionflow.tls import channel_credentials
@@ -137,11 +137,11 @@ def _receiver_config(address: str, security: ServerSecurity, directory: Path) ->
 @pytest.mark.parametrize("address", EXPOSED)
 def test_servers_refuse_to_listen_beyond_loopback_without_tls_and_auth(tmp_path: Path, pki: Pki, address: str) -> None:
     credentials, _ = _credentials(tmp_path)
-    tls = {"tls_cert": pki.cert("server"), "tls_key": pki.key("server")}
     insufficient = {
         "nothing": ServerSecurity(),
-        "tls only": ServerSecurity(**tls),
+        "tls only": ServerSecurity(tls_cert=pki.cert("server"), tls_key=pki.key("server")),
         "auth only": ServerSecurity(credentials_file=credentials),
+        "oidc only": ServerSecurity(oidc=OidcConfig("https://login.example.com", "decisionflow")),
     }
 
     async def scenario() -> None:

@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 from decisionflow import reasons
 from decisionflow.auth import RPC_ROLES
 from decisionflow.status_details import ERROR_DOMAIN
-from decisionflow.v1 import operations_pb2
+from decisionflow.v1 import operations_pb2, review_pb2
 from tests.security.contract import contract_methods, method_path, request_class, served_by_receiver
 from tests.support.secure import PRINCIPALS, SINGLE_ROLE_PRINCIPALS, SecureStack, start_secure_stack
 
@@ -29,6 +29,7 @@ METHODS = contract_methods()
 # The few methods for which the empty request is well formed, and a request each refuses instead.
 REFUSED_REQUESTS: dict[str, Message] = {
     "/decisionflow.v1.OperationsService/ListOperations": operations_pb2.ListOperationsRequest(page_size=-1),
+    "/decisionflow.v1.ReviewService/ListPendingReviews": review_pb2.ListPendingReviewsRequest(page_size=-1),
 }
 # Field 1, length-delimited, announced as 5 bytes long but cut after 3: no message parses it.
 NOT_A_MESSAGE = b"\x0a\x05abc"

@@ -122,7 +122,7 @@ async def serve(
         "127.0.0.1:0",
         register,
         status_table=AUTH_STATUS,
-        interceptors=[AuthInterceptor(credentials, policy)],
+        auth=AuthInterceptor(credentials, policy),
         credentials=server_credentials,
     )
     try:

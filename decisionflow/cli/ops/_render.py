@@ -56,10 +56,10 @@ def table_row(operation: OperationView, now: datetime) -> tuple[str, ...]:
     )
 
 
-def table(rows: Sequence[tuple[str, ...]]) -> str:
-    """Return rows under TABLE_COLUMNS, each column as wide as its widest cell (the last one unpadded)."""
-    lines = [TABLE_COLUMNS, *rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
+def table(rows: Sequence[tuple[str, ...]], columns: tuple[str, ...] = TABLE_COLUMNS) -> str:
+    """Return rows under columns, each column as wide as its widest cell (the last one unpadded)."""
+    lines = [columns, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns) - 1)]
     return "\n".join(
         "  ".join([*(cell.ljust(width) for cell, width in zip(line, widths, strict=False)), line[-1]]).rstrip()
         for line in lines

@@ -1,8 +1,9 @@
-"""``decisionflow start|show|edit|approve|decline|status``: the review commands against an orchestrator.
+"""``decisionflow start|show|edit|approve|decline|status|pending``: the review commands against an orchestrator.
 
 Each command prints one JSON object on stdout (the operation id, its state, and for a decision
 the outcome, replay flag and receipt; for a failure the error's code, reason and metadata) and
-one short human line on stderr. Transient failures are retried inside ``ReviewClient``; the
+one short human line on stderr; ``pending`` prints the inbox as a table (or, with ``--json``, one
+JSON object per pending review per line). Transient failures are retried inside ``ReviewClient``; the
 whole command, retries included, ends within ``--timeout`` seconds.
 
 Exit status:
@@ -22,6 +23,7 @@ import argparse
 from collections.abc import Callable
 
 from decisionflow.cli.command import CommandParser, Subparsers
+from decisionflow.cli.ops._parsing import positive_count
 from decisionflow.cli.review._commands import (
     edit_from_json,
     run_approve,
@@ -33,13 +35,14 @@ from decisionflow.cli.review._commands import (
 )
 from decisionflow.cli.review._connection import CONNECTION_SETTINGS
 from decisionflow.cli.review._output import EXIT_CODES_HELP, EXIT_DONE, EXIT_ERROR, EXIT_REFUSED, EXIT_UNKNOWN
+from decisionflow.cli.review._pending import run_pending
 from decisionflow.settings import add_settings
 
 __all__ = ["EXIT_DONE", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNKNOWN", "edit_from_json", "register"]
 
 
 def register(subparsers: Subparsers) -> None:
-    """Add ``start``, ``show``, ``edit``, ``approve``, ``decline`` and ``status``."""
+    """Add ``start``, ``show``, ``edit``, ``approve``, ``decline``, ``status`` and ``pending``."""
     connection = CommandParser(add_help=False)
     add_settings(connection, CONNECTION_SETTINGS)
 
@@ -100,3 +103,21 @@ def register(subparsers: Subparsers) -> None:
 
     status = command("status", "show where an operation stands", "Print one operation's state.", run_status)
     status.add_argument("operation_id", metavar="OPERATION_ID")
+
+    pending = command(
+        "pending",
+        "list the pending reviews, oldest first",
+        "Print every case's current proposal still waiting for a decision (roles reviewer, author or operator), "
+        "oldest first: operation id, case, author, how many versions its chain of edits holds, age and action. "
+        "Filters that are given must all match.",
+        run_pending,
+    )
+    which_cases = pending.add_mutually_exclusive_group()
+    which_cases.add_argument("--case", dest="case_id", metavar="CASE_ID", help="only this case")
+    which_cases.add_argument(
+        "--case-prefix", metavar="PREFIX", help="only cases whose id starts with PREFIX (exactly, case matters)"
+    )
+    pending.add_argument("--author", metavar="PRINCIPAL", help="only proposals created by PRINCIPAL")
+    pending.add_argument("--action", metavar="ACTION", help="only proposals of this action")
+    pending.add_argument("--limit", type=positive_count, metavar="N", help="print at most N pending reviews")
+    pending.add_argument("--json", action="store_true", help="print one JSON object per pending review per line")

@@ -118,6 +118,15 @@ def pending_review(message: review_pb2.PendingReview) -> views.PendingReviewView
     )
 
 
+def pending_review_page(message: review_pb2.ListPendingReviewsResponse) -> views.PendingReviewPage:
+    """Return the view of a page of pending reviews."""
+    entries = tuple(
+        views.PendingReviewEntry(proposal(e.proposal), e.versions, pending_review(e.pending_review))
+        for e in message.entries
+    )
+    return views.PendingReviewPage(entries, message.next_page_token)
+
+
 def applied_effect(message: effect_receiver_pb2.ApplyResponse) -> views.AppliedEffect:
     """Return the view of an Apply response."""
     return views.AppliedEffect(

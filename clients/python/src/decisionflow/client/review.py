@@ -17,6 +17,7 @@ import grpc
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
 from decisionflow.client.views import (
     ApproveResult,
@@ -127,7 +128,7 @@ def _operation(response: review_pb2.GetOperationResponse) -> OperationView:
     return convert.operation(response.operation)
 
 
-class ReviewClient:
+class ReviewClient(Inbox):
     """Synchronous client of ReviewService.
 
     Every call carries a deadline (``timeout`` per attempt, never beyond the policy's total
@@ -222,7 +223,7 @@ class ReviewClient:
         return _operation(call(self._stub.GetOperation, _get_operation_request(operation_id), self._settings))
 
 
-class AsyncReviewClient(AsyncClient):
+class AsyncReviewClient(AsyncClient, AsyncInbox):
     """asyncio client of ReviewService on a ``grpc.aio`` channel: the methods, deadlines, retry
     policy, typed errors and ``definite`` flag of ``ReviewClient``, awaited."""
 

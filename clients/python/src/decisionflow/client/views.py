@@ -38,6 +38,8 @@ __all__ = [
     "OperationState",
     "OperationView",
     "Outcome",
+    "PendingReviewEntry",
+    "PendingReviewPage",
     "PendingReviewView",
     "ProposalRecord",
     "ProposalView",
@@ -122,6 +124,24 @@ class PendingReviewView:
     graph_signature: str
     checkpoint_id: str
     created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReviewEntry:
+    """A case's current proposal waiting for a decision, its pending review, and how many proposals its
+    chain of edits and replacements holds, itself included (1: never edited or replaced)."""
+
+    proposal: ProposalView
+    versions: int
+    pending_review: PendingReviewView
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReviewPage:
+    """One page of pending reviews, oldest proposal first; next_page_token is empty on the last page."""
+
+    entries: tuple[PendingReviewEntry, ...]
+    next_page_token: str
 
 
 @dataclass(frozen=True, slots=True)

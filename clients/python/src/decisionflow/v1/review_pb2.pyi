@@ -618,3 +618,131 @@ class GetOperationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetOperationResponse: _TypeAlias = GetOperationResponse  # noqa: Y015
+
+@_typing.final
+class ListPendingReviewsRequest(_message.Message):
+    """Request for a page of pending reviews. Filters that are set must all match."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    CASE_ID_FIELD_NUMBER: _builtins.int
+    CASE_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Maximum entries per page (1 to 500; 0 means 50)."""
+    page_token: _builtins.str
+    """Token from a previous response; empty for the first page."""
+    case_id: _builtins.str
+    """Only this case (1 to 64 of letters, digits, '.', '_', '-'); unset means every
+    case. Not together with case_id_prefix.
+    """
+    case_id_prefix: _builtins.str
+    """Only cases whose id starts with this text, compared exactly (1 to 64 of
+    letters, digits, '.', '_', '-'); unset means every case. Not together with
+    case_id.
+    """
+    created_by: _builtins.str
+    """Only proposals created by this principal (1 to 128 printable characters, no
+    surrounding spaces); unset means every author.
+    """
+    action: _builtins.str
+    """Only proposals of this registered action; unset means every action."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        case_id: _builtins.str | None = ...,
+        case_id_prefix: _builtins.str | None = ...,
+        created_by: _builtins.str | None = ...,
+        action: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_action", b"_action", "_case_id", b"_case_id", "_case_id_prefix", b"_case_id_prefix", "_created_by", b"_created_by", "action", b"action", "case_id", b"case_id", "case_id_prefix", b"case_id_prefix", "created_by", b"created_by"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_action", b"_action", "_case_id", b"_case_id", "_case_id_prefix", b"_case_id_prefix", "_created_by", b"_created_by", "action", b"action", "case_id", b"case_id", "case_id_prefix", b"case_id_prefix", "created_by", b"created_by", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__action: _TypeAlias = _typing.Literal["action"]  # noqa: Y015
+    _WhichOneofArgType__action: _TypeAlias = _typing.Literal["_action", b"_action"]  # noqa: Y015
+    _WhichOneofReturnType__case_id: _TypeAlias = _typing.Literal["case_id"]  # noqa: Y015
+    _WhichOneofArgType__case_id: _TypeAlias = _typing.Literal["_case_id", b"_case_id"]  # noqa: Y015
+    _WhichOneofReturnType__case_id_prefix: _TypeAlias = _typing.Literal["case_id_prefix"]  # noqa: Y015
+    _WhichOneofArgType__case_id_prefix: _TypeAlias = _typing.Literal["_case_id_prefix", b"_case_id_prefix"]  # noqa: Y015
+    _WhichOneofReturnType__created_by: _TypeAlias = _typing.Literal["created_by"]  # noqa: Y015
+    _WhichOneofArgType__created_by: _TypeAlias = _typing.Literal["_created_by", b"_created_by"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__action) -> _WhichOneofReturnType__action | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__case_id) -> _WhichOneofReturnType__case_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__case_id_prefix) -> _WhichOneofReturnType__case_id_prefix | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__created_by) -> _WhichOneofReturnType__created_by | None: ...
+
+Global___ListPendingReviewsRequest: _TypeAlias = ListPendingReviewsRequest  # noqa: Y015
+
+@_typing.final
+class PendingReviewEntry(_message.Message):
+    """One undecided current proposal waiting for a decision."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSAL_FIELD_NUMBER: _builtins.int
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    PENDING_REVIEW_FIELD_NUMBER: _builtins.int
+    versions: _builtins.int
+    """How many proposals its chain of edits and replacements holds, itself
+    included: 1 for a first proposal, 2 after one edit or replacement, and so on.
+    """
+    @_builtins.property
+    def proposal(self) -> Global___Proposal:
+        """The proposal (current is always true here)."""
+
+    @_builtins.property
+    def pending_review(self) -> Global___PendingReview:
+        """The pending review a decision resumes from."""
+
+    def __init__(
+        self,
+        *,
+        proposal: Global___Proposal | None = ...,
+        versions: _builtins.int = ...,
+        pending_review: Global___PendingReview | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending_review", b"pending_review", "proposal", b"proposal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending_review", b"pending_review", "proposal", b"proposal", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingReviewEntry: _TypeAlias = PendingReviewEntry  # noqa: Y015
+
+@_typing.final
+class ListPendingReviewsResponse(_message.Message):
+    """A page of pending reviews."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty when this is the last."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingReviewEntry]:
+        """The entries, oldest proposal first."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___PendingReviewEntry] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingReviewsResponse: _TypeAlias = ListPendingReviewsResponse  # noqa: Y015

@@ -63,6 +63,11 @@ class ReviewServiceStub:
                 request_serializer=decisionflow_dot_v1_dot_review__pb2.GetOperationRequest.SerializeToString,
                 response_deserializer=decisionflow_dot_v1_dot_review__pb2.GetOperationResponse.FromString,
                 _registered_method=True)
+        self.ListPendingReviews = channel.unary_unary(
+                '/decisionflow.v1.ReviewService/ListPendingReviews',
+                request_serializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.SerializeToString,
+                response_deserializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.FromString,
+                _registered_method=True)
 
 
 class ReviewServiceServicer:
@@ -171,6 +176,23 @@ class ReviewServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPendingReviews(self, request, context):
+        """Lists the reviewer's inbox: every case's current proposal that is still
+        undecided, with its pending review and how many versions led to it, oldest
+        first; filtered by case, author or action, a page at a time. See
+        docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations (page_size, page_token, a filter)
+        UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReviewServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +220,11 @@ def add_ReviewServiceServicer_to_server(servicer, server):
                     servicer.GetOperation,
                     request_deserializer=decisionflow_dot_v1_dot_review__pb2.GetOperationRequest.FromString,
                     response_serializer=decisionflow_dot_v1_dot_review__pb2.GetOperationResponse.SerializeToString,
+            ),
+            'ListPendingReviews': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingReviews,
+                    request_deserializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.FromString,
+                    response_serializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -339,6 +366,33 @@ class ReviewService:
             '/decisionflow.v1.ReviewService/GetOperation',
             decisionflow_dot_v1_dot_review__pb2.GetOperationRequest.SerializeToString,
             decisionflow_dot_v1_dot_review__pb2.GetOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingReviews(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/decisionflow.v1.ReviewService/ListPendingReviews',
+            decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.SerializeToString,
+            decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -116,6 +116,19 @@ class ReviewServiceStub:
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
     """
+    ListPendingReviews: _grpc.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]
+    """Lists the reviewer's inbox: every case's current proposal that is still
+    undecided, with its pending review and how many versions led to it, oldest
+    first; filtered by case, author or action, a page at a time. See
+    docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations (page_size, page_token, a filter)
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
 
 @_typing.type_check_only
 class ReviewServiceAsyncStub(ReviewServiceStub):
@@ -201,6 +214,19 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
     (docs/errors.md):
       INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
       NOT_FOUND                 NOT_FOUND            operation_id
+      UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
+    ListPendingReviews: _aio.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]  # type: ignore[assignment]
+    """Lists the reviewer's inbox: every case's current proposal that is still
+    undecided, with its pending review and how many versions led to it, oldest
+    first; filtered by case, author or action, a page at a time. See
+    docs/review-protocol.md.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations (page_size, page_token, a filter)
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
@@ -317,6 +343,25 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         (docs/errors.md):
           INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
           NOT_FOUND                 NOT_FOUND            operation_id
+          UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+        """
+
+    @_abc_1.abstractmethod
+    def ListPendingReviews(
+        self,
+        request: _review_pb2.ListPendingReviewsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_review_pb2.ListPendingReviewsResponse, _abc.Awaitable[_review_pb2.ListPendingReviewsResponse]]:
+        """Lists the reviewer's inbox: every case's current proposal that is still
+        undecided, with its pending review and how many versions led to it, oldest
+        first; filtered by case, author or action, a page at a time. See
+        docs/review-protocol.md.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations (page_size, page_token, a filter)
           UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
           UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
           PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file decisionflow/v1/review.proto.
  */
 export const file_decisionflow_v1_review: GenFile = /*@__PURE__*/
-  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSL2AwoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2UiTgoMQXR0ZW1wdExlYXNlEg4KBmhvbGRlchgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoSU3RhcnRSZXZpZXdSZXF1ZXN0Eg8KB2Nhc2VfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEgwKBGJvZHkYAyABKAkSKwoIZXZpZGVuY2UYBCADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAUgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeRIdChVleHBlY3RlZF9vcGVyYXRpb25faWQYBiABKAkiiwEKE1N0YXJ0UmV2aWV3UmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSDwoHY3JlYXRlZBgCIAEoCBI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IjsKEkdldFByb3Bvc2FsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDwoHY2FzZV9pZBgCIAEoCSJxChNHZXRQcm9wb3NhbFJlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEi0KCW9wZXJhdGlvbhgCIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24imAEKE0VkaXRQcm9wb3NhbFJlcXVlc3QSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAEgASgJEgwKBGJvZHkYAiABKAkSKwoIZXZpZGVuY2UYAyADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAQgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeSJ7ChRFZGl0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBI2Cg5wZW5kaW5nX3JldmlldxgCIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IlMKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCghkZWNpc2lvbhgCIAEoDjIZLmRlY2lzaW9uZmxvdy52MS5EZWNpc2lvbiJ7Cg9BcHByb3ZlUmVzcG9uc2USLQoJb3BlcmF0aW9uGAEgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbhIpCgdvdXRjb21lGAIgASgOMhguZGVjaXNpb25mbG93LnYxLk91dGNvbWUSDgoGcmVwbGF5GAMgASgIIisKE0dldE9wZXJhdGlvblJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJIkUKFEdldE9wZXJhdGlvblJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24yywMKDVJldmlld1NlcnZpY2USWAoLU3RhcnRSZXZpZXcSIy5kZWNpc2lvbmZsb3cudjEuU3RhcnRSZXZpZXdSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVzcG9uc2USWAoLR2V0UHJvcG9zYWwSIy5kZWNpc2lvbmZsb3cudjEuR2V0UHJvcG9zYWxSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVzcG9uc2USWwoMRWRpdFByb3Bvc2FsEiQuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuRWRpdFByb3Bvc2FsUmVzcG9uc2USTAoHQXBwcm92ZRIfLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVxdWVzdBogLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVzcG9uc2USWwoMR2V0T3BlcmF0aW9uEiQuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2ViBnByb3RvMw", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSL2AwoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2UiTgoMQXR0ZW1wdExlYXNlEg4KBmhvbGRlchgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoSU3RhcnRSZXZpZXdSZXF1ZXN0Eg8KB2Nhc2VfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEgwKBGJvZHkYAyABKAkSKwoIZXZpZGVuY2UYBCADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAUgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeRIdChVleHBlY3RlZF9vcGVyYXRpb25faWQYBiABKAkiiwEKE1N0YXJ0UmV2aWV3UmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSDwoHY3JlYXRlZBgCIAEoCBI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IjsKEkdldFByb3Bvc2FsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDwoHY2FzZV9pZBgCIAEoCSJxChNHZXRQcm9wb3NhbFJlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEi0KCW9wZXJhdGlvbhgCIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24imAEKE0VkaXRQcm9wb3NhbFJlcXVlc3QSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAEgASgJEgwKBGJvZHkYAiABKAkSKwoIZXZpZGVuY2UYAyADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAQgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeSJ7ChRFZGl0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBI2Cg5wZW5kaW5nX3JldmlldxgCIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IlMKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCghkZWNpc2lvbhgCIAEoDjIZLmRlY2lzaW9uZmxvdy52MS5EZWNpc2lvbiJ7Cg9BcHByb3ZlUmVzcG9uc2USLQoJb3BlcmF0aW9uGAEgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbhIpCgdvdXRjb21lGAIgASgOMhguZGVjaXNpb25mbG93LnYxLk91dGNvbWUSDgoGcmVwbGF5GAMgASgIIisKE0dldE9wZXJhdGlvblJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJIkUKFEdldE9wZXJhdGlvblJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24i3AEKGUxpc3RQZW5kaW5nUmV2aWV3c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSFAoHY2FzZV9pZBgDIAEoCUgAiAEBEhsKDmNhc2VfaWRfcHJlZml4GAQgASgJSAGIAQESFwoKY3JlYXRlZF9ieRgFIAEoCUgCiAEBEhMKBmFjdGlvbhgGIAEoCUgDiAEBQgoKCF9jYXNlX2lkQhEKD19jYXNlX2lkX3ByZWZpeEINCgtfY3JlYXRlZF9ieUIJCgdfYWN0aW9uIosBChJQZW5kaW5nUmV2aWV3RW50cnkSKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSEAoIdmVyc2lvbnMYAiABKA0SNgoOcGVuZGluZ19yZXZpZXcYAyABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyJrChpMaXN0UGVuZGluZ1Jldmlld3NSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMuZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkyugQKDVJldmlld1NlcnZpY2USWAoLU3RhcnRSZXZpZXcSIy5kZWNpc2lvbmZsb3cudjEuU3RhcnRSZXZpZXdSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVzcG9uc2USWAoLR2V0UHJvcG9zYWwSIy5kZWNpc2lvbmZsb3cudjEuR2V0UHJvcG9zYWxSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVzcG9uc2USWwoMRWRpdFByb3Bvc2FsEiQuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuRWRpdFByb3Bvc2FsUmVzcG9uc2USTAoHQXBwcm92ZRIfLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVxdWVzdBogLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVzcG9uc2USWwoMR2V0T3BlcmF0aW9uEiQuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2USbQoSTGlzdFBlbmRpbmdSZXZpZXdzEiouZGVjaXNpb25mbG93LnYxLkxpc3RQZW5kaW5nUmV2aWV3c1JlcXVlc3QaKy5kZWNpc2lvbmZsb3cudjEuTGlzdFBlbmRpbmdSZXZpZXdzUmVzcG9uc2ViBnByb3RvMw", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * An immutable proposal; its operation id is computed from its content.
@@ -691,6 +691,130 @@ export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@_
   messageDesc(file_decisionflow_v1_review, 14);
 
 /**
+ * Request for a page of pending reviews. Filters that are set must all match.
+ *
+ * @generated from message decisionflow.v1.ListPendingReviewsRequest
+ */
+export type ListPendingReviewsRequest = Message<"decisionflow.v1.ListPendingReviewsRequest"> & {
+  /**
+   * Maximum entries per page (1 to 500; 0 means 50).
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * Token from a previous response; empty for the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Only this case (1 to 64 of letters, digits, '.', '_', '-'); unset means every
+   * case. Not together with case_id_prefix.
+   *
+   * @generated from field: optional string case_id = 3;
+   */
+  caseId?: string | undefined;
+
+  /**
+   * Only cases whose id starts with this text, compared exactly (1 to 64 of
+   * letters, digits, '.', '_', '-'); unset means every case. Not together with
+   * case_id.
+   *
+   * @generated from field: optional string case_id_prefix = 4;
+   */
+  caseIdPrefix?: string | undefined;
+
+  /**
+   * Only proposals created by this principal (1 to 128 printable characters, no
+   * surrounding spaces); unset means every author.
+   *
+   * @generated from field: optional string created_by = 5;
+   */
+  createdBy?: string | undefined;
+
+  /**
+   * Only proposals of this registered action; unset means every action.
+   *
+   * @generated from field: optional string action = 6;
+   */
+  action?: string | undefined;
+};
+
+/**
+ * Describes the message decisionflow.v1.ListPendingReviewsRequest.
+ * Use `create(ListPendingReviewsRequestSchema)` to create a new message.
+ */
+export const ListPendingReviewsRequestSchema: GenMessage<ListPendingReviewsRequest> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 15);
+
+/**
+ * One undecided current proposal waiting for a decision.
+ *
+ * @generated from message decisionflow.v1.PendingReviewEntry
+ */
+export type PendingReviewEntry = Message<"decisionflow.v1.PendingReviewEntry"> & {
+  /**
+   * The proposal (current is always true here).
+   *
+   * @generated from field: decisionflow.v1.Proposal proposal = 1;
+   */
+  proposal?: Proposal | undefined;
+
+  /**
+   * How many proposals its chain of edits and replacements holds, itself
+   * included: 1 for a first proposal, 2 after one edit or replacement, and so on.
+   *
+   * @generated from field: uint32 versions = 2;
+   */
+  versions: number;
+
+  /**
+   * The pending review a decision resumes from.
+   *
+   * @generated from field: decisionflow.v1.PendingReview pending_review = 3;
+   */
+  pendingReview?: PendingReview | undefined;
+};
+
+/**
+ * Describes the message decisionflow.v1.PendingReviewEntry.
+ * Use `create(PendingReviewEntrySchema)` to create a new message.
+ */
+export const PendingReviewEntrySchema: GenMessage<PendingReviewEntry> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 16);
+
+/**
+ * A page of pending reviews.
+ *
+ * @generated from message decisionflow.v1.ListPendingReviewsResponse
+ */
+export type ListPendingReviewsResponse = Message<"decisionflow.v1.ListPendingReviewsResponse"> & {
+  /**
+   * The entries, oldest proposal first.
+   *
+   * @generated from field: repeated decisionflow.v1.PendingReviewEntry entries = 1;
+   */
+  entries: PendingReviewEntry[];
+
+  /**
+   * Token for the next page; empty when this is the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message decisionflow.v1.ListPendingReviewsResponse.
+ * Use `create(ListPendingReviewsResponseSchema)` to create a new message.
+ */
+export const ListPendingReviewsResponseSchema: GenMessage<ListPendingReviewsResponse> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 17);
+
+/**
  * Proposals, edits, pending reviews and decisions. Refusals carry a
  * google.rpc.Status with ErrorInfo (domain decisionflow.v1) and, for
  * INVALID_ARGUMENT, BadRequest, in the grpc-status-details-bin trailer;
@@ -812,6 +936,26 @@ export const ReviewService: GenService<{
     methodKind: "unary";
     input: typeof GetOperationRequestSchema;
     output: typeof GetOperationResponseSchema;
+  },
+  /**
+   * Lists the reviewer's inbox: every case's current proposal that is still
+   * undecided, with its pending review and how many versions led to it, oldest
+   * first; filtered by case, author or action, a page at a time. See
+   * docs/review-protocol.md.
+   *
+   * Errors: reason, status code, then ErrorInfo metadata keys or what it means
+   * (docs/errors.md):
+   *   INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations (page_size, page_token, a filter)
+   *   UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
+   *   UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+   *   PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+   *
+   * @generated from rpc decisionflow.v1.ReviewService.ListPendingReviews
+   */
+  listPendingReviews: {
+    methodKind: "unary";
+    input: typeof ListPendingReviewsRequestSchema;
+    output: typeof ListPendingReviewsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_decisionflow_v1_review, 0);

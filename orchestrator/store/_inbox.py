@@ -1,0 +1,102 @@
+"""The reviewer's inbox: every case's current proposal that is still undecided (joining a caller's transaction).
+
+A pending review is listed when its operation is stored as PENDING_REVIEW and its case's current
+pointer names it; a proposal an edit or a replacement left behind (SUPERSEDED) is not. The order is
+the time the operation entered PENDING_REVIEW, which for an undecided operation is the time its
+proposal was recorded and never changes, then the operation id: a keyset that pages through
+``ix_operations_state_changed`` (state, state_changed_at) without an index of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from decisionflow.vocabulary import OperationState
+from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
+from orchestrator.schema import cases, operations, pending_reviews, proposals
+from orchestrator.store._columns import state_text
+from orchestrator.store._proposals import proposal_row_txn
+from orchestrator.store._rows import review_from
+
+_PENDING = (
+    sa.select(
+        operations.c.state_changed_at.label("pending_since"),
+        *(c.label(f"p_{c.name}") for c in proposals.c),
+        *(c.label(f"r_{c.name}") for c in pending_reviews.c),
+    )
+    .select_from(operations)
+    .join(
+        cases,
+        sa.and_(cases.c.case_id == operations.c.case_id, cases.c.current_operation_id == operations.c.operation_id),
+    )
+    .join(proposals, proposals.c.operation_id == operations.c.operation_id)
+    .join(pending_reviews, pending_reviews.c.operation_id == operations.c.operation_id)
+    .where(operations.c.state == state_text(OperationState.PENDING_REVIEW))
+)
+
+
+def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
+    conditions: list[sa.ColumnElement[bool]] = []
+    if filters.case_id is not None:
+        conditions.append(cases.c.case_id == filters.case_id)
+    if filters.case_id_prefix is not None:
+        # Not LIKE: '_' is a case id character and a LIKE wildcard, and SQLite's LIKE folds case.
+        prefix = filters.case_id_prefix
+        conditions.append(sa.func.substr(cases.c.case_id, 1, len(prefix)) == prefix)
+    if filters.created_by is not None:
+        conditions.append(proposals.c.created_by == filters.created_by)
+    if filters.action is not None:
+        conditions.append(proposals.c.action == filters.action)
+    return conditions
+
+
+def pending_reviews_txn(
+    conn: sa.Connection, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+) -> list[PendingReviewEntry]:
+    """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
+    query = _PENDING.where(*_matching(filters))
+    if after is not None:
+        at, operation_id = after
+        # The ">=" alone lets the database start the index range at the page key instead of reading
+        # every older pending operation again; the OR then drops the ones on the key's own instant.
+        query = query.where(
+            operations.c.state_changed_at >= at,
+            sa.or_(
+                operations.c.state_changed_at > at,
+                sa.and_(operations.c.state_changed_at == at, operations.c.operation_id > operation_id),
+            ),
+        )
+    query = query.order_by(operations.c.state_changed_at, operations.c.operation_id).limit(limit)
+    found = [(row._mapping, proposal_row_txn(conn, row._mapping, "p_")) for row in conn.execute(query)]
+    versions = versions_txn(conn, [proposal.operation_id for _, proposal in found])
+    return [
+        PendingReviewEntry(proposal, review_from(m, "r_"), versions[proposal.operation_id], m["pending_since"])
+        for m, proposal in found
+    ]
+
+
+def versions_txn(conn: sa.Connection, operation_ids: Sequence[str]) -> dict[str, int]:
+    """Return, per proposal, how many proposals its chain of parents holds, itself included (one statement)."""
+    if not operation_ids:
+        return {}
+    chain = (
+        sa.select(
+            proposals.c.operation_id.label("head"),
+            proposals.c.operation_id.label("visited"),
+            proposals.c.parent_operation_id.label("parent"),
+        )
+        .where(proposals.c.operation_id.in_(operation_ids))
+        .cte("version_chain", recursive=True)
+    )
+    parent = proposals.alias("parent")
+    # UNION, not UNION ALL: a row seen again is dropped, so even a corrupted cycle of parents ends.
+    chain = chain.union(
+        sa.select(chain.c.head, parent.c.operation_id, parent.c.parent_operation_id).where(
+            parent.c.operation_id == chain.c.parent
+        )
+    )
+    counted = sa.select(chain.c.head, sa.func.count(sa.distinct(chain.c.visited))).group_by(chain.c.head)
+    return {head: int(n) for head, n in conn.execute(counted)}

@@ -1,0 +1,184 @@
+"""The OIDC verifier against the trial provider's real JWKS: how often keys are fetched (an unknown
+kid at most once per 30 s, concurrent needs sharing one fetch, old keys fetched again and refused
+when that fails), discovery, and how claims become a principal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import jwt
+import pytest
+
+from decisionflow.auth import (
+    IdentityProviderUnavailable,
+    JwksCache,
+    JwtVerifier,
+    Principal,
+    Role,
+    Unauthenticated,
+)
+from decisionflow.auth._jwt import KeysNeeded
+from tests.support.oidc import AUDIENCE, oidc_config
+
+if TYPE_CHECKING:
+    from decisionflow.trial_identity import TrialIdentityProvider
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _verify(verifier: JwtVerifier, token: str) -> Principal:
+    """Verify token as the interceptor does: fetch the keys when asked to, then verify again."""
+    try:
+        return verifier.verify(token)
+    except KeysNeeded as needed:
+        asyncio.run(needed.refresh())
+        return verifier.verify(token)
+
+
+def _token(provider: TrialIdentityProvider, **overrides: object) -> str:
+    now = int(time.time())
+    claims: dict[str, object] = {"iss": provider.issuer, "aud": AUDIENCE, "sub": "rita", "iat": now, "exp": now + 300}
+    claims.update(overrides)
+    return provider.sign(claims)
+
+
+def _verifier(provider: TrialIdentityProvider, clock: Clock, **overrides: object) -> JwtVerifier:
+    config = oidc_config(provider, **overrides)
+    verifier = JwtVerifier(config, JwksCache(config.issuer, config.jwks_url, clock=clock))
+    asyncio.run(verifier.warm_up())
+    return verifier
+
+
+def test_an_unknown_kid_fetches_the_keys_at_most_once_per_30_seconds(trial_identity: TrialIdentityProvider) -> None:
+    clock = Clock()
+    verifier = _verifier(trial_identity, clock)
+    assert verifier.cache.fetches == 1
+
+    trial_identity.rotate_key()
+    assert _verify(verifier, _token(trial_identity)).name == "rita"
+    assert verifier.cache.fetches == 2
+
+    trial_identity.rotate_key()
+    token = _token(trial_identity)
+    clock.now += 29
+    with pytest.raises(Unauthenticated, match="not one of the issuer's keys"):
+        _verify(verifier, token)
+    assert verifier.cache.fetches == 2
+
+    clock.now += 1
+    assert _verify(verifier, token).name == "rita"
+    assert verifier.cache.fetches == 3
+
+
+def test_concurrent_needs_share_one_fetch(trial_identity: TrialIdentityProvider) -> None:
+    verifier = _verifier(trial_identity, Clock())
+
+    async def many() -> None:
+        await asyncio.gather(*(verifier.cache.refresh(unknown_kid=True) for _ in range(8)))
+
+    asyncio.run(many())
+    assert verifier.cache.fetches == 2
+
+
+def test_keys_past_their_age_are_fetched_again_and_refused_when_that_fails(
+    trial_identity: TrialIdentityProvider,
+) -> None:
+    clock = Clock()
+    verifier = _verifier(trial_identity, clock)
+    token = _token(trial_identity)
+    assert verifier.verify(token).name == "rita"  # from the cache, no fetch
+    url = verifier.cache.url
+    trial_identity.stop()
+
+    clock.now += 3600
+    with pytest.raises(IdentityProviderUnavailable) as unavailable:
+        _verify(verifier, token)
+    assert url in unavailable.value.message
+    # Until the retry is due, refused at once without another fetch.
+    with pytest.raises(IdentityProviderUnavailable):
+        verifier.verify(token)
+    assert verifier.cache.fetches == 2
+
+
+def test_discovery_must_describe_the_configured_issuer(trial_identity: TrialIdentityProvider) -> None:
+    verifier = _verifier(trial_identity, Clock(), issuer=trial_identity.issuer + "/")
+
+    assert "is the document of issuer" in (verifier.cache.error or "")
+    with pytest.raises(IdentityProviderUnavailable):
+        verifier.verify(_token(trial_identity, iss=trial_identity.issuer + "/"))
+
+
+@pytest.mark.parametrize(
+    ("groups", "roles"),
+    [
+        (["reviewers", "authors", "visitors"], {Role.REVIEWER, Role.AUTHOR}),
+        ("reviewers operators", {Role.REVIEWER, Role.OPERATOR}),
+        (["visitors"], set()),
+        (None, set()),
+    ],
+)
+def test_groups_map_to_roles_and_unmapped_groups_grant_nothing(
+    trial_identity: TrialIdentityProvider, groups: object, roles: set[Role]
+) -> None:
+    verifier = _verifier(trial_identity, Clock())
+    claims = {} if groups is None else {"groups": groups}
+
+    principal = verifier.verify(_token(trial_identity, **claims))
+
+    assert principal == Principal("rita", frozenset(roles), "oidc")
+
+
+@pytest.mark.parametrize(
+    ("claims", "message"),
+    [
+        ({"sub": "x" * 129}, "longer than 128"),
+        ({"sub": " rita"}, "surrounding spaces"),
+        ({"sub": None}, "sub claim"),
+        ({"groups": {"reviewers": True}}, "groups claim"),
+        ({"exp": None}, "required claim"),
+        ({"nbf": int(time.time()) + 600}, "not valid yet"),
+    ],
+)
+def test_unusable_claims_are_unauthenticated(
+    trial_identity: TrialIdentityProvider, claims: dict[str, object], message: str
+) -> None:
+    verifier = _verifier(trial_identity, Clock())
+    token = _token(trial_identity, **claims)
+    if claims.get("sub", "") is None or claims.get("exp", "") is None:
+        # A missing claim, not a null one.
+        payload = jwt.decode(token, options={"verify_signature": False})
+        token = trial_identity.sign({k: v for k, v in payload.items() if v is not None})
+
+    with pytest.raises(Unauthenticated, match=message):
+        verifier.verify(token)
+
+
+def test_the_leeway_admits_a_token_expired_within_it(trial_identity: TrialIdentityProvider) -> None:
+    verifier = _verifier(trial_identity, Clock(), leeway_seconds=120)
+    now = int(time.time())
+
+    assert verifier.verify(_token(trial_identity, iat=now - 600, exp=now - 60)).name == "rita"
+    with pytest.raises(Unauthenticated, match="expired"):
+        verifier.verify(_token(trial_identity, iat=now - 600, exp=now - 180))
+
+
+def test_a_symmetric_signature_is_refused_before_any_key_is_looked_up(trial_identity: TrialIdentityProvider) -> None:
+    verifier = _verifier(trial_identity, Clock())
+    now = int(time.time())
+    claims = {"iss": trial_identity.issuer, "aud": AUDIENCE, "sub": "rita", "iat": now, "exp": now + 300}
+    # HMAC keyed with the public key's text: the classic confusion of an RSA key with an HMAC secret.
+    token = jwt.encode(claims, "x" * 64, algorithm="HS256", headers={"kid": trial_identity.kid})
+
+    with pytest.raises(Unauthenticated, match="algorithm 'HS256'"):
+        verifier.verify(token)
+    assert verifier.cache.fetches == 1
