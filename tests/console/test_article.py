@@ -10,19 +10,18 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.console.pages import edit_body, start_case
 from tests.support.console import ConsoleUnderTest, screenshot
-from tests.support.stack import T1042_BODY, Stack
+from tests.support.stack import T1042_BODY
 
 EDITED = T1042_BODY + "\nIf it happens again after 4.2.1, reply with the export attached."
 
 
 def test_stale_tab_is_refused_and_the_current_proposal_commits_once(
-    make_stack: Callable[..., Stack],
     make_console: Callable[..., ConsoleUnderTest],
     context: BrowserContext,
     page: Page,
 ) -> None:
-    stack = make_stack()
-    console = make_console(stack)
+    console = make_console()
+    stack = console.stack
     console.sign_in(page, "ana")
     first = start_case(page, console)
     assert first.startswith("op-v1-")

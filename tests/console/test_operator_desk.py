@@ -12,14 +12,11 @@ from decisionflow.v1 import effect_receiver_pb2
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.reconciling import LOST_REPLY
-from tests.support.stack import Stack
 
 
-def test_desk_redrives_an_unknown_to_committed(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
-) -> None:
-    stack = make_stack(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
-    console = make_console(stack)
+def test_desk_redrives_an_unknown_to_committed(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
+    console = make_console(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+    stack = console.stack
     console.sign_in(page, "olga")
     operation_id = start_case(page, console, case_id="T-outage")
     page.click("#approve")
@@ -30,7 +27,7 @@ def test_desk_redrives_an_unknown_to_committed(
     assert stack.effects("T-outage") == 1  # written, though nobody heard back
 
     # The receiver answers again, on the same address the orchestrator dials.
-    stack.start_receiver(address=f"127.0.0.1:{stack.receiver_port}")
+    console.servers.restart_receiver()
     page.goto(console.url("/operations"))
     row = page.locator("#operations-unknown tr", has_text=operation_id)
     expect(row).to_contain_text("T-outage")
@@ -48,16 +45,17 @@ def test_desk_redrives_an_unknown_to_committed(
 
 
 def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+    make_console: Callable[..., ConsoleUnderTest], page: Page
 ) -> None:
-    stack = make_stack(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
-    console = make_console(stack)
+    console = make_console(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+    stack = console.stack
     console.sign_in(page, "olga")
     operation_id = start_case(page, console, case_id="T-lookup")
     page.click("#approve")
     expect(page.locator("#outcome")).to_have_text("UNKNOWN")
     request = effect_receiver_pb2.ListEffectsRequest(case_id="T-lookup")
-    [effect] = stack.receiver().ListEffects(request, timeout=10).effects
+    reader = console.servers.as_static("edna")
+    [effect] = stack.receiver().ListEffects(request, timeout=10, metadata=reader).effects
     page.goto(console.url(f"/operations/{operation_id}/settle"))
     page.check("input[name=status][value=applied]")
     page.check("input[name=consistency][value=strong]")

@@ -8,16 +8,13 @@ from playwright.sync_api import Page, expect
 
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest
-from tests.support.stack import Stack
 
 MAX_TABS = 40
 
 
-def test_approve_with_the_keyboard_only(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
-) -> None:
-    stack = make_stack()
-    console = make_console(stack)
+def test_approve_with_the_keyboard_only(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
+    console = make_console()
+    stack = console.stack
     console.sign_in(page, "ana")
     start_case(page, console, case_id="T-keys")
     # From the inbox: type the case, open it, tab to Approve, press Enter.
@@ -39,10 +36,10 @@ def test_approve_with_the_keyboard_only(
 
 
 def test_an_orchestrator_that_is_down_is_said_in_words(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+    make_console: Callable[..., ConsoleUnderTest], page: Page
 ) -> None:
-    stack = make_stack()
-    console = make_console(stack)
+    console = make_console()
+    stack = console.stack
     console.sign_in(page, "ana")
     start_case(page, console, case_id="T-down")
     stack.stop_orchestrator()
@@ -62,9 +59,9 @@ def _tab_to(page: Page, selector: str) -> None:
 
 
 def test_a_session_ends_at_its_lifetime_and_the_page_asks_to_sign_in_again(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+    make_console: Callable[..., ConsoleUnderTest], page: Page
 ) -> None:
-    console = make_console(make_stack(), session_lifetime_seconds=1.5)
+    console = make_console(console={"session_lifetime_seconds": 1.5})
     console.sign_in(page, "ana")
     page.goto(console.url("/start"))
     expect(page.locator("h1")).to_have_text("Start a case")

@@ -12,7 +12,6 @@ from playwright.sync_api import BrowserContext, Page, expect
 from decisionflow.console.web import CONTENT_SECURITY_POLICY, MAX_FORM_BYTES
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest, screenshot
-from tests.support.stack import Stack
 
 HOSTILE = (
     "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">\n"
@@ -25,10 +24,8 @@ def _session_cookie(context: BrowserContext) -> dict[str, str]:
     return {c["name"]: c["value"] for c in context.cookies() if c["name"] == "decisionflow_console_session"}
 
 
-def test_hostile_proposal_text_renders_as_text(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
-) -> None:
-    console = make_console(make_stack())
+def test_hostile_proposal_text_renders_as_text(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
+    console = make_console()
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
     console.sign_in(page, "ana")
@@ -45,10 +42,10 @@ def test_hostile_proposal_text_renders_as_text(
 
 
 def test_a_form_larger_than_any_request_is_refused_before_the_orchestrator(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], page: Page
+    make_console: Callable[..., ConsoleUnderTest], page: Page
 ) -> None:
-    stack = make_stack()
-    console = make_console(stack)
+    console = make_console()
+    stack = console.stack
     console.sign_in(page, "ana")
     page.goto(console.url("/start"))
     page.fill("#case_id", "T-huge")
@@ -70,13 +67,12 @@ def test_a_form_larger_than_any_request_is_refused_before_the_orchestrator(
 
 
 def test_a_forged_form_is_refused_and_decides_nothing(
-    make_stack: Callable[..., Stack],
     make_console: Callable[..., ConsoleUnderTest],
     context: BrowserContext,
     page: Page,
 ) -> None:
-    stack = make_stack()
-    console = make_console(stack)
+    console = make_console()
+    stack = console.stack
     console.sign_in(page, "ana")
     operation_id = start_case(page, console, case_id="T-forged")
     # Another site's page posting to the console: the SameSite cookie stays home, the token is absent.
@@ -102,9 +98,9 @@ def test_a_forged_form_is_refused_and_decides_nothing(
 
 
 def test_headers_cookie_and_no_token_in_pages_or_urls(
-    make_stack: Callable[..., Stack], make_console: Callable[..., ConsoleUnderTest], context: BrowserContext, page: Page
+    make_console: Callable[..., ConsoleUnderTest], context: BrowserContext, page: Page
 ) -> None:
-    console = make_console(make_stack())
+    console = make_console()
     seen_urls: list[str] = []
     page.on("request", lambda request: seen_urls.append(request.url))
     console.sign_in(page, "ana")

@@ -1,34 +1,42 @@
-"""Console tests: a real browser (Playwright driving the system's chromium), a real OpenID provider
-in the test process, and the console served by uvicorn on a free port in front of a real stack.
+"""Console tests: a real browser (Playwright driving the system's chromium), the trial OpenID provider
+(``decisionflow.trial_identity``, JWT access tokens) in the test, a real receiver and orchestrator
+that accept its tokens and map its groups to roles, and the console served by uvicorn on a free port.
 
-    def test_x(console: ConsoleUnderTest, page: Page) -> None:
+    def test_x(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
+        console = make_console(four_eyes=True)          # OrchestratorConfig overrides
         console.sign_in(page, "ana", groups=["reviewers"])
         page.goto(console.url("/start"))
+
+People sign in on the provider's own page; the console then calls the orchestrator with their
+access token, so every role check in these tests is the orchestrator's.
 """
 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 
-import httpx2
 import pytest
 import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
+from decisionflow.auth import bearer_metadata, issue_token
 from decisionflow.console.app import create_app
 from decisionflow.console.config import ConsoleConfig
 from decisionflow.console.sessions import COOKIE_NAME, Session, SessionStore
-from decisionflow.processes import free_port
+from decisionflow.server_security import ServerSecurity
+from tests.support.auth import ROLES
+from tests.support.oidc import oidc_config
+from tests.support.servers import LoopThread
 from tests.support.stack import Stack
+
+if TYPE_CHECKING:
+    from decisionflow.trial_identity import TrialIdentityProvider
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +44,7 @@ IMAGES = ROOT / "docs" / "images"
 CLIENT_ID = "decisionflow-console"
 CLIENT_SECRET = "console-client-secret"
 SESSION_KEY = b"s" * 32
+EVERY_ROLE = ["reviewers", "authors", "operators"]
 
 
 class ConsoleServer:
@@ -63,14 +72,62 @@ class ConsoleServer:
 
 
 @dataclass
+class ConsoleStack:
+    """A receiver and an orchestrator that accept the provider's tokens (and the test credentials
+    file's, which the orchestrator uses to call the receiver)."""
+
+    stack: Stack
+    security: ServerSecurity
+    # Static tokens of the test credentials file (tests.support.auth.ROLES), by principal.
+    tokens: dict[str, str]
+
+    def as_static(self, principal: str) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying principal's static token (edna reads the receiver's effects)."""
+        return bearer_metadata(self.tokens[principal])
+
+    def restart_receiver(self, failpoints: str = "") -> None:
+        """Restart the receiver on the address the orchestrator dials, with failpoints (none: healthy)."""
+        port = self.stack.receiver_port
+        self.stack.start_receiver(failpoints, address=f"127.0.0.1:{port}", security=self.security)
+
+
+def start_console_stack(
+    directory: Path,
+    provider: TrialIdentityProvider,
+    *,
+    receiver_failpoints: str = "",
+    receiver: dict[str, Any] | None = None,
+    **orchestrator: Any,
+) -> ConsoleStack:
+    """Start a receiver (with failpoints and ReceiverConfig overrides) and an orchestrator
+    (OrchestratorConfig overrides) that accept provider's tokens."""
+    credentials = directory / "credentials.json"
+    tokens = {name: issue_token(credentials, name, roles) for name, roles in ROLES.items()}
+    security = ServerSecurity(credentials_file=credentials, oidc=oidc_config(provider))
+    stack = Stack(f"sqlite:///{directory / 'receiver.db'}", f"sqlite:///{directory / 'orchestrator.db'}", LoopThread())
+    try:
+        stack.start_receiver(receiver_failpoints, security=security, **(receiver or {}))
+        stack.start_orchestrator(security=security, receiver_token=tokens["walter"], **orchestrator)
+    except BaseException:
+        stack.close()
+        raise
+    return ConsoleStack(stack, security, tokens)
+
+
+@dataclass
 class ConsoleUnderTest:
-    """A console in front of stack, signing in at the provider at issuer."""
+    """A console in front of a stack, signing people in at the trial provider."""
 
     base: str
-    issuer: str
-    stack: Stack
+    provider: TrialIdentityProvider
+    servers: ConsoleStack
     sessions: SessionStore
-    servers: list[ConsoleServer] = field(default_factory=list)
+    running: list[ConsoleServer] = field(default_factory=list)
+
+    @property
+    def stack(self) -> Stack:
+        """The receiver and orchestrator behind the console."""
+        return self.servers.stack
 
     def url(self, path: str) -> str:
         """Return the console URL of path."""
@@ -83,15 +140,10 @@ class ConsoleUnderTest:
         assert session is not None, "the browser holds no live session"
         return session
 
-    def set_person(self, subject: str, groups: list[str], name: str | None = None) -> None:
-        """Give subject these claims at the provider (the groups claim and a display name)."""
-        claims = {"name": name or subject.title(), "email": f"{subject}@example.com", "groups": groups}
-        response = httpx2.put(f"{self.issuer}/users/{quote(subject)}", json=claims, timeout=10)
-        assert response.status_code == 204, response.text
-
     def sign_in(self, page: Page, subject: str, groups: list[str] | None = None) -> None:
-        """Sign page's browser context in as subject through the provider's own page."""
-        self.set_person(subject, groups or ["reviewers", "authors", "operators"])
+        """Sign page's browser context in as subject (with groups at the provider) on the provider's page."""
+        claims = {"name": subject.title(), "email": f"{subject}@example.com", "groups": groups or EVERY_ROLE}
+        self.provider.set_user(subject, claims)
         page.goto(self.url("/login"))
         page.get_by_placeholder("sub").fill(subject)
         page.get_by_role("button", name="Authorize").click()
@@ -99,53 +151,17 @@ class ConsoleUnderTest:
         assert page.locator("#person").inner_text() == subject.title()
 
 
-def free_listener() -> socket.socket:
-    """Return a listening socket on a free loopback port."""
-    return socket.create_server(("127.0.0.1", 0))
-
-
-def console_config(issuer: str, stack: Stack, **overrides: Any) -> ConsoleConfig:
-    """The configuration of a console in front of stack, signing in at issuer."""
-    settings: dict[str, Any] = {
-        "oidc_issuer": issuer,
-        "oidc_client_id": CLIENT_ID,
-        "oidc_client_secret": CLIENT_SECRET,
-        "session_key": SESSION_KEY,
-        "orchestrator_target": f"127.0.0.1:{stack.orchestrator_port}",
-        "timeout_seconds": 5.0,
-        **overrides,
-    }
-    return ConsoleConfig(**settings)
-
-
-@pytest.fixture(scope="session")
-def oidc_issuer() -> Iterator[str]:
-    """A real OpenID provider (oidc-provider-mock) in its own process on a free port, for the session.
-
-    Its own process: it runs Authlib code paths that warn of deprecations, which this suite's
-    warnings-as-errors would turn into failed token requests inside the provider."""
-    port = free_port()
-    issuer = f"http://localhost:{port}"
-    provider = subprocess.Popen(
-        [sys.executable, "-W", "ignore", "-m", "oidc_provider_mock", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def console_config(issuer: str, orchestrator_port: int, **overrides: Any) -> ConsoleConfig:
+    """The configuration of a console before the orchestrator at orchestrator_port, signing in at issuer."""
+    config = ConsoleConfig(
+        oidc_issuer=issuer,
+        oidc_client_id=CLIENT_ID,
+        oidc_client_secret=CLIENT_SECRET,
+        session_key=SESSION_KEY,
+        orchestrator_target=f"127.0.0.1:{orchestrator_port}",
+        timeout_seconds=5.0,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx2.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline or provider.poll() is not None:
-                raise RuntimeError("the OpenID provider did not start")
-            time.sleep(0.1)
-        yield issuer
-    finally:
-        provider.terminate()
-        provider.wait(10)
+    return replace(config, **overrides)
 
 
 @pytest.fixture(scope="session")
@@ -175,23 +191,28 @@ def page(context: BrowserContext) -> Page:
 
 
 @pytest.fixture
-def make_console(oidc_issuer: str) -> Iterator[Callable[..., ConsoleUnderTest]]:
-    """Serve consoles in front of stacks: make_console(stack, **ConsoleConfig overrides)."""
-    running: list[ConsoleServer] = []
+def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
+    """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
+    console={ConsoleConfig overrides}, **OrchestratorConfig overrides). One per test."""
+    consoles: list[ConsoleUnderTest] = []
 
-    def make(stack: Stack, **overrides: Any) -> ConsoleUnderTest:
-        listener = free_listener()
+    def make(*, console: dict[str, Any] | None = None, **stack_settings: Any) -> ConsoleUnderTest:
+        servers = start_console_stack(tmp_path, trial_identity, **stack_settings)
+        listener = socket.create_server(("127.0.0.1", 0))
         base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        config = console_config(oidc_issuer, stack, **overrides)
+        config = console_config(trial_identity.issuer, servers.stack.orchestrator_port, **(console or {}))
         sessions = SessionStore(config.session_key, config.session_lifetime_seconds)
         server = ConsoleServer(create_app(config, base, sessions=sessions), listener)
+        made = ConsoleUnderTest(base, trial_identity, servers, sessions, [server])
+        consoles.append(made)
         server.start()
-        running.append(server)
-        return ConsoleUnderTest(base, oidc_issuer, stack, sessions, [server])
+        return made
 
     yield make
-    for server in running:
-        server.stop()
+    for made in consoles:
+        for server in made.running:
+            server.stop()
+        made.stack.close()
 
 
 def screenshot(page: Page, name: str) -> None:
