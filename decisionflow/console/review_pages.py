@@ -3,6 +3,8 @@ and starting a case. Each POST carries the operation id the page showed; the orc
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -17,6 +19,9 @@ from decisionflow.console.refusals import explain, proposal_path
 from decisionflow.console.sessions import Session
 from decisionflow.console.signin import forged
 from decisionflow.console.web import current_session
+
+# Pending reviews per inbox page.
+INBOX_PAGE_SIZE = 25
 
 
 def signed_in(request: Request) -> Session | None:
@@ -38,10 +43,31 @@ class ReviewPages:
         self._pages = pages
 
     async def inbox(self, request: Request) -> Response:
-        """The landing page: a way in to a case (or the sign-in link)."""
-        if signed_in(request) is None:
+        """The reviewer's inbox: current, undecided proposals, oldest first, filtered by case id prefix
+        and author, a page at a time (or the sign-in link)."""
+        session = signed_in(request)
+        if session is None:
             return self._pages.render(request, "welcome.html")
-        return self._pages.render(request, "inbox.html", case_id=request.query_params.get("case_id", ""))
+        filters = {name: request.query_params.get(name, "").strip() for name in ("case", "author", "page")}
+        try:
+            page = await self._review(session).list_pending_reviews(
+                page_size=INBOX_PAGE_SIZE,
+                page_token=filters["page"],
+                case_id_prefix=filters["case"] or None,
+                created_by=filters["author"] or None,
+            )
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="read the inbox", role="reviewer"))
+        kept = {name: filters[name] for name in ("case", "author") if filters[name]}
+        next_page = "/?" + urlencode({**kept, "page": page.next_page_token}) if page.next_page_token else ""
+        return self._pages.render(
+            request,
+            "inbox.html",
+            entries=page.entries,
+            filters=filters,
+            next_page=next_page,
+            first_page="/?" + urlencode(kept),
+        )
 
     async def case(self, request: Request) -> Response:
         """Open a case's current proposal."""
