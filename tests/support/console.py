@@ -164,9 +164,12 @@ def console_config(issuer: str, orchestrator_port: int, **overrides: Any) -> Con
     return replace(config, **overrides)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless chromium for the session: the system's (Debian package), never a download."""
+    """One headless chromium per test module: the system's (Debian package), never a download.
+
+    Not one per session: Playwright's synchronous API keeps an asyncio loop running in the main
+    thread while it is open, and tests of other modules that call asyncio.run() there would fail."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: install the chromium package (.ci/run does)")
     with sync_playwright() as playwright:
