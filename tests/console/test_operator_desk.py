@@ -1,6 +1,6 @@
-"""The operator desk settles an Unknown left by a lost reply: the receiver committed, its answer never
-arrived; the desk lists the operation under Unknown, and a confirmed re-drive settles it with the
-original receipt, still one effect."""
+"""The operator desk settles Unknowns: one left by a receiver outage (nothing written), settled by a
+confirmed re-drive once the receiver is back; one left by a lost reply (written, the answer never
+arrived), settled by recording the lookup that shows its receipt. One effect each."""
 
 from __future__ import annotations
 
@@ -14,19 +14,22 @@ from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.reconciling import LOST_REPLY
 
 
-def test_desk_redrives_an_unknown_to_committed(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
-    console = make_console(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+def test_desk_redrives_an_unknown_left_by_a_receiver_outage(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console(receiver_timeout_seconds=1.0)
     stack = console.stack
     console.sign_in(page, "olga")
     operation_id = start_case(page, console, case_id="T-outage")
+    console.servers.stop_receiver()
     page.click("#approve")
     expect(page.locator("#outcome")).to_have_text("UNKNOWN")
     expect(page.locator(".words")).to_contain_text(
         "Recorded; the effect is not confirmed yet — the reconciler will settle it."
     )
-    assert stack.effects("T-outage") == 1  # written, though nobody heard back
+    assert stack.effects("T-outage") == 0
 
-    # The receiver answers again, on the same address the orchestrator dials.
+    # The receiver is back, on the address the orchestrator dials.
     console.servers.restart_receiver()
     page.goto(console.url("/operations"))
     row = page.locator("#operations-unknown tr", has_text=operation_id)

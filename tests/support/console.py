@@ -85,6 +85,10 @@ class ConsoleStack:
         """Call metadata carrying principal's static token (edna reads the receiver's effects)."""
         return bearer_metadata(self.tokens[principal])
 
+    def stop_receiver(self) -> None:
+        """Stop the receiver (an outage); restart_receiver brings it back on the same address."""
+        self.stack.loop.run(self.stack.receiver_server.stop(0))
+
     def restart_receiver(self, failpoints: str = "") -> None:
         """Restart the receiver on the address the orchestrator dials, with failpoints (none: healthy)."""
         port = self.stack.receiver_port
