@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from decisionflow.auth import bearer_metadata, issue_token
-from decisionflow.console.app import create_app
 from decisionflow.console.config import ConsoleConfig
-from decisionflow.console.sessions import COOKIE_NAME, Session, SessionStore
 from decisionflow.server_security import ServerSecurity
 from tests.support.auth import ROLES
 from tests.support.oidc import oidc_config
@@ -36,6 +33,9 @@ from tests.support.servers import LoopThread
 from tests.support.stack import Stack
 
 if TYPE_CHECKING:
+    # The console extra (Starlette, uvicorn, Authlib) is imported only when a console test runs:
+    # this plugin is loaded by every test run, the other Pythons' (`make pythons`, dev extra only) too.
+    from decisionflow.console.sessions import Session, SessionStore
     from decisionflow.trial_identity import TrialIdentityProvider
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -51,6 +51,8 @@ class ConsoleServer:
     """The console app served by uvicorn on a daemon thread, on a socket bound before it starts."""
 
     def __init__(self, app: Any, listener: socket.socket) -> None:
+        import uvicorn
+
         self._server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on"))
         self._listener = listener
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [listener]}, daemon=True)
@@ -139,6 +141,8 @@ class ConsoleUnderTest:
 
     def session_of(self, context: BrowserContext) -> Session:
         """Return the server-side session the browser context's cookie names."""
+        from decisionflow.console.sessions import COOKIE_NAME
+
         cookies = [c["value"] for c in context.cookies() if c["name"] == COOKIE_NAME]
         session = self.sessions.find(cookies[0] if cookies else None)
         assert session is not None, "the browser holds no live session"
@@ -201,6 +205,9 @@ def page(context: BrowserContext) -> Page:
 def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
     """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
     console={ConsoleConfig overrides}, **OrchestratorConfig overrides). One per test."""
+    from decisionflow.console.app import create_app
+    from decisionflow.console.sessions import SessionStore
+
     consoles: list[ConsoleUnderTest] = []
 
     def make(*, console: dict[str, Any] | None = None, **stack_settings: Any) -> ConsoleUnderTest:
