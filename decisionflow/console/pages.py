@@ -3,11 +3,13 @@ text, ids, names from the provider, messages from the orchestrator) is text, nev
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -17,6 +19,25 @@ from decisionflow.console.web import current_session
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
+
+
+# Characters that change how the text around them is shown without showing themselves: direction
+# overrides, embeddings and isolates, and zero-width marks and joiners. A reviewer approves the
+# text the operation id binds, so each one is shown where it is ("Trojan Source" reordering).
+_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+_MARKER = Markup('<span class="hidden-char" title="invisible character {0}">⟦{0}⟧</span>')
+
+
+def reveal(text: str) -> Markup:
+    """Return text escaped, with each invisible formatting character shown as a marked ⟦U+XXXX⟧."""
+    parts: list[Markup] = []
+    end = 0
+    for found in _HIDDEN.finditer(text):
+        parts.append(escape(text[end : found.start()]))
+        parts.append(_MARKER.format(f"U+{ord(found.group()):04X}"))
+        end = found.end()
+    parts.append(escape(text[end:]))
+    return Markup("").join(parts)
 
 
 def age(moment: datetime | None, now: datetime | None = None) -> str:
@@ -48,6 +69,7 @@ class Pages:
         )
         self._env.filters["age"] = age
         self._env.filters["when"] = when
+        self._env.filters["reveal"] = reveal
 
     def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         """Return template rendered with context, the person signed in (or None) and the CSRF field."""

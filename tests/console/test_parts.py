@@ -15,6 +15,7 @@ from decisionflow.console import csrf
 from decisionflow.console.config import load, public_url
 from decisionflow.console.diff import proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
+from decisionflow.console.pages import reveal
 from decisionflow.console.refusals import explain
 from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
 from decisionflow.console.signin import local_path
@@ -196,3 +197,13 @@ def test_after_sign_in_only_alocal_path_is_followed() -> None:
     assert local_path("/proposals/op-v1-a") == "/proposals/op-v1-a"
     for elsewhere in (None, "", "https://evil.example", "//evil.example/x", "/\\evil.example", "proposals"):
         assert local_path(elsewhere) == "/"
+
+
+def test_reveal_escapes_and_shows_invisible_characters() -> None:
+    shown = reveal("<b>a</b>\u202egnp.exe\u200b&")
+    assert str(shown) == (
+        "&lt;b&gt;a&lt;/b&gt;"
+        '<span class="hidden-char" title="invisible character U+202E">⟦U+202E⟧</span>gnp.exe'
+        '<span class="hidden-char" title="invisible character U+200B">⟦U+200B⟧</span>&amp;'
+    )
+    assert str(reveal("plain שלום")) == "plain שלום"

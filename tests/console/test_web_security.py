@@ -31,7 +31,9 @@ def test_hostile_proposal_text_renders_as_text(make_console: Callable[..., Conso
     console.sign_in(page, "ana")
     start_case(page, console, case_id="T-hostile", body=HOSTILE)
     # Browsers send a textarea's line breaks as CRLF; the proposal keeps LF, as its identity does.
-    assert page.locator("#body").inner_text() == HOSTILE
+    # The direction override is shown where it is, not obeyed.
+    assert page.locator("#body").inner_text() == HOSTILE.replace("\u202e", "⟦U+202E⟧")
+    expect(page.locator("#body .hidden-char")).to_have_count(1)
     assert page.title() != "owned"
     assert page.locator("main script, main img, main b").count() == 0
     assert dialogs == []
