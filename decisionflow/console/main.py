@@ -70,7 +70,15 @@ def serve(config: ConsoleConfig) -> None:
     try:
         if config.port_file is not None:
             Path(config.port_file).write_text(f"{port}\n", encoding="utf-8")
-        line = logs.json_line(logger.name, logging.INFO, "listening", service=SERVICE, port=port, detail=origin)
+        line = logs.json_line(
+            logger.name,
+            logging.INFO,
+            f"listening on port {port}",
+            service=SERVICE,
+            event="listening",
+            port=port,
+            detail=origin,
+        )
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         server = uvicorn.Server(

@@ -49,7 +49,8 @@ def test_the_console_process_serves_health_logs_and_metrics(tmp_path: Path) -> N
     ]
     assert "do-not-log" not in console.stderr()
     listening = json.loads(console.stdout_path.read_text().splitlines()[0])
-    assert listening["message"] == "listening" and listening["port"] == console.port
+    assert listening["event"] == "listening" and listening["port"] == console.port
+    assert listening["detail"] == f"http://127.0.0.1:{console.port}"
 
 
 def test_a_bad_setting_exits_2_naming_it(tmp_path: Path) -> None:
