@@ -32,8 +32,13 @@ import flask
 import jwt
 import werkzeug.serving
 
-with warnings.catch_warnings(record=True):
-    # The mock imports parts of Authlib that announce their own deprecation on import: kept quiet.
+with warnings.catch_warnings():
+    # The mock imports parts of Authlib that announce their own deprecation on import: kept quiet,
+    # also under a warnings-as-errors filter (record=True alone keeps the filters, so "error" raised).
+    # authlib.deprecate puts an "always" filter first when it is imported: import it, then go before it.
+    import authlib.deprecate  # noqa: F401
+
+    warnings.simplefilter("ignore", DeprecationWarning)
     import oidc_provider_mock
     from authlib import jose
 
@@ -75,7 +80,8 @@ class TrialIdentityProvider:
             self._storage: Any = flask.g.oidc_provider_mock_storage
 
     def _build_app(self) -> flask.Flask:
-        app = flask.Flask(__name__)
+        # Named after the mock's package, so its templates (the sign-in page a browser sees) are found.
+        app = flask.Flask(oidc_provider_mock.__name__)
         # Read by Authlib when the mock registers its authorization server, so it must come first.
         app.config["OAUTH2_ACCESS_TOKEN_GENERATOR"] = self._generate_access_token
         oidc_provider_mock.init_app(app, access_token_max_age=self._lifetime)

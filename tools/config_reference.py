@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from decisionflow import settings
+from decisionflow.console.config import SETTINGS as CONSOLE
 from effect_receiver.config import SETTINGS as RECEIVER
 from orchestrator.config import SETTINGS as ORCHESTRATOR
 from reconciler.config import SETTINGS as RECONCILER
@@ -26,6 +27,7 @@ def reference() -> str:
         settings.markdown_table("decisionflow-orchestrator", ORCHESTRATOR),
         settings.markdown_table("decisionflow-receiver", RECEIVER),
         settings.markdown_table("decisionflow-reconciler", RECONCILER),
+        settings.markdown_table("decisionflow-console", CONSOLE),
     ]
     return "\n".join(parts)
 

@@ -1,0 +1,11 @@
+"""decisionflow-console: the review console in the browser (docs/console.md).
+
+A separate ASGI service that signs people in with OpenID Connect and calls the orchestrator with
+each person's own access token; it keeps no database and decides nothing the orchestrator would
+refuse. Parts, one job each: ``config`` (settings), ``main`` (wiring), ``app`` (routes and layers),
+``web`` (security headers, body bound, session lookup, access log, metrics), ``sessions``
+(server-side sessions), ``csrf`` (form tokens), ``signin`` (OpenID Connect), ``orchestrator``
+(the channel and per-person clients), ``refusals`` (every refusal in words), ``forms`` and
+``diff`` (proposal forms and what changed), ``pages`` (templates), ``review_pages`` and
+``operator_pages`` (the pages).
+"""

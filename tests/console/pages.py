@@ -1,0 +1,34 @@
+"""What the console tests do in the browser, in the console's own words."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page
+
+from tests.support.console import ConsoleUnderTest
+from tests.support.stack import T1042_BODY
+
+
+def start_case(page: Page, console: ConsoleUnderTest, case_id: str = "T-1042", body: str = T1042_BODY) -> str:
+    """Start a review through the start form; return the operation id the proposal page shows."""
+    page.goto(console.url("/start"))
+    page.fill("#case_id", case_id)
+    page.fill("#body", body)
+    page.fill("[name=evidence-0-source_id]", "HOLD-7")
+    page.fill("[name=evidence-0-version]", "2")
+    page.fill("[name=evidence-0-quotation]", "Firmware 4.2.0 may hold.")
+    page.fill("[name=evidence-1-source_id]", "KB-12")
+    page.fill("[name=evidence-1-version]", "1")
+    page.fill("[name=evidence-1-quotation]", "Update to 4.2.1.")
+    page.fill("[name=policy_version_label]", "2026-10")
+    page.click("#start")
+    page.wait_for_url(console.url("/proposals/**"))
+    return page.locator("#operation-id").inner_text()
+
+
+def edit_body(page: Page, console: ConsoleUnderTest, operation_id: str, body: str) -> str:
+    """Edit the proposal's body through its edit form; return the new operation id."""
+    page.goto(console.url(f"/proposals/{operation_id}/edit"))
+    page.fill("#body", body)
+    page.click("#save")
+    page.wait_for_url(lambda url: "/proposals/" in url and operation_id not in url)
+    return page.locator("#operation-id").inner_text()

@@ -1,0 +1,51 @@
+"""The reviewer's inbox: pending reviews with case, author, age and versions, oldest first, filtered
+by case id prefix and author, a page at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from decisionflow.console.review_pages import INBOX_PAGE_SIZE
+from tests.console.pages import edit_body
+from tests.support.console import ConsoleUnderTest, screenshot
+from tests.support.stack import T1042_BODY, start_request
+
+
+def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
+    console = make_console()
+    review = console.stack.review()
+    arthur, sam = console.servers.as_static("arthur"), console.servers.as_static("sam")
+    for number in range(INBOX_PAGE_SIZE + 1):
+        review.StartReview(start_request(case_id=f"T-{2000 + number}"), timeout=10, metadata=arthur)
+    review.StartReview(start_request(case_id="S-1"), timeout=10, metadata=sam)
+    console.sign_in(page, "rita", groups=["reviewers", "authors"])
+
+    page.goto(console.url("/"))
+    rows = page.locator("#inbox tbody tr")
+    expect(rows).to_have_count(INBOX_PAGE_SIZE)
+    expect(rows.first).to_contain_text("T-2000")
+    expect(rows.first).to_contain_text("arthur")
+    page.click("#next-page")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#inbox")).to_contain_text("S-1")
+
+    page.goto(console.url("/"))
+    page.fill("#author", "sam")
+    page.click("text=Filter")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("S-1")
+    page.goto(console.url("/?case=T-201"))
+    expect(rows).to_have_count(10)  # T-2010 … T-2019
+
+    # An edit makes a second version of the case; the inbox shows the current one with its count.
+    rows.first.get_by_role("link").click()
+    first = page.locator("#operation-id").inner_text()
+    edit_body(page, console, first, T1042_BODY + "\nEdited in the console.")
+    page.goto(console.url("/?case=T-2010"))
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").nth(3)).to_have_text("2")
+    expect(rows.first.locator("td").nth(4)).to_have_text("yes")
+    page.goto(console.url("/?case=T-20"))
+    screenshot(page, "inbox")

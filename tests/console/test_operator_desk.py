@@ -1,0 +1,71 @@
+"""The operator desk settles Unknowns: one left by a receiver outage (nothing written), settled by a
+confirmed re-drive once the receiver is back; one left by a lost reply (written, the answer never
+arrived), settled by recording the lookup that shows its receipt. One effect each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from decisionflow.v1 import effect_receiver_pb2
+from tests.console.pages import start_case
+from tests.support.console import ConsoleUnderTest, screenshot
+from tests.support.reconciling import LOST_REPLY
+
+
+def test_desk_redrives_an_unknown_left_by_a_receiver_outage(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console(receiver_timeout_seconds=1.0)
+    stack = console.stack
+    console.sign_in(page, "olga")
+    operation_id = start_case(page, console, case_id="T-outage")
+    console.servers.stop_receiver()
+    page.click("#approve")
+    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    expect(page.locator(".words")).to_contain_text(
+        "Recorded; the effect is not confirmed yet — the reconciler will settle it."
+    )
+    assert stack.effects("T-outage") == 0
+
+    # The receiver is back, on the address the orchestrator dials.
+    console.servers.restart_receiver()
+    page.goto(console.url("/operations"))
+    row = page.locator("#operations-unknown tr", has_text=operation_id)
+    expect(row).to_contain_text("T-outage")
+    screenshot(page, "desk")
+    row.get_by_role("link").click()
+    expect(page.locator("#state")).to_have_text("UNKNOWN")
+    page.click("#redrive")
+    expect(page.locator("h1")).to_contain_text("Re-drive")
+    page.click("#confirm")
+    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#state")).to_have_text("COMMITTED")
+    assert stack.effects("T-outage") == 1
+    page.goto(console.url("/operations"))
+    expect(page.locator("#operations-unknown")).to_have_count(0)
+
+
+def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console(receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
+    stack = console.stack
+    console.sign_in(page, "olga")
+    operation_id = start_case(page, console, case_id="T-lookup")
+    page.click("#approve")
+    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    request = effect_receiver_pb2.ListEffectsRequest(case_id="T-lookup")
+    reader = console.servers.as_static("edna")
+    [effect] = stack.receiver().ListEffects(request, timeout=10, metadata=reader).effects
+    page.goto(console.url(f"/operations/{operation_id}/settle"))
+    page.check("input[name=status][value=applied]")
+    page.check("input[name=consistency][value=strong]")
+    page.fill("#receipt_id", effect.receipt.receipt_id)
+    page.click("#review")
+    expect(page.locator("h1")).to_have_text("Record this lookup?")
+    expect(page.locator("#state")).to_have_count(0)  # nothing recorded before the confirmation
+    page.click("#confirm")
+    expect(page.locator("#outcome")).to_have_text("Settled: COMMITTED")
+    expect(page.locator("#receipt")).to_have_text(effect.receipt.receipt_id)
