@@ -4,6 +4,7 @@ recorded lookup, each behind a confirmation page."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from starlette.datastructures import FormData
@@ -64,6 +65,7 @@ class OperatorPages:
             request,
             "desk.html",
             sections=sections,
+            last_lookup=_last_lookup(rows for _, rows in sections),
             states=[s for s in OperationState if s is not OperationState.UNSPECIFIED],
             now=datetime.now(UTC),
         )
@@ -167,3 +169,10 @@ def _token(session: Session) -> str:
 def _field(form: FormData, name: str) -> str:
     value = form.get(name, "")
     return value if isinstance(value, str) else ""
+
+
+def _last_lookup(sections: Iterable[list[OperationView]]) -> datetime | None:
+    """When the last lookup of a listed operation was recorded: the reconciler's last pass over the
+    open operations (or an operator's recorded lookup, whichever came later); None when none has one."""
+    notes = (op.last_lookup for rows in sections for op in rows)
+    return max((note.looked_up_at for note in notes if note is not None and note.looked_up_at), default=None)

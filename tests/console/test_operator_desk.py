@@ -34,6 +34,7 @@ def test_desk_redrives_an_unknown_left_by_a_receiver_outage(
     page.goto(console.url("/operations"))
     row = page.locator("#operations-unknown tr", has_text=operation_id)
     expect(row).to_contain_text("T-outage")
+    expect(page.locator("#last-pass")).to_contain_text("No lookup recorded on these operations yet")
     screenshot(page, "desk")
     row.get_by_role("link").click()
     expect(page.locator("#state")).to_have_text("UNKNOWN")

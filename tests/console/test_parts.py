@@ -3,18 +3,30 @@ refusal, and its settings."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.client import EvidenceItem, PolicyRef, ProposalView
+from decisionflow.client import (
+    Consistency,
+    Decision,
+    EvidenceItem,
+    LookupNote,
+    LookupStatus,
+    OperationState,
+    OperationView,
+    PolicyRef,
+    ProposalView,
+)
 from decisionflow.client.errors import error_class
 from decisionflow.console import csrf
 from decisionflow.console.config import load, public_url
 from decisionflow.console.diff import proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
+from decisionflow.console.operator_pages import _last_lookup
 from decisionflow.console.pages import reveal
 from decisionflow.console.refusals import explain
 from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
@@ -207,3 +219,28 @@ def test_reveal_escapes_and_shows_invisible_characters() -> None:
         '<span class="hidden-char" title="invisible character U+200B">⟦U+200B⟧</span>&amp;'
     )
     assert str(reveal("plain שלום")) == "plain שלום"
+
+
+def test_the_desk_names_the_last_lookup_recorded_on_its_operations() -> None:
+    def operation(looked_up_at: datetime | None) -> OperationView:
+        note = None
+        if looked_up_at is not None:
+            note = LookupNote(looked_up_at, LookupStatus.NOT_FOUND, Consistency.STRONG, "")
+        return OperationView(
+            "op-v1-" + "a" * 64,
+            "T-1",
+            OperationState.UNKNOWN,
+            Decision.APPROVE,
+            "rita",
+            None,
+            None,
+            1,
+            None,
+            "",
+            note,
+            None,
+        )
+
+    earlier, later = datetime(2026, 12, 1, 9, 0, tzinfo=UTC), datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert _last_lookup([[operation(None)], []]) is None
+    assert _last_lookup([[operation(earlier), operation(None)], [operation(later)]]) == later

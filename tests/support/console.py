@@ -236,6 +236,10 @@ def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Itera
 
 
 def screenshot(page: Page, name: str) -> None:
-    """Save the page as docs/images/console-NAME.png for docs/console.md."""
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"console-{name}.png"), full_page=True)
+    """Take the page's screenshot (it must render); with DECISIONFLOW_UPDATE_SCREENSHOTS=1, save it as
+    docs/images/console-NAME.png for docs/console.md (a plain test run leaves the tree clean)."""
+    image = page.screenshot(full_page=True)
+    assert image.startswith(b"\x89PNG"), f"screenshot {name} is not a PNG"
+    if os.environ.get("DECISIONFLOW_UPDATE_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        (IMAGES / f"console-{name}.png").write_bytes(image)
