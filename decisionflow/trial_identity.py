@@ -35,6 +35,9 @@ import werkzeug.serving
 with warnings.catch_warnings():
     # The mock imports parts of Authlib that announce their own deprecation on import: kept quiet,
     # also under a warnings-as-errors filter (record=True alone keeps the filters, so "error" raised).
+    # authlib.deprecate puts an "always" filter first when it is imported: import it, then go before it.
+    import authlib.deprecate  # noqa: F401
+
     warnings.simplefilter("ignore", DeprecationWarning)
     import oidc_provider_mock
     from authlib import jose
