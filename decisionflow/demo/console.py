@@ -15,6 +15,7 @@ console's address is taken, an extra is missing) or a part stopped on its own; 2
 from __future__ import annotations
 
 import importlib.util
+import os
 import secrets
 import socket
 import sys
@@ -31,8 +32,13 @@ from decisionflow.demo.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, signal
 from decisionflow.demo.seeding import seed_cases
 from decisionflow.demo.stack import Transcript
 from decisionflow.processes import free_port
-from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, RECEIVER_MODULE, orchestrator_args
-from decisionflow.stack import receiver_args
+from decisionflow.stack import (
+    CHECKPOINT_KEYS_ENV,
+    ORCHESTRATOR_MODULE,
+    RECEIVER_MODULE,
+    orchestrator_args,
+    receiver_args,
+)
 
 if TYPE_CHECKING:
     from decisionflow.trial_identity import TrialIdentityProvider
@@ -103,7 +109,7 @@ def check_console_address(address: str) -> None:
             pass
     except OSError as exc:
         raise DemoError(
-            f"cannot listen on {address} (--console-address): {exc.strerror or exc}; "
+            f"cannot listen on {address} (--console-address): {os.strerror(exc.errno) if exc.errno else exc}; "
             "choose another with --console-address 127.0.0.1:PORT (port 0 picks a free one)"
         ) from None
 
@@ -235,10 +241,13 @@ def console_url(address: str, port: int) -> str:
 def _invite(say: Transcript, console: Service, address: str, workspace: ws.Workspace) -> None:
     say.plain(f"console pid {console.pid}")
     say.plain("")
-    say.plain(f"Open {console_url(address, console.port)} and sign in: type a name on the provider's page, then Authorize.")
-    width = max(len(person.name) for person in PEOPLE)
+    say.plain(
+        f"Open {console_url(address, console.port)} and sign in: type a name on the provider's page, then Authorize."
+    )
+    name_width = max(len(person.name) for person in PEOPLE)
+    group_width = max(len(person.group) for person in PEOPLE) + 2
     for person in PEOPLE:
-        say.line(f"{person.name:<{width}}  ({person.group})  {person.may}")
+        say.line(f"{person.name:<{name_width}}  {'(' + person.group + ')':<{group_width}}  {person.may}")
     say.plain("Any other name signs in with no group, so the orchestrator refuses it every role.")
     say.plain(f"Logs: {workspace.logs}")
     say.plain("Ctrl-C stops everything.")
