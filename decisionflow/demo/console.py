@@ -134,8 +134,8 @@ def run_console_demo(options: ConsoleDemoOptions) -> int:
             orchestrator = _start_services(workspace, children, provider, options.workers, say)
             seed_cases(workspace, orchestrator.target, provider, say)
             console = _start_console(workspace, children, provider, orchestrator, options.console_address)
+            running = True  # before the invitation: a stop asked for once it is printed is a clean one
             _invite(say, console, options.console_address, workspace)
-            running = True
             stopped = _watch(children)
             say.plain(f"{stopped.name} stopped on its own (exit {stopped.process.poll()}); see {stopped.log_path}")
             exit_code = EXIT_FAILED

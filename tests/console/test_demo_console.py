@@ -94,10 +94,14 @@ class Running:
         """Send SIGINT to the foreground process group, as Ctrl-C in a terminal does; return the exit status."""
         os.killpg(self.process.pid, signal.SIGINT)
         status = self.process.wait(timeout)
-        time.sleep(0.2)  # let the reader thread take the last lines
+        self.last_lines()
+        return status
+
+    def last_lines(self) -> None:
+        """Take the lines written after the ready line, once the command has exited."""
+        self._reader.join(10)
         while not self.lines.empty():
             self.seen.append(self.lines.get())
-        return status
 
     def stop_now(self) -> str:
         """Stop the command (SIGTERM, then SIGKILL) and return its stderr."""
@@ -219,3 +223,37 @@ def test_without_the_extras_the_error_names_the_pip_line(monkeypatch: pytest.Mon
         "--console needs the console and trial extras of decisionflow: pip install '.[console,trial]' in the "
         "repository (make setup installs them)"
     )
+
+
+def _started_on_a_free_port(tmp_path: Path) -> tuple[Running, list[int]]:
+    command = " ".join([*DEMO_CONSOLE, "--console-address", "127.0.0.1:0", "--state-dir", str(tmp_path / "state")])
+    running = Running(command)
+    running.wait_for(READY_LINE, START_SECONDS)
+    pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", "\n".join(running.seen))]
+    assert len(pids) == 3 and all(_alive(pid) for pid in pids), running.seen
+    return running, pids
+
+
+@pytest.mark.slow
+def test_sigterm_stops_everything_with_status_0(tmp_path: Path) -> None:
+    running, pids = _started_on_a_free_port(tmp_path)
+    try:
+        os.kill(running.process.pid, signal.SIGTERM)
+        assert running.process.wait(30) == 0
+        assert not [pid for pid in pids if _alive(pid)]
+    finally:
+        running.stop_now()
+
+
+@pytest.mark.slow
+def test_a_part_that_stops_on_its_own_stops_the_rest_with_status_1(tmp_path: Path) -> None:
+    running, pids = _started_on_a_free_port(tmp_path)
+    orchestrator = pids[1]
+    try:
+        os.kill(orchestrator, signal.SIGKILL)
+        assert running.process.wait(30) == 1
+        assert not [pid for pid in pids if _alive(pid)]
+        running.last_lines()
+        assert any(line.startswith("orchestrator stopped on its own (exit -9)") for line in running.seen), running.seen
+    finally:
+        running.stop_now()
