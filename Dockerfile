@@ -1,5 +1,5 @@
 # One image for every decisionflow process: decisionflow-receiver, decisionflow-orchestrator,
-# decisionflow-reconciler and the decisionflow client/health commands.
+# decisionflow-reconciler, decisionflow-console and the decisionflow client/health commands.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -15,10 +15,12 @@ COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler
 # The services run as uid/gid 10001 and read their mounted secrets through the supplementary group
 # compose adds (docs/deployment.md), never through world-readable files.
-RUN pip install ./clients/python . \
+# The console extra serves decisionflow-console; the trial extra (the trial identity provider of
+# `decisionflow demo --console`) is never installed in the image.
+RUN pip install ./clients/python '.[console]' \
     && groupadd --system --gid 10001 decisionflow \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin decisionflow
 
 USER 10001:10001
-EXPOSE 50051 50061 9102
+EXPOSE 50051 50061 9102 8080
 CMD ["decisionflow", "--help"]

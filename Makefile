@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e 'clients/python[tracing]' -e '.[dev,console]'
+	$(PY) -m pip install --quiet -e 'clients/python[tracing]' -e '.[dev,console,trial]'
 	PYTHON=$(PY) tools/gen_protos.sh
 	@touch $(STAMP)
 

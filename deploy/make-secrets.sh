@@ -17,6 +17,9 @@
 #   postgres.password         the PostgreSQL superuser's password
 #   {orchestrator,receiver}-database.password   each service's PostgreSQL role password
 #   {orchestrator,receiver}-database.url        the URL each service connects with
+#   console-session.key       the key the console signs its session cookies with (docker-compose.console.yml)
+#   console-client-secret     EMPTY: write the client secret your OpenID provider issued for the console
+#                             into it; the console refuses to start while it is empty
 # Files are 0640 and folders 0750, owned by the user running the script; the containers read them
 # through that user's group (its id is written to the project's .env as DECISIONFLOW_SECRETS_GID).
 #
@@ -97,6 +100,8 @@ token orchestrator --principal author --role author >author.token
 token orchestrator --principal reviewer --role reviewer >reviewer.token
 
 openssl rand -hex 32 >checkpoint.keys
+openssl rand -hex 32 >console-session.key
+: >console-client-secret
 openssl rand -hex 24 >postgres.password
 for service in orchestrator receiver; do
   openssl rand -hex 24 >"$service-database.password"
@@ -123,3 +128,5 @@ printf 'DECISIONFLOW_SECRETS_GID=%s\n' "$(id -g)" >>"$env_file.tmp"
 mv -- "$env_file.tmp" "$env_file"
 echo "make-secrets: wrote the CA, server certificates, tokens, checkpoint key and database passwords to $out"
 echo "make-secrets: set DECISIONFLOW_SECRETS_GID=$(id -g) in $env_file"
+echo "make-secrets: for the review console, write the client secret your OpenID provider issued into" \
+  "$out/console-client-secret (left empty; see docs/deployment.md#the-review-console)"

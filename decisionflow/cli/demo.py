@@ -32,7 +32,10 @@ def register(subparsers: Subparsers) -> None:
             "attempt. Authentication is on: tokens are issued into the state directory."
         ),
         epilog="exit status: 0 every check held; 1 a check failed or the demo could not run; 2 bad usage; "
-        "130 interrupted. The last line of stdout is a JSON summary.",
+        "130 interrupted. The last line of stdout is a JSON summary. "
+        "With --console: 0 stopped by Ctrl-C (SIGINT) or SIGTERM once running, every part stopped with it; "
+        "1 it could not start (the console's address is taken, an extra is missing) or a part stopped on its own; "
+        "2 bad usage; 130 interrupted while starting.",
     )
     parser.add_argument(
         "--state-dir",
@@ -65,6 +68,21 @@ def register(subparsers: Subparsers) -> None:
         default="no",
         help="yes: leave the receiver and the orchestrator running after the transcript until Ctrl-C (default: no)",
     )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="instead of the story: run the review console in front of the demo's receiver and orchestrator, "
+        "with two cases waiting for review and a trial identity provider (FOR TRYING ONLY: anyone signs in as "
+        "anyone) to sign in with, until Ctrl-C; needs the console and trial extras (make setup installs them). "
+        "See docs/console.md#try-it",
+    )
+    parser.add_argument(
+        "--console-address",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8080",
+        help="with --console: the loopback address the console listens on (port 0 picks a free one; "
+        "default: 127.0.0.1:8080)",
+    )
     parser.set_defaults(func=_run_demo)
 
 
@@ -79,6 +97,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     # Imported here: the review commands share this parser and need not load the demo's machinery.
     from decisionflow.demo import DemoError, DemoOptions, run_demo
 
+    if args.console:
+        return _run_console(args)
     options = DemoOptions(
         state_dir=Path(args.state_dir) if args.state_dir else None,
         orchestrator_database_url=args.orchestrator_database_url,
@@ -88,5 +108,24 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     try:
         return run_demo(options)
+    except DemoError as exc:
+        raise CommandError(str(exc), exit_code=exc.exit_code) from exc
+
+
+def _run_console(args: argparse.Namespace) -> int:
+    from decisionflow.demo import DemoError
+    from decisionflow.demo.console import ConsoleDemoOptions, run_console_demo
+
+    if args.keep_running == "yes":
+        raise CommandError("--keep-running is for the story; --console always runs until Ctrl-C")
+    options = ConsoleDemoOptions(
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        orchestrator_database_url=args.orchestrator_database_url,
+        receiver_database_url=args.receiver_database_url,
+        console_address=args.console_address,
+        workers=args.workers,
+    )
+    try:
+        return run_console_demo(options)
     except DemoError as exc:
         raise CommandError(str(exc), exit_code=exc.exit_code) from exc

@@ -48,7 +48,8 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt (main thread only)."""
     # SIGTERM must stop the children too, so it unwinds like Ctrl-C; SIGINT is set explicitly because a
     # shell starting the demo in the background hands it down ignored.
     if threading.current_thread() is not threading.main_thread():
@@ -63,7 +64,8 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _uninterruptible() -> Iterator[None]:
+def uninterruptible() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM are ignored (main thread only)."""
     # Stopping the children is bounded (SIGKILL after a timeout); a second Ctrl-C must not cut it short.
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -94,7 +96,7 @@ def run_demo(options: DemoOptions) -> int:
     story = Story(DemoStack(workspace, children, transcript, options.workers))
     error: str | None = None
     exit_code = EXIT_OK
-    with _signals_interrupt():
+    with signals_interrupt():
         try:
             try:
                 story.step1()
@@ -119,7 +121,7 @@ def run_demo(options: DemoOptions) -> int:
             if options.keep_running and error is None:
                 _wait_for_interrupt(story, workspace)
         finally:
-            with _uninterruptible():
+            with uninterruptible():
                 children.close()
     return exit_code
 

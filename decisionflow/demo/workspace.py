@@ -101,7 +101,8 @@ def _state_dir(path: Path | None) -> Path:
     return path
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """Write text to path (its folder made if needed), readable and writable by its owner only (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
@@ -125,8 +126,8 @@ def prepare(state_dir: Path | None, orchestrator_url: str | None, receiver_url: 
     )
     workspace.logs.mkdir()
     for principal, roles in PRINCIPALS.items():
-        _write_private(workspace.token_file(principal), issue_token(workspace.credentials, principal, roles) + "\n")
-    _write_private(workspace.checkpoint_keys, secrets.token_urlsafe(32) + "\n")
+        write_private(workspace.token_file(principal), issue_token(workspace.credentials, principal, roles) + "\n")
+    write_private(workspace.checkpoint_keys, secrets.token_urlsafe(32) + "\n")
     _write_json(
         workspace.input(f"{CASE_ID}.json"),
         {"case_id": CASE_ID, "action": ACTION, "body": BODY, "evidence": evidence(2), "policy": POLICY},

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,131 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
         if orchestrator is not None:
             assert orchestrator.stop() == 0
         assert receiver.stop() == 0
+
+
+# docker-compose.console.yml: the review console, added on top of docker-compose.yml only when named.
+CONSOLE_FILE = ROOT / "docker-compose.console.yml"
+CONSOLE_COMPOSE = yaml.safe_load(CONSOLE_FILE.read_text())
+CONSOLE = CONSOLE_COMPOSE["services"]["console"]
+OIDC_FOR_ORCHESTRATORS = {"DECISIONFLOW_OIDC_ISSUER", "DECISIONFLOW_OIDC_AUDIENCE", "DECISIONFLOW_OIDC_ROLE_MAP"}
+
+
+def _required(value: str) -> str:
+    """The variable a ${VAR:?message} value requires (fails the test for any other form)."""
+    found = re.fullmatch(r"\$\{(\w+):\?[^}]+\}", value)
+    assert found, f"{value!r} is not a required ${{VAR:?message}}"
+    return found[1]
+
+
+def test_the_console_file_adds_the_console_and_the_orchestrators_provider_settings_only() -> None:
+    services = CONSOLE_COMPOSE["services"]
+    assert set(services) == {"console", "orchestrator-1", "orchestrator-2"}
+    assert set(CONSOLE_COMPOSE) <= COMPOSE_V2_TOP_LEVEL
+    known = {s.env for s in ORCHESTRATOR_SETTINGS if not s.flag_only}
+    issuer = _required(CONSOLE["environment"]["DECISIONFLOW_CONSOLE_OIDC_ISSUER"])
+    for name in ("orchestrator-1", "orchestrator-2"):
+        assert set(services[name]) == {"environment"}, "only settings are added to the orchestrators"
+        environment = services[name]["environment"]
+        assert set(environment) == OIDC_FOR_ORCHESTRATORS and known >= OIDC_FOR_ORCHESTRATORS
+        # The orchestrators accept tokens of the issuer the console signs people in at, and nothing is defaulted.
+        assert _required(environment["DECISIONFLOW_OIDC_ISSUER"]) == issuer
+        for value in environment.values():
+            _required(value)
+        assert not OIDC_FOR_ORCHESTRATORS & set(COMPOSE["services"][name]["environment"])
+    assert "console" not in COMPOSE["services"], "the default stack starts without a provider"
+
+
+def test_the_console_mounts_its_two_secrets_and_nothing_else() -> None:
+    assert {entry["source"] for entry in CONSOLE["secrets"]} == {"console_client_secret", "console_session_key"}
+    files = {CONSOLE_COMPOSE["secrets"][entry["source"]]["file"] for entry in CONSOLE["secrets"]}
+    assert files == {"./deploy/secrets/console-client-secret", "./deploy/secrets/console-session.key"}
+    # The CA certificate is public: a config, read to verify the orchestrator's TLS.
+    [config] = CONSOLE["configs"]
+    assert CONSOLE_COMPOSE["configs"][config["source"]]["file"] == "./deploy/secrets/ca.pem"
+    assert "volumes" not in CONSOLE and "env_file" not in CONSOLE
+    environment = CONSOLE["environment"]
+    assert not [k for k in environment if re.search("DATABASE|CREDENTIALS|TOKEN|CHECKPOINT", k)], environment
+    mounted = {_mount_path(entry) for entry in CONSOLE["secrets"]} | {config["target"]}
+    named = {v for v in environment.values() if isinstance(v, str) and v.startswith(("/run/", "/etc/"))}
+    assert named == mounted
+    assert environment["DECISIONFLOW_CONSOLE_OIDC_CLIENT_SECRET_FILE"] == "/run/secrets/console-client-secret"
+    assert environment["DECISIONFLOW_CONSOLE_SESSION_KEY_FILE"] == "/run/secrets/console-session.key"
+
+
+def test_the_console_is_published_on_loopback_checked_on_healthz_and_runs_as_the_image_user() -> None:
+    from decisionflow.console.config import SETTINGS as CONSOLE_SETTINGS
+
+    assert CONSOLE["ports"] == ["127.0.0.1:8080:8080"]
+    assert CONSOLE["environment"]["DECISIONFLOW_CONSOLE_ADDRESS"] == "0.0.0.0:8080"
+    assert CONSOLE["healthcheck"]["test"] == [
+        "CMD",
+        "decisionflow",
+        "health",
+        "--http",
+        "http://127.0.0.1:8080/healthz",
+    ]
+    assert CONSOLE["command"] == ["decisionflow-console"]
+    known = {s.env for s in CONSOLE_SETTINGS if not s.flag_only}
+    assert set(CONSOLE["environment"]) <= known, set(CONSOLE["environment"]) - known
+    _required(CONSOLE["environment"]["DECISIONFLOW_CONSOLE_OIDC_CLIENT_ID"])
+    # The same image and user as the other services: no user override, the image's USER, the secrets' group.
+    ours = COMPOSE["x-decisionflow"]
+    assert "user" not in CONSOLE and "user" not in ours
+    assert (CONSOLE["build"], CONSOLE["image"], CONSOLE["group_add"]) == (
+        ours["build"],
+        ours["image"],
+        ours["group_add"],
+    )
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "\nUSER 10001:10001\n" in dockerfile
+
+
+def test_the_image_installs_the_console_and_never_the_trial_provider() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [install] = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    assert "'.[console]'" in install and "trial" not in install
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: {re.split("[=<>\\[]", pin)[0] for pin in pins} for extra, pins in extras.items()}
+    assert {"starlette", "uvicorn", "authlib"} <= names["console"]
+    assert "oidc-provider-mock" in names["trial"] and "oidc-provider-mock" not in names["console"]
+    assert "'.[dev,console,trial]'" in (ROOT / "Makefile").read_text()
+
+
+def _interpolated(value: str, variables: dict[str, str]) -> str:
+    """value with compose's ${VAR:?message} and ${VAR:-default} replaced from variables (else the default)."""
+
+    def one(found: re.Match[str]) -> str:
+        name, operator, rest = found[1], found[2], found[3]
+        return variables.get(name, rest if operator == ":-" else "")
+
+    return re.sub(r"\$\{(\w+)(:\?|:-)([^}]*)\}", one, value)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets")
+def test_the_console_starts_from_its_compose_files_alone_and_its_healthcheck_passes(tmp_path: Path) -> None:
+    """The console given only its compose environment, its two secrets and the CA config (the
+    provider's client secret written in as docs/deployment.md says) starts and answers its healthcheck."""
+    for directory in world_traversable_directory():
+        made = make_secrets_as_documented(directory)
+        (made.folder / "console-client-secret").write_text("issued-by-the-provider\n")
+        variables = {
+            "DECISIONFLOW_CONSOLE_OIDC_ISSUER": "https://id.example.com",
+            "DECISIONFLOW_CONSOLE_OIDC_CLIENT_ID": "x",
+        }
+        mounts = {
+            _mount_path(e): made.clone / CONSOLE_COMPOSE["secrets"][e["source"]]["file"] for e in CONSOLE["secrets"]
+        }
+        mounts |= {
+            c["target"]: made.clone / CONSOLE_COMPOSE["configs"][c["source"]]["file"] for c in CONSOLE["configs"]
+        }
+        environment = {key: _interpolated(str(value), variables) for key, value in CONSOLE["environment"].items()}
+        environment = {key: str(mounts.get(value, value)) for key, value in environment.items()}
+        environment["DECISIONFLOW_CONSOLE_ADDRESS"] = "127.0.0.1:0"  # the container's 0.0.0.0:8080, here a free port
+        console = spawn("decisionflow.console.main", [], tmp_path, "console", env=environment)
+        try:
+            health = [a.replace(":8080/", f":{console.port}/") for a in CONSOLE["healthcheck"]["test"][1:]]
+            checked = _run([_tool(health[0]), *health[1:]])
+            assert checked.returncode == 0, checked.stderr
+        finally:
+            assert console.stop() == 0

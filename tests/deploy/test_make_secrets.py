@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -157,3 +159,17 @@ def test_runs_from_another_directory_and_a_failure_leaves_no_folder(tmp_path: Pa
         assert json.loads((elsewhere / "out" / f"{service}-credentials.json").read_text())["tokens"]
     again = run_make_secrets(clone, str(elsewhere / "out"))
     assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_the_console_secrets_are_written_and_the_client_secret_waits_for_the_provider(made: MadeSecrets) -> None:
+    console = yaml.safe_load((made.clone / "docker-compose.console.yml").read_text())
+    files = [entry["file"] for kind in ("secrets", "configs") for entry in console[kind].values()]
+    for file in files:
+        assert (made.clone / file).is_file(), f"docker-compose.console.yml mounts {file}, which was not written"
+    session_key = made.folder / "console-session.key"
+    assert re.fullmatch(r"[0-9a-f]{64}\n", session_key.read_text()), "32 random bytes, as hex"
+    # Empty until the provider's secret is written into it: the console refuses to start with an empty one.
+    client_secret = made.folder / "console-client-secret"
+    assert client_secret.read_bytes() == b""
+    assert mode(session_key) == mode(client_secret) == 0o640
+    assert session_key.stat().st_gid == client_secret.stat().st_gid == os.getgid()
