@@ -437,5 +437,6 @@ def test_the_default_policy_cuts_a_longer_timeout_to_its_total_and_a_longer_tota
 
     cut, lifted = server.script.calls("GetOperation")
     assert cut.time_remaining is not None and lifted.time_remaining is not None
-    assert 9.0 < cut.time_remaining <= CLIENT_DEFAULT.max_total_seconds + SLACK
+    # At 10 s the header may already be written in 100 ms units, rounded up.
+    assert 9.0 < cut.time_remaining <= CLIENT_DEFAULT.max_total_seconds + 0.1 + SLACK
     assert 29.0 < lifted.time_remaining <= 30.0 * 1.01 + SLACK  # above 10 s gRPC rounds up to 100 ms
