@@ -21,13 +21,12 @@ from decisionflow.client import (
     Receipt,
     Settlement,
 )
-from decisionflow.console import csrf
 from decisionflow.console.orchestrator import Orchestrator
 from decisionflow.console.pages import Pages
 from decisionflow.console.refusals import explain
 from decisionflow.console.review_pages import signed_in, to_sign_in
 from decisionflow.console.sessions import Session
-from decisionflow.console.signin import forged
+from decisionflow.console.signin import posted_form
 from decisionflow.vocabulary import OperationId
 
 # Rows shown per state: the desk is for what needs a person, not for browsing history.
@@ -90,11 +89,10 @@ class OperatorPages:
 
     async def redrive(self, request: Request) -> Response:
         """Re-drive the operation (Apply again with the same key and stored payload) and show the outcome."""
-        form = await request.form()
-        try:
-            session = csrf.check(signed_in(request), form.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, _ = checked
         operation_id = request.path_params["operation_id"]
         try:
             result = await self._operations(session).redrive_operation(operation_id)
@@ -114,11 +112,10 @@ class OperatorPages:
 
     async def settle(self, request: Request) -> Response:
         """Record the lookup once confirmed; before that, show what would be recorded."""
-        form = await request.form()
-        try:
-            session = csrf.check(signed_in(request), form.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, form = checked
         operation_id = request.path_params["operation_id"]
         values = {name: _field(form, name) for name in ("status", "consistency", "receipt_id")}
         try:

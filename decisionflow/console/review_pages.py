@@ -10,14 +10,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, ProposalView
-from decisionflow.console import csrf
 from decisionflow.console.diff import ProposalDiff, proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
 from decisionflow.console.orchestrator import Orchestrator
 from decisionflow.console.pages import Pages
 from decisionflow.console.refusals import explain, proposal_path
 from decisionflow.console.sessions import Session
-from decisionflow.console.signin import forged
+from decisionflow.console.signin import posted_form
 from decisionflow.console.web import current_session
 
 # Pending reviews per inbox page.
@@ -105,11 +104,10 @@ class ReviewPages:
 
     async def decide(self, request: Request) -> Response:
         """Send the decision on the operation id the page showed, and show the outcome or the refusal."""
-        form = await request.form()
-        try:
-            session = csrf.check(signed_in(request), form.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, form = checked
         operation_id = _field(form, "operation_id")
         decision = Decision.parse(_field(form, "decision"))
         doing = "decline this proposal" if decision is Decision.DECLINE else "approve this proposal"
@@ -134,11 +132,10 @@ class ReviewPages:
 
     async def edit(self, request: Request) -> Response:
         """Replace the proposal the form was opened on, if it is still the case's current one."""
-        posted = await request.form()
-        try:
-            session = csrf.check(signed_in(request), posted.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, posted = checked
         expected = _field(posted, "expected_operation_id")
         form = ProposalForm.posted(posted)
         try:
@@ -166,11 +163,10 @@ class ReviewPages:
 
     async def start(self, request: Request) -> Response:
         """Start a review of the posted proposal and open its page."""
-        posted = await request.form()
-        try:
-            session = csrf.check(signed_in(request), posted.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, posted = checked
         form = ProposalForm.posted(posted)
         try:
             evidence, policy = form.evidence_items(), form.policy()

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from authlib.integrations.starlette_client import OAuth, OAuthError
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -103,11 +104,10 @@ class SignIn:
 
     async def signout(self, request: Request) -> Response:
         """End the session (a POST carrying its CSRF token) and forget the cookie."""
-        form = await request.form()
-        try:
-            session = csrf.check(current_session(request), form.get(csrf.FIELD))
-        except csrf.CsrfRefused:
-            return forged(self._pages, request)
+        checked = await posted_form(self._pages, request, current_session(request))
+        if isinstance(checked, Response):
+            return checked
+        session, _ = checked
         self._store.end(session)
         request.scope["decisionflow.console.session"] = None
         response = self._pages.message(request, 200, "Signed out", "You are signed out of the console.")
@@ -132,6 +132,16 @@ class SignIn:
             httponly=True,
             samesite="lax",
         )
+
+
+async def posted_form(pages: Pages, request: Request, session: Session | None) -> tuple[Session, FormData] | Response:
+    """The POST's session and form when the form carries the session's CSRF token; else the 403 page
+    (nothing done). Every form handler reads its form here, so none is served without the check."""
+    form = await request.form()
+    try:
+        return csrf.check(session, form.get(csrf.FIELD)), form
+    except csrf.CsrfRefused:
+        return forged(pages, request)
 
 
 def forged(pages: Pages, request: Request) -> Response:
