@@ -20,8 +20,9 @@ So each server process looks at its own sockets (``/proc/self/fd``, Linux), ever
 
 - one on which no call was admitted by authentication within ``--first-call-timeout-seconds``
   (with authentication off, any call to a service method counts; health checks and reflection,
-  which need no credentials, never do); ``decisionflow.access.NotedCalls``, the innermost
-  interceptor, tells ``note_call`` of each admitted call, so the guard adds no layer of its own;
+  which need no credentials, never do); the server's one pass per call
+  (``decisionflow.served_calls``) tells ``note_call`` of each admitted call, so the guard adds no
+  layer of its own;
 - beyond ``--max-connections-per-peer`` (default: half of ``--max-connections``) from one peer
   address, the excess, those never used and the newest first.
 

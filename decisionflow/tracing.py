@@ -9,7 +9,7 @@ below cost one check per call. When it is set, the SDK reads the standard variab
 ``OTEL_PROPAGATORS`` (default ``tracecontext,baggage``) chooses what travels in call metadata.
 
 Server side, ``server_span`` opens a SERVER span per call from the caller's ``traceparent``
-(``decisionflow.access.ObservedCalls`` uses it); client side, ``decisionflow.client_tracing`` (in
+(``decisionflow.served_calls`` uses it); client side, ``decisionflow.client_tracing`` (in
 the client distribution) opens a CLIENT span per call and injects its context into the call's
 metadata. ``annotate`` names the operation, case and outcome on the current span and the current
 call's access line.

@@ -52,6 +52,16 @@ def _served(process: ServiceProcess, token: str) -> bool:
     return bool(health.status == health_pb2.HealthCheckResponse.SERVING)
 
 
+def _served_within(process: ServiceProcess, token: str, seconds: float) -> bool:
+    """A new client is served (_served) at some attempt within seconds."""
+    deadline = time.monotonic() + seconds
+    while not _served(process, token):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _open_peers(port: int, count: int, source: str = "") -> list[RawPeer]:
     return [RawPeer(port, source) for _ in range(count)]
 
@@ -88,7 +98,10 @@ def test_connections_without_a_call_are_closed_after_the_first_call_timeout(tmp_
         closed_after = time.monotonic() - started
         assert all(peer.closed for peer in peers), f"{sum(not p.closed for p in peers)} still open"
         print(f"\n{HELD} preface-only connections, first-call timeout 4 s: all closed {closed_after:.1f} s later")
-        assert _served(process, token)
+        # The guard shuts the sockets down; gRPC's core frees their slots once it reads the end of each
+        # stream, which on a loaded machine can come after the peers saw it: a new client is served
+        # within seconds, not necessarily at the first attempt.
+        assert _served_within(process, token, 5.0)
     finally:
         for peer in peers:
             peer.close()
