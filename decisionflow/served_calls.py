@@ -138,9 +138,7 @@ class ServedCalls(ServerInterceptor):
         behaviour = self._servable(method, handler.unary_unary)
         if behaviour is None:
             return await self._other_shape(method, handler, metadata)
-        admission: Admission = None
-        if method.authenticate and self._auth is not None:
-            admission = await self._auth.admission(method.name, metadata)
+        admission = await self._admission(method, metadata)
         if isinstance(admission, AuthError):
             return self._refusing(method, handler, metadata, admission)
         parse = handler.request_deserializer
@@ -243,6 +241,13 @@ class ServedCalls(ServerInterceptor):
                 tracing.annotate(**request_ids(message))
             return await behaviour(message, context)
 
+    async def _admission(self, method: _Method, metadata: Sequence[tuple[str, str | bytes]]) -> Admission:
+        """What the call's headers settle: its principal, its refusal, or None (exempt, authentication
+        off, or only the client certificate can tell)."""
+        if method.authenticate and self._auth is not None:
+            return await self._auth.admission(method.name, metadata)
+        return None
+
     def _admit(self, method: _Method, context: Context, admission: Admission) -> Principal | None:
         """The call's principal: decided from the headers, else (a client certificate) here; None for a
         method exempt from authentication."""
@@ -292,9 +297,7 @@ class ServedCalls(ServerInterceptor):
         mapped the same way; a synchronous behaviour of an authenticated method is refused, since it
         would run on a thread without the principal."""
         behaviour = behaviour_of(handler)
-        admission: Admission = None
-        if method.authenticate and self._auth is not None:
-            admission = await self._auth.admission(method.name, metadata)
+        admission = await self._admission(method, metadata)
         if isinstance(admission, AuthError):
             return self._refusing(method, handler, metadata, admission)
         if inspect.isasyncgenfunction(behaviour):
