@@ -3,7 +3,10 @@
 #   ca/ca.key, ca/ca.pem      the private CA; ca/ is never mounted anywhere
 #   ca.pem                    the CA certificate clients verify servers with
 #   SERVICE.pem, SERVICE.key  a server certificate (serverAuth) per service name:
-#                             receiver, orchestrator-1, orchestrator-2
+#                             receiver, orchestrator-1, orchestrator-2 (compose), and orchestrator,
+#                             the one the orchestrator replicas share on Kubernetes; receiver and
+#                             orchestrator also name their Kubernetes Service DNS names in the
+#                             namespace DECISIONFLOW_KUBERNETES_NAMESPACE (default decisionflow)
 #   receiver-credentials.json      hashed bearer tokens the receiver accepts: orchestrator.token,
 #                                  reconciler-receiver.token
 #   orchestrator-credentials.json  hashed bearer tokens the orchestrators accept:
@@ -25,6 +28,7 @@
 #
 # Run once before `docker compose up`, from any directory:
 #   deploy/make-secrets.sh [OUT_DIR]        (default: the deploy/secrets folder beside this script)
+# For Kubernetes: deploy/make-secrets.sh deploy/kubernetes/overlays/production/common/secrets
 # Needs openssl and the project's virtual environment (make setup); DECISIONFLOW=/path/to/decisionflow
 # overrides the command used.
 set -euo pipefail
@@ -32,6 +36,13 @@ set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(dirname -- "$here")
 out=${1:-$here/secrets}
+namespace=${DECISIONFLOW_KUBERNETES_NAMESPACE:-decisionflow}
+case $namespace in
+  *[!a-z0-9-]* | '' | -* | *-)
+    echo "make-secrets: DECISIONFLOW_KUBERNETES_NAMESPACE=$namespace is not a Kubernetes namespace name" >&2
+    exit 1
+    ;;
+esac
 out=$(mkdir -p -- "$(dirname -- "$out")" && cd -- "$(dirname -- "$out")" && pwd -P)/$(basename -- "$out")
 
 if [ -n "${DECISIONFLOW:-}" ]; then
@@ -71,22 +82,34 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=decisionflow-ca" 
 cp ca/ca.pem ca.pem
 
 # A certificate for one service name: usable only to serve (serverAuth), valid for the compose name
-# and for loopback (the healthcheck inside the container calls localhost).
+# and for loopback (the healthcheck inside the container calls localhost), and for any further DNS
+# names given after it.
 server_certificate() {
   local name=$1
+  shift
+  local names="DNS:$name" extra
+  for extra in "$@"; do
+    names="$names,DNS:$extra"
+  done
   openssl req -newkey rsa:2048 -nodes -subj "/CN=$name" -keyout "$name.key" -out "$name.csr" 2>/dev/null
   printf '%s\n' \
     "basicConstraints=critical,CA:FALSE" \
     "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=serverAuth" \
-    "subjectAltName=DNS:$name,DNS:localhost,IP:127.0.0.1" >"$name.ext"
+    "subjectAltName=$names,DNS:localhost,IP:127.0.0.1" >"$name.ext"
   openssl x509 -req -in "$name.csr" -CA ca/ca.pem -CAkey ca/ca.key -CAcreateserial -CAserial ca/ca.srl \
     -days 825 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
   rm -f -- "$name.csr" "$name.ext"
 }
-for service in receiver orchestrator-1 orchestrator-2; do
+# A Kubernetes Service's names: NAME within its namespace, NAME.NAMESPACE(.svc(.cluster.local)) beyond.
+service_certificate() {
+  server_certificate "$1" "$1.$namespace" "$1.$namespace.svc" "$1.$namespace.svc.cluster.local"
+}
+service_certificate receiver
+for service in orchestrator-1 orchestrator-2; do
   server_certificate "$service"
 done
+service_certificate orchestrator
 
 token() {
   local service=$1
