@@ -1,0 +1,486 @@
+"""deploy/kubernetes rendered by the real kustomize (4.5.4, what ``kubectl apply -k`` embeds in
+kubectl 1.24-1.26) in a copy of the repository whose secrets folder deploy/make-secrets.sh filled as
+docs/kubernetes.md says, then checked: against the Kubernetes API schemas (strict), by checkov, and
+for least privilege against docker-compose.yml (each workload mounts what its compose service
+mounts), the NetworkPolicies evaluated against the pods' labels, the probes, the security contexts,
+the settings and the commands."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from decisionflow.console.config import SETTINGS as CONSOLE_SETTINGS
+from decisionflow.settings import Setting
+from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
+from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
+from reconciler.config import SETTINGS as RECONCILER_SETTINGS
+from tests.deploy.made import COMPOSE, copy_repository, environment_without_venv, world_traversable_directory
+from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
+from tests.support.kubernetes import Rendered, checkov, kustomize, render_production, validate
+
+__all__ = ["checkov", "kustomize"]  # fixtures
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSOLE_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.console.yml").read_text())
+DOCS = ROOT / "docs" / "kubernetes.md"
+NAMESPACE = "decisionflow"
+SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
+    "decisionflow-receiver": RECEIVER_SETTINGS,
+    "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
+    "decisionflow-reconciler": RECONCILER_SETTINGS,
+    "decisionflow-console": CONSOLE_SETTINGS,
+}
+# Each workload and the compose service whose mounts it carries.
+COMPOSE_SERVICE = {
+    "orchestrator": COMPOSE["services"]["orchestrator-1"],
+    "receiver": COMPOSE["services"]["receiver"],
+    "reconciler": COMPOSE["services"]["reconciler"],
+    "console": CONSOLE_COMPOSE["services"]["console"],
+}
+# The one difference: compose gives each orchestrator replica a certificate of its own name; the
+# Kubernetes replicas share one Service name and one certificate for it.
+SHARED_CERTIFICATE = {"orchestrator-1.pem": "orchestrator.pem", "orchestrator-1.key": "orchestrator.key"}
+SECRET_MODE = 0o440
+UID = 10001
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets"),
+]
+
+
+def docs_make_secrets_line() -> str:
+    """Return docs/kubernetes.md's command line that fills the overlay's secrets folder."""
+    in_block, found = False, []
+    for line in DOCS.read_text().splitlines():
+        if line.startswith("```"):
+            in_block = not in_block
+        elif in_block and "make-secrets.sh" in line:
+            found.append(line.strip())
+    assert found, "docs/kubernetes.md shows no command line running deploy/make-secrets.sh"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def rendered(kustomize: str) -> Iterator[Rendered]:
+    """Both production steps rendered in a copy of the repository after the documented make-secrets line."""
+    for directory in world_traversable_directory():
+        clone = copy_repository(directory / "clone")
+        made = subprocess.run(
+            ["bash", "-c", docs_make_secrets_line()],
+            cwd=clone,
+            env=environment_without_venv(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert made.returncode == 0, made.stderr
+        yield render_production(kustomize, clone)
+
+
+def _workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Return each Deployment, CronJob and Job by name, mapped to its pod template."""
+    templates = {}
+    for o in objects:
+        if o["kind"] in ("Deployment", "Job"):
+            templates[o["metadata"]["name"]] = o["spec"]["template"]
+        elif o["kind"] == "CronJob":
+            templates[o["metadata"]["name"]] = o["spec"]["jobTemplate"]["spec"]["template"]
+    return templates
+
+
+def _all_workloads(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    return _workloads(rendered.services) | _workloads(rendered.migrate)
+
+
+def _container(template: dict[str, Any]) -> dict[str, Any]:
+    [container] = template["spec"]["containers"]
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+# --- The renders are what the supported Kubernetes takes --------------------------------------------
+
+
+def test_both_steps_render_and_only_the_first_migrates(rendered: Rendered) -> None:
+    assert {o["kind"] for o in rendered.migrate} >= {"Job", "Secret", "Namespace", "NetworkPolicy"}
+    migrating = {name for name, t in _all_workloads(rendered).items() if "migrate" in _container(t)["command"]}
+    assert migrating == {"orchestrator-migrate", "receiver-migrate"}
+    assert not [o for o in rendered.services if o["kind"] == "Job"], "a migration Job in the services' step"
+    assert {
+        o["metadata"].get("namespace") for o in rendered.services + rendered.migrate if o["kind"] != "Namespace"
+    } == {NAMESPACE}
+    for template in _workloads(rendered.services).values():
+        image = _container(template)["image"]
+        assert image == "decisionflow:0.1.0" == COMPOSE["x-decisionflow"]["image"], image
+
+
+@pytest.mark.parametrize("version", ["1.25.0", "1.37.0"])
+def test_every_object_validates_strictly_against_the_api_schemas(rendered: Rendered, version: str) -> None:
+    for step, text in (("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml)):
+        file = rendered.secrets.parent / f"{step}.yaml"
+        file.write_text(text)
+        checked = validate(file, version)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Rendered, checkov: str) -> None:
+    folder = rendered.secrets.parent / "checkov"
+    folder.mkdir()
+    file = folder / "rendered.yaml"
+    file.write_text(rendered.migrate_yaml + "---\n" + rendered.services_yaml)
+    done = subprocess.run(
+        [checkov, "-f", str(file), "--framework", "kubernetes", "--skip-download", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    summary = report["summary"]
+    sys.stdout.write(f"checkov {summary['checkov_version']}: {summary}\n")
+    failed = [(c["check_id"], c["resource"], c["check_name"]) for c in report["results"]["failed_checks"]]
+    assert summary["failed"] == 0 and not failed, failed
+    assert summary["parsing_errors"] == 0 and summary["passed"] > 0
+    annotations = {
+        f"{o['kind']}.{o['metadata'].get('namespace', 'default')}.{o['metadata']['name']}": o["metadata"].get(
+            "annotations", {}
+        )
+        for o in rendered.migrate + rendered.services
+    }
+    for skipped in report["results"]["skipped_checks"]:
+        reasons = [v for k, v in annotations[skipped["resource"]].items() if k.startswith("checkov.io/skip")]
+        assert any(r.startswith(f"{skipped['check_id']}=") and len(r) > len(skipped["check_id"]) + 20 for r in reasons)
+
+
+# --- Least privilege: what each workload holds ------------------------------------------------------
+
+
+def _secret_files(rendered: Rendered, template: dict[str, Any]) -> dict[str, bytes]:
+    """Return each file a pod template's volumes put in its container, by mounted path, with its content."""
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in rendered.services + rendered.migrate}
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+    files: dict[str, bytes] = {}
+    for mount in _container(template).get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        if "secret" in volume:
+            source = objects["Secret", volume["secret"]["secretName"]]
+            data = {k: base64.b64decode(v) for k, v in source["data"].items()}
+        else:
+            source = objects["ConfigMap", volume["configMap"]["name"]]
+            data = {k: v.encode() for k, v in source["data"].items()}
+        items = volume.get("secret", volume.get("configMap", {})).get("items")
+        if items:
+            data = {item["path"]: data[item["key"]] for item in items}
+        files |= {f"{mount['mountPath']}/{key}": content for key, content in data.items()}
+    return files
+
+
+def _compose_files(service: dict[str, Any], compose: dict[str, Any], secrets: Path) -> dict[str, bytes]:
+    """Return what a compose service mounts (secrets and configs), by path, read from the made folder."""
+    files: dict[str, bytes] = {}
+    for entry in service.get("secrets", []):
+        source = Path(compose["secrets"][entry["source"]]["file"]).name
+        files[f"/run/secrets/{entry['target']}"] = (secrets / SHARED_CERTIFICATE.get(source, source)).read_bytes()
+    for entry in service.get("configs", []):
+        files[entry["target"]] = (secrets / Path(compose["configs"][entry["source"]]["file"]).name).read_bytes()
+    return files
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSE_SERVICE))
+def test_each_workload_holds_exactly_what_its_compose_service_mounts(rendered: Rendered, name: str) -> None:
+    template = _workloads(rendered.services)[name]
+    compose = CONSOLE_COMPOSE if name == "console" else COMPOSE
+    held = _secret_files(rendered, template)
+    wanted = _compose_files(COMPOSE_SERVICE[name], compose, rendered.secrets)
+    assert sorted(held) == sorted(wanted)
+    for path, content in wanted.items():
+        assert held[path] == content, f"{name}: {path} is not the file compose mounts there"
+
+
+@pytest.mark.parametrize("service", ["orchestrator", "receiver"])
+def test_a_migration_job_holds_its_database_url_only(rendered: Rendered, service: str) -> None:
+    template = _workloads(rendered.migrate)[f"{service}-migrate"]
+    held = _secret_files(rendered, template)
+    url = f"/run/secrets/{service}-database.url"
+    assert list(held) == [url]
+    assert held[url] == (rendered.secrets / f"{service}-database.url").read_bytes()
+    assert _env(_container(template)) == {f"DECISIONFLOW_{service.upper()}_DATABASE_URL_FILE": url}
+
+
+def test_every_mount_is_read_only_and_read_through_the_group(rendered: Rendered) -> None:
+    for name, template in _all_workloads(rendered).items():
+        container = _container(template)
+        assert all(m["readOnly"] is True for m in container.get("volumeMounts", [])), name
+        for volume in template["spec"].get("volumes", []):
+            source = volume.get("secret") or volume.get("configMap")
+            assert source is not None, f"{name} has a volume that is neither a Secret nor a ConfigMap: {volume}"
+            assert source["defaultMode"] == (SECRET_MODE if "secret" in volume else 0o444), (name, volume)
+        assert template["spec"]["securityContext"]["fsGroup"] == UID, name
+
+
+def test_every_pod_runs_unprivileged_with_a_read_only_root_and_bounded_resources(rendered: Rendered) -> None:
+    accounts = {o["metadata"]["name"]: o for o in rendered.services + rendered.migrate if o["kind"] == "ServiceAccount"}
+    for name, template in _all_workloads(rendered).items():
+        spec = template["spec"]
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == pod["runAsGroup"] == UID, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert spec["automountServiceAccountToken"] is False, name
+        assert accounts[spec["serviceAccountName"]]["automountServiceAccountToken"] is False
+        container = _container(template)
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False, name
+        assert security["capabilities"] == {"drop": ["ALL"]}, name
+        resources = container["resources"]
+        assert set(resources["limits"]) == set(resources["requests"]) == {"cpu", "memory"}, name
+    # The image's user is the one the pods name.
+    assert "\nUSER 10001:10001\n" in (ROOT / "Dockerfile").read_text()
+
+
+def test_servers_run_with_migrate_off_one_worker_and_a_grace_that_fits(rendered: Rendered) -> None:
+    for name in ("orchestrator", "receiver"):
+        template = _workloads(rendered.services)[name]
+        env = _env(_container(template))
+        prefix = f"DECISIONFLOW_{name.upper()}_"
+        assert env[prefix + "MIGRATE"] == "off" and env[prefix + "WORKERS"] == "1", name
+        grace = float(env[prefix + "SHUTDOWN_GRACE_SECONDS"])
+        pre_stop = _container(template)["lifecycle"]["preStop"]["exec"]["command"]
+        assert pre_stop[0] == "sleep"
+        assert template["spec"]["terminationGracePeriodSeconds"] > grace + float(pre_stop[1]), name
+
+
+def test_every_server_has_tls_health_probes_on_its_own_port(rendered: Rendered) -> None:
+    for name in ("orchestrator", "receiver"):
+        container = _container(_workloads(rendered.services)[name])
+        env = _env(container)
+        port = env[f"DECISIONFLOW_{name.upper()}_ADDRESS"].rsplit(":", 1)[1]
+        ca = "/run/secrets/ca.pem"
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            argv = container[probe]["exec"]["command"]
+            assert argv[:3] == ["decisionflow", "health", "--target"], (name, probe)
+            assert argv[3] == f"localhost:{port}" and argv[argv.index("--ca-file") + 1] == ca, (name, probe)
+            assert container[probe]["timeoutSeconds"] < container[probe]["periodSeconds"]
+        # The probe's TLS check needs the CA certificate among the pod's files.
+        assert ca in _secret_files(rendered, _workloads(rendered.services)[name])
+    console = _container(_workloads(rendered.services)["console"])
+    port = int(_env(console)["DECISIONFLOW_CONSOLE_ADDRESS"].rsplit(":", 1)[1])
+    ports = {p["name"]: p["containerPort"] for p in console["ports"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert console[probe]["httpGet"]["path"] == "/healthz" and ports[console[probe]["httpGet"]["port"]] == port
+
+
+def test_the_reconciler_runs_once_a_pass_never_two_at_once(rendered: Rendered) -> None:
+    cronjob = rendered.one("CronJob", "reconciler")
+    spec = cronjob["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid" and spec["startingDeadlineSeconds"] > 10
+    assert spec["successfulJobsHistoryLimit"] >= 1 and spec["failedJobsHistoryLimit"] >= 1
+    job = spec["jobTemplate"]["spec"]
+    assert job["activeDeadlineSeconds"] > 0 and job["backoffLimit"] == 0
+    assert "--once" in _container(job["template"])["command"]
+
+
+def test_the_replicas_autoscaler_and_disruption_budgets(rendered: Rendered) -> None:
+    hpa = rendered.one("HorizontalPodAutoscaler", "orchestrator")
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["spec"]["minReplicas"] >= 2
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    assert rendered.one("Deployment", "receiver")["spec"]["replicas"] == 2
+    assert rendered.one("Deployment", "console")["spec"]["replicas"] == 1
+    for name in ("orchestrator", "receiver"):
+        budget = rendered.one("PodDisruptionBudget", name)
+        labels = _workloads(rendered.services)[name]["metadata"]["labels"]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSE_SERVICE))
+def test_every_variable_is_one_the_service_reads(rendered: Rendered, name: str) -> None:
+    container = _container(_workloads(rendered.services)[name])
+    known = {s.env for s in SETTINGS_BY_SCRIPT[container["command"][0]] if not s.flag_only}
+    unknown = sorted(set(_env(container)) - known)
+    assert not unknown, f"{name} sets variables its configuration does not read: {unknown}"
+    assert "envFrom" not in container, "every variable is named"
+
+
+def test_every_command_and_flag_exists(rendered: Rendered) -> None:
+    argvs = []
+    for template in _all_workloads(rendered).values():
+        container = _container(template)
+        argvs.append(container["command"])
+        argvs += [
+            container[p]["exec"]["command"]
+            for p in ("startupProbe", "readinessProbe", "livenessProbe")
+            if "exec" in container.get(p, {})
+        ]
+    checked: dict[tuple[str, ...], str] = {}
+    for argv in argvs:
+        if argv[0] == "sleep":
+            continue
+        assert argv[0] in SCRIPTS, f"{argv[0]} is not a console script of the project"
+        words = tuple(command_words(argv))
+        usage = checked.setdefault(words, help_text(list(words)))
+        for flag in (arg.split("=")[0] for arg in argv if arg.startswith("--")):
+            assert names_flag(usage, flag), (argv, flag)
+
+
+def test_every_server_certificate_names_the_service_its_callers_dial(rendered: Rendered) -> None:
+    """Every *_TARGET host (and its namespace-qualified names) verifies against the CA with the
+    certificate the pods behind that Service present."""
+    served = {
+        name: _secret_files(rendered, _workloads(rendered.services)[name]) for name in ("orchestrator", "receiver")
+    }
+    targets = {
+        value.rsplit(":", 1)[0]
+        for template in _workloads(rendered.services).values()
+        for key, value in _env(_container(template)).items()
+        if key.endswith("_TARGET")
+    }
+    assert targets == {"orchestrator", "receiver"}
+    folder = rendered.secrets.parent / "verify"
+    folder.mkdir()
+    for host in sorted(targets):
+        (folder / "server.pem").write_bytes(served[host]["/run/secrets/server.pem"])
+        (folder / "ca.pem").write_bytes(served[host]["/run/secrets/ca.pem"])
+        for name in (host, f"{host}.{NAMESPACE}.svc", f"{host}.{NAMESPACE}.svc.cluster.local", "localhost"):
+            argv = ["openssl", "verify", "-CAfile", "ca.pem", "-purpose", "sslserver", "-verify_hostname", name]
+            done = subprocess.run([*argv, "server.pem"], cwd=folder, capture_output=True, text=True, check=False)
+            assert done.returncode == 0, (host, name, done.stdout, done.stderr)
+        other = "receiver" if host == "orchestrator" else "orchestrator"
+        argv = ["openssl", "verify", "-CAfile", "ca.pem", "-verify_hostname", other, "server.pem"]
+        assert subprocess.run(argv, cwd=folder, capture_output=True, check=False).returncode != 0
+
+
+def test_the_pods_are_scraped_on_their_metrics_port(rendered: Rendered) -> None:
+    for name in ("orchestrator", "receiver"):
+        template = _workloads(rendered.services)[name]
+        annotations = template["metadata"]["annotations"]
+        env = _env(_container(template))
+        ports = {p["name"]: p["containerPort"] for p in _container(template)["ports"]}
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+        assert annotations["prometheus.io/port"] == env[f"DECISIONFLOW_{name.upper()}_METRICS_PORT"]
+        assert int(annotations["prometheus.io/port"]) == ports["metrics"]
+    rules = rendered.one("ConfigMap", "decisionflow-alert-rules")
+    assert yaml.safe_load(rules["data"]["alerts.yml"])["groups"], "no alert rules"
+
+
+# --- NetworkPolicies, evaluated against the pods' labels --------------------------------------------
+
+Pod = tuple[str, dict[str, str]]  # namespace, labels
+PROMETHEUS: Pod = ("monitoring", {"app.kubernetes.io/name": "prometheus"})
+INGRESS: Pod = ("ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx"})
+CLIENT: Pod = (NAMESPACE, {"decisionflow.io/client": "true"})
+STRANGER: Pod = (NAMESPACE, {"app": "something-else"})
+CLIENT_ELSEWHERE: Pod = ("default", {"decisionflow.io/client": "true"})
+OUTSIDERS = {"prometheus": PROMETHEUS, "ingress": INGRESS, "client": CLIENT, "stranger": STRANGER}
+OUTSIDERS["client-elsewhere"] = CLIENT_ELSEWHERE
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, f"only matchLabels is evaluated here: {selector}"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:
+    namespace, labels = pod
+    assert "ipBlock" not in peer
+    if "namespaceSelector" in peer:
+        in_namespace = _matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
+    else:
+        in_namespace = namespace == policy_namespace
+    return in_namespace and _matches(peer.get("podSelector", {}), labels)
+
+
+def _port(rule: dict[str, Any], port: int) -> bool:
+    return "ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == "TCP" for p in rule["ports"])
+
+
+def _allowed(policies: list[dict[str, Any]], direction: str, subject: Pod, other: Pod, port: int) -> bool:
+    """Whether the policies selecting subject let traffic on port flow from other (Ingress) or to it (Egress)."""
+    namespace, labels = subject
+    selecting = [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == namespace
+        and _matches(p["spec"]["podSelector"], labels)
+        and direction in p["spec"]["policyTypes"]
+    ]
+    if not selecting:
+        return True  # not isolated in this direction
+    key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    return any(
+        _port(rule, port) and (peers not in rule or any(_peer(q, namespace, other) for q in rule[peers]))
+        for policy in selecting
+        for rule in policy["spec"].get(key, [])
+    )
+
+
+def _reaches(policies: list[dict[str, Any]], source: Pod, target: Pod, port: int) -> bool:
+    return _allowed(policies, "Egress", source, target, port) and _allowed(policies, "Ingress", target, source, port)
+
+
+def _pods(rendered: Rendered) -> dict[str, Pod]:
+    pods = {name: (NAMESPACE, t["metadata"]["labels"]) for name, t in _all_workloads(rendered).items()}
+    return pods | OUTSIDERS
+
+
+def _callers(rendered: Rendered, target: str, port_name: str) -> set[str]:
+    policies = [o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"]
+    template = _workloads(rendered.services)[target]
+    ports = {p["name"]: p["containerPort"] for p in _container(template)["ports"]}
+    pods = _pods(rendered)
+    return {
+        name for name, pod in pods.items() if name != target and _reaches(policies, pod, pods[target], ports[port_name])
+    }
+
+
+def test_only_the_orchestrators_and_the_reconciler_reach_the_receiver(rendered: Rendered) -> None:
+    assert _callers(rendered, "receiver", "grpc") == {"orchestrator", "reconciler"}
+
+
+def test_only_callers_the_console_and_the_reconciler_reach_the_orchestrator(rendered: Rendered) -> None:
+    assert _callers(rendered, "orchestrator", "grpc") == {"client", "console", "reconciler"}
+
+
+@pytest.mark.parametrize("target", ["orchestrator", "receiver"])
+def test_only_prometheus_reaches_the_metrics(rendered: Rendered, target: str) -> None:
+    assert _callers(rendered, target, "metrics") == {"prometheus"}
+
+
+def test_only_the_ingress_reaches_the_console(rendered: Rendered) -> None:
+    assert _callers(rendered, "console", "http") == {"ingress"}
+
+
+def test_every_decisionflow_pod_reaches_out_only_where_it_must(rendered: Rendered) -> None:
+    policies = [o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"]
+    pods = _pods(rendered)
+    anywhere: Pod = ("elsewhere", {})
+    database, provider, dns = 5432, 443, 53
+    kube_dns: Pod = ("kube-system", {"k8s-app": "kube-dns"})
+    wanted = {
+        "orchestrator": {database, provider},
+        "receiver": {database},
+        "console": {provider},
+        "reconciler": set(),
+        "orchestrator-migrate": {database},
+        "receiver-migrate": {database},
+    }
+    for name, ports in wanted.items():
+        reached = {
+            p for p in (database, provider, 80, 50051, 50061) if _allowed(policies, "Egress", pods[name], anywhere, p)
+        }
+        assert reached == ports, name
+        assert _allowed(policies, "Egress", pods[name], kube_dns, dns), name
