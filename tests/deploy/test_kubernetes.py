@@ -105,6 +105,7 @@ def _all_workloads(rendered: Rendered) -> dict[str, dict[str, Any]]:
 
 
 def _container(template: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any]
     [container] = template["spec"]["containers"]
     return container
 
@@ -278,10 +279,11 @@ def test_every_server_has_tls_health_probes_on_its_own_port(rendered: Rendered) 
         # The probe's TLS check needs the CA certificate among the pod's files.
         assert ca in _secret_files(rendered, _workloads(rendered.services)[name])
     console = _container(_workloads(rendered.services)["console"])
-    port = int(_env(console)["DECISIONFLOW_CONSOLE_ADDRESS"].rsplit(":", 1)[1])
+    http_port = int(_env(console)["DECISIONFLOW_CONSOLE_ADDRESS"].rsplit(":", 1)[1])
     ports = {p["name"]: p["containerPort"] for p in console["ports"]}
     for probe in ("readinessProbe", "livenessProbe"):
-        assert console[probe]["httpGet"]["path"] == "/healthz" and ports[console[probe]["httpGet"]["port"]] == port
+        assert console[probe]["httpGet"]["path"] == "/healthz"
+        assert ports[console[probe]["httpGet"]["port"]] == http_port
 
 
 def test_the_reconciler_runs_once_a_pass_never_two_at_once(rendered: Rendered) -> None:
@@ -391,7 +393,8 @@ OUTSIDERS["client-elsewhere"] = CLIENT_ELSEWHERE
 
 def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     assert set(selector) <= {"matchLabels"}, f"only matchLabels is evaluated here: {selector}"
-    return selector.get("matchLabels", {}).items() <= labels.items()
+    wanted: dict[str, str] = selector.get("matchLabels", {})
+    return wanted.items() <= labels.items()
 
 
 def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:

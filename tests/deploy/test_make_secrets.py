@@ -92,14 +92,14 @@ def test_each_service_accepts_only_the_tokens_that_call_it(made: MadeSecrets) ->
     assert accepted["orchestrator"] == {"reconciler-orchestrator.token", "author.token", "reviewer.token"}
 
 
-@pytest.mark.parametrize("name", ["receiver", "orchestrator-1", "orchestrator-2"])
+@pytest.mark.parametrize("name", ["receiver", "orchestrator-1", "orchestrator-2", "orchestrator"])
 def test_each_service_has_its_own_server_certificate(made: MadeSecrets, name: str) -> None:
     certificate = x509.load_pem_x509_certificate((made.folder / f"{name}.pem").read_bytes())
     usage = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH]
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert name in names.get_values_for_type(x509.DNSName)
-    others = {"receiver", "orchestrator-1", "orchestrator-2"} - {name}
+    others = {"receiver", "orchestrator-1", "orchestrator-2", "orchestrator"} - {name}
     assert others.isdisjoint(names.get_values_for_type(x509.DNSName))
     constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert constraints.ca is False
