@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,9 @@ from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS
 from tests.deploy.made import COMPOSE, copy_repository, environment_without_venv, world_traversable_directory
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
+from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.kubernetes import Rendered, checkov, kustomize, render_production, validate
+from tests.support.servers import ServiceProcess
 
 __all__ = ["checkov", "kustomize"]  # fixtures
 
@@ -487,3 +491,201 @@ def test_every_decisionflow_pod_reaches_out_only_where_it_must(rendered: Rendere
         }
         assert reached == ports, name
         assert _allowed(policies, "Egress", pods[name], kube_dns, dns), name
+
+
+# --- The pods' own environment and files, run as the pods' user ------------------------------------
+
+
+class _Pod:
+    """One pod of the render, run here: its Secret and ConfigMap files written as the kubelet writes
+    them (owner root, group fsGroup, the volume's mode), its environment with those paths mapped onto
+    them, its processes run as its uid and gid with fsGroup as supplementary group."""
+
+    def __init__(self, rendered: Rendered, name: str, root: Path) -> None:
+        self.template = _all_workloads(rendered)[name]
+        self.container = _container(self.template)
+        self.root = root / name
+        self.root.mkdir(mode=0o755)
+        volumes = {v["name"]: v for v in self.template["spec"].get("volumes", [])}
+        group = self.template["spec"]["securityContext"]["fsGroup"]
+        for path, content in _secret_files(rendered, self.template).items():
+            file = Path(self.local(path))
+            for directory in reversed(file.relative_to(self.root).parents[:-1]):
+                (self.root / directory).mkdir(exist_ok=True)
+                os.chown(self.root / directory, 0, group)
+                (self.root / directory).chmod(0o750)
+            file.write_bytes(content)
+            mount = next(m for m in self.container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+            source = volumes[mount["name"]]
+            os.chown(file, 0, group)
+            file.chmod((source.get("secret") or source["configMap"])["defaultMode"])
+        config_maps = {o["metadata"]["name"]: o["data"] for o in rendered.services if o["kind"] == "ConfigMap"}
+        self.env: dict[str, str] = {}
+        for entry in self.container.get("env", []):
+            if "valueFrom" in entry:
+                reference = entry["valueFrom"]["configMapKeyRef"]
+                value = config_maps[reference["name"]][reference["key"]]
+            else:
+                value = entry["value"]
+            self.env[entry["name"]] = self.local(value) if value.startswith(("/run/", "/etc/")) else value
+        security = self.template["spec"]["securityContext"]
+        self.user = [
+            "setpriv",
+            "--reuid",
+            str(security["runAsUser"]),
+            "--regid",
+            str(security["runAsGroup"]),
+            "--groups",
+            str(group),
+        ]
+
+    def local(self, path: str) -> str:
+        """Return where a path inside the pod is here."""
+        return str(self.root / path.lstrip("/"))
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """Return a command of the pod as run here: its user, the project's script, its paths mapped."""
+        mapped = [self.local(a) if a.startswith(("/run/", "/etc/")) else a for a in argv]
+        return [*self.user, str(Path(sys.executable).with_name(mapped[0])), *mapped[1:]]
+
+    def run(self, argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+        """Run one command of the pod to its end."""
+        environment = {**_bare_environment(), **self.env, **env}
+        return subprocess.run(
+            self.argv(argv), capture_output=True, text=True, timeout=60, check=False, env=environment, cwd=self.root
+        )
+
+    def start(self, runs: Path, **env: str) -> ServiceProcess:
+        """Start the pod's server (on a free port: its address's port replaced by 0) and wait for its port."""
+        port_file = runs / f"{self.root.name}.port"
+        stderr = runs / f"{self.root.name}.stderr"
+        environment = {**_bare_environment(), **self.env, **env}
+        with stderr.open("wb") as err:
+            process = subprocess.Popen(
+                self.argv([*self.container["command"], "--port-file", str(port_file)]),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+                cwd=self.root,
+            )
+        server = ServiceProcess(self.root.name, process, 0, stderr, port_file)
+        server.wait_ready(60)
+        return server
+
+    def probe(self, kind: str, port: int) -> subprocess.CompletedProcess[str]:
+        """Run the pod's exec probe of kind against the server's port."""
+        argv = [
+            a.replace(":50051", f":{port}").replace(":50061", f":{port}")
+            for a in self.container[kind]["exec"]["command"]
+        ]
+        return self.run(argv)
+
+
+def _bare_environment() -> dict[str, str]:
+    return {k: v for k, v in environment_without_venv().items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
+
+
+def _as_url_file(pod: _Pod, variable: str, url: str) -> None:
+    # The pod's database URL names its database host (postgres:5432); here, the test's database.
+    Path(pod.env[variable]).write_text(url + "\n")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or os.geteuid() != 0,
+    reason="running as the pods' user (uid 10001) needs root and setpriv",
+)
+def test_the_pods_environment_and_files_run_the_topology_as_their_user(rendered: Rendered) -> None:
+    """The migration Jobs, the receiver, the orchestrator, the reconciler's pass and the console, each
+    given only its own environment and files as the kubelet writes them and run as uid 10001: the
+    servers refuse an unmigrated schema, the Jobs migrate, the probes pass over TLS, one approval
+    commits, the reconciler's pass succeeds and the console answers its probe."""
+    databases = {service: create_postgres_database() for service in ("orchestrator", "receiver")}
+    servers: list[ServiceProcess] = []
+    for directory in world_traversable_directory():
+        try:
+            runs = directory / "runs"
+            runs.mkdir()
+            os.chown(runs, UID, UID)
+            pods = {name: _Pod(rendered, name, directory) for name in _all_workloads(rendered)}
+            for service, url in databases.items():
+                variable = f"DECISIONFLOW_{service.upper()}_DATABASE_URL_FILE"
+                _as_url_file(pods[service], variable, url)
+                _as_url_file(pods[f"{service}-migrate"], variable, url)
+            free = {"DECISIONFLOW_ORCHESTRATOR_ADDRESS": "127.0.0.1:0", "DECISIONFLOW_ORCHESTRATOR_METRICS_PORT": "0"}
+            receiver_free = {"DECISIONFLOW_RECEIVER_ADDRESS": "127.0.0.1:0", "DECISIONFLOW_RECEIVER_METRICS_PORT": "0"}
+
+            # Before its Job ran, a server refuses the empty schema.
+            refused = pods["receiver"].run(pods["receiver"].container["command"], **receiver_free)
+            assert refused.returncode == 2 and "migrate" in refused.stderr, refused.stderr
+            for job in ("receiver-migrate", "orchestrator-migrate"):
+                migrated = pods[job].run(pods[job].container["command"])
+                assert migrated.returncode == 0, (job, migrated.stderr)
+
+            receiver = pods["receiver"].start(runs, **receiver_free)
+            servers.append(receiver)
+            orchestrator = pods["orchestrator"].start(
+                runs, **free, DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}"
+            )
+            servers.append(orchestrator)
+            for name, server in (("receiver", receiver), ("orchestrator", orchestrator)):
+                for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    probed = pods[name].probe(kind, server.port)
+                    assert probed.returncode == 0 and probed.stdout.strip() == "SERVING", (name, kind, probed.stderr)
+
+            _approve_once(rendered.secrets, orchestrator.port, directory)
+
+            reconciler = pods["reconciler"]
+            passed = reconciler.run(
+                reconciler.container["command"],
+                DECISIONFLOW_ORCHESTRATOR_TARGET=f"localhost:{orchestrator.port}",
+                DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}",
+            )
+            assert passed.returncode == 0, passed.stderr
+            summary = json.loads(passed.stdout.splitlines()[-1])
+            assert summary["completed"] is True and summary["still_unknown"] == summary["lookup_failures"] == 0
+
+            console = pods["console"]
+            # What docs/kubernetes.md asks: the provider's client secret written into its file first.
+            client_secret = Path(console.env["DECISIONFLOW_CONSOLE_OIDC_CLIENT_SECRET_FILE"])
+            client_secret.write_text("issued-by-the-provider\n")
+            served = console.start(
+                runs,
+                DECISIONFLOW_CONSOLE_ADDRESS="127.0.0.1:0",
+                DECISIONFLOW_ORCHESTRATOR_TARGET=f"localhost:{orchestrator.port}",
+            )
+            servers.append(served)
+            path = console.container["readinessProbe"]["httpGet"]["path"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{served.port}{path}", timeout=10) as answer:
+                assert answer.status == 200
+        finally:
+            for server in reversed(servers):
+                assert server.stop() == 0, server.stderr()
+            for url in databases.values():
+                drop_postgres_database(url)
+
+
+def _approve_once(secrets: Path, port: int, directory: Path) -> None:
+    """A person's start and approve with their tokens over TLS: COMMITTED; without a token: refused."""
+    proposal = directory / "T-8.json"
+    proposal.write_text(
+        '{"case_id": "T-8", "action": "record_support_review", "body": "Known firmware issue.", '
+        '"evidence": [{"source_id": "HOLD-8", "version": 4, "quotation": "Firmware 4.2.0 may hold."}], '
+        '"policy": {"name": "support-replies", "version_label": "2026-10", "allowance_units": 9, "rules": {}}}'
+    )
+    client = [str(Path(sys.executable).with_name("decisionflow"))]
+    common = ["--target", f"localhost:{port}", "--ca-file", str(secrets / "ca.pem")]
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*client, *argv, *common], capture_output=True, text=True, timeout=60, check=False, env=_bare_environment()
+        )
+
+    started = run("start", str(proposal), "--token-file", str(secrets / "author.token"))
+    assert started.returncode == 0, started.stderr
+    operation = json.loads(started.stdout)["operation_id"]
+    approved = run("approve", operation, "--token-file", str(secrets / "reviewer.token"))
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["state"] == "COMMITTED"
+    assert run("approve", operation).returncode == 3

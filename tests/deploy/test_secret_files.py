@@ -184,6 +184,8 @@ def _dockerignore() -> list[str]:
         ".env",
         "deploy/secrets/credentials.json",
         "deploy/secrets/ca/ca.key",
+        "deploy/kubernetes/overlays/production/common/secrets/checkpoint.keys",
+        ".venvs/checkov/bin/python",
         "orchestrator.db",
         "state/receiver.db-wal",
         "decisionflow/__pycache__/x.pyc",
