@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.campaigns",
     "tests.support.client_examples",
     "tests.support.typescript",
+    "tests.support.kubernetes",
     "tests.support.console",
 ]
 

@@ -29,10 +29,8 @@ from reconciler.config import SETTINGS as RECONCILER_SETTINGS
 from tests.deploy.made import COMPOSE, copy_repository, environment_without_venv, world_traversable_directory
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.databases import create_postgres_database, drop_postgres_database
-from tests.support.kubernetes import Rendered, checkov, kustomize, render_production, validate
+from tests.support.kubernetes import Rendered, render_production, validate
 from tests.support.servers import ServiceProcess
-
-__all__ = ["checkov", "kustomize"]  # fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.console.yml").read_text())
