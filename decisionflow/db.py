@@ -3,7 +3,8 @@
 SQLite files run in WAL mode with ``synchronous=FULL`` (a committed effect survives power
 loss) and a busy timeout; PostgreSQL is reached through psycopg 3. Schemas are Alembic
 migrations, each service with its own version table so two services may share one
-PostgreSQL database in a test without stepping on each other.
+PostgreSQL database in a test without stepping on each other, and with it a compatibility record
+(decisionflow.schema_compatibility) that ``migrate`` writes in the same transaction.
 """
 
 from __future__ import annotations
