@@ -2,7 +2,7 @@
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2026-12-15
+Create Date: 2026-12-02 09:00:00.000000
 
 Expand only: a new table that the previous release never reads. From here on, a release whose head is
 older than the database's revision reads the record to know whether it may still run
