@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit pythons bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench scale-plan clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ pythons: setup
 
 bench: setup
 	$(PY) -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
+# Statements and commits per call on PostgreSQL, what one primary sustains (pgbench) and the orchestrator
+# replicas it serves; SCALE_ARGS="--postgres-url …" for another server, QUICK=1 in about two minutes.
+scale-plan: setup
+	$(PY) -m bench.scale_plan $(if $(QUICK),--quick,) $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venvs build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,8 @@
 SQLite files run in WAL mode with ``synchronous=FULL`` (a committed effect survives power
 loss) and a busy timeout; PostgreSQL is reached through psycopg 3. Schemas are Alembic
 migrations, each service with its own version table so two services may share one
-PostgreSQL database in a test without stepping on each other.
+PostgreSQL database in a test without stepping on each other, and with it a compatibility record
+(decisionflow.schema_compatibility) that ``migrate`` writes in the same transaction.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect, Engine
+
+from decisionflow import schema_compatibility
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _READ_ONLY = "decisionflow_read_only"
@@ -214,17 +218,26 @@ def current_revision(connection: sa.Connection, version_table: str) -> str | Non
 
 
 def migrate(engine: Engine, script_location: Path, version_table: str) -> tuple[str | None, str | None]:
-    """Bring the database behind engine to the newest schema revision (idempotent); return the revisions
-    before and after, read under the same lock."""
+    """Bring the database behind engine to the newest schema revision (idempotent) and write its compatibility
+    record in the same transaction; return the revisions before and after, read under the same lock. A
+    database at a revision these migrations do not ship (a newer release migrated it) is left as it is:
+    before and after are that revision."""
     config = alembic_config(script_location, version_table)
+    scripts = ScriptDirectory.from_config(config)
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # Replicas starting together on one database take turns; the first migrates.
             connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:table))"), {"table": version_table})
         before = current_revision(connection, version_table)
+        if before is not None and before not in schema_compatibility.shipped(scripts):
+            # Never downgraded: whether this release may run on it is the caller's decision (decisionflow.migrating).
+            return before, before
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
-        return before, current_revision(connection, version_table)
+        after = current_revision(connection, version_table)
+        if after is not None and after != before:
+            schema_compatibility.write(connection, version_table, schema_compatibility.oldest_of(scripts, after))
+        return before, after
 
 
 class UtcDateTime(sa.types.TypeDecorator[datetime]):

@@ -9,7 +9,8 @@
 3. the address, bound once as the server will bind it;
 4. the database engine;
 5. the metrics endpoint, when a metrics port is set;
-6. the schema, migrated (``--migrate auto``) or checked (``off``);
+6. the schema, migrated (``--migrate auto``) or checked (``off``); a newer schema whose compatibility
+   record admits this release is used as it is (``decisionflow.migrating``);
 7. the service's parts (``build``): store, use cases, servicers, the clients it calls, each pushing
    its own clean-up on the host (``Host.close_on_stop``, ``Host.engine``);
 8. the gRPC server: the service's status table, authentication, the service's interceptors, its
@@ -197,7 +198,12 @@ class Host:
             self.close_on_stop(lambda: asyncio.to_thread(endpoint.close))
             self.metrics_port = endpoint.port
         with startup.opening_database(schema.database_url):
-            await asyncio.to_thread(migrating.prepare, engine, schema, auto=config.migrate_at_start)
+            found = await asyncio.to_thread(migrating.prepare, engine, schema, auto=config.migrate_at_start)
+        if found.newer:
+            # A rolling upgrade: the next release's migration ran first, and its record admits this one.
+            service.logger.info(
+                "found %s: running without migrating", found.describe_newer(), extra={"service": service.name}
+            )
         wiring = await build(self, engine)
         running = await start_server(
             config.address,

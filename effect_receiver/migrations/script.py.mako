@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from decisionflow.schema_compatibility import Expand
 ${imports if imports else ""}
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}
 branch_labels: str | None = ${repr(branch_labels)}
 depends_on: str | None = ${repr(depends_on)}
+# Expand: only adds, and the previous release runs on the result. Anything that drops, renames,
+# tightens or changes a meaning is a Contract (decisionflow.schema_compatibility).
+compatibility = Expand(oldest=${repr(down_revision)})
 
 
 def upgrade() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
 from decisionflow import db, migrating
 from decisionflow.processes import child_environment, spawn
@@ -85,10 +86,11 @@ def test_migrate_off_refuses_an_empty_database_then_serves_once_migrated(module:
 
 def test_migrate_off_names_an_older_revision(tmp_path: Path) -> None:
     engine = db.create_engine(f"sqlite:///{tmp_path / 'orchestrator.db'}")
+    config = db.alembic_config(ORCHESTRATOR_SCHEMA.script_location, ORCHESTRATOR_SCHEMA.version_table)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(f"CREATE TABLE {ORCHESTRATOR_SCHEMA.version_table} (version_num VARCHAR(32))"))
-            conn.execute(sa.text(f"INSERT INTO {ORCHESTRATOR_SCHEMA.version_table} VALUES ('0000')"))
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0001")
         with pytest.raises(StartupError) as refused:
             migrating.prepare(engine, ORCHESTRATOR_SCHEMA, auto=False)
         shown = migrating.revisions(engine, ORCHESTRATOR_SCHEMA)
@@ -96,8 +98,8 @@ def test_migrate_off_names_an_older_revision(tmp_path: Path) -> None:
         engine.dispose()
 
     assert refused.value.exit_status == 2
-    assert f"found revision 0000, needs revision {ORCHESTRATOR_SCHEMA.head}" in str(refused.value)
-    assert shown == migrating.Revisions("0000", ORCHESTRATOR_SCHEMA.head)
+    assert f"found revision 0001, needs revision {ORCHESTRATOR_SCHEMA.head}" in str(refused.value)
+    assert (shown.current, shown.oldest_compatible, shown.newer, shown.runs_here) == ("0001", None, False, False)
 
 
 def test_a_bad_migrate_mode_is_a_usage_error(tmp_path: Path) -> None:

@@ -45,7 +45,15 @@ def test_migrate_upgrades_a_fresh_database_and_show_changes_nothing(module: str,
     shown_after = migrate(module, database_url, "--show")
 
     assert shown_before[0] == 0, shown_before[2]
-    assert shown_before[1] == {"command": "migrate", "show": True, "current": None, "head": head, "at_head": False}
+    assert shown_before[1] == {
+        "command": "migrate",
+        "show": True,
+        "current": None,
+        "head": head,
+        "at_head": False,
+        "oldest_compatible": None,
+        "compatible": False,
+    }
     if sqlite_file is not None:
         assert "no database file at" in shown_before[2]
     assert first[0] == 0, first[2]
@@ -53,7 +61,15 @@ def test_migrate_upgrades_a_fresh_database_and_show_changes_nothing(module: str,
     assert f"migrated from an empty database to revision {head}" in first[2]
     assert again[0] == 0 and again[1] == {"command": "migrate", "show": False, "before": head, "after": head}
     assert f"already at revision {head}" in again[2]
-    assert shown_after[1] == {"command": "migrate", "show": True, "current": head, "head": head, "at_head": True}
+    assert shown_after[1] == {
+        "command": "migrate",
+        "show": True,
+        "current": head,
+        "head": head,
+        "at_head": True,
+        "oldest_compatible": SERVICES[module].scripts.get_revision(head).module.compatibility.oldest,
+        "compatible": True,
+    }
 
 
 def test_show_on_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:

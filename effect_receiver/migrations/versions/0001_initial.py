@@ -10,10 +10,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from decisionflow.schema_compatibility import Expand
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | None = None
 depends_on: str | None = None
+# The first schema: no older code exists to run on it.
+compatibility = Expand(oldest="0001")
 
 
 def upgrade() -> None:

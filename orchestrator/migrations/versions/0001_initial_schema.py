@@ -10,10 +10,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from decisionflow.schema_compatibility import Expand
+
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+# The first schema: no older code exists to run on it.
+compatibility = Expand(oldest="0001")
 
 
 def upgrade() -> None:

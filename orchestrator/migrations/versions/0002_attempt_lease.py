@@ -10,10 +10,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from decisionflow.schema_compatibility import Expand
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+compatibility = Expand(oldest="0001")
 
 
 def upgrade() -> None:

@@ -16,10 +16,13 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from decisionflow.schema_compatibility import Expand
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+compatibility = Expand(oldest="0002")
 
 _proposals = sa.table(
     "proposals",

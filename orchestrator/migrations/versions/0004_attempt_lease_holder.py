@@ -12,10 +12,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from decisionflow.schema_compatibility import Expand
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+compatibility = Expand(oldest="0003")
 
 
 def upgrade() -> None:

@@ -1,0 +1,85 @@
+"""The scale plan's quick mode on a real PostgreSQL: what the services send agrees with what the server
+counted, its pgbench script runs clean, and the printed replica count is the quotient of the two
+printed figures (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench._pgbench import find_pgbench
+
+REPO = Path(__file__).resolve().parents[2]
+# What PostgreSQL may count in a service's database that the service did not send, per window:
+# autovacuum and autoanalyze (off on the test server, on by default elsewhere).
+SERVER_NOISE = 2
+
+
+def _pgbench() -> str:
+    found = find_pgbench()
+    if found is None:
+        reason = "pgbench not found (/usr/bin/pgbench; Debian: apt-get install postgresql-client)"
+        if os.environ.get("CI") == "true" or os.environ.get("DECISIONFLOW_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{reason}; required here (CI=true or DECISIONFLOW_REQUIRE_POSTGRES=1)")
+        pytest.skip(reason)
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_quick_scale_plan_counts_agree_and_the_script_runs(postgres_url: str, tmp_path: Path) -> None:
+    _pgbench()
+    out = tmp_path / "scale.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scale_plan", "--quick", "--postgres-url", postgres_url, "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(out.read_text(encoding="utf-8"))
+    calls = document["calls_counted"]
+    assert calls == 10
+
+    per_call = document["per_call"]
+    for call, service in (
+        ("start_review", "orchestrator"),
+        ("approve_first", "orchestrator"),
+        ("approve_first", "receiver"),
+    ):
+        sent, counted = per_call[call][service]["sent"], per_call[call][service]["counted"]
+        # One call at a time: every call sends the same statements and commits, a whole number of each.
+        for name in ("statements", "commits"):
+            assert sent[name] > 0 and sent[name] % calls == 0, (call, service, name, sent)
+        # Every commit and pre-ping sent is one xact_commit; every rollback of an open transaction one xact_rollback.
+        extra_commits = counted["xact_commit"] - (sent["commits"] + sent["pings"])
+        extra_rollbacks = counted["xact_rollback"] - sent["rollbacks"]
+        assert 0 <= extra_commits <= SERVER_NOISE, (call, service, sent, counted)
+        assert 0 <= extra_rollbacks <= SERVER_NOISE, (call, service, sent, counted)
+    # StartReview never reaches the receiver.
+    assert per_call["start_review"]["receiver"]["sent"] == {"statements": 0, "commits": 0, "rollbacks": 0, "pings": 0}
+
+    assert document["script"]["transactions"] > 0
+    for run in document["pgbench"]:
+        assert (run["exit_status"], run["failed"]) == (0, 0), run
+        assert run["processed"] > 0, run
+    assert document["worker"]["failed"] == 0
+
+    # The replica count printed is the quotient of the two figures printed beside it.
+    printed = re.search(r"orchestrator replicas one primary serves = ([\d,.]+) / ([\d,.]+) = ([\d,.]+)", done.stdout)
+    assert printed is not None, done.stdout
+    primary, worker, replicas = (float(g.replace(",", "")) for g in printed.groups())
+    assert replicas == pytest.approx(primary / worker, abs=0.051)
+    best = max(float(t.replace(",", "")) for t in re.findall(r"-T \d+:\s+([\d,.]+) reviews/s", done.stdout))
+    assert primary == best
+    assert f"first Approve {worker:,.1f}/s" in done.stdout
