@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -14,8 +15,9 @@ from decisionflow import channels
 from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.client import ReviewClient, Unavailable
 from decisionflow.retry import RetryPolicy
-from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow.v1 import effect_receiver_pb2_grpc, review_pb2, review_pb2_grpc
 from tests.security.pki import Pki, make_pki
+from tests.support.receiver import StartReceiver, apply_request, count_rows, new_operation_id
 
 from .client_standin import Fail, Sleeps, StandIn, standin
 
@@ -196,3 +198,32 @@ def test_secure_channels_are_built_with_the_same_options(pki: Pki) -> None:
         assert asyncio.run(run()) is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert len(server.script.calls("Approve")) == 2
         assert server.script.calls("StartReview") == []
+
+
+def _applied_per_receiver(channel: grpc.Channel, receivers: list[Path], calls: int) -> list[int]:
+    """Make calls Applies of new operations over channel; return how many more effects each database holds."""
+    before = [count_rows(f"sqlite:///{path}")[0] for path in receivers]
+    stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
+    for _ in range(calls):
+        stub.Apply(apply_request(new_operation_id()), timeout=10)
+    return [count_rows(f"sqlite:///{path}")[0] - was for path, was in zip(receivers, before, strict=True)]
+
+
+def test_a_target_with_several_addresses_gets_calls_at_each_in_turn(
+    start_receiver: StartReceiver, tmp_path: Path
+) -> None:
+    # Two receivers with a database each, so that where a call went is a row in one of them; one
+    # target naming both, as a Kubernetes headless Service's name resolves to every pod.
+    databases = [tmp_path / "first.db", tmp_path / "second.db"]
+    ports = [start_receiver(database_url=f"sqlite:///{path}").port for path in databases]
+    target = "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in ports)
+    with channels.open_channel(target) as channel:
+        # Until both connections are up the calls go to whichever is; then strictly in turn.
+        for _ in range(50):
+            if min(_applied_per_receiver(channel, databases, 2)) == 0:
+                continue
+            break
+        assert _applied_per_receiver(channel, databases, 20) == [10, 10]
+    # The default it replaces: pick_first sends every call of the channel to one address.
+    with channels.open_channel(target, options=[("grpc.lb_policy_name", "pick_first")]) as channel:
+        assert sorted(_applied_per_receiver(channel, databases, 20)) == [0, 20]

@@ -3,7 +3,8 @@
 Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) is the only
 retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in
 both directions. Interceptors are applied in the order given. Every channel also reconnects
-promptly after a server comes back (``RECONNECT_OPTIONS``, which a caller may override).
+promptly after a server comes back (``RECONNECT_OPTIONS``) and spreads its calls over every address
+its target resolves to (``BALANCING_OPTIONS``); a caller may override either.
 
 ``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
 CA file, a CLIENT span per call whose W3C ``traceparent`` travels in the call's metadata when the
@@ -69,6 +70,13 @@ RECONNECT_OPTIONS: tuple[ChannelOption, ...] = (
     ("grpc.dns_min_time_between_resolutions_ms", 1_000),
 )
 
+# gRPC's default policy, pick_first, sends every call of a channel to the first address its target
+# resolves to. Behind a name with several addresses (a Kubernetes headless Service: one per pod), that
+# is one replica per client, and replicas added later get no calls from it. round_robin keeps a
+# connection to each address and takes them in turn; for a name with one address nothing changes.
+BALANCING_OPTIONS: tuple[ChannelOption, ...] = (("grpc.lb_policy_name", "round_robin"),)
+_DEFAULT_OPTIONS = (*RECONNECT_OPTIONS, *BALANCING_OPTIONS)
+
 
 class CleartextTokenRefused(ValueError):
     """A bearer token would travel in cleartext to a target beyond loopback (no CA file, no opt-in)."""
@@ -111,13 +119,13 @@ def check_cleartext_token(
 
 
 def channel_options(extra: Sequence[ChannelOption] = ()) -> list[ChannelOption]:
-    """Return the fixed options, the reconnect options extra does not set, then extra; extra may not
-    override a fixed option."""
+    """Return the fixed options, the reconnect and balancing options extra does not set, then extra; extra
+    may not override a fixed option."""
     overridden = sorted(key for key, _ in extra if key in _FIXED_KEYS)
     if overridden:
         raise ValueError(f"channel options {', '.join(overridden)} are fixed and cannot be overridden")
     given = {key for key, _ in extra}
-    return [*CHANNEL_OPTIONS, *(option for option in RECONNECT_OPTIONS if option[0] not in given), *extra]
+    return [*CHANNEL_OPTIONS, *(option for option in _DEFAULT_OPTIONS if option[0] not in given), *extra]
 
 
 def insecure_channel(
