@@ -32,6 +32,9 @@ from decisionflow import schema_compatibility
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _READ_ONLY = "decisionflow_read_only"
 _FILE_IDENTITY = "decisionflow_file_identity"
+_IDLE_SINCE = "decisionflow_idle_since"
+PING_AFTER_IDLE_SECONDS = 1.0
+"""A pooled PostgreSQL connection idle this long is pinged before use (see ``_ping_after_idle``)."""
 
 
 def normalise_url(url: str) -> str:
@@ -110,7 +113,40 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
-    return sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    _ping_after_idle(engine, PING_AFTER_IDLE_SECONDS)
+    return engine
+
+
+def _ping_after_idle(engine: Engine, idle_seconds: float) -> None:
+    """Ping a pooled connection before handing it out when it has sat in the pool idle_seconds or more.
+
+    A connection a server or a network dropped while it sat idle (a restart, a failover, an idle
+    timeout) is found by the ping and replaced before a transaction uses it. SQLAlchemy's
+    ``pool_pre_ping`` pings at every checkout instead: on a busy service that is one more round trip
+    and one more transaction on the primary for each of ours (a first Approve checks out four
+    connections, so a review cost the primary 12 transactions, 6 of them pings). A connection used
+    less than idle_seconds ago is handed out as it is; if the server went away in that moment, the
+    transaction fails like any in flight when it went (UNAVAILABLE, retried with the same key), and
+    SQLAlchemy replaces every older connection of the pool at once.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _idle_since(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since < idle_seconds:
+            return  # a new connection, or one just used
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            if engine.dialect.is_disconnect(exc, dbapi_connection, None):
+                # The pool discards this connection and checks out another (up to three times).
+                raise sa.exc.DisconnectionError(f"pooled connection dropped while idle: {type(exc).__name__}") from exc
+            raise
 
 
 @contextmanager
