@@ -23,7 +23,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from decisionflow.auth import bearer_metadata
+from decisionflow.bearer import bearer_metadata
 
 
 def _private_group(uid: int, gid: int) -> bool:

@@ -1,16 +1,20 @@
 """The ``decisionflow`` command line.
 
-Each module in ``COMMAND_MODULES`` adds its subcommands through ``register(subparsers)`` and
-sets ``func`` on them (see ``decisionflow.cli.command``). To add a command, write a module with
-``register`` and list it here.
+Each command module adds its subcommands through ``register(subparsers)`` and sets ``func`` on
+them (see ``decisionflow.cli.command``). ``COMMANDS`` names, for every command word, the module that
+registers it. A run imports only the module of the word it was given, so a command pays for its own
+dependencies only (``decisionflow health``, a container probe run every few seconds, needs gRPC and
+nothing else); ``--help``, ``--version`` and a command line without a known word build every
+module's parser. To add a command, write a module with ``register`` and list its words here.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Protocol, cast
 
-from decisionflow.cli import demo, health, identity, ops, receiver, review, token
 from decisionflow.cli.command import (
     USAGE_EXIT_CODE,
     CommandError,
@@ -29,20 +33,48 @@ class CommandModule(Protocol):
         """Add this module's parsers to subparsers, each with ``func`` set to its handler."""
 
 
-COMMAND_MODULES: tuple[CommandModule, ...] = (identity, token, health, review, ops, receiver, demo)
+_REVIEW = "decisionflow.cli.review"
+
+# Every command word and the module that registers it, in the order ``decisionflow --help`` lists them.
+COMMANDS: Mapping[str, str] = {
+    "identity": "decisionflow.cli.identity",
+    "token": "decisionflow.cli.token",
+    "health": "decisionflow.cli.health",
+    "start": _REVIEW,
+    "show": _REVIEW,
+    "edit": _REVIEW,
+    "approve": _REVIEW,
+    "decline": _REVIEW,
+    "status": _REVIEW,
+    "pending": _REVIEW,
+    "ops": "decisionflow.cli.ops",
+    "receiver": "decisionflow.cli.receiver",
+    "demo": "decisionflow.cli.demo",
+}
+
+# Each module once, in the order of its first word.
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> CommandParser:
-    """Return the ``decisionflow`` parser with the subcommands of every module in COMMAND_MODULES."""
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> CommandParser:
+    """Return the ``decisionflow`` parser with the subcommands of the named modules (default: all)."""
     parser = CommandParser(
         prog="decisionflow",
         description="Approve exactly once: human approvals bound to the reviewed content.",
     )
     add_version_flag(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
-        module.register(subparsers)
+    for name in modules:
+        cast(CommandModule, importlib.import_module(name)).register(subparsers)
     return parser
+
+
+def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """Return the module that registers argv's command word, or every module when argv does not start
+    with one (``--help``, ``--version``, no word, an unknown word): those answers list every command."""
+    if argv and argv[0] in COMMANDS:
+        return (COMMANDS[argv[0]],)
+    return COMMAND_MODULES
 
 
 def _one_line(text: str) -> str:
@@ -52,7 +84,9 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (2 for bad usage or input); never raises SystemExit."""
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(modules_for(argv))
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

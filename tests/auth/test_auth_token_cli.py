@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -13,17 +12,8 @@ import pytest
 
 from decisionflow import cli
 from decisionflow.auth import Principal, Role, load_credentials, token_sha256
-from decisionflow.cli import token as token_command
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from tests.support.auth import ContractRecorder, serve
-
-
-@pytest.fixture(autouse=True)
-def token_command_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # Runs through main whether or not the command is already listed in COMMAND_MODULES.
-    if token_command not in cli.COMMAND_MODULES:
-        monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, token_command))
-    yield
 
 
 def new_token(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
