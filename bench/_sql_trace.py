@@ -4,10 +4,10 @@ MODULE ARGS...`` runs ``python -m MODULE ARGS...`` with SQLAlchemy listeners ins
 One JSON line per event, appended to the file named by ``BENCH_SQL_TRACE`` (every process of the
 service appends to it): ``statement`` (the SQL as PostgreSQL receives it, parameters bound by
 psycopg), ``commit``, ``rollback`` (an explicit one, or the pool's reset of a connection that was
-inside a transaction), and ``ping`` (the pool's pre-ping: a ``SELECT 1`` in autocommit, which
-PostgreSQL counts as a committed transaction of its own). Each line names its process and
-connection, so the statements of one transaction can be grouped. For the scale plan only: the
-bound SQL costs CPU, so nothing measured for speed runs traced.
+inside a transaction), and ``ping`` (the ping the pool sends before handing out a connection that
+sat idle: one statement in autocommit, which PostgreSQL counts as a committed transaction of its
+own). Each line names its process and connection, so the statements of one transaction can be
+grouped. For the scale plan only: the bound SQL costs CPU, so nothing measured for speed runs traced.
 """
 
 from __future__ import annotations

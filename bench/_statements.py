@@ -43,7 +43,7 @@ class Event:
 @dataclass(frozen=True, slots=True)
 class ClientTally:
     """What one service sent in a window: SQL statements, commits, rollbacks of open transactions and
-    pre-pings (each an autocommit ``SELECT 1``)."""
+    pings (each one statement in autocommit, sent for a connection that sat idle)."""
 
     statements: int = 0
     commits: int = 0

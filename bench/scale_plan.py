@@ -332,7 +332,7 @@ def render(result: ScalePlan, machine: dict[str, Any]) -> str:
         "",
         f"per call, mean of {n} calls one at a time; sent = the service's own SQL (trace), "
         "counted = pg_stat_database of its database",
-        f"{'call':<15}{'database':<14}{'statements':>11}{'commits':>9}{'rollbacks':>10}{'pre-pings':>10}"
+        f"{'call':<15}{'database':<14}{'statements':>11}{'commits':>9}{'rollbacks':>10}{'pings':>10}"
         f"{'  |':<4}{'xact_commit':>12}{'xact_rollback':>14}{'inserted':>9}{'updated':>8}{'deleted':>8}{'fetched':>8}",
     ]
     for call in CALLS:
@@ -345,8 +345,8 @@ def render(result: ScalePlan, machine: dict[str, Any]) -> str:
                 f"{counted.tup_deleted / n:>8.2f}{counted.tup_fetched / n:>8.2f}"
             )
     lines += [
-        "  sent commits + pre-pings = counted xact_commit (a pre-ping is an autocommit SELECT 1); "
-        "sent rollbacks = counted xact_rollback (reads end in a rollback)",
+        "  sent commits + pings = counted xact_commit (a ping, sent for a pooled connection idle 1 s or more, is "
+        "one autocommit statement); sent rollbacks = counted xact_rollback (reads end in a rollback)",
         "",
         f"pgbench script of one StartReview + first Approve ({result.script_transactions} transactions, "
         f"{result.script_statements} statements; {result.script_path}):",

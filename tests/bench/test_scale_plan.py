@@ -61,7 +61,7 @@ def test_quick_scale_plan_counts_agree_and_the_script_runs(postgres_url: str, tm
         # One call at a time: every call sends the same statements and commits, a whole number of each.
         for name in ("statements", "commits"):
             assert sent[name] > 0 and sent[name] % calls == 0, (call, service, name, sent)
-        # Every commit and pre-ping sent is one xact_commit; every rollback of an open transaction one xact_rollback.
+        # Every commit and ping sent is one xact_commit; every rollback of an open transaction one xact_rollback.
         extra_commits = counted["xact_commit"] - (sent["commits"] + sent["pings"])
         extra_rollbacks = counted["xact_rollback"] - sent["rollbacks"]
         assert 0 <= extra_commits <= SERVER_NOISE, (call, service, sent, counted)
