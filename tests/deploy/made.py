@@ -123,11 +123,12 @@ def world_traversable_directory() -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def make_secrets_as_documented(directory: Path) -> MadeSecrets:
-    """Copy the repository into directory and run the README's make-secrets line there."""
+def run_documented_line_in_a_copy(directory: Path, line: str) -> Path:
+    """Copy the repository into directory, run a documented shell line there as a user would (the
+    project's virtual environment not activated) and return the copy; the line must succeed."""
     clone = copy_repository(directory / "clone")
     made = subprocess.run(
-        ["bash", "-c", readme_make_secrets_line()],
+        ["bash", "-c", line],
         cwd=clone,
         env=environment_without_venv(),
         capture_output=True,
@@ -136,7 +137,12 @@ def make_secrets_as_documented(directory: Path) -> MadeSecrets:
         check=False,
     )
     assert made.returncode == 0, made.stderr
-    return MadeSecrets(clone)
+    return clone
+
+
+def make_secrets_as_documented(directory: Path) -> MadeSecrets:
+    """Copy the repository into directory and run the README's make-secrets line there."""
+    return MadeSecrets(run_documented_line_in_a_copy(directory, readme_make_secrets_line()))
 
 
 def mode(path: Path) -> int:

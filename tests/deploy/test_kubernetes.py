@@ -26,7 +26,12 @@ from decisionflow.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS
-from tests.deploy.made import COMPOSE, copy_repository, environment_without_venv, world_traversable_directory
+from tests.deploy.made import (
+    COMPOSE,
+    environment_without_venv,
+    run_documented_line_in_a_copy,
+    world_traversable_directory,
+)
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.kubernetes import Rendered, render_production, validate
@@ -77,17 +82,7 @@ def docs_make_secrets_line() -> str:
 def rendered(kustomize: str) -> Iterator[Rendered]:
     """Both production steps rendered in a copy of the repository after the documented make-secrets line."""
     for directory in world_traversable_directory():
-        clone = copy_repository(directory / "clone")
-        made = subprocess.run(
-            ["bash", "-c", docs_make_secrets_line()],
-            cwd=clone,
-            env=environment_without_venv(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert made.returncode == 0, made.stderr
+        clone = run_documented_line_in_a_copy(directory, docs_make_secrets_line())
         yield render_production(kustomize, clone)
 
 
