@@ -20,17 +20,22 @@ COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text
 SECRETS_MOUNT = "/run/secrets"
 
 
-def readme_make_secrets_line() -> str:
-    """Return the README's command line that runs deploy/make-secrets.sh (inside a code block)."""
+def documented_make_secrets_line(document: Path) -> str:
+    """Return the first command line in document's code blocks that runs deploy/make-secrets.sh."""
     found: list[str] = []
     in_block = False
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in document.read_text().splitlines():
         if line.startswith("```"):
             in_block = not in_block
         elif in_block and "make-secrets.sh" in line:
             found.append(line.strip())
-    assert found, "README.md shows no command line running deploy/make-secrets.sh"
+    assert found, f"{document.relative_to(ROOT)} shows no command line running deploy/make-secrets.sh"
     return found[0]
+
+
+def readme_make_secrets_line() -> str:
+    """Return the README's command line that runs deploy/make-secrets.sh (inside a code block)."""
+    return documented_make_secrets_line(ROOT / "README.md")
 
 
 def copy_repository(destination: Path) -> Path:

@@ -28,6 +28,7 @@ from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS
 from tests.deploy.made import (
     COMPOSE,
+    documented_make_secrets_line,
     environment_without_venv,
     run_documented_line_in_a_copy,
     world_traversable_directory,
@@ -68,14 +69,7 @@ pytestmark = [
 
 def docs_make_secrets_line() -> str:
     """Return docs/kubernetes.md's command line that fills the overlay's secrets folder."""
-    in_block, found = False, []
-    for line in DOCS.read_text().splitlines():
-        if line.startswith("```"):
-            in_block = not in_block
-        elif in_block and "make-secrets.sh" in line:
-            found.append(line.strip())
-    assert found, "docs/kubernetes.md shows no command line running deploy/make-secrets.sh"
-    return found[0]
+    return documented_make_secrets_line(DOCS)
 
 
 @pytest.fixture(scope="module")
