@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import sqlite3
 import threading
 import time
@@ -119,16 +120,22 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
 
 
 def _ping_after_idle(engine: Engine, idle_seconds: float) -> None:
-    """Ping a pooled connection before handing it out when it has sat in the pool idle_seconds or more.
+    """Ping a pooled connection before handing it out when it has sat in the pool idle_seconds or
+    more, or when the server has written to it while it sat there.
 
     A connection a server or a network dropped while it sat idle (a restart, a failover, an idle
     timeout) is found by the ping and replaced before a transaction uses it. SQLAlchemy's
     ``pool_pre_ping`` pings at every checkout instead: on a busy service that is one more round trip
     and one more transaction on the primary for each of ours (a first Approve checks out four
-    connections, so a review cost the primary 12 transactions, 6 of them pings). A connection used
-    less than idle_seconds ago is handed out as it is; if the server went away in that moment, the
-    transaction fails like any in flight when it went (UNAVAILABLE, retried with the same key), and
-    SQLAlchemy replaces every older connection of the pool at once.
+    connections, so a review cost the primary 12 transactions, 6 of them pings).
+
+    A connection used less than idle_seconds ago is pinged only if its socket is readable: between
+    transactions the server sends nothing unless it is ending the session (the FATAL message of a
+    terminated backend or a shutdown, then end of file), so a backend terminated in that moment is
+    replaced too, at the cost of one poll(2) per checkout. What the poll cannot see is a server that
+    goes away without a word (a host gone, a network cut); a transaction on such a connection fails
+    like any in flight when it went (UNAVAILABLE, retried with the same key), and SQLAlchemy
+    replaces every older connection of the pool at once.
     """
 
     @event.listens_for(engine, "checkin")
@@ -138,8 +145,11 @@ def _ping_after_idle(engine: Engine, idle_seconds: float) -> None:
     @event.listens_for(engine, "checkout")
     def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         idle_since = record.info.get(_IDLE_SINCE)
-        if idle_since is None or time.monotonic() - idle_since < idle_seconds:
-            return  # a new connection, or one just used
+        if idle_since is None:
+            return  # a new connection
+        just_used = time.monotonic() - idle_since < idle_seconds
+        if just_used and not _server_wrote(dbapi_connection, engine.dialect.loaded_dbapi.Error):
+            return  # one just used, with nothing from the server since
         try:
             engine.dialect.do_ping(dbapi_connection)
         except engine.dialect.loaded_dbapi.Error as exc:
@@ -147,6 +157,17 @@ def _ping_after_idle(engine: Engine, idle_seconds: float) -> None:
                 # The pool discards this connection and checks out another (up to three times).
                 raise sa.exc.DisconnectionError(f"pooled connection dropped while idle: {type(exc).__name__}") from exc
             raise
+
+
+def _server_wrote(dbapi_connection: Any, driver_error: type[Exception]) -> bool:
+    """Whether the server has sent anything to a connection that no statement is waiting on."""
+    try:
+        descriptor = dbapi_connection.fileno()
+    except driver_error:  # a connection the driver has closed: the ping says so
+        return True
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 @contextmanager

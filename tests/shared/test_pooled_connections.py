@@ -1,5 +1,6 @@
-"""PostgreSQL pools ping a connection only after it sat idle (decisionflow.db): one in steady use goes out
-as it is, one the server dropped while it sat idle is replaced before a transaction sees it."""
+"""PostgreSQL pools ping a connection only after it sat idle or when the server wrote to it
+(decisionflow.db): one in steady use goes out as it is, one the server dropped while it sat in the
+pool, however briefly, is replaced before a transaction sees it."""
 
 from __future__ import annotations
 
@@ -60,3 +61,23 @@ def test_a_connection_dropped_while_idle_is_replaced_before_a_transaction_sees_i
         assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
     time.sleep(IDLE_SECONDS * 2)
     assert _backend(engine) != pid  # no error: the ping found the dropped connection and the pool reconnected
+
+
+def test_a_connection_dropped_just_after_use_is_replaced_before_a_transaction_sees_it(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 600.0)  # never idle long enough in this test
+    engine = db.create_engine(postgres_url, pool_size=1)
+    try:
+        pid = _backend(engine)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+            # pg_terminate_backend only signals: wait until the backend has gone (it has then written
+            # its FATAL message and closed the socket).
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline, "the terminated backend did not exit"
+                time.sleep(0.005)
+        assert _backend(engine) != pid  # no error: the server's goodbye was seen and the pool reconnected
+    finally:
+        engine.dispose()
