@@ -160,7 +160,8 @@ PROFILE_IN_FLIGHT = 16
 async def _profile_round(clients: _calls.Clients, servers: _Servers, profiler: Profiler, calls: int, tag: str) -> None:
     # An extra round after the measured ones: sampling slows the servers, so nothing here is reported.
     tags = [f"{tag}-{i:05d}" for i in range(calls)]
-    _, operation_ids = await _calls.start_reviews(clients, tags, PROFILE_IN_FLIGHT)
+    with profiler.record(servers.orchestrator.pid, "orchestrator-start-review"):
+        _, operation_ids = await _calls.start_reviews(clients, tags, PROFILE_IN_FLIGHT)
     with (
         profiler.record(servers.orchestrator.pid, "orchestrator-approve-first"),
         profiler.record(servers.receiver.pid, "receiver-during-approve-first"),
@@ -168,6 +169,9 @@ async def _profile_round(clients: _calls.Clients, servers: _Servers, profiler: P
         await _calls.approvals(clients, operation_ids, PROFILE_IN_FLIGHT, replay=False)
     with profiler.record(servers.orchestrator.pid, "orchestrator-approve-replay"):
         await _calls.approvals(clients, operation_ids, PROFILE_IN_FLIGHT, replay=True)
+    requests = _calls.apply_requests([f"{t}-apply" for t in tags])
+    with profiler.record(servers.receiver.pid, "receiver-apply-created"):
+        await _calls.applies(clients, requests, PROFILE_IN_FLIGHT, replay=False)
 
 
 async def _warm_up(clients: _calls.Clients, run_id: str) -> None:

@@ -27,13 +27,14 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 _RECEIPT_COLUMNS = (effects.c.receipt_id, effects.c.operation_id, effects.c.applied_at)
 
-# Apply's statements, built once: a statement built per call with .values() is compiled from
+# Apply's and Lookup's statements, built once: a statement built per call with .values() is compiled from
 # the cache but still pays for its construction and cache key, which cost more than the insert.
 _INSERT_EFFECT = effects.insert()
 _INSERT_RECORD = support_review_records.insert()
 _STORED_EFFECT = sa.select(effects.c.payload_digest, *_RECEIPT_COLUMNS).where(
     effects.c.operation_id == sa.bindparam("b_operation_id")
 )
+_RECEIPT = sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == sa.bindparam("b_operation_id"))
 
 
 def migrate(engine: Engine) -> tuple[str | None, str | None]:
@@ -128,7 +129,7 @@ class EffectStore:
     def lookup(self, operation_id: OperationId) -> Receipt | None:
         """Return the receipt of the effect written under operation_id, or None when there is none."""
         with self._transactions.read() as conn:
-            row = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id == operation_id)).one_or_none()
+            row = conn.execute(_RECEIPT, {"b_operation_id": operation_id}).one_or_none()
         return None if row is None else _receipt(row)
 
     def batch_lookup(self, operation_ids: Sequence[OperationId]) -> dict[OperationId, Receipt]:

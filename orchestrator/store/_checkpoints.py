@@ -54,6 +54,9 @@ def _blob_or_null(element: _BlobOnly, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CASE WHEN typeof({column}) = 'blob' THEN {column} END"
 
 
+_INSERT = checkpoints.insert()  # built once (see orchestrator.store._proposals)
+
+
 def checkpoint_columns(prefix: str = "") -> list[sa.ColumnElement[Any]]:
     """The checkpoints table's columns for a select read by ``sealed_checkpoint_from``, labelled with prefix.
 
@@ -74,7 +77,7 @@ class CheckpointTable:
         """Insert sealed checkpoints inside the caller's transaction."""
         if rows:
             conn.execute(
-                checkpoints.insert(),
+                _INSERT,
                 [
                     {
                         "checkpoint_id": r.checkpoint_id,

@@ -10,7 +10,8 @@ from orchestrator.schema import decisions
 from orchestrator.store._columns import decision_text
 from orchestrator.store._rows import decision_from
 
-_INSERT_DECISION = decisions.insert()
+_INSERT_DECISION = decisions.insert()  # built once (see orchestrator.store._proposals)
+_DECISION = sa.select(decisions).where(decisions.c.operation_id == sa.bindparam("b_operation_id"))
 
 
 class DecisionAlreadyRecorded(Exception):
@@ -44,5 +45,5 @@ def insert_decision_txn(conn: sa.Connection, decided: RecordedDecision) -> None:
 
 def decision_txn(conn: sa.Connection, operation_id: str) -> RecordedDecision | None:
     """Return the recorded decision of an operation, if any."""
-    row = conn.execute(sa.select(decisions).where(decisions.c.operation_id == operation_id)).first()
+    row = conn.execute(_DECISION, {"b_operation_id": operation_id}).first()
     return None if row is None else decision_from(row._mapping)

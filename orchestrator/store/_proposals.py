@@ -11,6 +11,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from decisionflow.db import UtcDateTime
 from decisionflow.vocabulary import OperationState
 from orchestrator.domain import (
     PendingReview,
@@ -25,6 +26,25 @@ from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._columns import state_text
 from orchestrator.store._rows import proposal_from, review_from
 
+# Built once: a statement built per call compiles from SQLAlchemy's cache but still pays for its
+# construction and cache key, which cost more than the database's work for these one-row statements.
+_B_OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
+_B_CASE_ID: sa.BindParameter[str] = sa.bindparam("b_case_id")
+_INSERT_PROPOSAL = proposals.insert()
+_INSERT_OPERATION = operations.insert()
+_INSERT_REVIEW = pending_reviews.insert()
+_INSERT_CASE = cases.insert()
+_PROPOSAL = sa.select(proposals).where(proposals.c.operation_id == _B_OPERATION_ID)
+_REVIEW = sa.select(pending_reviews).where(pending_reviews.c.operation_id == _B_OPERATION_ID)
+_STATE = sa.select(operations.c.state).where(operations.c.operation_id == _B_OPERATION_ID)
+_CURRENT = sa.select(cases.c.current_operation_id).where(cases.c.case_id == _B_CASE_ID)
+_MOVE_CURRENT = (
+    cases.update()
+    .where(cases.c.case_id == _B_CASE_ID, cases.c.current_operation_id == sa.bindparam("b_expected"))
+    .values(current_operation_id=sa.bindparam("b_new"), updated_at=sa.bindparam("b_now", type_=UtcDateTime()))
+)
+_PENDING_REVIEW = state_text(OperationState.PENDING_REVIEW)
+
 
 def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal:
     """Insert the proposal's own row with its authors carried from its parent (read in this
@@ -33,21 +53,22 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
     proposal = carry_authors(proposal, parent)
     content = proposal.content
     conn.execute(
-        proposals.insert().values(
-            operation_id=proposal.operation_id,
-            case_id=content.case_id,
-            action=content.action,
-            body=content.body,
-            evidence_json=evidence_to_json(content.evidence),
-            evidence_id=proposal.evidence_id,
-            policy_json=policy_to_json(content.policy),
-            policy_id=proposal.policy_id,
-            human_edited=proposal.human_edited,
-            parent_operation_id=proposal.parent_operation_id,
-            created_by=proposal.created_by,
-            created_at=proposal.created_at,
-            authors_json=authors_to_json(proposal.authors),
-        )
+        _INSERT_PROPOSAL,
+        {
+            "operation_id": proposal.operation_id,
+            "case_id": content.case_id,
+            "action": content.action,
+            "body": content.body,
+            "evidence_json": evidence_to_json(content.evidence),
+            "evidence_id": proposal.evidence_id,
+            "policy_json": policy_to_json(content.policy),
+            "policy_id": proposal.policy_id,
+            "human_edited": proposal.human_edited,
+            "parent_operation_id": proposal.parent_operation_id,
+            "created_by": proposal.created_by,
+            "created_at": proposal.created_at,
+            "authors_json": authors_to_json(proposal.authors),
+        },
     )
     return proposal
 
@@ -55,23 +76,25 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
 def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, review: PendingReview) -> None:
     """Insert the new proposal's operation (PENDING_REVIEW) and its pending review."""
     conn.execute(
-        operations.insert().values(
-            operation_id=proposal.operation_id,
-            case_id=proposal.case_id,
-            state=state_text(OperationState.PENDING_REVIEW),
-            state_changed_at=proposal.created_at,
-            attempts=0,
-        )
+        _INSERT_OPERATION,
+        {
+            "operation_id": proposal.operation_id,
+            "case_id": proposal.case_id,
+            "state": _PENDING_REVIEW,
+            "state_changed_at": proposal.created_at,
+            "attempts": 0,
+        },
     )
     conn.execute(
-        pending_reviews.insert().values(
-            operation_id=review.operation_id,
-            workflow_name=review.workflow_name,
-            workflow_version=review.workflow_version,
-            graph_signature=review.graph_signature,
-            checkpoint_id=review.checkpoint_id,
-            created_at=review.created_at,
-        )
+        _INSERT_REVIEW,
+        {
+            "operation_id": review.operation_id,
+            "workflow_name": review.workflow_name,
+            "workflow_version": review.workflow_version,
+            "graph_signature": review.graph_signature,
+            "checkpoint_id": review.checkpoint_id,
+            "created_at": review.created_at,
+        },
     )
 
 
@@ -93,20 +116,18 @@ def start_allowed_txn(conn: sa.Connection, case_id: str, expected_operation_id: 
 
 def insert_case_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
     """Create the case with operation_id current; an IntegrityError means another proposal created it first."""
-    conn.execute(cases.insert().values(case_id=case_id, current_operation_id=operation_id, updated_at=now))
+    conn.execute(_INSERT_CASE, {"case_id": case_id, "current_operation_id": operation_id, "updated_at": now})
 
 
 def _undecided_txn(conn: sa.Connection, operation_id: str) -> bool:
-    state = conn.execute(sa.select(operations.c.state).where(operations.c.operation_id == operation_id)).scalar_one()
-    return bool(state == state_text(OperationState.PENDING_REVIEW))
+    state = conn.execute(_STATE, {"b_operation_id": operation_id}).scalar_one()
+    return bool(state == _PENDING_REVIEW)
 
 
 def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:
     """Move the case's current pointer from expected to operation_id; False when expected is not current."""
     moved = conn.execute(
-        cases.update()
-        .where(cases.c.case_id == case_id, cases.c.current_operation_id == expected)
-        .values(current_operation_id=operation_id, updated_at=now)
+        _MOVE_CURRENT, {"b_case_id": case_id, "b_expected": expected, "b_new": operation_id, "b_now": now}
     ).rowcount
     return bool(moved == 1)
 
@@ -136,12 +157,12 @@ def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
 
 def current_txn(conn: sa.Connection, case_id: str) -> str | None:
     """Return the operation id of the case's current proposal, if the case exists."""
-    return conn.execute(sa.select(cases.c.current_operation_id).where(cases.c.case_id == case_id)).scalar_one_or_none()
+    return conn.execute(_CURRENT, {"b_case_id": case_id}).scalar_one_or_none()
 
 
 def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None:
     """Return the proposal with that operation id, if there is one."""
-    row = conn.execute(sa.select(proposals).where(proposals.c.operation_id == operation_id)).first()
+    row = conn.execute(_PROPOSAL, {"b_operation_id": operation_id}).first()
     return None if row is None else proposal_row_txn(conn, row._mapping)
 
 
@@ -183,7 +204,7 @@ def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
 
 def review_txn(conn: sa.Connection, operation_id: str) -> PendingReview:
     """Return the pending review of an operation, or raise NotFound."""
-    row = conn.execute(sa.select(pending_reviews).where(pending_reviews.c.operation_id == operation_id)).first()
+    row = conn.execute(_REVIEW, {"b_operation_id": operation_id}).first()
     if row is None:
         raise NotFound("pending review", operation_id)
     return review_from(row._mapping)
