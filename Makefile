@@ -31,7 +31,7 @@ proto-check: setup
 	PYTHON=$(PY) tools/proto_check.sh
 
 unit: setup
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(or $(JOBS),2) --durations=25 $(PYTEST_ARGS)
 
 test: lint typecheck proto-check unit
 
