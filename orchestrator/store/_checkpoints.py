@@ -54,7 +54,7 @@ def _blob_or_null(element: _BlobOnly, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CASE WHEN typeof({column}) = 'blob' THEN {column} END"
 
 
-_INSERT = checkpoints.insert()  # built once (see orchestrator.store._proposals)
+_INSERT = checkpoints.insert()  # built once (see orchestrator.store._statements)
 
 
 def checkpoint_columns(prefix: str = "") -> list[sa.ColumnElement[Any]]:

@@ -10,7 +10,7 @@ from orchestrator.schema import decisions
 from orchestrator.store._columns import decision_text
 from orchestrator.store._rows import decision_from
 
-_INSERT_DECISION = decisions.insert()  # built once (see orchestrator.store._proposals)
+_INSERT_DECISION = decisions.insert()  # built once (see orchestrator.store._statements)
 _DECISION = sa.select(decisions).where(decisions.c.operation_id == sa.bindparam("b_operation_id"))
 
 

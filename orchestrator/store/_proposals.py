@@ -11,8 +11,6 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.db import UtcDateTime
-from decisionflow.vocabulary import OperationState
 from orchestrator.domain import (
     PendingReview,
     Proposal,
@@ -22,28 +20,9 @@ from orchestrator.domain import (
     policy_to_json,
 )
 from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
-from orchestrator.schema import cases, operations, pending_reviews, proposals
-from orchestrator.store._columns import state_text
+from orchestrator.schema import operations, pending_reviews, proposals
+from orchestrator.store import _statements as q
 from orchestrator.store._rows import proposal_from, review_from
-
-# Built once: a statement built per call compiles from SQLAlchemy's cache but still pays for its
-# construction and cache key, which cost more than the database's work for these one-row statements.
-_B_OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
-_B_CASE_ID: sa.BindParameter[str] = sa.bindparam("b_case_id")
-_INSERT_PROPOSAL = proposals.insert()
-_INSERT_OPERATION = operations.insert()
-_INSERT_REVIEW = pending_reviews.insert()
-_INSERT_CASE = cases.insert()
-_PROPOSAL = sa.select(proposals).where(proposals.c.operation_id == _B_OPERATION_ID)
-_REVIEW = sa.select(pending_reviews).where(pending_reviews.c.operation_id == _B_OPERATION_ID)
-_STATE = sa.select(operations.c.state).where(operations.c.operation_id == _B_OPERATION_ID)
-_CURRENT = sa.select(cases.c.current_operation_id).where(cases.c.case_id == _B_CASE_ID)
-_MOVE_CURRENT = (
-    cases.update()
-    .where(cases.c.case_id == _B_CASE_ID, cases.c.current_operation_id == sa.bindparam("b_expected"))
-    .values(current_operation_id=sa.bindparam("b_new"), updated_at=sa.bindparam("b_now", type_=UtcDateTime()))
-)
-_PENDING_REVIEW = state_text(OperationState.PENDING_REVIEW)
 
 
 def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal:
@@ -53,7 +32,7 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
     proposal = carry_authors(proposal, parent)
     content = proposal.content
     conn.execute(
-        _INSERT_PROPOSAL,
+        q.INSERT_PROPOSAL,
         {
             "operation_id": proposal.operation_id,
             "case_id": content.case_id,
@@ -76,17 +55,17 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
 def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, review: PendingReview) -> None:
     """Insert the new proposal's operation (PENDING_REVIEW) and its pending review."""
     conn.execute(
-        _INSERT_OPERATION,
+        q.INSERT_OPERATION,
         {
             "operation_id": proposal.operation_id,
             "case_id": proposal.case_id,
-            "state": _PENDING_REVIEW,
+            "state": q.PENDING_REVIEW,
             "state_changed_at": proposal.created_at,
             "attempts": 0,
         },
     )
     conn.execute(
-        _INSERT_REVIEW,
+        q.INSERT_REVIEW,
         {
             "operation_id": review.operation_id,
             "workflow_name": review.workflow_name,
@@ -116,18 +95,18 @@ def start_allowed_txn(conn: sa.Connection, case_id: str, expected_operation_id: 
 
 def insert_case_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
     """Create the case with operation_id current; an IntegrityError means another proposal created it first."""
-    conn.execute(_INSERT_CASE, {"case_id": case_id, "current_operation_id": operation_id, "updated_at": now})
+    conn.execute(q.INSERT_CASE, {"case_id": case_id, "current_operation_id": operation_id, "updated_at": now})
 
 
 def _undecided_txn(conn: sa.Connection, operation_id: str) -> bool:
-    state = conn.execute(_STATE, {"b_operation_id": operation_id}).scalar_one()
-    return bool(state == _PENDING_REVIEW)
+    state = conn.execute(q.STATE_BY_ID, {"b_operation_id": operation_id}).scalar_one()
+    return bool(state == q.PENDING_REVIEW)
 
 
 def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:
     """Move the case's current pointer from expected to operation_id; False when expected is not current."""
     moved = conn.execute(
-        _MOVE_CURRENT, {"b_case_id": case_id, "b_expected": expected, "b_new": operation_id, "b_now": now}
+        q.MOVE_CURRENT, {"b_case_id": case_id, "b_expected": expected, "b_new": operation_id, "b_now": now}
     ).rowcount
     return bool(moved == 1)
 
@@ -141,7 +120,7 @@ def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
             pending_reviews.c.operation_id == review.operation_id,
             sa.exists().where(
                 operations.c.operation_id == review.operation_id,
-                operations.c.state == state_text(OperationState.PENDING_REVIEW),
+                operations.c.state == q.PENDING_REVIEW,
             ),
         )
         .values(
@@ -157,12 +136,12 @@ def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
 
 def current_txn(conn: sa.Connection, case_id: str) -> str | None:
     """Return the operation id of the case's current proposal, if the case exists."""
-    return conn.execute(_CURRENT, {"b_case_id": case_id}).scalar_one_or_none()
+    return conn.execute(q.CURRENT_OF_CASE, {"b_case_id": case_id}).scalar_one_or_none()
 
 
 def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None:
     """Return the proposal with that operation id, if there is one."""
-    row = conn.execute(_PROPOSAL, {"b_operation_id": operation_id}).first()
+    row = conn.execute(q.PROPOSAL_BY_ID, {"b_operation_id": operation_id}).first()
     return None if row is None else proposal_row_txn(conn, row._mapping)
 
 
@@ -204,7 +183,7 @@ def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
 
 def review_txn(conn: sa.Connection, operation_id: str) -> PendingReview:
     """Return the pending review of an operation, or raise NotFound."""
-    row = conn.execute(_REVIEW, {"b_operation_id": operation_id}).first()
+    row = conn.execute(q.REVIEW_BY_ID, {"b_operation_id": operation_id}).first()
     if row is None:
         raise NotFound("pending review", operation_id)
     return review_from(row._mapping)

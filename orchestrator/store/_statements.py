@@ -1,4 +1,4 @@
-"""Statements of the hot paths (Approve, settle), built once.
+"""Statements of the hot paths (StartReview, Approve, settle), built once.
 
 A statement built per call is compiled from the cache but still pays for its construction
 and cache key, which cost more than SQLite's work.
@@ -19,6 +19,23 @@ OPEN = states_text(OPEN_STATES)
 # Typed binds: a bare bindparam inside case() or coalesce() would reach the driver untyped.
 _NOW = sa.bindparam("b_now", type_=UtcDateTime())
 _OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
+_CASE_ID: sa.BindParameter[str] = sa.bindparam("b_case_id")
+PENDING_REVIEW = state_text(OperationState.PENDING_REVIEW)
+
+# StartReview's: the new proposal's rows, and the case's current proposal with its compare-and-set.
+INSERT_PROPOSAL = proposals.insert()
+INSERT_OPERATION = operations.insert()
+INSERT_REVIEW = pending_reviews.insert()
+INSERT_CASE = cases.insert()
+PROPOSAL_BY_ID = sa.select(proposals).where(proposals.c.operation_id == _OPERATION_ID)
+REVIEW_BY_ID = sa.select(pending_reviews).where(pending_reviews.c.operation_id == _OPERATION_ID)
+STATE_BY_ID = sa.select(operations.c.state).where(operations.c.operation_id == _OPERATION_ID)
+CURRENT_OF_CASE = sa.select(cases.c.current_operation_id).where(cases.c.case_id == _CASE_ID)
+MOVE_CURRENT = (
+    cases.update()
+    .where(cases.c.case_id == _CASE_ID, cases.c.current_operation_id == sa.bindparam("b_expected"))
+    .values(current_operation_id=sa.bindparam("b_new"), updated_at=_NOW)
+)
 
 OPERATIONS = (
     sa.select(
@@ -47,9 +64,7 @@ DECISION_INPUTS = (
     .outerjoin(checkpoints, checkpoints.c.checkpoint_id == pending_reviews.c.checkpoint_id)
     .where(operations.c.operation_id == _OPERATION_ID)
 )
-CURRENT_FOR_UPDATE = (
-    sa.select(cases.c.current_operation_id).where(cases.c.case_id == sa.bindparam("b_case_id")).with_for_update()
-)
+CURRENT_FOR_UPDATE = CURRENT_OF_CASE.with_for_update()
 DECIDE = (
     operations.update()
     .where(operations.c.operation_id == _OPERATION_ID)
