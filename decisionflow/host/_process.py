@@ -152,13 +152,24 @@ async def _cancel_remaining_tasks() -> None:
     await asyncio.get_running_loop().shutdown_asyncgens()
 
 
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    # uvloop schedules in C. gRPC's per-call work runs in the loop's callbacks, and so do the futures of
+    # every thread hand-off: on uvloop a created Apply or a replayed Approve costs 14-16% less CPU and
+    # a first Approve 8% less (bench, alternating runs; StartReview unchanged).
+    try:
+        import uvloop
+    except ImportError:  # a platform uvloop is not built for (Windows): asyncio's own loop
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
     """Run serve() to its end, then end the process with status 0 at once; an exception propagates."""
     # A call cancelled when the grace period runs out can leave its database work running in a
     # worker thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run,
     # then the interpreter, would wait for that thread without bound. The work is one atomic
     # transaction, so ending the process rolls it back.
-    loop = asyncio.new_event_loop()
+    loop = _new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(serve)
