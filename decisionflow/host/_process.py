@@ -108,9 +108,10 @@ async def serve(service: Service[C], config: C, ready: workers.Ready | None = No
     else:
         ready(host.port)
     service.logger.info(
-        "listening on port %d (failpoints: %s)",
+        "listening on port %d (failpoints: %s; event loop: %s)",
         host.port,
         config.failpoints or "none",
+        type(asyncio.get_running_loop()).__module__.partition(".")[0],  # uvloop or asyncio
         extra={"service": service.name},
     )
     await serve_until_signal(host, config.shutdown_grace_seconds)
