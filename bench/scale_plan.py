@@ -134,16 +134,21 @@ async def _count(
         "receiver": _database_name(databases.receiver_url),
     }
     counts = Counts(calls=plan.reviews)
-    # Each read waits for the counters to settle (seconds): a window's end is the next one's start,
+    # Each read waits seconds for the counters to settle: a window's end is the next one's start,
     # since nothing runs between two windows.
-    settled: list[dict[str, ServerTally]] = []
+    settled: dict[str, ServerTally] | None = None
 
     async def window(call: str, measuring: Any) -> Any:
+        nonlocal settled
         marks = {s: traces[s].mark() for s in SERVICES}
-        before = settled[-1] if settled else await asyncio.to_thread(server_counters, admin_url, list(names.values()))
+        before = (
+            settled
+            if settled is not None
+            else await asyncio.to_thread(server_counters, admin_url, list(names.values()))
+        )
         outcome = await measuring
         after = await asyncio.to_thread(server_counters, admin_url, list(names.values()))
-        settled.append(after)
+        settled = after
         for service in SERVICES:
             counts.client[(call, service)] = tally(traces[service].events(marks[service]))
             counts.server[(call, service)] = difference(after[names[service]], before[names[service]])

@@ -1,6 +1,7 @@
 """``--workers 2``: real processes. Both workers of each service serve the one port (distinct
 process ids in their access lines), health answers through it, and SIGTERM drains every worker
-and ends the parent with status 0."""
+and ends the parent with status 0. Each worker serves on uvloop's event loop (its listening line
+names the loop)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from decisionflow.stack import (
 )
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
 from tests.support.databases import create_postgres_database, drop_postgres_database
+from tests.support.payloads import apply_request, new_operation_id
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 CONNECTIONS = 24  # each a new TCP connection; the kernel picks a worker per connection
@@ -109,6 +111,30 @@ def test_two_workers_per_service_on_postgresql(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_every_worker_serves_on_uvloop(tmp_path: Path) -> None:
+    receiver = spawn(
+        RECEIVER_MODULE,
+        receiver_args(f"sqlite:///{tmp_path / 'receiver.db'}", extra=["--workers", "2"]),
+        tmp_path,
+        "receiver",
+    )
+    try:
+        with grpc.insecure_channel(receiver.target) as channel:
+            answer = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel).Apply(
+                apply_request(new_operation_id()), timeout=10
+            )
+        assert answer.result == effect_receiver_pb2.APPLY_RESULT_CREATED
+    finally:
+        receiver.stop()
+    listening = {
+        line["pid"]: str(line["message"])
+        for line in _log_lines(receiver)
+        if str(line["message"]).startswith("listening on")
+    }
+    assert len(listening) == 2
+    assert all(message.endswith("; event loop: uvloop)") for message in listening.values()), listening
+
+
 def test_workers_that_cannot_start_end_the_service_with_their_status(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-directory" / "receiver.db"
 
