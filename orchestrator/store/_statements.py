@@ -51,6 +51,23 @@ OPERATIONS = (
 )
 OPERATION_BY_ID = OPERATIONS.where(operations.c.operation_id == _OPERATION_ID)
 
+
+# OPERATIONS's columns as an UPDATE of one operation returns them: the row as the update left it,
+# read in the same statement instead of a second one (a statement costs more here than SQLite's
+# work), with the decision (write-once) and the case's current proposal beside it.
+_DECISION_OF_ROW = decisions.c.operation_id == operations.c.operation_id
+OPERATION_RETURNING = (
+    *operations.c,
+    *(
+        sa.select(c).where(_DECISION_OF_ROW).scalar_subquery().label(c.name)
+        for c in (decisions.c.decision, decisions.c.reviewer, decisions.c.decided_at)
+    ),
+    sa.select(cases.c.current_operation_id)
+    .where(cases.c.case_id == operations.c.case_id)
+    .scalar_subquery()
+    .label("current_operation_id"),
+)
+
 # Everything Approve reads before deciding, in one statement: the operation with any recorded
 # decision and the case's current proposal, the proposal, the pending review and its checkpoint.
 DECISION_INPUTS = (
@@ -69,28 +86,41 @@ DECIDE = (
     operations.update()
     .where(operations.c.operation_id == _OPERATION_ID)
     .values(state=sa.bindparam("b_state"), state_changed_at=_NOW)
+    .returning(*OPERATION_RETURNING)
 )
 _OPEN_ONLY = (operations.c.operation_id == _OPERATION_ID, operations.c.state.in_(OPEN))
 _LEASE_UNTIL = sa.bindparam("b_lease_until", type_=UtcDateTime())
 # An attempt may start only when no other attempt holds the operation: no lease, or one that has
 # passed (its holder finished without releasing it, or crashed).
 _LEASE_FREE = sa.or_(operations.c.attempt_lease_until.is_(None), operations.c.attempt_lease_until <= _NOW)
+_ATTEMPT = {
+    "attempt_lease_until": _LEASE_UNTIL,
+    "attempt_lease_holder": sa.bindparam("b_lease_holder"),
+    "state": state_text(OperationState.UNKNOWN),
+    "attempts": operations.c.attempts + 1,
+    "first_attempt_at": sa.func.coalesce(operations.c.first_attempt_at, _NOW, type_=UtcDateTime()),
+    "last_attempt_at": _NOW,
+    "payload": sa.func.coalesce(operations.c.payload, sa.bindparam("b_payload")),
+    "payload_digest": sa.func.coalesce(operations.c.payload_digest, sa.bindparam("b_digest")),
+}
 RECORD_ATTEMPT = (
     operations.update()
     .where(*_OPEN_ONLY, _LEASE_FREE)
     .values(
-        attempt_lease_until=_LEASE_UNTIL,
-        attempt_lease_holder=sa.bindparam("b_lease_holder"),
-        state=state_text(OperationState.UNKNOWN),
         state_changed_at=sa.case(
             (operations.c.state == state_text(OperationState.UNKNOWN), operations.c.state_changed_at), else_=_NOW
         ),
-        attempts=operations.c.attempts + 1,
-        first_attempt_at=sa.func.coalesce(operations.c.first_attempt_at, _NOW, type_=UtcDateTime()),
-        last_attempt_at=_NOW,
-        payload=sa.func.coalesce(operations.c.payload, sa.bindparam("b_payload")),
-        payload_digest=sa.func.coalesce(operations.c.payload_digest, sa.bindparam("b_digest")),
+        **_ATTEMPT,
     )
+    .returning(*OPERATION_RETURNING)
+)
+# An approval with its first attempt, in one statement: what DECIDE then RECORD_ATTEMPT would leave
+# (the operation was pending review, so no lease holds it and it enters UNKNOWN now).
+DECIDE_WITH_ATTEMPT = (
+    operations.update()
+    .where(operations.c.operation_id == _OPERATION_ID)
+    .values(state_changed_at=_NOW, **_ATTEMPT)
+    .returning(*OPERATION_RETURNING)
 )
 RECORD_RECEIPT = (
     operations.update()
@@ -103,6 +133,7 @@ RECORD_RECEIPT = (
         attempt_lease_until=None,
         attempt_lease_holder=None,
     )
+    .returning(*OPERATION_RETURNING)
 )
 # The holder of a lease gives it up (its Apply ended without a settled answer); a lease that has
 # passed and been taken by another caller is not this holder's to release.

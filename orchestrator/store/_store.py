@@ -249,13 +249,14 @@ class OrchestratorStore:
             current = conn.execute(q.CURRENT_FOR_UPDATE, {"b_case_id": case_id}).scalar_one_or_none()
             if current != decided.operation_id:
                 raise StaleProposal(decided.operation_id, current or "")
-            conn.execute(
-                q.DECIDE,
-                {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
-            )
-            if attempt is not None:
-                conn.execute(
-                    q.RECORD_ATTEMPT,
+            if attempt is None:
+                row = conn.execute(
+                    q.DECIDE,
+                    {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
+                ).one()
+            else:
+                row = conn.execute(
+                    q.DECIDE_WITH_ATTEMPT,
                     {
                         "b_operation_id": decided.operation_id,
                         "b_now": decided.decided_at,
@@ -264,9 +265,9 @@ class OrchestratorStore:
                         "b_lease_until": attempt.lease_until,
                         "b_lease_holder": attempt.lease_holder,
                     },
-                )
+                ).one()
             self.checkpoints.insert_txn(conn, saved)
-            return _operations.operation_txn(conn, decided.operation_id)
+            return operation_from(row)
 
         operation = self.transactions.batched(work)
         self._wrote(saved)
@@ -299,7 +300,7 @@ class OrchestratorStore:
         """
 
         def work(conn: sa.Connection) -> Operation:
-            updated = conn.execute(
+            row = conn.execute(
                 q.RECORD_ATTEMPT,
                 {
                     "b_operation_id": operation_id,
@@ -309,13 +310,13 @@ class OrchestratorStore:
                     "b_lease_until": lease_until,
                     "b_lease_holder": holder,
                 },
-            ).rowcount
+            ).first()
+            if row is not None:
+                return operation_from(row)
             operation = _operations.operation_txn(conn, operation_id)
-            if updated != 1:
-                if operation.state in OPEN_STATES:
-                    raise AttemptInFlight(operation)
-                raise NotRedrivable(operation_id, operation.state)
-            return operation
+            if operation.state in OPEN_STATES:
+                raise AttemptInFlight(operation)
+            raise NotRedrivable(operation_id, operation.state)
 
         return self.transactions.batched(work)
 
@@ -332,7 +333,7 @@ class OrchestratorStore:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
 
         def work(conn: sa.Connection) -> Operation:
-            conn.execute(
+            row = conn.execute(
                 q.RECORD_RECEIPT,
                 {
                     "b_operation_id": operation_id,
@@ -340,8 +341,9 @@ class OrchestratorStore:
                     "b_receipt_id": receipt.receipt_id,
                     "b_applied_at": receipt.applied_at,
                 },
-            )
-            return _operations.operation_txn(conn, operation_id)
+            ).first()
+            # No row: the operation was settled already (or is unknown); report it as it stands.
+            return operation_from(row) if row is not None else _operations.operation_txn(conn, operation_id)
 
         return self.transactions.batched(work)
 

@@ -253,6 +253,8 @@ def test_an_attempt_lease_holds_the_operation_until_it_passes_or_is_released(sto
     taken_until = held_until + timedelta(seconds=10)
     after = store.record_attempt(p.operation_id, b"p1", "d1", held_until, taken_until)
     assert (after.attempts, after.attempt_lease_until) == (2, taken_until)
+    # The operation a write returns (its UPDATE's RETURNING) is the one a read then finds.
+    assert store.get_operation(p.operation_id) == after
     # Only the holder's own lease is released: the first holder's late release changes nothing.
     assert store.release_attempt(p.operation_id, held_until).attempt_lease_until == taken_until
     assert store.release_attempt(p.operation_id, taken_until).attempt_lease_until is None
@@ -275,6 +277,7 @@ def test_a_receipt_commits_an_open_operation_once(store: OrchestratorStore) -> N
         OperationState.COMMITTED,
         Receipt("rcpt-1", OperationId(p.operation_id), T0),
     )
+    assert store.get_operation(p.operation_id) == committed
     later = store.record_receipt(
         p.operation_id, Receipt("rcpt-2", OperationId(p.operation_id), T0), T0 + timedelta(seconds=2)
     )
