@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,4 +145,28 @@ def test_an_unreachable_database_is_unavailable() -> None:
         with pytest.raises(Unavailable):
             store.apply(effect(operation_id), receipt(operation_id))
     finally:
+        engine.dispose()
+
+
+def test_a_write_that_cannot_begin_on_a_locked_sqlite_file_is_unavailable_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another program holds SQLite's write lock past the busy timeout: BEGIN IMMEDIATE fails.
+    monkeypatch.setattr(db, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    path = tmp_path / "receiver.db"
+    engine = db.create_engine(f"sqlite:///{path}")
+    migrate(engine)
+    store = EffectStore(engine)
+    operation_id = new_operation_id()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(Unavailable, match=r"^receiver database unavailable: OperationalError$"):
+            store.apply(effect(operation_id), receipt(operation_id))
+        blocker.execute("ROLLBACK")
+        assert store.lookup(operation_id) is None
+        # The lock released, the same store writes at once (its connections are intact).
+        assert store.apply(effect(operation_id), receipt(operation_id)).outcome is ApplyResult.CREATED
+    finally:
+        blocker.close()
         engine.dispose()
