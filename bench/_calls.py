@@ -107,6 +107,29 @@ async def approvals(clients: Clients, operation_ids: Sequence[str], in_flight: i
     return await drive([one(op) for op in operation_ids if op], in_flight)
 
 
+async def reviews_in_turn(clients: Clients, tags: Sequence[str], in_flight: int) -> Sample:
+    """StartReview for a fresh case per tag and then, in the same call of the driver, its first Approve:
+    reviews opened and answered in turn, as they reach a service over a day, rather than every review
+    opened before any is answered (the StartReview and first Approve measurements)."""
+
+    def one(tag: str) -> Call:
+        request = _workload.start_review_request(tag)
+
+        async def call() -> None:
+            started = await clients.review.StartReview(request, timeout=CALL_TIMEOUT_SECONDS)
+            if not started.created:
+                raise UnexpectedAnswer(f"StartReview {tag}: created=false")
+            operation_id = started.proposal.operation_id
+            approve = review_pb2.ApproveRequest(operation_id=operation_id, decision=common_pb2.DECISION_APPROVE)
+            approved = await clients.review.Approve(approve, timeout=CALL_TIMEOUT_SECONDS)
+            if approved.outcome != common_pb2.OUTCOME_COMMITTED or approved.replay:
+                raise UnexpectedAnswer(f"Approve {operation_id}: outcome {approved.outcome}, replay {approved.replay}")
+
+        return call
+
+    return await drive([one(tag) for tag in tags], in_flight)
+
+
 def apply_requests(tags: Sequence[str]) -> list[effect_receiver_pb2.ApplyRequest]:
     """Apply requests as the orchestrator would send them for approvals of these tags' proposals."""
     now = datetime.now(UTC)

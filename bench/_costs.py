@@ -9,6 +9,7 @@ that a faster or slower machine does not move it.
 | start_review_x_job | orchestrator CPU per StartReview | CPU per in-process job |
 | first_approve_x_job | orchestrator + receiver CPU per first Approve | CPU per in-process job |
 | review_x_job | StartReview + first Approve, every service | CPU per in-process job |
+| review_in_turn_x_job | a review opened then answered in one call of the load, every service | CPU per in-process job |
 | first_approve_rps_x_jobs | first Approves/s | in-process jobs/s |
 
 All at 16 calls in flight; the first Approve's p50 with one call in flight is reported beside them.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench._run import APPLY_CREATED, APPROVE_FIRST, APPROVE_REPLAY, BASELINE, START_REVIEW, Results
+from bench._run import APPLY_CREATED, APPROVE_FIRST, APPROVE_REPLAY, BASELINE, REVIEW_IN_TURN, START_REVIEW, Results
 
 IN_FLIGHT = 16
 
@@ -68,6 +69,13 @@ def costs(results: Results) -> list[Cost]:
         Cost("start_review_x_job", "StartReview, orchestrator / in-process job", start, job_ms, ms),
         Cost("first_approve_x_job", "first Approve, orchestrator + receiver / in-process job", first, job_ms, ms),
         Cost("review_x_job", "StartReview + first Approve, all services / in-process job", start + first, job_ms, ms),
+        Cost(
+            "review_in_turn_x_job",
+            "review in turn, all services / in-process job",
+            cpu(REVIEW_IN_TURN, "orchestrator") + cpu(REVIEW_IN_TURN, "receiver"),
+            job_ms,
+            ms,
+        ),
         Cost(
             "first_approve_rps_x_jobs",
             "first Approves/s / in-process jobs/s",

@@ -19,6 +19,7 @@ from bench._run import (
     BASELINE,
     CONCURRENCIES,
     MEASURES,
+    REVIEW_IN_TURN,
     START_REVIEW,
     Results,
 )
@@ -32,6 +33,7 @@ _TITLES = {
     START_REVIEW: "StartReview",
     APPROVE_FIRST: "first Approve (decision, resume, receiver write)",
     APPROVE_REPLAY: "replayed Approve",
+    REVIEW_IN_TURN: "review in turn (StartReview, then its first Approve)",
 }
 
 
@@ -97,6 +99,7 @@ CPU_OF = {
     START_REVIEW: ("orchestrator",),
     APPROVE_FIRST: ("orchestrator", "receiver"),
     APPROVE_REPLAY: ("orchestrator", "receiver"),
+    REVIEW_IN_TURN: ("orchestrator", "receiver"),
 }
 
 
@@ -248,7 +251,7 @@ def _render_run(results: Results, table: dict[str, Figure]) -> list[str]:
         lines.append(_row(label, cells))
     lines.append(
         "  [CPU ms/call]: baseline hop A+hop B; Apply: receiver; StartReview: orchestrator; "
-        "Approve: orchestrator+receiver (each summed over its processes)"
+        "Approve and review in turn: orchestrator+receiver (each summed over its processes)"
     )
     reconcile = results.reconcile
     if reconcile is not None:

@@ -31,7 +31,8 @@ APPLY_REPLAYED = "receiver_apply_replay"
 START_REVIEW = "start_review"
 APPROVE_FIRST = "approve_first"
 APPROVE_REPLAY = "approve_replay"
-MEASURES = (BASELINE, APPLY_CREATED, APPLY_REPLAYED, START_REVIEW, APPROVE_FIRST, APPROVE_REPLAY)
+REVIEW_IN_TURN = "review_in_turn"
+MEASURES = (BASELINE, APPLY_CREATED, APPLY_REPLAYED, START_REVIEW, APPROVE_FIRST, APPROVE_REPLAY, REVIEW_IN_TURN)
 CONCURRENCIES = (1, 16, 64)
 WARMUP_CALLS = 32
 
@@ -152,6 +153,7 @@ async def _real_round(
     requests = _calls.apply_requests([f"{t}-apply" for t in tags])
     await record(APPLY_CREATED, _calls.applies(clients, requests, in_flight, replay=False))
     await record(APPLY_REPLAYED, _calls.applies(clients, requests, in_flight, replay=True))
+    await record(REVIEW_IN_TURN, _calls.reviews_in_turn(clients, [f"{t}-turn" for t in tags], in_flight))
 
 
 PROFILE_IN_FLIGHT = 16

@@ -32,6 +32,7 @@ MEASURES = (
     "start_review",
     "approve_first",
     "approve_replay",
+    "review_in_turn",
 )
 PER_CONCURRENCY = {f"{m}_{kind}_c{c}" for m in MEASURES for kind in ("rps", "p50_ms", "p99_ms") for c in (1, 16, 64)}
 
