@@ -12,6 +12,7 @@ second run and the checkpoint it would take.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -159,8 +160,33 @@ def without_framework_spans() -> None:
     disable_instrumentation()
 
 
-# Idle graphs kept for resumes, per process: enough for the calls one process has in flight.
+# Idle graphs kept per process: enough for the calls one process has in flight.
 IDLE_GRAPHS = 64
+
+# The framework warns when a restore begins on an instance that still holds a pending request: the
+# restore overwrites it. Resuming on a graph an ``open`` left paused does exactly that, on purpose
+# (that review's request lives on in its stored checkpoint), so this one case is not an operator's
+# concern. A fresh message on a paused instance, the warning's other case, is still heard.
+_FRAMEWORK_RUN_LOGGER = "agent_framework._workflows._workflow"
+_PENDING_WARNING = "Workflow %s received %s while %d request_info event(s) are still pending"
+_A_RESTORE = "a checkpoint restore"
+
+
+class _RestoreOverPausedGraph(logging.Filter):
+    """Drops the framework's warning that a restore overwrites a paused graph's pending request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        restore_over_pending = (
+            isinstance(record.msg, str)
+            and record.msg.startswith(_PENDING_WARNING)
+            and isinstance(record.args, tuple)
+            and len(record.args) > 1
+            and record.args[1] == _A_RESTORE
+        )
+        return not restore_over_pending
+
+
+_RESTORE_OVER_PAUSED_GRAPH = _RestoreOverPausedGraph()
 
 
 @dataclass(eq=False, slots=True)
@@ -175,11 +201,19 @@ class ReviewWorkflow:
     """Builds the review workflow graph; ``variant`` exists so a graph change can be exercised.
 
     Building a graph costs about as much CPU as a third of the run that uses it, and the framework
-    runs one instance at a time. Resumes therefore reuse built graphs, one run per graph at a time:
-    a restore is where the framework resets an instance (shared state, executor and edge states,
-    messages and pending requests all come from the checkpoint). A fresh run does not reset them,
-    so every ``open`` runs on a newly built graph, which then joins the idle graphs for resumes.
-    A graph whose run raised is dropped, never reused.
+    runs one instance at a time, so built graphs are reused, one run per graph at a time, in the
+    two ways the framework resets an instance:
+
+    - a restore resets everything (shared state, executor and edge states, messages and pending
+      requests all come from the checkpoint), so a resume may run on any idle graph; it takes a
+      *paused* one first (an ``open`` left it with its request pending), which nothing else reuses;
+    - a fresh run resets only the run's own accounting and keeps the rest, as it must for a
+      conversation of several turns, so an ``open`` runs only on a *drained* graph (its last run, a
+      resume, ended with no message in flight and no request pending; its shared state holds nothing
+      the fresh run does not set) or on a newly built one.
+
+    An ``open`` and a resume together leave as many drained graphs as they took, so reviews opened
+    and answered in turn build none. A graph whose run raised is dropped, never reused.
     """
 
     def __init__(self, variant: str = "standard") -> None:
@@ -189,18 +223,20 @@ class ReviewWorkflow:
         version = WORKFLOW_VERSION if variant == "standard" else WORKFLOW_VERSION + "+audited"
         probe = self._build(_CommitSlot(_no_commit))
         self.identity = WorkflowIdentity(WORKFLOW_NAME, version, str(probe.graph_signature_hash))
-        self._idle: list[_Graph] = []
+        self._paused: list[_Graph] = []
+        self._drained: list[_Graph] = []
         self.graphs_built = 1  # the probe included (for tests and the curious)
+        logging.getLogger(_FRAMEWORK_RUN_LOGGER).addFilter(_RESTORE_OVER_PAUSED_GRAPH)  # once: a set
 
     def _new_graph(self) -> _Graph:
         slot = _CommitSlot(_no_commit)
         self.graphs_built += 1
         return _Graph(self._build(slot), slot)
 
-    def _keep(self, graph: _Graph) -> None:
+    def _keep(self, graph: _Graph, pool: list[_Graph]) -> None:
         graph.slot.arm(_no_commit)  # drop the finished run's functions and result
-        if len(self._idle) < IDLE_GRAPHS:
-            self._idle.append(graph)
+        if len(self._paused) + len(self._drained) < IDLE_GRAPHS:
+            pool.append(graph)
 
     def _build(self, slot: _CommitSlot) -> Any:
         prepare, review, commit = _Prepare(id=PREPARE), _Review(slot), _Commit(slot)
@@ -214,7 +250,7 @@ class ReviewWorkflow:
 
     async def open(self, task: ReviewTask, storage: Any) -> str:
         """Run until the review request is pending; return the id of the checkpoint to resume from."""
-        graph = self._new_graph()
+        graph = self._drained.pop() if self._drained else self._new_graph()
         workflow = graph.workflow
         result = await workflow.run(task, checkpoint_storage=storage)
         requests = result.get_request_info_events()
@@ -225,7 +261,7 @@ class ReviewWorkflow:
         checkpoint_id = workflow.get_last_checkpoint_id()
         if checkpoint_id is None:
             raise WorkflowProtocolError("no checkpoint was written for the pending review")
-        self._keep(graph)
+        self._keep(graph, self._paused)
         return str(checkpoint_id)
 
     async def resume_and_answer(
@@ -243,10 +279,10 @@ class ReviewWorkflow:
         pending = list(checkpoint.pending_request_info_events.values())
         if len(pending) != 1 or not isinstance(pending[0].data, ReviewRequest):
             raise WorkflowProtocolError(f"checkpoint {checkpoint_id} does not hold one pending review request")
-        graph = self._idle.pop() if self._idle else self._new_graph()
+        graph = self._paused.pop() if self._paused else self._drained.pop() if self._drained else self._new_graph()
         slot = graph.slot
         slot.arm(commit, check_request)
-        await graph.workflow.run(
+        run = await graph.workflow.run(
             responses={pending[0].request_id: answer}, checkpoint_id=checkpoint_id, checkpoint_storage=storage
         )
         if slot.error is not None:
@@ -254,5 +290,6 @@ class ReviewWorkflow:
         if not slot.done:
             raise WorkflowProtocolError(f"the commit step did not run for {answer.operation_id}")
         result = slot.result
-        self._keep(graph)
+        drained = run.get_final_state() == WorkflowRunState.IDLE and not run.get_request_info_events()
+        self._keep(graph, self._drained if drained else self._paused)
         return result

@@ -1,8 +1,10 @@
-"""Built workflow graphs are reused for resumes, one run at a time, and each run answers its own operation."""
+"""Built workflow graphs are reused, one run at a time, and each run answers its own operation."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import pickle
 from datetime import UTC, datetime
 
 import pytest
@@ -86,7 +88,7 @@ def test_resumes_reuse_graphs_and_each_commits_its_own_answer() -> None:
 def test_a_graph_whose_run_failed_is_not_reused() -> None:
     async def scenario() -> None:
         workflow, table, sealer = ReviewWorkflow(), _Table(), CheckpointSealer([KEY])
-        checkpoint_a = await _open(workflow, table, sealer, "op-a")  # leaves one idle graph
+        checkpoint_a = await _open(workflow, table, sealer, "op-a")  # leaves one paused graph
         built = workflow.graphs_built
         with pytest.raises(RuntimeError, match="commit failed"):
             await _resume(workflow, table, sealer, "op-a", checkpoint_a, fail=True)
@@ -96,3 +98,73 @@ def test_a_graph_whose_run_failed_is_not_reused() -> None:
         assert workflow.graphs_built == built + 1
 
     asyncio.run(scenario())
+
+
+def _review_state(table: _Table, sealer: CheckpointSealer, checkpoint_id: str) -> tuple[object, ...]:
+    """What a resume restores from a checkpoint: its pending requests, shared state, messages and
+    position (not its own id, time or predecessor)."""
+    checkpoint = sealer.open(table.rows[checkpoint_id])
+    requests = {rid: (event.type, event.data) for rid, event in checkpoint.pending_request_info_events.items()}
+    return (
+        requests,
+        pickle.dumps(checkpoint.state),
+        pickle.dumps(checkpoint.messages),
+        checkpoint.iteration_count,
+        checkpoint.graph_signature_hash,
+    )
+
+
+def test_opens_after_resumes_run_on_drained_graphs_and_checkpoint_what_a_new_graph_would() -> None:
+    async def scenario() -> None:
+        workflow, table, sealer = ReviewWorkflow(), _Table(), CheckpointSealer([KEY])
+        first = [f"op-{i}" for i in range(4)]
+        checkpoints = {op: await _open(workflow, table, sealer, op) for op in first}
+        await asyncio.gather(*(_resume(workflow, table, sealer, op, checkpoints[op]) for op in first))
+        built = workflow.graphs_built
+
+        # Reviews opened and answered after those: every open takes a graph a resume drained.
+        later = [f"op-{i}" for i in range(4, 12)]
+        for op in later:
+            checkpoints[op] = await _open(workflow, table, sealer, op)
+            request, answer = await _resume(workflow, table, sealer, op, checkpoints[op])
+            assert request.operation_id == answer.operation_id == op
+        concurrent = [f"op-c{i}" for i in range(4)]
+        opened = await asyncio.gather(*(_open(workflow, table, sealer, op) for op in concurrent))
+        checkpoints.update(zip(concurrent, opened, strict=True))
+        assert workflow.graphs_built == built
+
+        # The checkpoint of an open on a reused graph holds what one on a new graph holds.
+        fresh_workflow, fresh_table = ReviewWorkflow(), _Table()
+        for op in [*later, *concurrent]:
+            checkpoint_id = checkpoints[op]
+            fresh_id = await _open(fresh_workflow, fresh_table, sealer, op)
+            assert _review_state(table, sealer, checkpoint_id) == _review_state(fresh_table, sealer, fresh_id)
+            assert set(sealer.open(table.rows[checkpoint_id]).pending_request_info_events) == {f"review:{op}"}
+
+    asyncio.run(scenario())
+
+
+def test_resumes_on_paused_graphs_log_no_framework_warning(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        workflow, table, sealer = ReviewWorkflow(), _Table(), CheckpointSealer([KEY])
+        for op in ("op-a", "op-b", "op-c"):
+            checkpoint_id = await _open(workflow, table, sealer, op)
+            await _resume(workflow, table, sealer, op, checkpoint_id)
+
+    with caplog.at_level(logging.WARNING, logger="agent_framework"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("agent_framework")] == []
+
+
+def test_the_frameworks_other_pending_request_warning_is_still_heard(caplog: pytest.LogCaptureFixture) -> None:
+    ReviewWorkflow()  # installs the filter of the restore case
+    framework = logging.getLogger("agent_framework._workflows._workflow")
+    template = (
+        "Workflow %s received %s while %d request_info event(s) are still pending from an unfinished "
+        "request/response cycle; %s. Deliver responses (responses=...) to complete the pending cycle "
+        "before starting new input."
+    )
+    with caplog.at_level(logging.WARNING, logger="agent_framework"):
+        framework.warning(template, "wf-1", "a checkpoint restore", 1, "overwritten")
+        framework.warning(template, "wf-2", "a fresh message", 1, "those requests remain pending")
+    assert [r.args[0] for r in caplog.records if isinstance(r.args, tuple)] == ["wf-2"]
