@@ -226,7 +226,7 @@ class ReviewWorkflow:
         self._paused: list[_Graph] = []
         self._drained: list[_Graph] = []
         self.graphs_built = 1  # the probe included (for tests and the curious)
-        logging.getLogger(_FRAMEWORK_RUN_LOGGER).addFilter(_RESTORE_OVER_PAUSED_GRAPH)  # once: a set
+        logging.getLogger(_FRAMEWORK_RUN_LOGGER).addFilter(_RESTORE_OVER_PAUSED_GRAPH)  # added once
 
     def _new_graph(self) -> _Graph:
         slot = _CommitSlot(_no_commit)

@@ -50,6 +50,7 @@ DEDUP_REMOVED = (
         'name="fk_support_review_records_effect"),\n',
         "",
     ),
+    ("effect_receiver/store.py", ".on_conflict_do_nothing(index_elements=[effects.c.operation_id])", ""),
 )
 UNKNOWN_AS_COMMITTED = (("orchestrator/domain.py", "}.get(state, Outcome.UNKNOWN)", "}.get(state, Outcome.COMMITTED)"),)
 DUPLICATE = ("effects for one operation id",)
@@ -69,9 +70,9 @@ PLANTS = (
         "full_disk_error_unmapped",
         (
             (
-                "effect_receiver/store.py",
-                "_UNREACHABLE = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)",
-                "_UNREACHABLE = (sa.exc.InterfaceError, sa.exc.TimeoutError)",
+                "decisionflow/transactions.py",
+                "= (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)",
+                "= (sa.exc.InterfaceError, sa.exc.TimeoutError)",
             ),
         ),
         "tests/campaigns/test_full_disk.py",

@@ -87,10 +87,21 @@ def test_a_key_reused_with_another_payload_is_refused_and_the_effect_unchanged(s
         store.apply(effect(operation_id, body="A different reply."), receipt(operation_id, 2))
     assert refused.value.operation_id == operation_id
     assert refused.value.metadata == {"operation_id": operation_id}
-    assert isinstance(refused.value.__cause__, sa.exc.IntegrityError)
     assert stored_rows(store, operation_id) == before
     assert store.lookup(operation_id) == receipt(operation_id, 1)
     assert store.count_effects() == 1
+
+
+def test_a_new_key_whose_receipt_id_is_taken_fails_and_writes_nothing(store: EffectStore) -> None:
+    # Only the operation id's conflict is an answer (a replay); any other constraint still fails.
+    first, second = new_operation_id(), new_operation_id()
+    store.apply(effect(first), receipt(first, 1))
+    taken = receipt(first, 1)
+    with pytest.raises(sa.exc.IntegrityError):
+        store.apply(effect(second), Receipt(taken.receipt_id, second, taken.applied_at))
+    assert store.lookup(second) is None
+    assert store.count_effects() == 1
+    assert store.lookup(first) == receipt(first, 1)
 
 
 def test_batch_lookup_answers_in_request_order(store: EffectStore) -> None:
