@@ -72,6 +72,25 @@ async def baseline(clients: Clients, calls: int, in_flight: int) -> Sample:
     return await drive([call] * calls, in_flight)
 
 
+async def _start_review(clients: Clients, tag: str, request: review_pb2.StartReviewRequest) -> str:
+    """StartReview of a fresh case; return the new proposal's operation id (it must be created)."""
+    response = await clients.review.StartReview(request, timeout=CALL_TIMEOUT_SECONDS)
+    if not response.created:
+        raise UnexpectedAnswer(f"StartReview {tag}: created=false")
+    return response.proposal.operation_id
+
+
+async def _approve(clients: Clients, request: review_pb2.ApproveRequest, *, replay: bool) -> None:
+    """Approve; the answer must be COMMITTED, and a replay exactly when replay is True."""
+    response = await clients.review.Approve(request, timeout=CALL_TIMEOUT_SECONDS)
+    if response.outcome != common_pb2.OUTCOME_COMMITTED or response.replay != replay:
+        raise UnexpectedAnswer(f"Approve {request.operation_id}: outcome {response.outcome}, replay {response.replay}")
+
+
+def _approve_request(operation_id: str) -> review_pb2.ApproveRequest:
+    return review_pb2.ApproveRequest(operation_id=operation_id, decision=common_pb2.DECISION_APPROVE)
+
+
 async def start_reviews(clients: Clients, tags: Sequence[str], in_flight: int) -> tuple[Sample, list[str]]:
     """StartReview for a fresh case per tag; return the sample and the operation ids (in tag order)."""
     operation_ids = [""] * len(tags)
@@ -80,10 +99,7 @@ async def start_reviews(clients: Clients, tags: Sequence[str], in_flight: int) -
         request = _workload.start_review_request(tags[index])
 
         async def call() -> None:
-            response = await clients.review.StartReview(request, timeout=CALL_TIMEOUT_SECONDS)
-            if not response.created:
-                raise UnexpectedAnswer(f"StartReview {tags[index]}: created=false")
-            operation_ids[index] = response.proposal.operation_id
+            operation_ids[index] = await _start_review(clients, tags[index], request)
 
         return call
 
@@ -95,12 +111,10 @@ async def approvals(clients: Clients, operation_ids: Sequence[str], in_flight: i
     """Approve each operation; every answer must be COMMITTED, and a replay exactly when replay is True."""
 
     def one(operation_id: str) -> Call:
-        request = review_pb2.ApproveRequest(operation_id=operation_id, decision=common_pb2.DECISION_APPROVE)
+        request = _approve_request(operation_id)
 
         async def call() -> None:
-            response = await clients.review.Approve(request, timeout=CALL_TIMEOUT_SECONDS)
-            if response.outcome != common_pb2.OUTCOME_COMMITTED or response.replay != replay:
-                raise UnexpectedAnswer(f"Approve {operation_id}: outcome {response.outcome}, replay {response.replay}")
+            await _approve(clients, request, replay=replay)
 
         return call
 
@@ -116,14 +130,8 @@ async def reviews_in_turn(clients: Clients, tags: Sequence[str], in_flight: int)
         request = _workload.start_review_request(tag)
 
         async def call() -> None:
-            started = await clients.review.StartReview(request, timeout=CALL_TIMEOUT_SECONDS)
-            if not started.created:
-                raise UnexpectedAnswer(f"StartReview {tag}: created=false")
-            operation_id = started.proposal.operation_id
-            approve = review_pb2.ApproveRequest(operation_id=operation_id, decision=common_pb2.DECISION_APPROVE)
-            approved = await clients.review.Approve(approve, timeout=CALL_TIMEOUT_SECONDS)
-            if approved.outcome != common_pb2.OUTCOME_COMMITTED or approved.replay:
-                raise UnexpectedAnswer(f"Approve {operation_id}: outcome {approved.outcome}, replay {approved.replay}")
+            operation_id = await _start_review(clients, tag, request)
+            await _approve(clients, _approve_request(operation_id), replay=False)
 
         return call
 
