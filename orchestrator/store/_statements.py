@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from decisionflow.db import UtcDateTime
+from decisionflow.qualified import qualified
 from decisionflow.vocabulary import OPEN_STATES, OperationState
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
 from orchestrator.store._checkpoints import checkpoint_columns
@@ -54,18 +55,19 @@ OPERATION_BY_ID = OPERATIONS.where(operations.c.operation_id == _OPERATION_ID)
 
 # OPERATIONS's columns as an UPDATE of one operation returns them: the row as the update left it,
 # read in the same statement instead of a second one (a statement costs more here than SQLite's
-# work), with the decision (write-once) and the case's current proposal beside it.
+# work), with the decision (write-once) and the case's current proposal beside it. The subqueries
+# are qualified(): SQLite's RETURNING would otherwise render their correlation without table names,
+# matching every row (decisionflow.qualified).
 _DECISION_OF_ROW = decisions.c.operation_id == operations.c.operation_id
 OPERATION_RETURNING = (
     *operations.c,
     *(
-        sa.select(c).where(_DECISION_OF_ROW).scalar_subquery().label(c.name)
+        qualified(sa.select(c).where(_DECISION_OF_ROW).scalar_subquery()).label(c.name)
         for c in (decisions.c.decision, decisions.c.reviewer, decisions.c.decided_at)
     ),
-    sa.select(cases.c.current_operation_id)
-    .where(cases.c.case_id == operations.c.case_id)
-    .scalar_subquery()
-    .label("current_operation_id"),
+    qualified(
+        sa.select(cases.c.current_operation_id).where(cases.c.case_id == operations.c.case_id).scalar_subquery()
+    ).label("current_operation_id"),
 )
 
 # Everything Approve reads before deciding, in one statement: the operation with any recorded

@@ -179,6 +179,31 @@ def test_a_decision_is_recorded_once(store: OrchestratorStore) -> None:
     assert store.get_operation(p.operation_id).state is OperationState.APPROVED
 
 
+def test_each_decision_answers_its_own_operation_among_many(store: OrchestratorStore) -> None:
+    # The first decision ever recorded, by another reviewer, on another case: an answer read from the
+    # wrong row (a subquery matching every row) would carry its decision, reviewer and time.
+    first = started(store, proposal(case_id="T-1"))
+    declined = RecordedDecision(first.operation_id, Decision.DECLINE, "dora@example.com", T0)
+    store.record_decision(declined, first.case_id, [])
+    second = started(store, proposal(case_id="T-2"))
+    approval = RecordedDecision(second.operation_id, Decision.APPROVE, "rita@example.com", T0 + timedelta(seconds=5))
+    answered = store.record_decision(approval, second.case_id, [])
+    assert (answered.decision, answered.state) == (approval, OperationState.APPROVED)
+    assert store.get_operation(second.operation_id) == answered
+    # The same through an approval with its first attempt, and each later write of the operation.
+    third = started(store, proposal(case_id="T-3"))
+    approval = RecordedDecision(third.operation_id, Decision.APPROVE, "ravi@example.com", T0 + timedelta(seconds=9))
+    attempt = FirstAttempt(b"p3", "d3", T0 + timedelta(seconds=20))
+    answered = store.record_decision(approval, third.case_id, [], attempt)
+    assert answered.decision == approval and store.get_operation(third.operation_id) == answered
+    later = T0 + timedelta(seconds=20)
+    retried = store.record_attempt(third.operation_id, b"p3", "d3", later, later + timedelta(seconds=10))
+    assert retried.decision == approval and store.get_operation(third.operation_id) == retried
+    receipt = Receipt("rcpt-3", OperationId(third.operation_id), T0 + timedelta(seconds=21))
+    committed = store.record_receipt(third.operation_id, receipt, T0 + timedelta(seconds=21))
+    assert committed.decision == approval and store.get_operation(third.operation_id) == committed
+
+
 def test_a_decision_on_a_proposal_no_longer_current_is_stale(store: OrchestratorStore) -> None:
     first = started(store, proposal())
     edit = proposal(body="Please update to 4.2.2.", parent=first.operation_id)
