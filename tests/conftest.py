@@ -60,6 +60,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="receiver outages to recover from in tests/recovery, comma-separated (default 30; e.g. 10,30,60)",
     )
     group.addoption(
+        "--store-model-examples",
+        type=int,
+        default=20,
+        help="random sequences run against each store's model, per database (tests/stores; default 20)",
+    )
+    group.addoption(
         "--model-depth",
         choices=("ci", "deep"),
         default="ci",

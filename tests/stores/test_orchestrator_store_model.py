@@ -1,0 +1,376 @@
+"""The orchestrator's store against a plain model (tests/stores/orchestrator_model.py), on SQLite and PostgreSQL.
+
+Hypothesis drives random sequences of start, replace, edit, approve, decline (with or without the
+first attempt), attempt, re-drive by another holder, release, receipt, rejection, lookup notes,
+settling and pruning across several cases, authors and reviewers, on a database that already holds
+decided operations of other cases. After every step each row the store returned must equal the
+model's answer and a fresh read; after every step the whole table of operations, the tally and the
+reviewer's inbox must equal the model's. Every statement the run executed is then compiled for both
+dialects and checked for a subquery column without its table (tests/support/sql_scopes.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from decisionflow import db
+from decisionflow.identity import EvidenceItem, PolicyRef, identities
+from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
+from orchestrator.domain import (
+    FirstAttempt,
+    PendingReview,
+    PendingReviewFilter,
+    Proposal,
+    RecordedDecision,
+    SealedCheckpoint,
+    Settlement,
+    proposal_content,
+)
+from orchestrator.schema import metadata
+from orchestrator.store import OrchestratorStore, migrate
+from tests.stores.orchestrator_model import Refused, StoreModel
+from tests.support.sql_scopes import recording, unqualified_statements
+
+T0 = datetime(2026, 12, 1, 9, 0, 0, 125000, tzinfo=UTC)
+FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
+CASES = ("T-1", "T-2", "T-3", "T-4")
+BODIES = ("Please update to 4.2.1.", "Please update to 4.2.2.", "Please reinstall 4.2.1.")
+AUTHORS = ("alex@example.com", "bo@example.com", "cy@example.com")
+REVIEWERS = ("rita@example.com", "ravi@example.com", "dora@example.com")
+HOLDERS = ("host-a:101:i1", "host-b:202:i2")
+POLICY = PolicyRef("support-replies", "2026-10", 9, {"max_refund_eur": "200"})
+ACTION = "record_support_review"
+STATES = tuple(OperationState)
+
+
+def proposal(case_id: str, body: str, author: str, at: datetime, parent: str | None, edited: bool) -> Proposal:
+    """A proposal of body for case_id, by author at at (its parent named for a replacement or an edit)."""
+    evidence = (EvidenceItem("KB-12", 1 + BODIES.index(body) % 2, "Update to 4.2.1."),)
+    content = proposal_content(CaseId(case_id), ACTION, body, evidence, POLICY)
+    ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
+    parent_id = None if parent is None else OperationId(parent)
+    return Proposal(
+        ids.operation_id, content, ids.evidence_id, ids.policy_id, edited, parent_id, author, at, frozenset()
+    )
+
+
+def sealed(checkpoint_id: str, operation_id: str, at: datetime) -> SealedCheckpoint:
+    """A checkpoint row (its seal is never checked here)."""
+    return SealedCheckpoint(checkpoint_id, "decisionflow.review", "graph", operation_id, at, "key", "0" * 64, b"state")
+
+
+def refusal(exc: Exception) -> Refused:
+    """The refusal a store exception is, in the model's terms."""
+    values: dict[str, tuple[object, ...]] = {
+        "NotFound": (getattr(exc, "what", None), getattr(exc, "ident", None)),
+        "StaleProposal": (getattr(exc, "operation_id", None), getattr(exc, "current_operation_id", None)),
+        "CaseHasOpenProposal": (getattr(exc, "case_id", None), getattr(exc, "current_operation_id", None)),
+        "DecisionAlreadyRecorded": (getattr(exc, "recorded", None),),
+        "NotRedrivable": (getattr(exc, "operation_id", None), getattr(exc, "state", None)),
+        "AttemptInFlight": (getattr(exc, "operation", None),),
+    }
+    kind = type(exc).__name__
+    if kind not in values:
+        raise exc
+    return Refused(kind, *values[kind])
+
+
+class OrchestratorStoreMachine(RuleBasedStateMachine):
+    """Random writes and reads against the store and the model side by side."""
+
+    store: OrchestratorStore
+
+    def __init__(self) -> None:
+        super().__init__()
+        with self.store.engine.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+        self.model = StoreModel()
+        self.now = T0
+        self.checkpoint_serial = 0
+        self.leases: dict[str, list[datetime]] = {}
+
+    # Helpers.
+
+    def tick(self, seconds: int) -> datetime:
+        self.now += timedelta(seconds=seconds, microseconds=seconds * 1111)
+        return self.now
+
+    def checkpoint_ids(self, n: int) -> list[str]:
+        self.checkpoint_serial += n
+        return [f"cp-{self.checkpoint_serial - i}" for i in range(n)]
+
+    def both(self, write: Any, expect: Any) -> Any:
+        """Run write on the store and expect on the model; both answer alike or both refuse alike."""
+        try:
+            wanted = expect()
+        except Refused as refused:
+            with pytest.raises(Exception) as raised:
+                write()
+            got = refusal(raised.value)
+            assert (got.kind, got.values) == (refused.kind, refused.values)
+            return None
+        answer = write()
+        assert answer == wanted
+        return answer
+
+    def review(self, p: Proposal, checkpoint_id: str) -> PendingReview:
+        return PendingReview(p.operation_id, "decisionflow.review", "1", "graph", checkpoint_id, p.created_at)
+
+    def fresh(self, operation_id: str) -> None:
+        """A fresh read of the operation and of its decision inputs equals the model."""
+        operation = self.model.operation(operation_id)
+        assert self.store.get_operation(operation_id) == operation
+        inputs = self.store.decision_inputs(operation_id)
+        assert inputs.operation == operation
+        assert inputs.proposal == self.model.proposals[operation_id]
+        assert inputs.current_operation_id == self.model.current(operation.case_id)
+        review = self.model.reviews.get(operation_id)
+        assert inputs.review == review
+        held = review is not None and review.checkpoint_id in self.model.checkpoints
+        assert (inputs.checkpoint is not None) == held
+        if held and inputs.checkpoint is not None and review is not None:
+            assert inputs.checkpoint.checkpoint_id == review.checkpoint_id
+
+    def operation_ids(self) -> list[str]:
+        return sorted(self.model.operations)
+
+    # Rules.
+
+    @initialize()
+    def decided_background(self) -> None:
+        # Rows of other cases decided first, by other reviewers: an answer read from the wrong row shows.
+        for n, decision in enumerate((Decision.DECLINE, Decision.APPROVE)):
+            at = self.tick(1)
+            p = proposal(f"B-{n}", BODIES[n], AUTHORS[n], at, None, False)
+            [cp] = self.checkpoint_ids(1)
+            self.both(
+                lambda p=p, cp=cp, at=at: self.store.create_proposal(
+                    p, self.review(p, cp), [sealed(cp, p.operation_id, at)]
+                ),
+                lambda p=p, cp=cp: self.model.create_proposal(p, self.review(p, cp), [cp], None),
+            )
+            decided = RecordedDecision(p.operation_id, decision, REVIEWERS[2 - n], self.tick(1))
+            self.both(
+                lambda d=decided, p=p: self.store.record_decision(d, p.case_id, []),
+                lambda d=decided: self.model.record_decision(d, [], None),
+            )
+
+    @rule(
+        case=st.sampled_from(CASES),
+        body=st.sampled_from(BODIES),
+        author=st.sampled_from(AUTHORS),
+        wait=st.integers(0, 3),
+        named=st.sampled_from(["none", "current", "other"]),
+    )
+    def start(self, case: str, body: str, author: str, wait: int, named: str) -> None:
+        """StartReview's write, new or replacing (naming the current proposal, or one that is not)."""
+        at = self.tick(wait)
+        current = self.model.current(case)
+        others = [op for op in self.operation_ids() if op != current]
+        expected = {"none": None, "current": current, "other": others[0] if others else current}[named]
+        p = proposal(case, body, author, at, expected, False)
+        [cp] = self.checkpoint_ids(1)
+        answer = self.both(
+            lambda: self.store.create_proposal(p, self.review(p, cp), [sealed(cp, p.operation_id, at)], expected),
+            lambda: self.model.create_proposal(p, self.review(p, cp), [cp], expected),
+        )
+        if answer is not None:
+            assert self.store.get_proposal(p.operation_id) == answer[0]
+            self.fresh(p.operation_id)
+
+    @precondition(lambda self: bool(self.model.cases))
+    @rule(data=st.data(), body=st.sampled_from(BODIES), author=st.sampled_from(AUTHORS), wait=st.integers(0, 3))
+    def edit(self, data: st.DataObject, body: str, author: str, wait: int) -> None:
+        """EditProposal's write, naming any proposal of the case (stale unless it is current)."""
+        case = data.draw(st.sampled_from(sorted(self.model.cases)))
+        ops = [op for op in self.operation_ids() if self.model.operations[op].case_id == case]
+        expected = data.draw(st.sampled_from(ops))
+        at = self.tick(wait)
+        p = proposal(case, body, author, at, expected, True)
+        [cp] = self.checkpoint_ids(1)
+        answer = self.both(
+            lambda: self.store.create_edit(p, expected, self.review(p, cp), [sealed(cp, p.operation_id, at)]),
+            lambda: self.model.create_edit(p, expected, self.review(p, cp), [cp]),
+        )
+        if answer is not None:
+            assert self.store.get_proposal(p.operation_id) == answer
+            self.fresh(p.operation_id)
+
+    @precondition(lambda self: bool(self.model.operations))
+    @rule(
+        data=st.data(),
+        decision=st.sampled_from([Decision.APPROVE, Decision.DECLINE]),
+        reviewer=st.sampled_from(REVIEWERS),
+        with_attempt=st.booleans(),
+        wait=st.integers(0, 3),
+        lease=st.integers(1, 8),
+    )
+    def decide(
+        self, data: st.DataObject, decision: Decision, reviewer: str, with_attempt: bool, wait: int, lease: int
+    ) -> None:
+        """Approve's or Decline's write; an approval may record its first attempt with it."""
+        op = data.draw(st.sampled_from(self.operation_ids()))
+        at = self.tick(wait)
+        decided = RecordedDecision(OperationId(op), decision, reviewer, at)
+        case_id = self.model.operations[op].case_id
+        [cp] = self.checkpoint_ids(1)
+        attempt = None
+        if with_attempt and decision is Decision.APPROVE:
+            attempt = (f"payload {op}".encode(), f"digest-{op[-8:]}", at + timedelta(seconds=lease), HOLDERS[0])
+        first = None if attempt is None else FirstAttempt(attempt[0], attempt[1], attempt[2], attempt[3])
+        answer = self.both(
+            lambda: self.store.record_decision(decided, case_id, [sealed(cp, op, at)], first),
+            lambda: self.model.record_decision(decided, [cp], attempt),
+        )
+        if attempt is not None and answer is not None:
+            self.leases.setdefault(op, []).append(attempt[2])
+        self.fresh(op)
+
+    @precondition(lambda self: bool(self.model.operations))
+    @rule(data=st.data(), holder=st.sampled_from(HOLDERS), wait=st.integers(0, 6), lease=st.integers(1, 8))
+    def attempt(self, data: st.DataObject, holder: str, wait: int, lease: int) -> None:
+        """An attempt (the first, a repeated Approve's, or a re-drive by another holder once a lease passed)."""
+        op = data.draw(st.sampled_from(self.operation_ids()))
+        at = self.tick(wait)
+        until = at + timedelta(seconds=lease)
+        payload, digest = f"payload {op} {holder}".encode(), f"digest-{holder[:6]}"
+        answer = self.both(
+            lambda: self.store.record_attempt(op, payload, digest, at, until, holder=holder),
+            lambda: self.model.record_attempt(op, payload, digest, at, until, holder),
+        )
+        if answer is not None:
+            self.leases.setdefault(op, []).append(until)
+        self.fresh(op)
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        """An attempt gives up its lease: the latest one (its holder), or an older one that has been taken since."""
+        op = data.draw(st.sampled_from(sorted(self.leases)))
+        until = data.draw(st.sampled_from(self.leases[op]))
+        self.both(lambda: self.store.release_attempt(op, until), lambda: self.model.release_attempt(op, until))
+        self.fresh(op)
+
+    @precondition(lambda self: bool(self.model.operations))
+    @rule(data=st.data(), wait=st.integers(0, 3))
+    def receipt(self, data: st.DataObject, wait: int) -> None:
+        """The receiver's receipt reaches the store (an open operation commits; others stay)."""
+        op = data.draw(st.sampled_from(self.operation_ids()))
+        at = self.tick(wait)
+        receipt = Receipt(f"rcpt-{at.timestamp():.4f}", OperationId(op), at - timedelta(milliseconds=5))
+        self.both(
+            lambda: self.store.record_receipt(op, receipt, at), lambda: self.model.record_receipt(op, receipt, at)
+        )
+        self.fresh(op)
+
+    @precondition(lambda self: bool(self.model.operations))
+    @rule(data=st.data(), length=st.sampled_from([0, 12, 2500]), wait=st.integers(0, 3))
+    def reject(self, data: st.DataObject, length: int, wait: int) -> None:
+        """The receiver's definite refusal reaches the store."""
+        op = data.draw(st.sampled_from(self.operation_ids()))
+        at = self.tick(wait)
+        reason = ("refused: " + "x" * length)[: max(length, 1)]
+        self.both(
+            lambda: self.store.record_rejection(op, reason, at), lambda: self.model.record_rejection(op, reason, at)
+        )
+        self.fresh(op)
+
+    @precondition(lambda self: bool(self.model.operations))
+    @rule(
+        data=st.data(),
+        wait=st.integers(0, 3),
+        kinds=st.lists(st.sampled_from(["applied", "not_found", "eventual", "failed"]), min_size=1, max_size=4),
+    )
+    def settle(self, data: st.DataObject, wait: int, kinds: list[str]) -> None:
+        """A reconciler pass records its lookups: some found applied, some not, some failed (plus an unknown id)."""
+        ops = data.draw(st.lists(st.sampled_from(self.operation_ids()), min_size=1, max_size=len(kinds), unique=True))
+        at = self.tick(wait)
+        settlements = []
+        for op, kind in zip(ops, kinds, strict=False):
+            receipt = (
+                Receipt(f"rcpt-l-{op[-6:]}", OperationId(op), at - timedelta(seconds=1)) if kind == "applied" else None
+            )
+            status = {"applied": LookupStatus.APPLIED, "failed": LookupStatus.UNSPECIFIED}.get(
+                kind, LookupStatus.NOT_FOUND
+            )
+            consistency = {"eventual": Consistency.EVENTUAL, "failed": Consistency.UNSPECIFIED}.get(
+                kind, Consistency.STRONG
+            )
+            error = "receiver unreachable" if kind == "failed" else ""
+            settlements.append(Settlement(OperationId(op), status, consistency, receipt, error, at))
+        settlements.append(
+            Settlement(OperationId("op-v1-" + "0" * 64), LookupStatus.NOT_FOUND, Consistency.STRONG, None, "", at)
+        )
+        self.both(lambda: self.store.settle(settlements), lambda: self.model.settle(settlements))
+        for op in ops:
+            self.fresh(op)
+
+    @rule(back=st.integers(0, 20), dry_run=st.booleans())
+    def prune(self, back: int, dry_run: bool) -> None:
+        """Checkpoint pruning with a cutoff some seconds back (counted on a dry run)."""
+        cutoff = self.now - timedelta(seconds=back)
+        self.both(
+            lambda: self.store.housekeeping.prune_checkpoints(cutoff, dry_run=dry_run),
+            lambda: self.model.prune(cutoff, dry_run=dry_run),
+        )
+
+    # After every step: the whole store equals the model.
+
+    @invariant()
+    def operations_tally_and_inbox_match(self) -> None:
+        assert self.store.list_operations(STATES, FAR_FUTURE, 10_000, None) == self.model.all_operations()
+        assert self.store.tally() == self.model.tally()
+        assert self.store.list_pending_reviews(PendingReviewFilter(), 10_000, None) == self.model.pending_reviews()
+        for case in CASES:
+            assert self.store.current_operation_id(case) == self.model.current(case)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def orchestrator_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
+    """A migrated orchestrator database of each kind."""
+    url = (
+        f"sqlite:///{tmp_path / 'orchestrator.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = db.create_engine(url)
+    migrate(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_the_store_answers_what_the_model_holds(orchestrator_engine: sa.Engine, request: pytest.FixtureRequest) -> None:
+    examples = request.config.getoption("--store-model-examples")
+    OrchestratorStoreMachine.store = OrchestratorStore(orchestrator_engine)
+    with recording(orchestrator_engine) as recorder:
+        run_state_machine_as_test(
+            OrchestratorStoreMachine,
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                derandomize=False,
+            ),
+        )
+    assert unqualified_statements(list(recorder.statements.values())) == []
