@@ -123,8 +123,14 @@ class Completion:
 
     def answered(self, result: ApproveResult) -> None:
         """Record a decision's answer: UNKNOWN is indeterminate, the other outcomes are relied on."""
-        # An answer, unlike a conflict, tells the client that its own decision is the recorded one.
+        # An answer, unlike a conflict, tells the client that its own decision is the recorded one, and
+        # the operation it carries says so again: what the client reads is that operation's decision.
         decision = "APPROVE" if self.call == "approve" else "DECLINE"
+        answered = result.operation
+        if answered.operation_id != self.op:
+            decision = f"another operation's ({answered.operation_id})"
+        elif answered.decision is not Decision.UNSPECIFIED:
+            decision = answered.decision.value
         kind: EventType = "info" if result.outcome is Outcome.UNKNOWN else "ok"
         if result.outcome is Outcome.REJECTED:
             kind = "fail"  # the receiver definitely refused: this call wrote nothing

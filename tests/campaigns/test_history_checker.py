@@ -12,12 +12,16 @@ import pytest
 
 from decisionflow import reasons
 from decisionflow.client import (
+    ApproveResult,
     Consistency,
     Decision,
     DecisionConflict,
     EffectRecord,
     LookupAnswer,
     LookupStatus,
+    OperationState,
+    OperationView,
+    Outcome,
     Receipt,
     Unavailable,
 )
@@ -192,3 +196,33 @@ def test_recorder_writes_one_completion_per_invocation(tmp_path: Path) -> None:
     ]
     assert events[-1].decision == "APPROVE" and events[-1].outcome == "DECISION_CONFLICT"
     assert check(events, [_effect(OK_OP, "rcpt-1")], _lookups([_effect(OK_OP, "rcpt-1")], (OK_OP, LOST_OP))).holds
+
+
+def _answer(op: str, decision: Decision, outcome: Outcome) -> ApproveResult:
+    state = OperationState.COMMITTED if outcome is Outcome.COMMITTED else OperationState.DECLINED
+    receipt = Receipt("rcpt-1", OperationId(op), NOW) if outcome is Outcome.COMMITTED else None
+    operation = OperationView(op, CASE, state, decision, "rita", NOW, receipt, 1, NOW, "", None, NOW)
+    return ApproveResult(outcome, False, operation)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [_answer(OK_OP, Decision.DECLINE, Outcome.COMMITTED), _answer(DECLINED_OP, Decision.APPROVE, Outcome.COMMITTED)],
+    ids=["another decision", "another operation"],
+)
+def test_an_answer_carrying_another_decision_or_operation_is_a_violation(tmp_path: Path, answer: ApproveResult) -> None:
+    # What the client reads is the answer's operation: an Approve told COMMITTED whose operation says
+    # DECLINE (or is another operation) told the client something that was not recorded.
+    history = History(tmp_path / "history.jsonl")
+    with history.call("c1", "approve", OK_OP, CASE) as done:
+        done.answered(answer)
+    history.close()
+    effects = [_effect(OK_OP, "rcpt-1")]
+    result = check(load(tmp_path / "history.jsonl"), effects, _lookups(effects, (OK_OP,)), {OK_OP: Decision.APPROVE})
+    assert not result.holds and result.decisions_changed == 1
+    # The answer as it should be holds.
+    history = History(tmp_path / "good.jsonl")
+    with history.call("c1", "approve", OK_OP, CASE) as done:
+        done.answered(_answer(OK_OP, Decision.APPROVE, Outcome.COMMITTED))
+    history.close()
+    assert check(load(tmp_path / "good.jsonl"), effects, _lookups(effects, (OK_OP,)), {OK_OP: Decision.APPROVE}).holds
