@@ -44,6 +44,7 @@ from orchestrator.domain import (
 )
 from orchestrator.schema import metadata
 from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.store import _statements as q
 from tests.stores.orchestrator_model import Refused, StoreModel
 from tests.support.sql_scopes import recording, unqualified_statements
 
@@ -373,4 +374,6 @@ def test_the_store_answers_what_the_model_holds(orchestrator_engine: sa.Engine, 
                 derandomize=False,
             ),
         )
+    # The background decisions alone run the approval's statements: the check below saw them.
+    assert str(q.DECIDE) in recorder.statements and len(recorder.statements) > 10
     assert unqualified_statements(list(recorder.statements.values())) == []

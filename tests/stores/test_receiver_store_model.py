@@ -208,4 +208,5 @@ def test_the_receiver_store_answers_what_the_model_holds(
                 suppress_health_check=[HealthCheck.too_slow],
             ),
         )
+    assert len(recorder.statements) > 5  # Apply's, Lookup's, the listing's, the prune's: the check below saw them
     assert unqualified_statements(list(recorder.statements.values())) == []
