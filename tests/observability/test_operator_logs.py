@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -18,6 +19,7 @@ from decisionflow.processes import ServiceProcess, spawn
 from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, ProcessStack, orchestrator_args
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
 from tests.support.cli import ROOT
+from tests.support.logs import read_log
 from tests.support.stack import CHECKPOINT_KEY, approve, start_request
 
 APPROVE = "/decisionflow.v1.ReviewService/Approve"
@@ -158,11 +160,10 @@ def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
     assert unknown[0]["code"] == "UNAVAILABLE" and unknown[0]["outcome"] == "unknown"
 
 
-def _json_lines(text: str) -> list[dict[str, object]]:
-    lines = [json.loads(line) for line in text.splitlines()]  # a line that is not JSON fails here
-    for line in lines:
-        assert {"time", "level", "logger", "message"} <= line.keys(), line
-    return lines
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    log = read_log(text)
+    log.assert_json_only()
+    return log.records
 
 
 def test_every_line_is_json_the_listening_line_and_the_frameworks_own_included(tmp_path: Path) -> None:
