@@ -361,9 +361,7 @@ class DecisionService:
             operation = await self._store.release_attempt(proposal.operation_id, attempt.lease_until)
             if isinstance(unknown, ReceiverRefusedCaller):
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
-                what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"
-                message = f"{what}; the operation stays open to a re-drive"
-                _log(message, proposal, decided.reviewer, Outcome.UNKNOWN, code=unknown.code)
+                _log(_refused_caller(proposal, unknown), proposal, decided.reviewer, Outcome.UNKNOWN, code=unknown.code)
             else:
                 # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
                 _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN)
@@ -373,6 +371,20 @@ class DecisionService:
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
         _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state))
         return DecisionResult(operation, outcome_of(operation.state), replay)
+
+
+def _refused_caller(proposal: Proposal, refused: ReceiverRefusedCaller) -> str:
+    """What is known after the receiver refused the orchestrator or could not be reached, and no more."""
+    ended = f"the Apply of {proposal.operation_id} ended {refused.code} after {refused.attempts} attempt(s) ({refused})"
+    if refused.may_have_written:
+        return (
+            f"{ended}: the effect may have been written (a reply lost after the receiver committed ends the "
+            "same way); the outcome is Unknown until a lookup at the receiver settles it (a re-drive or the reconciler)"
+        )
+    return (
+        f"{ended}: the receiver refused the orchestrator itself before any work, never the payload; "
+        "the operation stays Unknown and open to a re-drive"
+    )
 
 
 def _log(message: str, proposal: Proposal, principal: str, outcome: Outcome | Decision, *, code: str = "") -> None:
