@@ -28,6 +28,7 @@ CONTEXT_FIELDS = (
     "pid",
     "event",
     "port",
+    "source",
 )
 
 

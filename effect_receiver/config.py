@@ -83,6 +83,7 @@ FAULTS = Setting(
 TRANSPORT = settings.transport_settings("RECEIVER")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
 LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
+GRPC_LOG_LEVEL = settings.grpc_log_level_setting("RECEIVER")
 METRICS = settings.metrics_settings("RECEIVER", workers=True)
 PORT_FILE = settings.PORT_FILE
 WORKERS = settings.workers_setting("RECEIVER")
@@ -103,6 +104,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     *METRICS.all,
     WORKERS,
     LOG_LEVEL,
+    GRPC_LOG_LEVEL,
     PORT_FILE,
 )
 # What decisionflow-receiver prune-keys reads: the same database and retention as the server.
@@ -123,6 +125,7 @@ class ReceiverConfig:
     faults: FaultPlan = field(default_factory=FaultPlan)
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
+    grpc_log_level: str = "error"
     port_file: Path | None = None
     security: ServerSecurity = field(default_factory=ServerSecurity)
     transport: TransportLimits = field(default_factory=TransportLimits)
@@ -160,6 +163,7 @@ def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
             faults=values.required(FAULTS),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
             log_level=values.required(LOG_LEVEL),
+            grpc_log_level=values.required(GRPC_LOG_LEVEL),
             port_file=values[PORT_FILE],
             security=server_security.from_values(values),
             transport=TransportLimits.from_values(values, TRANSPORT),

@@ -99,6 +99,7 @@ FAILPOINTS_SETTING = Setting(
 TRANSPORT = settings.transport_settings("ORCHESTRATOR")
 SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("ORCHESTRATOR")
 LOG_LEVEL = settings.log_level_setting("ORCHESTRATOR", "info")
+GRPC_LOG_LEVEL = settings.grpc_log_level_setting("ORCHESTRATOR")
 METRICS = settings.metrics_settings("ORCHESTRATOR", workers=True)
 PORT_FILE = settings.PORT_FILE
 WORKERS = settings.workers_setting("ORCHESTRATOR")
@@ -123,6 +124,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     FAILPOINTS_SETTING,
     SHUTDOWN_GRACE_SECONDS,
     LOG_LEVEL,
+    GRPC_LOG_LEVEL,
     PORT_FILE,
 )
 
@@ -155,6 +157,7 @@ class OrchestratorConfig:
     failpoints: str = ""
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
+    grpc_log_level: str = "error"
     port_file: Path | None = None
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
@@ -189,6 +192,7 @@ def from_namespace(
             failpoints=values.required(FAILPOINTS_SETTING),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
             log_level=values.required(LOG_LEVEL),
+            grpc_log_level=values.required(GRPC_LOG_LEVEL),
             port_file=values[PORT_FILE],
             metrics_port=values[METRICS.port],
             metrics_address=values.required(METRICS.address),

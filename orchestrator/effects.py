@@ -87,7 +87,7 @@ class ReceiverEffects:
             # REPLY_LOST is the receiver's fault switch: it committed and withheld the reply, so it
             # accepted the Apply; the effect's fate is simply unknown to this caller.
             if error.code in CALLER_REFUSAL_CODES and error.reason != reasons.REPLY_LOST:
-                raise ReceiverRefusedCaller(_describe(error), code=error.code.name) from error
+                raise ReceiverRefusedCaller(_describe(error), code=error.code.name, attempts=error.attempts) from error
             if error.definite:
                 raise EffectRefused(_describe(error), code=error.code.name) from error
             raise EffectIndeterminate(_describe(error), code=error.code.name) from error

@@ -37,6 +37,7 @@ from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
+from orchestrator.holders import LeaseHolder
 from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
 from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.metrics import OrchestratorMetrics
@@ -122,10 +123,13 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def lease_holder() -> str:
-    """Return the name this process takes attempt leases under: host, process id and a random
-    instance tag (a restarted container may run under the same host name and process id)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+def attempt_budget(seconds: float) -> AttemptBudget:
+    """Return the attempt budget of this process: its leases taken under its name (orchestrator.holders),
+    and the leases of this host's ended processes taken over at once."""
+    me = LeaseHolder.this_process()
+    if me is None:  # no /proc: a random instance tag, and no holder is known to have ended
+        return AttemptBudget(seconds, f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}")
+    return AttemptBudget(seconds, me.name, me.has_ended)
 
 
 def check_receiver_channel(config: OrchestratorConfig) -> None:
@@ -200,7 +204,7 @@ async def create_server(
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
-            attempt_budget=AttemptBudget(config.receiver_timeout_seconds, lease_holder()),
+            attempt_budget=attempt_budget(config.receiver_timeout_seconds),
         )
         return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock)))
 

@@ -4,7 +4,9 @@ Besides the gRPC server families (``decisionflow.metrics``): Approve outcomes, r
 ApproveResponse; the operations per state and the age of the oldest unconfirmed one, read from the
 orchestrator's own database when scraped (so an alert on them needs no reconciler); the bytes of
 sealed checkpoints written; the latency of each Apply sent to the receiver and the errors it ended in,
-by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orchestrator itself). The service code
+by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orchestrator itself), with the
+time of the last such refusal and of the last Apply the receiver accepted (an alert compares them, so it
+fires from a refusal until an Apply succeeds, however long no approval comes in). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
 """
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -52,6 +54,8 @@ RECEIVER_ERROR_CODES = (
     "UNAVAILABLE",
     "DEADLINE_EXCEEDED",
 )
+# The receiver refusing the orchestrator's own credentials: no approval commits until they are fixed.
+CREDENTIAL_REFUSAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 # The Apply budget defaults to 5 s and a caller may allow more; the buckets reach past it.
 RECEIVER_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A scrape storm reads the database at most once per this many seconds.
@@ -180,6 +184,18 @@ class OrchestratorMetrics:
         )
         for code in RECEIVER_ERROR_CODES:
             self.receiver_call_errors.labels(code=code)
+        self.receiver_last_refusal = Gauge(
+            "decisionflow_receiver_last_refusal_timestamp_seconds",
+            "Unix time of the last Apply the receiver refused with UNAUTHENTICATED or PERMISSION_DENIED (it "
+            "refused the orchestrator's credentials); 0 when none since this process started",
+            registry=self.registry,
+        )
+        self.receiver_last_applied = Gauge(
+            "decisionflow_receiver_last_applied_timestamp_seconds",
+            "Unix time of the last Apply the receiver accepted (created or replayed); 0 when none since this "
+            "process started",
+            registry=self.registry,
+        )
 
     def record_approval(self, response: review_pb2.ApproveResponse) -> None:
         """Count one Approve answer."""
@@ -191,13 +207,20 @@ class OrchestratorMetrics:
         return Observers({APPROVE_METHOD: self.record_approval})
 
     def timed(self, effects: EffectPort) -> EffectPort:
-        """Return effects with each Apply timed on decisionflow_receiver_call_seconds and each error counted on
-        decisionflow_receiver_call_errors_total."""
-        return TimedEffects(
-            effects,
-            lambda result, seconds: self.receiver_call_seconds.labels(result).observe(seconds),
-            lambda code: self.receiver_call_errors.labels(code).inc(),
-        )
+        """Return effects with each Apply timed on decisionflow_receiver_call_seconds, each error counted on
+        decisionflow_receiver_call_errors_total, and the times of the last accepted Apply and of the last refusal
+        of the credentials noted."""
+        return TimedEffects(effects, self._observe_apply, self._count_receiver_error)
+
+    def _observe_apply(self, result: str, seconds: float) -> None:
+        self.receiver_call_seconds.labels(result).observe(seconds)
+        if result == "committed":
+            self.receiver_last_applied.set_to_current_time()
+
+    def _count_receiver_error(self, code: str) -> None:
+        self.receiver_call_errors.labels(code).inc()
+        if code in CREDENTIAL_REFUSAL_CODES:
+            self.receiver_last_refusal.set_to_current_time()
 
     def watch(self, tally: Callable[[], OperationTally], clock: Callable[[], datetime]) -> None:
         """Report the operations gauges from tally (the store's) at scrape time."""

@@ -40,9 +40,19 @@ class EffectIndeterminate(Exception):
 
 
 class ReceiverRefusedCaller(EffectIndeterminate):
-    """The receiver refused the orchestrator, not the payload (UNAUTHENTICATED, PERMISSION_DENIED,
-    RESOURCE_EXHAUSTED, UNAVAILABLE): this Apply was not accepted, so the operation stays open to a
-    re-drive; an operator must fix the credentials or the receiver's capacity."""
+    """The Apply ended UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED or UNAVAILABLE: the receiver
+    refused the orchestrator or the moment, or could not be reached, never the payload; the operation
+    stays open to a re-drive, and an operator must fix the credentials or the receiver.
+
+    may_have_written is False only when the one attempt made was refused before any work (its code
+    one of the first three): UNAVAILABLE is also how a reply lost after the receiver committed ends,
+    and a retried call's earlier attempts ended unsure.
+    """
+
+    def __init__(self, message: str, *, code: str, attempts: int = 1) -> None:
+        super().__init__(message, code=code)
+        self.attempts = attempts
+        self.may_have_written = code == "UNAVAILABLE" or attempts > 1
 
 
 class KeyRetentionRefused(EffectIndeterminate):

@@ -94,6 +94,7 @@ UNHEALTHY_AFTER_FAILED_PASSES = Setting(
     parse=settings.integer(1, 1_000_000),
 )
 LOG_LEVEL = settings.log_level_setting("RECONCILER", "warning")
+GRPC_LOG_LEVEL = settings.grpc_log_level_setting("RECONCILER")
 INTERVAL = Setting(
     "interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True, parse=settings.positive_seconds
 )
@@ -113,6 +114,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     METRICS_ADDRESS,
     UNHEALTHY_AFTER_FAILED_PASSES,
     LOG_LEVEL,
+    GRPC_LOG_LEVEL,
     INTERVAL,
 )
 
@@ -147,6 +149,7 @@ class ReconcilerConfig:
     no_redrive: bool = False
     json: bool = False
     log_level: str = "warning"
+    grpc_log_level: str = "error"
 
     @property
     def grace(self) -> timedelta:
@@ -214,6 +217,7 @@ def from_namespace(
             no_redrive=values.required(NO_REDRIVE),
             json=values.required(JSON),
             log_level=values.required(LOG_LEVEL),
+            grpc_log_level=values.required(GRPC_LOG_LEVEL),
         )
     except SettingError as error:
         cli.error(str(error))

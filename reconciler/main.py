@@ -22,7 +22,7 @@ from typing import TextIO
 
 import grpc
 
-from decisionflow import logs, startup
+from decisionflow import grpc_core_logs, logs, startup
 from decisionflow.channels import check_cleartext_token, open_channel
 from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
@@ -220,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = config.log_level == "debug"
     # Exit 1 means "Unknowns are too old": a failure to run, of any kind, must not be mistaken for it.
     try:
-        return run_once(config) if config.once else run_interval(config)
+        with grpc_core_logs.routed(config.grpc_log_level):
+            return run_once(config) if config.once else run_interval(config)
     except StartupError as error:
         startup.report(PROGRAM, error, logger, debug=debug, service=SERVICE)
     except Exception as exc:

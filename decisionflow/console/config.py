@@ -146,6 +146,7 @@ SESSION_LIFETIME_SECONDS = Setting(
 )
 METRICS = settings.metrics_settings("CONSOLE", port_note=" (the console's own /healthz is on its main port)")
 LOG_LEVEL = settings.log_level_setting("CONSOLE", "info")
+GRPC_LOG_LEVEL = settings.grpc_log_level_setting("CONSOLE")
 PORT_FILE = settings.PORT_FILE
 
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -164,6 +165,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     SESSION_LIFETIME_SECONDS,
     *METRICS.all,
     LOG_LEVEL,
+    GRPC_LOG_LEVEL,
     PORT_FILE,
 )
 
@@ -188,6 +190,7 @@ class ConsoleConfig:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     log_level: str = "info"
+    grpc_log_level: str = "error"
     port_file: Path | None = None
 
     def __repr__(self) -> str:
@@ -246,6 +249,7 @@ def from_namespace(cli: argparse.ArgumentParser, ns: argparse.Namespace, environ
             metrics_port=values[METRICS.port],
             metrics_address=values.required(METRICS.address),
             log_level=values.required(LOG_LEVEL),
+            grpc_log_level=values.required(GRPC_LOG_LEVEL),
             port_file=values[PORT_FILE],
         )
     except SettingError as error:

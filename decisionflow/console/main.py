@@ -20,7 +20,7 @@ from types import FrameType
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from decisionflow import logs, startup
+from decisionflow import grpc_core_logs, logs, startup
 from decisionflow.addresses import split_host_port
 from decisionflow.console import config as configuration
 from decisionflow.console.app import create_app
@@ -111,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = configuration.load(sys.argv[1:] if argv is None else argv, os.environ)
     logs.configure(config.log_level)
     try:
-        serve(config)
+        with grpc_core_logs.routed(config.grpc_log_level):
+            serve(config)
     except StartupError as error:
         return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service=SERVICE)
     return 0

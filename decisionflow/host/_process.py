@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from decisionflow import logs, migrating, startup, tracing, workers
+from decisionflow import grpc_core_logs, logs, migrating, startup, tracing, workers
 from decisionflow.host._lifecycle import C, Host, Service
 from decisionflow.startup import StartupError
 
@@ -82,14 +82,17 @@ def _report(service: Service[Any], config: C, error: StartupError) -> int:
 def _serve_process(
     service: Service[C], config: C, environ: Mapping[str, str], ready: workers.Ready | None = None
 ) -> int:
-    # Tracing starts exporter threads: in a worker process, after the fork.
+    # Tracing starts exporter threads, and the core's log relay its reader: in a worker process, after the fork.
     if not tracing.configure_or_exit(service.program, service.program, environ):
         service.without_tracing()
+    relay = grpc_core_logs.CoreLogRelay(config.grpc_log_level)
     try:
-        run_server(serve(service, config, ready))
+        run_server(serve(service, config, ready), before_exit=relay.stop)
     except StartupError as error:
+        relay.stop()
         return _report(service, config, error)
     except Exception:
+        relay.stop()
         service.logger.exception("%s failed", service.program, extra={"service": service.name})
         return 1
 
@@ -164,8 +167,9 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
-    """Run serve() to its end, then end the process with status 0 at once; an exception propagates."""
+def run_server(serve: Coroutine[Any, Any, None], before_exit: Callable[[], None] = lambda: None) -> NoReturn:
+    """Run serve() to its end, call before_exit, then end the process with status 0 at once; an exception
+    propagates (before_exit not called)."""
     # A call cancelled when the grace period runs out can leave its database work running in a
     # worker thread (waiting on a lock for as long as the busy timeout allows), and asyncio.run,
     # then the interpreter, would wait for that thread without bound. The work is one atomic
@@ -179,6 +183,7 @@ def run_server(serve: Coroutine[Any, Any, None]) -> NoReturn:
         asyncio.set_event_loop(None)
         loop.close()  # unlike asyncio.run, does not wait for the default executor's threads
     tracing.shutdown()  # exports the spans still queued
+    before_exit()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -11,7 +11,7 @@ as a usage error (exit status 2).
 Parts: ``_setting`` (the declaration, SettingError, the README table), ``_values`` (options,
 resolution and parsing into SettingValues), ``_parsers`` (text to typed values), ``_security``
 (secrets from files, checkpoint keys, the cleartext opt-in), ``_transport`` (a server's transport
-limits) and ``_service`` (what every server declares alike: log level, shutdown grace, workers,
+limits) and ``_service`` (what every server declares alike: log levels, shutdown grace, workers,
 port file, migration, metrics).
 """
 
@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from decisionflow.settings._parsers import (
     FALSE_WORDS,
+    GRPC_LOG_LEVELS,
     LOG_LEVELS,
     TRUE_WORDS,
     boolean,
+    grpc_log_level,
     integer,
     log_level,
     non_empty,
@@ -46,6 +48,7 @@ from decisionflow.settings._service import (
     PORT_FILE,
     MetricsSettings,
     check_workers_address,
+    grpc_log_level_setting,
     log_level_setting,
     metrics_settings,
     migrate_mode,
@@ -59,6 +62,7 @@ from decisionflow.settings._values import SettingValues, add_settings, parse_set
 
 __all__ = [
     "FALSE_WORDS",
+    "GRPC_LOG_LEVELS",
     "LOG_LEVELS",
     "MAX_WORKERS",
     "MIGRATE_MODES",
@@ -76,6 +80,8 @@ __all__ = [
     "cleartext_token_setting",
     "database_url_file_setting",
     "from_file",
+    "grpc_log_level",
+    "grpc_log_level_setting",
     "integer",
     "log_level",
     "log_level_setting",

@@ -10,6 +10,7 @@ from pathlib import Path
 from decisionflow import addresses
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+GRPC_LOG_LEVELS = ("off", "error", "warning", "info")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
 
@@ -55,6 +56,14 @@ def log_level(value: str) -> str:
     level = value.strip().lower()
     if level not in LOG_LEVELS:
         raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, not {value!r}")
+    return level
+
+
+def grpc_log_level(value: str) -> str:
+    """Return one of off, error, warning or info (any case in, lower case out)."""
+    level = value.strip().lower()
+    if level not in GRPC_LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(GRPC_LOG_LEVELS)}, not {value!r}")
     return level
 
 

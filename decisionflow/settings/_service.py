@@ -1,5 +1,5 @@
 """The settings every server (or every service) declares alike, named per service
-(``DECISIONFLOW_<SERVICE>_...``): log level, shutdown grace, worker processes, the port file,
+(``DECISIONFLOW_<SERVICE>_...``): log level, gRPC core's log level, shutdown grace, worker processes, the port file,
 schema migration at start and the metrics endpoint."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decisionflow import addresses
-from decisionflow.settings._parsers import integer, log_level, non_empty, path, port, seconds
+from decisionflow.settings._parsers import grpc_log_level, integer, log_level, non_empty, path, port, seconds
 from decisionflow.settings._setting import Setting, SettingError
 
 
@@ -16,6 +16,20 @@ def log_level_setting(service: str, default: str) -> Setting[str]:
     """The ``--log-level`` setting of a service (``DECISIONFLOW_<SERVICE>_LOG_LEVEL``)."""
     return Setting(
         "log_level", f"DECISIONFLOW_{service}_LOG_LEVEL", "debug, info, warning or error", default, parse=log_level
+    )
+
+
+def grpc_log_level_setting(service: str) -> Setting[str]:
+    """The ``--grpc-log-level`` setting of a service (``DECISIONFLOW_<SERVICE>_GRPC_LOG_LEVEL``): which of
+    gRPC core's own lines its log keeps, as JSON lines (decisionflow.grpc_core_logs)."""
+    return Setting(
+        "grpc_log_level",
+        f"DECISIONFLOW_{service}_GRPC_LOG_LEVEL",
+        "gRPC core's own log lines kept in the log, as JSON lines on the logger grpc: off, error, warning or "
+        "info (info adds, for example, a peer's GOAWAY; gRPC's GRPC_TRACE and GRPC_VERBOSITY=debug add its "
+        "traces at info)",
+        "error",
+        parse=grpc_log_level,
     )
 
 

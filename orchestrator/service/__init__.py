@@ -10,8 +10,8 @@ checkpoint and the ``commit`` step records the decision once, records the attemp
 calls the receiver with the operation id as key.
 
 Parts: ``_proposals`` (start, edit, read), ``_decisions`` (decide, commit, replay, drive),
-``_attempts`` (each attempt's budget and lease), ``_operations`` (the reconciler's API), ``_runs``
-(workflow runs and their checkpoints).
+``_attempts`` (each attempt's budget and lease), ``_outcome_lines`` (what is logged of an outcome),
+``_operations`` (the reconciler's API), ``_runs`` (workflow runs and their checkpoints).
 """
 
 from __future__ import annotations

@@ -8,12 +8,14 @@ to record the receiver's answer. So a holder that crashes mid-attempt pins the o
 budget + margin, whatever deadline its caller set: after that a replay, RedriveOperation or a
 reconciler pass may drive it again. An Approve sent with a 300 s deadline that crashed after its
 decision held its operation for 301 s when the caller's deadline set the lease; it now holds it for
-6 s under the default budget.
+6 s under the default budget. And a holder known to have ended (a process of the same host that is
+gone: ``orchestrator.holders``) holds it no longer: the next attempt takes its lease over at once.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -32,14 +34,22 @@ class Attempt:
     lease_until: datetime
 
 
+def _not_known_to_have_ended(_holder: str) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptBudget:
-    """The service's own bound on each attempt, and the name its leases are taken under."""
+    """The service's own bound on each attempt, the name its leases are taken under, and which other
+    holders it knows have ended."""
 
     # At most this long for one attempt's Apply, retries included.
     seconds: float = DEFAULT_ATTEMPT_BUDGET_SECONDS
     # Who holds the leases this service takes: its process (host:pid:instance), for operators.
     holder: str = "orchestrator"
+    # True for a holder known to have ended (a process of this host that is gone, orchestrator.holders):
+    # its lease is taken over at once. Never true for a holder that may still be running.
+    ended: Callable[[str], bool] = _not_known_to_have_ended
 
     def start(self, now: datetime, deadline: float | None) -> Attempt:
         """Return an attempt starting at now (wall clock) whose Apply ends by the earlier of the caller's

@@ -49,6 +49,7 @@ from orchestrator.ports import (
 )
 from orchestrator.service._attempts import Attempt, AttemptBudget
 from orchestrator.service._in_time import answer_by, answer_from_store
+from orchestrator.service._outcome_lines import log_outcome, refused_caller
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
@@ -163,7 +164,7 @@ class DecisionService:
             except DecisionAlreadyRecorded as race:
                 return await self._replay(race.recorded, decided.decision, deadline)
             self._failpoints.hit(AFTER_DECISION)
-            _log("decision recorded", proposal, decided.reviewer, decided.decision)
+            log_outcome("decision recorded", proposal, decided.reviewer, decided.decision)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
         operation_id = proposal.operation_id
         # A replay that reads this decision before our Apply has answered awaits this drive. A drive
@@ -198,7 +199,7 @@ class DecisionService:
         operation = await self._store.record_decision(
             decided, proposal.case_id, (), FirstAttempt(payload, digest, attempt.lease_until, self._budget.holder)
         )
-        _log("decision recorded", proposal, decided.reviewer, decided.decision)
+        log_outcome("decision recorded", proposal, decided.reviewer, decided.decision)
         # Both crash points are after the one transaction: the decision and the attempt are durable.
         return await self._apply_holding(proposal, decided, operation, attempt, replay=False)
 
@@ -265,17 +266,34 @@ class DecisionService:
         self, proposal: Proposal, decided: RecordedDecision, deadline: float
     ) -> tuple[Operation, Attempt] | Operation:
         """Record an attempt under a lease (returned with it), or return the operation as another
-        attempt's answer left it, or as it stands when deadline passed while that attempt held it."""
+        attempt's answer left it, or as it stands when deadline passed while that attempt held it. A
+        lease whose holder is known to have ended (a process of this host that is gone) is taken over."""
         payload, digest = effect_payload(proposal, decided)
+        ended: str | None = None
         while True:
             now = self._clock()
             attempt = self._budget.start(now, deadline)
             try:
                 operation = await self._store.record_attempt(
-                    proposal.operation_id, payload, digest, now, attempt.lease_until, holder=self._budget.holder
+                    proposal.operation_id,
+                    payload,
+                    digest,
+                    now,
+                    attempt.lease_until,
+                    holder=self._budget.holder,
+                    ended_holder=ended,
                 )
                 return operation, attempt
             except AttemptInFlight as held:
+                holder = held.operation.attempt_lease_holder
+                if holder is not None and holder != ended and self._budget.ended(holder):
+                    logger.warning(
+                        "taking over the attempt lease of %s, a process of this host that has ended",
+                        holder,
+                        extra={"operation_id": proposal.operation_id, "case_id": proposal.case_id},
+                    )
+                    ended = holder
+                    continue
                 waited = await self._await_lease(held.operation, deadline)
                 if waited is not None:
                     return waited
@@ -355,35 +373,21 @@ class DecisionService:
             receipt = await self._effects.apply(request, deadline=attempt.apply_by)
         except EffectRefused as refused:
             operation = await self._store.record_rejection(proposal.operation_id, str(refused), self._clock())
-            _log("effect rejected", proposal, decided.reviewer, Outcome.REJECTED)
+            log_outcome("effect rejected", proposal, decided.reviewer, Outcome.REJECTED)
             return DecisionResult(operation, Outcome.REJECTED, replay)
         except EffectIndeterminate as unknown:
             operation = await self._store.release_attempt(proposal.operation_id, attempt.lease_until)
             if isinstance(unknown, ReceiverRefusedCaller):
                 # An error: no approval commits until an operator fixes the credentials or the receiver.
-                what = f"receiver did not accept the Apply of {proposal.operation_id}: {unknown}"
-                message = f"{what}; the operation stays open to a re-drive"
-                _log(message, proposal, decided.reviewer, Outcome.UNKNOWN, code=unknown.code)
+                log_outcome(
+                    refused_caller(proposal, unknown), proposal, decided.reviewer, Outcome.UNKNOWN, code=unknown.code
+                )
             else:
                 # A warning: the effect may or may not exist until a re-drive or the reconciler settles it.
-                _log(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN)
+                log_outcome(f"effect outcome unknown: {unknown}", proposal, decided.reviewer, Outcome.UNKNOWN)
             retention = unknown.refusal if isinstance(unknown, KeyRetentionRefused) else None
             return DecisionResult(operation, outcome_of(operation.state), replay, retention)
         self._failpoints.hit(AFTER_RECEIVER_OK)
         operation = await self._store.record_receipt(proposal.operation_id, receipt, self._clock())
-        _log("effect committed", proposal, decided.reviewer, outcome_of(operation.state))
+        log_outcome("effect committed", proposal, decided.reviewer, outcome_of(operation.state))
         return DecisionResult(operation, outcome_of(operation.state), replay)
-
-
-def _log(message: str, proposal: Proposal, principal: str, outcome: Outcome | Decision, *, code: str = "") -> None:
-    """Note the outcome on the call's access line; log a line of its own at warning when the outcome is
-    unknown, at error when the receiver refused the caller (code), and at info only outside a served call.
-
-    Logs and spans carry the outcome's lowercase label ("committed", or the decision recorded), as they always have.
-    """
-    tracing.annotate(operation_id=proposal.operation_id, case_id=proposal.case_id, outcome=outcome.label)
-    level = logging.ERROR if code else logging.WARNING if outcome is Outcome.UNKNOWN else logging.INFO
-    if level == logging.INFO and tracing.in_served_call():
-        return  # the access line says it: one line per call
-    extra = {"operation_id": proposal.operation_id, "case_id": proposal.case_id, "principal": principal}
-    logger.log(level, message, extra={**extra, "outcome": outcome.label, **({"code": code} if code else {})})

@@ -34,6 +34,7 @@ from orchestrator.store._columns import state_text
 from orchestrator.store._housekeeping import Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._rows import operation_from, review_from, sealed_checkpoint_from
+from orchestrator.store._takeover import RECORD_ATTEMPT_OVER_ENDED
 
 MAX_REJECTION_REASON_CHARS = 2000
 
@@ -291,17 +292,20 @@ class OrchestratorStore:
         lease_until: datetime,
         *,
         holder: str | None = None,
+        ended_holder: str | None = None,
     ) -> Operation:
         """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
         the operation until lease_until in holder's name; raise NotRedrivable unless the operation is
-        APPROVED or UNKNOWN, AttemptInFlight while another attempt's lease holds it.
+        APPROVED or UNKNOWN, AttemptInFlight while another attempt's lease holds it (a lease held in
+        ended_holder's name, a holder known to have ended, is taken over).
 
         The payload is stored on the first attempt and reused by every later one.
         """
+        statement = q.RECORD_ATTEMPT if ended_holder is None else RECORD_ATTEMPT_OVER_ENDED
 
         def work(conn: sa.Connection) -> Operation:
             row = conn.execute(
-                q.RECORD_ATTEMPT,
+                statement,
                 {
                     "b_operation_id": operation_id,
                     "b_now": now,
@@ -309,6 +313,7 @@ class OrchestratorStore:
                     "b_digest": digest,
                     "b_lease_until": lease_until,
                     "b_lease_holder": holder,
+                    "b_ended_holder": ended_holder,
                 },
             ).first()
             if row is not None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.logs import read_log_file
+
 pytestmark = pytest.mark.slow
 
 EXPECTED = {
@@ -141,9 +143,10 @@ def test_demo_with_two_worker_processes_per_service(tmp_path: Path) -> None:
     assert verdict["workers"] == 2
     assert "2 worker processes per service" in done.stdout
     for name in ("receiver", "orchestrator-A", "orchestrator-B"):
-        lines = [json.loads(line) for line in (state_dir / "logs" / f"{name}.log").read_text().splitlines()]
-        workers = {line["worker"] for line in lines if "worker" in line}
-        assert workers == {0, 1}, name  # both workers of every launch logged (the receiver was launched 4 times)
+        log = read_log_file(state_dir / "logs" / f"{name}.log")
+        workers = {record["worker"] for record in log.records if "worker" in record}
+        # Both workers of every launch logged (the receiver was launched 4 times).
+        assert workers == {0, 1}, (name, log.foreign)
     # The transcript names the parents; no worker outlives them.
     assert _processes_naming(str(state_dir)) == []
 

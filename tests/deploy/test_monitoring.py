@@ -7,7 +7,10 @@ files use is exposed by a running service: tests/metrics/test_processes.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +116,81 @@ def test_the_receiver_error_alert_counts_refused_credentials_and_leaves_refused_
 
 def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
     [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
-    assert "decisionflow_receiver_call_errors_total" in rule["expr"] and 'job="orchestrator"' in rule["expr"]
-    assert "UNAUTHENTICATED" in rule["expr"] and "PERMISSION_DENIED" in rule["expr"]
+    assert "decisionflow_receiver_last_refusal_timestamp_seconds" in rule["expr"]
+    assert "decisionflow_receiver_last_applied_timestamp_seconds" in rule["expr"]
+    assert 'job="orchestrator"' in rule["expr"]
     assert rule["labels"]["severity"] == "page"
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is not None:
+        return found
+    reason = "promtool not installed (apt-get install prometheus)"
+    if os.environ.get("DECISIONFLOW_REQUIRE_PROMTOOL") == "1" or os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; required here (CI=true or DECISIONFLOW_REQUIRE_PROMTOOL=1)")
+    pytest.skip(reason)
+
+
+# One orchestrator process's gauges, a value a minute from time 0: its Apply refused for the
+# credentials at 1 min, no approval for 40 min, then one accepted at 45 min, and refused again at 60 min.
+# A second process never refused.
+REFUSED_THEN_SILENT = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{{job="orchestrator",instance="a:9101"}}'
+        values: '0 60x58 3600x10'
+      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{{job="orchestrator",instance="a:9101"}}'
+        values: '0x44 2700x25'
+      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{{job="orchestrator",instance="b:9101"}}'
+        values: '0x70'
+      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{{job="orchestrator",instance="b:9101"}}'
+        values: '0x20 1260x50'
+    alert_rule_test:
+{cases}
+"""
+FIRING = """      - eval_time: {minute}m
+        alertname: DecisionflowReceiverRefusesOrchestrator
+        exp_alerts:
+          - exp_labels: {{severity: page, instance: "a:9101"}}
+            exp_annotations:
+              summary: "The receiver refuses the credentials of the orchestrator at a:9101 (last refused Apply \\
+                {when}, none accepted since)"
+              description: {description}
+"""
+QUIET = """      - eval_time: {minute}m
+        alertname: DecisionflowReceiverRefusesOrchestrator
+        exp_alerts: []
+"""
+
+
+def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_approval_comes(
+    tmp_path: Path,
+) -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
+    description = json.dumps(rule["annotations"]["description"])
+    first, again = "1970-01-01 00:01:00 +0000 UTC", "1970-01-01 01:00:00 +0000 UTC"
+    cases = [
+        QUIET.format(minute=0),
+        FIRING.format(minute=2, when=first, description=description),
+        # 5, 10 and 40 minutes after the last refused Apply, with no Apply since: still firing.
+        *(FIRING.format(minute=minute, when=first, description=description) for minute in (6, 11, 41)),
+        QUIET.format(minute=46),  # an Apply accepted at 45 min ends it
+        FIRING.format(minute=61, when=again, description=description),  # refused again: fires again
+    ]
+    tests = tmp_path / "refusal-alert-test.yml"
+    tests.write_text(
+        REFUSED_THEN_SILENT.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases))
+    )
+
+    done = subprocess.run(
+        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _jobs_matched(expr: str) -> set[str]:

@@ -10,15 +10,25 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, ProcessStack, orchestrator_args
+from decisionflow.stack import (
+    CHECKPOINT_KEYS_ENV,
+    ORCHESTRATOR_MODULE,
+    RECEIVER_MODULE,
+    ProcessStack,
+    orchestrator_args,
+    receiver_args,
+)
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
 from tests.support.cli import ROOT
-from tests.support.stack import CHECKPOINT_KEY, approve, start_request
+from tests.support.logs import read_log
+from tests.support.reply_cutter import ReplyCutter
+from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 APPROVE = "/decisionflow.v1.ReviewService/Approve"
 START = "/decisionflow.v1.ReviewService/StartReview"
@@ -152,17 +162,54 @@ def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
         assert line["operation_id"] == operation_id and line["case_id"] == "T-1042", line
         assert line["level"] == "info" and line["code"] == "UNAVAILABLE" and line["rpc"] == "Apply"
     assert [line["attempt"] for line in retries] == list(range(1, len(retries) + 1))
-    # The receiver answered UNAVAILABLE through every retry: an error an operator must see, never a rejection.
-    unknown = [e for e in log if str(e["message"]).startswith("receiver did not accept the Apply")]
-    assert len(unknown) == 1 and unknown[0]["level"] == "error" and unknown[0]["operation_id"] == operation_id
-    assert unknown[0]["code"] == "UNAVAILABLE" and unknown[0]["outcome"] == "unknown"
+    # The receiver answered UNAVAILABLE through every retry: an error an operator must see, never a rejection,
+    # and never "nothing written": UNAVAILABLE is also how a reply lost after a commit ends.
+    [unknown] = [e for e in log if e["level"] == "error"]
+    assert unknown["operation_id"] == operation_id and unknown["code"] == "UNAVAILABLE"
+    assert unknown["outcome"] == "unknown"
+    assert f"after {len(retries) + 1} attempt(s)" in str(unknown["message"])
+    assert "the effect may have been written" in str(unknown["message"])
 
 
-def _json_lines(text: str) -> list[dict[str, object]]:
-    lines = [json.loads(line) for line in text.splitlines()]  # a line that is not JSON fails here
-    for line in lines:
-        assert {"time", "level", "logger", "message"} <= line.keys(), line
-    return lines
+@pytest.mark.slow
+def test_a_reply_lost_after_the_receiver_committed_is_logged_as_what_is_known(tmp_path: Path) -> None:
+    receiver = spawn(RECEIVER_MODULE, receiver_args(f"sqlite:///{tmp_path / 'receiver.db'}"), tmp_path, "receiver")
+    cutter = ReplyCutter(receiver.port)
+    try:
+        orchestrator = spawn(
+            ORCHESTRATOR_MODULE,
+            orchestrator_args(f"sqlite:///{tmp_path / 'orch.db'}", cutter.target),
+            tmp_path,
+            "orchestrator",
+            env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
+        )
+        try:
+            with grpc.insecure_channel(orchestrator.target) as channel:
+                review = review_pb2_grpc.ReviewServiceStub(channel)
+                operation_id = review.StartReview(start_request(), timeout=15).proposal.operation_id
+                result = review.Approve(approve(operation_id), timeout=15)
+        finally:
+            assert orchestrator.stop() == 0
+    finally:
+        cutter.close()
+        assert receiver.stop() == 0
+
+    # Every attempt reached the receiver, which wrote the effect once; every reply was lost.
+    assert result.outcome == common_pb2.OUTCOME_UNKNOWN
+    assert count(f"sqlite:///{tmp_path / 'receiver.db'}", "SELECT count(*) FROM effects") == 1
+    assert cutter.replies_cut >= 2
+    [line] = [e for e in _log(orchestrator) if e["level"] == "error"]
+    message = str(line["message"])
+    assert (line["operation_id"], line["code"], line["outcome"]) == (operation_id, "UNAVAILABLE", "unknown")
+    assert "did not accept" not in message and "wrote nothing" not in message
+    assert "the effect may have been written" in message
+    assert "the outcome is Unknown until a lookup at the receiver settles it" in message
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    log = read_log(text)
+    log.assert_json_only()
+    return log.records
 
 
 def test_every_line_is_json_the_listening_line_and_the_frameworks_own_included(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 deadline, across real processes: an Approve sent with a 300 s deadline whose orchestrator dies right
 after recording the decision holds the operation for the budget and a second, not for 300 s; `ops
 describe` on the restarted orchestrator shows the dead holder and that expiry; once it has passed,
-one reconciler pass settles the operation to one effect. And the store's contract for the holder,
-on SQLite and PostgreSQL: recorded with the lease, replaced by the next holder, cleared with it."""
+one reconciler pass settles the operation to one effect. A restarted orchestrator on the same host
+takes over the lease of its dead predecessor at once (a replay commits within a deadline far shorter
+than the lease), never the lease of a live one. And the store's contract for the holder, on SQLite
+and PostgreSQL: recorded with the lease, replaced by the next holder, cleared with it, and taken over
+only in the name of the ended holder."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,11 +22,12 @@ import grpc
 import pytest
 
 from decisionflow import db
-from decisionflow.processes import child_environment
+from decisionflow.processes import child_environment, spawn
+from decisionflow.stack import RECEIVER_MODULE, receiver_args
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import OperationId, Receipt
 from orchestrator.service._attempts import LEASE_MARGIN_SECONDS
-from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.store import AttemptInFlight, OrchestratorStore, migrate
 from tests.support.reconciling import run_reconciler
 from tests.support.seeding import proposal_for, seed_decided
 from tests.support.servers import ServiceProcess
@@ -104,6 +109,103 @@ def test_a_crashed_holder_pins_its_operation_for_the_budget_not_the_callers_dead
         receiver.stop()
 
 
+# A budget long enough that waiting out a lease could not fit in the replay's deadline.
+LONG_BUDGET_FLAGS = ("--receiver-timeout-seconds", "60")
+REPLAY_DEADLINE_SECONDS = 20.0
+
+
+def _operation(orchestrator: ServiceProcess, op: str) -> review_pb2.Operation:
+    with grpc.insecure_channel(orchestrator.target) as channel:
+        review = review_pb2_grpc.ReviewServiceStub(channel)
+        return review.GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=5).operation
+
+
+@pytest.mark.slow
+def test_a_restarted_orchestrator_takes_over_its_dead_predecessors_lease_at_once(tmp_path: Path) -> None:
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
+    receiver = spawn_receiver(tmp_path, receiver_url)
+    try:
+        crashing = spawn_orchestrator(
+            tmp_path,
+            orchestrator_url,
+            receiver,
+            "crashing",
+            failpoints="orchestrator.after_attempt=exit",
+            extra=LONG_BUDGET_FLAGS,
+        )
+        with grpc.insecure_channel(crashing.target) as channel:
+            review = review_pb2_grpc.ReviewServiceStub(channel)
+            op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+            with pytest.raises(grpc.RpcError):
+                review.Approve(approve(op), timeout=30)
+        assert crashing.process.wait(15) == 86  # died holding the lease it recorded, reaped
+
+        restarted = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "restarted", extra=LONG_BUDGET_FLAGS)
+        try:
+            held = json.loads(_describe(restarted, op, "--json"))
+            dead_holder = held["attempt_lease"]["holder"]
+            assert dead_holder.split(":")[1] == str(crashing.process.pid)
+            # Waiting out this lease could not fit in the replay's deadline.
+            assert held["lease_expires_in_seconds"] > REPLAY_DEADLINE_SECONDS
+            assert count(receiver_url, "SELECT count(*) FROM effects") == 0
+
+            with grpc.insecure_channel(restarted.target) as channel:
+                review = review_pb2_grpc.ReviewServiceStub(channel)
+                replayed = review.Approve(approve(op), timeout=REPLAY_DEADLINE_SECONDS)
+
+            assert replayed.outcome == common_pb2.OUTCOME_COMMITTED and replayed.replay
+            settled = _operation(restarted, op)
+            assert settled.state == common_pb2.OPERATION_STATE_COMMITTED and settled.attempts == 2
+            assert count(receiver_url, "SELECT count(*) FROM effects") == 1
+            taken = [
+                line
+                for line in restarted.log().splitlines()
+                if "taking over the attempt lease of " + dead_holder in line
+            ]
+            assert len(taken) == 1, restarted.log()
+        finally:
+            assert restarted.stop() == 0
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.slow
+def test_a_live_orchestrators_lease_on_the_same_host_is_waited_for_never_taken(tmp_path: Path) -> None:
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
+    # Every Apply commits, then its answer is held past the caller's deadline: an attempt in flight.
+    receiver = spawn(RECEIVER_MODULE, [*receiver_args(receiver_url), "--faults", "delay=1"], tmp_path, "receiver")
+    try:
+        budget = ("--receiver-timeout-seconds", "8")
+        first = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "first", extra=budget)
+        second = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "second", extra=budget)
+        try:
+            with grpc.insecure_channel(first.target) as channel, ThreadPoolExecutor(1) as pool:
+                review = review_pb2_grpc.ReviewServiceStub(channel)
+                op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+                approving = pool.submit(review.Approve, approve(op), timeout=30)
+                while not (operation := _operation(second, op)).HasField("attempt_lease"):
+                    assert not approving.done(), approving.result()
+                    time.sleep(0.02)
+                live_holder = operation.attempt_lease.holder
+                assert live_holder.split(":")[1] == str(first.pid)
+
+                with grpc.insecure_channel(second.target) as other:
+                    replayed = review_pb2_grpc.ReviewServiceStub(other).Approve(approve(op), timeout=2)
+                # The second waited for the live holder's attempt: no attempt of its own, the lease untouched.
+                assert replayed.outcome == common_pb2.OUTCOME_UNKNOWN
+                during = _operation(second, op)
+                assert (during.attempts, during.attempt_lease.holder) == (1, live_holder)
+                assert approving.result().outcome == common_pb2.OUTCOME_UNKNOWN
+            assert "taking over" not in second.log()
+        finally:
+            assert second.stop() == 0 and first.stop() == 0
+    finally:
+        receiver.stop()
+    assert count(receiver_url, "SELECT count(*) FROM effects") == 1
+
+
 def test_the_store_records_who_holds_a_lease_and_clears_it_with_the_lease(database_url: str) -> None:
     engine = db.create_engine(database_url)
     try:
@@ -123,9 +225,38 @@ def test_the_store_records_who_holds_a_lease_and_clears_it_with_the_lease(databa
         released = store.release_attempt(op, t0 + timedelta(seconds=13))
         assert (released.attempt_lease_holder, released.attempt_lease_until) == (None, None)
 
+        # A lease is taken over in the name of the ended holder only, before it passes.
         store.record_attempt(op, payload, digest, t0 + timedelta(seconds=14), t0 + timedelta(seconds=20), holder="c")
+        with pytest.raises(AttemptInFlight):
+            store.record_attempt(
+                op,
+                payload,
+                digest,
+                t0 + timedelta(seconds=15),
+                t0 + timedelta(seconds=21),
+                holder="d",
+                ended_holder="x",
+            )
+        over = store.record_attempt(
+            op, payload, digest, t0 + timedelta(seconds=15), t0 + timedelta(seconds=21), holder="d", ended_holder="c"
+        )
+        assert (over.attempt_lease_holder, over.attempt_lease_until, over.attempts) == (
+            "d",
+            t0 + timedelta(seconds=21),
+            held.attempts + 3,
+        )
+        with pytest.raises(AttemptInFlight):  # "c" no longer holds it: a second taker finds "d"
+            store.record_attempt(
+                op,
+                payload,
+                digest,
+                t0 + timedelta(seconds=15),
+                t0 + timedelta(seconds=22),
+                holder="e",
+                ended_holder="c",
+            )
         committed = store.record_receipt(
-            op, Receipt("rcpt-1", OperationId(op), t0 + timedelta(seconds=15)), t0 + timedelta(seconds=15)
+            op, Receipt("rcpt-1", OperationId(op), t0 + timedelta(seconds=16)), t0 + timedelta(seconds=16)
         )
         assert (committed.attempt_lease_holder, committed.attempt_lease_until) == (None, None)
     finally:

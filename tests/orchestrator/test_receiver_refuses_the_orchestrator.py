@@ -21,6 +21,8 @@ from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS = "decisionflow_receiver_call_errors_total"
+LAST_REFUSAL = "decisionflow_receiver_last_refusal_timestamp_seconds"
+LAST_APPLIED = "decisionflow_receiver_last_applied_timestamp_seconds"
 
 
 def _log_lines(text: str) -> list[dict[str, object]]:
@@ -75,7 +77,11 @@ def test_a_receiver_refusing_the_orchestrators_token_leaves_the_approval_unknown
         assert "UNAUTHENTICATED" in str(refusal["message"]) and op in str(refusal["message"])
         [access] = [line for line in lines if line.get("rpc") == "/decisionflow.v1.ReviewService/Approve"]
         assert access["level"] == "warning" and "OK outcome unknown" in str(access["message"])
-        assert scrape(metrics_port).value(ERRORS, code="UNAUTHENTICATED") == 1
+        refused = scrape(metrics_port)
+        assert refused.value(ERRORS, code="UNAUTHENTICATED") == 1
+        # What the alert compares: a refusal noted, no Apply accepted since.
+        assert refused.value(LAST_REFUSAL) > refused.value(LAST_APPLIED) == 0
+        assert "refused the orchestrator itself before any work" in str(refusal["message"])
         assert count(stack.receiver_url, "SELECT count(*) FROM effects") == 0
 
         receiver_credentials.write_text(with_writer, encoding="utf-8")
@@ -94,5 +100,7 @@ def test_a_receiver_refusing_the_orchestrators_token_leaves_the_approval_unknown
         assert redrive.returncode == 0, redrive.stderr
         assert json.loads(redrive.stdout)["outcome"] == "COMMITTED"
         assert count(stack.receiver_url, "SELECT count(*) FROM effects") == 1
+        accepted = scrape(metrics_port)
+        assert accepted.value(LAST_APPLIED) >= accepted.value(LAST_REFUSAL) == refused.value(LAST_REFUSAL)
     finally:
         stack.close()

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from decisionflow import db
 from decisionflow.failpoints import EXIT_STATUS
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from tests.support.logs import read_log
 from tests.support.receiver import ReceiverProcess, apply_request, count_rows, new_operation_id, spawn_receiver
 
 CREATED = effect_receiver_pb2.APPLY_RESULT_CREATED
@@ -101,5 +102,5 @@ def test_sigterm_stops_a_serving_receiver_cleanly(tmp_path: Path, receiver_proce
     assert check.status == health_pb2.HealthCheckResponse.SERVING
     child.process.send_signal(signal.SIGTERM)
     assert child.process.wait(10) == 0
-    logged = [json.loads(line) for line in child.stderr().splitlines()]
+    logged = read_log(child.stderr()).records
     assert [entry["message"] for entry in logged if entry["logger"] == "effect_receiver"][-1] == "stopped"

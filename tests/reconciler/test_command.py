@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,6 +27,7 @@ from decisionflow.processes import child_environment as command_env
 from decisionflow.processes import free_port
 from reconciler.config import load
 from reconciler.main import main
+from tests.support.logs import read_log
 from tests.support.reconciling import (
     ROOT,
     closed_port,
@@ -112,11 +114,11 @@ def test_exit_status_follows_what_is_left_unconfirmed(make_stack: Callable[..., 
     assert open_count(stack.orchestrator_url) == 0
 
 
-def _log_lines(stderr: str) -> list[dict[str, object]]:
+def _log_lines(stderr: str) -> list[dict[str, Any]]:
     """Every stderr line as a JSON log line (the human summary is on stdout); one that is not fails."""
-    lines = [json.loads(line) for line in stderr.splitlines()]
-    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines), lines
-    return lines
+    log = read_log(stderr)
+    log.assert_json_only()
+    return log.records
 
 
 @pytest.mark.slow
