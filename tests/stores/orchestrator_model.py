@@ -219,14 +219,23 @@ class StoreModel:
         return self.operation(op)
 
     def record_attempt(
-        self, operation_id: str, payload: bytes, digest: str, now: datetime, lease_until: datetime, holder: str
+        self,
+        operation_id: str,
+        payload: bytes,
+        digest: str,
+        now: datetime,
+        lease_until: datetime,
+        holder: str,
+        ended_holder: str | None = None,
     ) -> Operation:
-        """An attempt on an open operation whose lease is free or has passed; it keeps the first payload."""
+        """An attempt on an open operation whose lease is free, has passed, or is held in the name of
+        ended_holder (a holder known to have ended); it keeps the first payload."""
         operation = self.operation(operation_id)
         stored = self.operations[operation_id]
         if stored.state not in OPEN_STATES:
             raise Refused("NotRedrivable", operation_id, operation.state)
-        if stored.lease_until is not None and stored.lease_until > now:
+        taken_over = ended_holder is not None and stored.lease_holder == ended_holder
+        if stored.lease_until is not None and stored.lease_until > now and not taken_over:
             raise Refused("AttemptInFlight", operation)
         if stored.state is not OperationState.UNKNOWN:
             stored.state_changed_at = now

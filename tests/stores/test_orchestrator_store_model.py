@@ -245,16 +245,23 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         self.fresh(op)
 
     @precondition(lambda self: bool(self.model.operations))
-    @rule(data=st.data(), holder=st.sampled_from(HOLDERS), wait=st.integers(0, 6), lease=st.integers(1, 8))
-    def attempt(self, data: st.DataObject, holder: str, wait: int, lease: int) -> None:
-        """An attempt (the first, a repeated Approve's, or a re-drive by another holder once a lease passed)."""
+    @rule(
+        data=st.data(),
+        holder=st.sampled_from(HOLDERS),
+        wait=st.integers(0, 6),
+        lease=st.integers(1, 8),
+        ended=st.sampled_from([None, *HOLDERS]),
+    )
+    def attempt(self, data: st.DataObject, holder: str, wait: int, lease: int, ended: str | None) -> None:
+        """An attempt (the first, a repeated Approve's, a re-drive by another holder once a lease passed,
+        or a takeover of the lease of a holder known to have ended)."""
         op = data.draw(st.sampled_from(self.operation_ids()))
         at = self.tick(wait)
         until = at + timedelta(seconds=lease)
         payload, digest = f"payload {op} {holder}".encode(), f"digest-{holder[:6]}"
         answer = self.both(
-            lambda: self.store.record_attempt(op, payload, digest, at, until, holder=holder),
-            lambda: self.model.record_attempt(op, payload, digest, at, until, holder),
+            lambda: self.store.record_attempt(op, payload, digest, at, until, holder=holder, ended_holder=ended),
+            lambda: self.model.record_attempt(op, payload, digest, at, until, holder, ended),
         )
         if answer is not None:
             self.leases.setdefault(op, []).append(until)

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 import effect_receiver.store
 from orchestrator.schema import decisions, operations
-from orchestrator.store import _inbox, _statements
+from orchestrator.store import _inbox, _statements, _takeover
 from tests.support.sql_scopes import compiled, unqualified_in_subqueries, unqualified_statements
 
 
@@ -24,7 +24,7 @@ def prebuilt(module: ModuleType) -> list[sa.ClauseElement]:
     return found
 
 
-@pytest.mark.parametrize("module", [_statements, _inbox, effect_receiver.store], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [_statements, _takeover, _inbox, effect_receiver.store], ids=lambda m: m.__name__)
 def test_prebuilt_statements_name_their_tables_inside_subqueries(module: ModuleType) -> None:
     statements = prebuilt(module)
     assert statements, f"{module.__name__} builds no statement at import"
