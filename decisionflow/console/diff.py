@@ -67,6 +67,12 @@ def _policy_changes(parent: ProposalView, proposal: ProposalView) -> tuple[str, 
         changes.append(f"policy {old.name} {old.version_label} → {new.name} {new.version_label}")
     if old.allowance_units != new.allowance_units:
         changes.append(f"allowance {old.allowance_units} → {new.allowance_units} units")
-    if dict(old.rules) != dict(new.rules):
-        changes.append("rules changed")
+    before, after = dict(old.rules), dict(new.rules)
+    for key in sorted(before.keys() | after.keys()):
+        if key not in before:
+            changes.append(f"rule {key} = {after[key]} added")
+        elif key not in after:
+            changes.append(f"rule {key} = {before[key]} removed")
+        elif before[key] != after[key]:
+            changes.append(f"rule {key}: {before[key]} → {after[key]}")
     return tuple(changes)

@@ -1,43 +1,24 @@
 """Rendering: Jinja2 templates with autoescaping always on, so every value a page shows (proposal
-text, ids, names from the provider, messages from the orchestrator) is text, never markup."""
+text, ids, names from the provider, messages from the orchestrator) is text, never markup; what a
+proposal says is shown through ``decisionflow.console.marking``."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from decisionflow.console import csrf
+from decisionflow.console.marking import reveal
 from decisionflow.console.refusals import Refusal
 from decisionflow.console.web import current_session
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
-
-
-# Characters that change how the text around them is shown without showing themselves: direction
-# overrides, embeddings and isolates, and zero-width marks and joiners. A reviewer approves the
-# text the operation id binds, so each one is shown where it is ("Trojan Source" reordering).
-_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-_MARKER = Markup('<span class="hidden-char" title="invisible character {0}">⟦{0}⟧</span>')
-
-
-def reveal(text: str) -> Markup:
-    """Return text escaped, with each invisible formatting character shown as a marked ⟦U+XXXX⟧."""
-    parts: list[Markup] = []
-    end = 0
-    for found in _HIDDEN.finditer(text):
-        parts.append(escape(text[end : found.start()]))
-        parts.append(_MARKER.format(f"U+{ord(found.group()):04X}"))
-        end = found.end()
-    parts.append(escape(text[end:]))
-    return Markup("").join(parts)
 
 
 def age(moment: datetime | None, now: datetime | None = None) -> str:
@@ -75,13 +56,16 @@ class Pages:
         """Return template rendered with context, the person signed in (or None) and the CSRF field."""
         session = current_session(request)
         person = session.person if session is not None and session.signed_in else None
-        page = self._env.get_template(template).render(
-            person=person,
-            csrf_field=csrf.FIELD,
-            csrf_token=session.csrf_token if session is not None else "",
-            **context,
+        page = self.html(
+            template, person=person, csrf_token=session.csrf_token if session is not None else "", **context
         )
         return HTMLResponse(page, status_code=status)
+
+    def html(self, template: str, *, person: Any, csrf_token: str, **context: Any) -> str:
+        """Return template rendered with context for person (None: nobody signed in)."""
+        return self._env.get_template(template).render(
+            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, **context
+        )
 
     def refusal(self, request: Request, refusal: Refusal) -> HTMLResponse:
         """Return the page of a refusal, with its HTTP status."""

@@ -3,15 +3,17 @@ and starting a case. Each POST carries the operation id the page showed; the orc
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, ProposalView
+from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, OperationView, ProposalView
 from decisionflow.console.diff import ProposalDiff, proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
+from decisionflow.console.marking import revealed
 from decisionflow.console.orchestrator import Orchestrator
 from decisionflow.console.pages import Pages
 from decisionflow.console.refusals import explain, proposal_path
@@ -32,6 +34,11 @@ def signed_in(request: Request) -> Session | None:
 def to_sign_in(request: Request) -> Response:
     """Return a redirect to the sign-in that comes back to this page."""
     return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+
+def proposal_page(proposal: ProposalView, operation: OperationView, changes: ProposalDiff | None) -> dict[str, Any]:
+    """The proposal page's context: what the proposal and its changes say, every string marked (marking)."""
+    return {"proposal": revealed(proposal), "operation": operation, "changes": revealed(changes)}
 
 
 class ReviewPages:
@@ -62,7 +69,7 @@ class ReviewPages:
         return self._pages.render(
             request,
             "inbox.html",
-            entries=page.entries,
+            entries=revealed(tuple(page.entries)),
             filters=filters,
             next_page=next_page,
             first_page="/?" + urlencode(kept),
@@ -92,9 +99,7 @@ class ReviewPages:
             changes = await self._changes(session, record.proposal)
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing="read this proposal", role="reviewer"))
-        return self._pages.render(
-            request, "proposal.html", proposal=record.proposal, operation=record.operation, changes=changes
-        )
+        return self._pages.render(request, "proposal.html", **proposal_page(record.proposal, record.operation, changes))
 
     async def _changes(self, session: Session, proposal: ProposalView) -> ProposalDiff | None:
         if not proposal.parent_operation_id:

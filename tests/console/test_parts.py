@@ -26,8 +26,8 @@ from decisionflow.console import csrf
 from decisionflow.console.config import load, public_url
 from decisionflow.console.diff import proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
+from decisionflow.console.marking import reveal
 from decisionflow.console.operator_pages import _last_lookup
-from decisionflow.console.pages import reveal
 from decisionflow.console.refusals import explain
 from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
 from decisionflow.console.signin import local_path
