@@ -54,8 +54,8 @@ def test_approve_commits_then_a_repeat_is_a_replay_and_decline_is_a_conflict(
     op = str(cli("start", str(proposal_file(tmp_path)), principal="ava").document["operation_id"])
 
     approved = cli("approve", op)
-    again = cli("approve", op)
-    declined = cli("decline", op)
+    again = cli("approve", op, "--json")  # taken as ops and receiver take it: the same one JSON object
+    declined = cli("decline", op, "--json")
 
     assert approved.exit_code == 0, approved.stderr
     assert approved.document["outcome"] == "COMMITTED" and approved.document["replay"] is False

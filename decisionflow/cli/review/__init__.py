@@ -53,6 +53,11 @@ def register(subparsers: Subparsers) -> None:
             name, help=summary, description=description, epilog=EXIT_CODES_HELP, parents=[connection]
         )
         parser.set_defaults(func=handler)
+        if name != "pending":
+            # These commands always answer one JSON object on stdout; the flag is taken as ops and receiver take it.
+            parser.add_argument(
+                "--json", action="store_true", help="print one JSON object on stdout (these commands always do)"
+            )
         return parser
 
     start = command(
