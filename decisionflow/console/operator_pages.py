@@ -82,9 +82,13 @@ class OperatorPages:
         return self._pages.render(request, "operation.html", operation=operation, now=datetime.now(UTC))
 
     async def confirm_redrive(self, request: Request) -> Response:
-        """Ask before a re-drive: say what it does."""
-        if signed_in(request) is None:
+        """Ask before a re-drive: say what it does (to an operator; anyone else is refused, as the POST is)."""
+        session = signed_in(request)
+        if session is None:
             return to_sign_in(request)
+        refused = await self._unless_operator(request, session, "re-drive operations")
+        if refused is not None:
+            return refused
         return self._pages.render(request, "confirm_redrive.html", operation_id=request.path_params["operation_id"])
 
     async def redrive(self, request: Request) -> Response:
@@ -103,9 +107,13 @@ class OperatorPages:
         )
 
     async def settle_form(self, request: Request) -> Response:
-        """Show the form that records a lookup made at the receiver."""
-        if signed_in(request) is None:
+        """Show the form that records a lookup made at the receiver (to an operator; anyone else is refused)."""
+        session = signed_in(request)
+        if session is None:
             return to_sign_in(request)
+        refused = await self._unless_operator(request, session, "settle operations")
+        if refused is not None:
+            return refused
         return self._pages.render(
             request, "settle.html", operation_id=request.path_params["operation_id"], problem="", values={}
         )
@@ -135,6 +143,16 @@ class OperatorPages:
         return self._pages.render(
             request, "settled.html", settled=result.settled, operation=result.operation, now=datetime.now(UTC)
         )
+
+    async def _unless_operator(self, request: Request, session: Session, doing: str) -> Response | None:
+        """The refusal page (403 for a missing role) when the orchestrator does not serve this person the
+        operator's calls, else None. The console asks, with one read of the desk's first row; it decides nothing."""
+        try:
+            async for _ in self._operations(session).list_operations([OperationState.UNKNOWN], page_size=1):
+                break
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing=doing, role="operator"))
+        return None
 
     def _operations(self, session: Session) -> AsyncOperationsClient:
         return self._orchestrator.operations(_token(session))

@@ -51,3 +51,22 @@ def test_four_eyes_refuses_the_author_and_records_the_other_reviewer(
     finally:
         other.close()
     assert console.stack.effects("T-4eyes") == 1
+
+
+def test_the_operator_confirmation_pages_refuse_anyone_but_an_operator(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    # The POSTs are refused by the orchestrator; the pages that lead to them are refused the same way,
+    # before a reviewer is asked to confirm what they may not do.
+    console = make_console()
+    console.sign_in(page, "rita", groups=["reviewers"])
+    operation_id = "op-v1-" + "a" * 64
+    for path in (f"/operations/{operation_id}/redrive", f"/operations/{operation_id}/settle"):
+        response = page.goto(console.url(path))
+        assert response is not None and response.status == 403, path
+        expect(page.locator("h1")).to_have_text("You need the operator role")
+    page.context.clear_cookies()
+    console.sign_in(page, "olga", groups=["operators"])
+    for path in (f"/operations/{operation_id}/redrive", f"/operations/{operation_id}/settle"):
+        response = page.goto(console.url(path))
+        assert response is not None and response.status == 200, path
