@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -40,6 +40,11 @@ HEALTH_PATH = "/healthz"
 async def healthz(_: Request) -> Response:
     """Answer SERVING while the process serves requests (the orchestrator is not asked)."""
     return PlainTextResponse("SERVING\n")
+
+
+async def favicon(_request: Request) -> Response:
+    """The console's icon, where browsers ask for it (an SVG: the CSP allows images from the console only)."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
 
 def create_app(
@@ -81,6 +86,7 @@ def create_app(
         Route("/operations/{operation_id}/redrive", operator.redrive, methods=["POST"]),
         Route("/operations/{operation_id}/settle", operator.settle_form),
         Route("/operations/{operation_id}/settle", operator.settle, methods=["POST"]),
+        Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

@@ -3,6 +3,8 @@ and starting a case. Each POST carries the operation id the page showed; the orc
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,7 +18,7 @@ from decisionflow.console.forms import FormError, ProposalForm
 from decisionflow.console.marking import revealed
 from decisionflow.console.orchestrator import Orchestrator
 from decisionflow.console.pages import Pages
-from decisionflow.console.refusals import explain, proposal_path
+from decisionflow.console.refusals import Link, explain, proposal_path
 from decisionflow.console.sessions import Session
 from decisionflow.console.signin import posted_form
 from decisionflow.console.web import current_session
@@ -34,6 +36,10 @@ def signed_in(request: Request) -> Session | None:
 def to_sign_in(request: Request) -> Response:
     """Return a redirect to the sign-in that comes back to this page."""
     return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+
+# An operation id as the orchestrator writes it: only such a value is put in a link back.
+OPERATION_ID = re.compile(r"op-v1-[0-9a-f]{64}")
 
 
 def proposal_page(proposal: ProposalView, operation: OperationView, changes: ProposalDiff | None) -> dict[str, Any]:
@@ -119,7 +125,11 @@ class ReviewPages:
         try:
             result = await self._review(session).decide(operation_id, decision)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing=doing, role="reviewer", deciding=True))
+            refusal = explain(error, doing=doing, role="reviewer", deciding=True)
+            if refusal.link is None and OPERATION_ID.fullmatch(operation_id):
+                # A decision refused (four-eyes, a missing role, …) leads back to what was being decided.
+                refusal = dataclasses.replace(refusal, link=Link(proposal_path(operation_id), "Back to the proposal"))
+            return self._pages.refusal(request, refusal)
         return self._pages.render(request, "outcome.html", result=result, operation_id=operation_id)
 
     async def edit_form(self, request: Request) -> Response:

@@ -27,11 +27,11 @@ def test_approve_with_the_keyboard_only(make_console: Callable[..., ConsoleUnder
     page.keyboard.press("Enter")
     expect(page.locator("#outcome")).to_have_text("COMMITTED")
     assert stack.effects("T-keys") == 1
-    # Back on the proposal, Decline: decisions are final, and the page says which one stands.
+    # Back on the proposal: decisions are final; the page says which one stands and offers no action.
     page.go_back()
-    page.click("#decline")
-    expect(page.locator("h1")).to_have_text("Already decided")
-    expect(page.locator("#refusal")).to_contain_text("already recorded for this operation: approve")
+    expect(page.locator("#decided")).to_contain_text("Decided: approve")
+    for action in ("#approve", "#decline", "#edit"):
+        expect(page.locator(action)).to_have_count(0)
     assert stack.decisions() == 1
 
 
