@@ -21,6 +21,24 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 
 
+# A state as a person reads it; the code stays in the element's data-state attribute.
+_STATE_WORDS = {
+    "PENDING_REVIEW": "Pending review",
+    "APPROVED": "Approved, effect not yet attempted",
+    "UNKNOWN": "Unknown: the effect is not confirmed yet",
+    "COMMITTED": "Committed",
+    "DECLINED": "Declined",
+    "REJECTED": "Rejected by the receiver",
+    "SUPERSEDED": "Replaced by a newer proposal",
+}
+
+
+def in_words(state: Any) -> str:
+    """Return an operation state (enum or code) in words ("Pending review", not PENDING_REVIEW)."""
+    code = str(getattr(state, "value", state))
+    return _STATE_WORDS.get(code, code.replace("_", " ").capitalize())
+
+
 def age(moment: datetime | None, now: datetime | None = None) -> str:
     """Return how long ago moment was, in the largest whole unit that fits ("3 min", "2 h", "5 d")."""
     if moment is None:
@@ -51,6 +69,7 @@ class Pages:
         self._env.filters["age"] = age
         self._env.filters["when"] = when
         self._env.filters["reveal"] = reveal
+        self._env.filters["words"] = in_words
 
     def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         """Return template rendered with context, the person signed in (or None) and the CSRF field."""

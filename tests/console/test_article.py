@@ -26,7 +26,7 @@ def test_stale_tab_is_refused_and_the_current_proposal_commits_once(
     first = start_case(page, console)
     assert first.startswith("op-v1-")
     expect(page.locator("#body")).to_have_text(T1042_BODY)
-    expect(page.locator("#state")).to_have_text("PENDING_REVIEW")
+    expect(page.locator("#state")).to_have_text("Pending review")
 
     stale_tab = context.new_page()
     stale_tab.goto(console.url(f"/proposals/{first}"))

@@ -172,7 +172,7 @@ def test_the_documented_command_serves_the_console_until_ctrl_c(page: Page) -> N
         rows = page.locator("#inbox tbody tr")
         expect(rows).to_have_count(2)
         rows.filter(has_text="T-1042").get_by_role("link").first.click()
-        expect(page.locator("#state")).to_have_text("PENDING_REVIEW")
+        expect(page.locator("#state")).to_have_attribute("data-state", "PENDING_REVIEW")
         page.click("#approve")
         expect(page.locator("#outcome")).to_have_text("COMMITTED")
         assert _effects(state_dir, "T-1042") == 1

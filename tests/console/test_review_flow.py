@@ -22,7 +22,7 @@ def test_approve_with_the_keyboard_only(make_console: Callable[..., ConsoleUnder
     _tab_to(page, "#case_id")
     page.keyboard.type("T-keys")
     page.keyboard.press("Enter")
-    expect(page.locator("#state")).to_have_text("PENDING_REVIEW")
+    expect(page.locator("#state")).to_have_text("Pending review")
     _tab_to(page, "#approve")
     page.keyboard.press("Enter")
     expect(page.locator("#outcome")).to_have_text("COMMITTED")

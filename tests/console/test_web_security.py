@@ -96,7 +96,7 @@ def test_a_forged_form_is_refused_and_decides_nothing(
         assert response.status_code == 403
         assert "Form refused" in response.text
     assert stack.decisions() == 0
-    expect(page.locator("#state")).to_have_text("PENDING_REVIEW")
+    expect(page.locator("#state")).to_have_attribute("data-state", "PENDING_REVIEW")
 
 
 def test_headers_cookie_and_no_token_in_pages_or_urls(
