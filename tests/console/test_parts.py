@@ -28,7 +28,9 @@ from decisionflow.console.diff import proposal_diff
 from decisionflow.console.forms import FormError, ProposalForm
 from decisionflow.console.marking import reveal
 from decisionflow.console.operator_pages import _last_lookup
+from decisionflow.console.pages import Pages
 from decisionflow.console.refusals import explain
+from decisionflow.console.review_pages import proposal_page
 from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
 from decisionflow.console.signin import local_path
 
@@ -244,3 +246,21 @@ def test_the_desk_names_the_last_lookup_recorded_on_its_operations() -> None:
     earlier, later = datetime(2026, 12, 1, 9, 0, tzinfo=UTC), datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
     assert _last_lookup([[operation(None)], []]) is None
     assert _last_lookup([[operation(earlier), operation(None)], [operation(later)]]) == later
+
+
+OPERATION_SHOWN = OperationView(
+    "op-v1-b", "T-1", OperationState.PENDING_REVIEW, Decision.UNSPECIFIED, "", None, None, 0, None, "", None, None
+)
+
+
+def test_the_body_diff_marks_the_words_that_changed_within_a_line() -> None:
+    parent = _proposal("Please update to 4.2.1 today.\nThanks.\n", hold=2, op="op-v1-a")
+    changed = proposal_diff(parent, _proposal("Please update to 4.2.2 today.\nThanks.\nBye.\n", hold=2))
+    lines = [(line.mark, [(s.text, s.changed) for s in line.segments]) for line in changed.word_lines]
+    assert ("-", [("Please update to ", False), ("4.2.1", True), (" today.", False)]) in lines
+    assert ("+", [("Please update to ", False), ("4.2.2", True), (" today.", False)]) in lines
+    assert ("+", [("Bye.", True)]) in lines and (" ", [("Thanks.", False)]) in lines
+    page = Pages().html(
+        "proposal.html", person=None, csrf_token="t", **proposal_page(_proposal("x", 2), OPERATION_SHOWN, changed)
+    )
+    assert "<del>4.2.1</del>" in page and "<ins>4.2.2</ins>" in page and "<ins>Bye.</ins>" in page
