@@ -144,6 +144,21 @@ SESSION_LIFETIME_SECONDS = Setting(
     "28800",
     parse=settings.positive_seconds,
 )
+HEADER_TIMEOUT_SECONDS = Setting(
+    "header_timeout_seconds",
+    "DECISIONFLOW_CONSOLE_HEADER_TIMEOUT_SECONDS",
+    "a connection whose request head (request line and headers) is not complete this long after it opened, "
+    "or after its last response, is closed",
+    "10",
+    parse=settings.positive_seconds,
+)
+MAX_CONNECTIONS = Setting(
+    "max_connections",
+    "DECISIONFLOW_CONSOLE_MAX_CONNECTIONS",
+    "connections held at once; one beyond is closed as soon as it is made (keep it below the descriptor limit)",
+    "512",
+    parse=settings.integer(1, 1_000_000),
+)
 METRICS = settings.metrics_settings("CONSOLE", port_note=" (the console's own /healthz is on its main port)")
 LOG_LEVEL = settings.log_level_setting("CONSOLE", "info")
 GRPC_LOG_LEVEL = settings.grpc_log_level_setting("CONSOLE")
@@ -163,6 +178,8 @@ SETTINGS: tuple[Setting[Any], ...] = (
     OIDC_GROUPS_CLAIM,
     SESSION_KEY_FILE,
     SESSION_LIFETIME_SECONDS,
+    HEADER_TIMEOUT_SECONDS,
+    MAX_CONNECTIONS,
     *METRICS.all,
     LOG_LEVEL,
     GRPC_LOG_LEVEL,
@@ -187,6 +204,8 @@ class ConsoleConfig:
     oidc_scopes: str = "openid profile email"
     oidc_groups_claim: str = "groups"
     session_lifetime_seconds: float = 28800.0
+    header_timeout_seconds: float = 10.0
+    max_connections: int = 512
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     log_level: str = "info"
@@ -246,6 +265,8 @@ def from_namespace(cli: argparse.ArgumentParser, ns: argparse.Namespace, environ
             oidc_scopes=scopes,
             oidc_groups_claim=values.required(OIDC_GROUPS_CLAIM),
             session_lifetime_seconds=values.required(SESSION_LIFETIME_SECONDS),
+            header_timeout_seconds=values.required(HEADER_TIMEOUT_SECONDS),
+            max_connections=values.required(MAX_CONNECTIONS),
             metrics_port=values[METRICS.port],
             metrics_address=values.required(METRICS.address),
             log_level=values.required(LOG_LEVEL),

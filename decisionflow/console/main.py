@@ -25,6 +25,7 @@ from decisionflow.addresses import split_host_port
 from decisionflow.console import config as configuration
 from decisionflow.console.app import create_app
 from decisionflow.console.config import PROGRAM, ConsoleConfig
+from decisionflow.console.connections import uvicorn_limits
 from decisionflow.metrics import register_process_metrics, serve_metrics
 from decisionflow.startup import StartupError
 
@@ -89,6 +90,7 @@ def serve(config: ConsoleConfig) -> None:
                 lifespan="on",
                 server_header=False,
                 proxy_headers=False,
+                **uvicorn_limits(config.header_timeout_seconds, config.max_connections),
             )
         )
         # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handler it found:
