@@ -25,10 +25,12 @@ import urllib.request
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import flask
+import jinja2
 import jwt
 import werkzeug.serving
 
@@ -48,6 +50,10 @@ ALGORITHM = "RS256"
 # Any redirect URI is accepted by the mock; the code is read from the redirect, never followed.
 _REDIRECT_URI = "http://127.0.0.1/callback"
 _CLIENT_ID = "decisionflow-trial"
+
+
+# The provider's own page frame and error page, which load nothing from anywhere else.
+PAGES = Path(__file__).resolve().parent / "trial_pages"
 
 
 class TrialIdentityError(RuntimeError):
@@ -89,6 +95,9 @@ class TrialIdentityProvider:
         app.debug = False
         app.wsgi_app = app.wsgi_app.app  # type: ignore[attr-defined,method-assign]
         app.secret_key = secrets.token_bytes(16)
+        # Its pages (sign-in, errors) extend ours first: the mock's pull a stylesheet from a CDN, which
+        # offline leaves the page unstyled and online is a request to a third party.
+        app.jinja_loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(PAGES), app.jinja_loader])  # type: ignore[list-item]
         # The JWKS publishes the current key and those retired by rotate_key, as providers do.
         app.view_functions["oidc-provider-mock.jwks"] = self._jwks
         return app

@@ -5,6 +5,7 @@ decided, a refused decision leads back to its proposal, and every page has a ski
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from playwright.sync_api import Page, expect
 
@@ -61,3 +62,16 @@ def test_every_page_has_a_skip_link_and_the_icon_is_served(
     icon = page.request.get(console.url("/favicon.ico"))
     assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert missing == []
+
+
+def test_signing_in_loads_nothing_from_beyond_this_machine(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    # The trial provider's sign-in page is styled by the page itself: no stylesheet from a CDN.
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    console = make_console()
+    console.sign_in(page, "rita")
+    elsewhere = sorted(url for url in asked if urlsplit(url).hostname not in ("127.0.0.1", "localhost"))
+    assert elsewhere == []
+    assert any("authorize" in url for url in asked)  # the provider's page was among them
