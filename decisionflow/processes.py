@@ -164,9 +164,10 @@ def launch(
     own_session: bool = False,
     log_suffix: str = ".stderr",
     base_env: Mapping[str, str] | None = None,
+    announces_port: bool = True,
 ) -> ServiceProcess:
     """Start ``python -m module args --port-file FILE`` with base_env (default: this process's environment
-    without DECISIONFLOW_ settings) plus env.
+    without DECISIONFLOW_ settings) plus env (without ``--port-file`` when it announces no port: a job).
 
     Logs go to workdir/<name>.stdout and <name><log_suffix>; own_session keeps a terminal's Ctrl-C away from
     the child, so its starter decides when it stops. Call wait_ready() before dialling it.
@@ -177,7 +178,7 @@ def launch(
     stdout_path, stderr_path = workdir / f"{slug}.stdout", workdir / f"{slug}{log_suffix}"
     with stdout_path.open("ab") as out, stderr_path.open("ab") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, *args, "--port-file", str(port_file)],
+            [sys.executable, "-m", module, *args, *(["--port-file", str(port_file)] if announces_port else [])],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,

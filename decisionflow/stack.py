@@ -16,6 +16,7 @@ from decisionflow.processes import ServiceProcess, spawn
 CHECKPOINT_KEYS_ENV = "DECISIONFLOW_CHECKPOINT_KEYS"
 RECEIVER_MODULE = "effect_receiver.main"
 ORCHESTRATOR_MODULE = "orchestrator.main"
+RECONCILER_MODULE = "reconciler.main"
 
 
 def receiver_args(

@@ -83,6 +83,12 @@ def register(subparsers: Subparsers) -> None:
         help="with --console: the loopback address the console listens on (port 0 picks a free one; "
         "default: 127.0.0.1:8080)",
     )
+    parser.add_argument(
+        "--lose-replies",
+        action="store_true",
+        help="with --console: the receiver writes each effect and loses its reply, so every approval answers "
+        "Unknown until the demo's reconciler settles it by lookup (a few seconds later)",
+    )
     parser.set_defaults(func=_run_demo)
 
 
@@ -99,6 +105,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     if args.console:
         return _run_console(args)
+    if args.lose_replies:
+        raise CommandError("--lose-replies is for --console; the story loses one reply on its own")
     options = DemoOptions(
         state_dir=Path(args.state_dir) if args.state_dir else None,
         orchestrator_database_url=args.orchestrator_database_url,
@@ -124,6 +132,7 @@ def _run_console(args: argparse.Namespace) -> int:
         receiver_database_url=args.receiver_database_url,
         console_address=args.console_address,
         workers=args.workers,
+        lose_replies=args.lose_replies,
     )
     try:
         return run_console_demo(options)

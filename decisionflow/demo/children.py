@@ -81,14 +81,24 @@ class Children:
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return {**self.env, **(extra or {})}
 
-    def launch(self, name: str, module: str, args: Sequence[str], *, env: Mapping[str, str] | None = None) -> Service:
-        """Start ``python -m module args --port-file F``; wait_ready() then waits for its port."""
+    def launch(
+        self,
+        name: str,
+        module: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        announces_port: bool = True,
+    ) -> Service:
+        """Start ``python -m module args --port-file F``; wait_ready() then waits for its port (a job that
+        announces none, such as the reconciler's loop, is started without the flag and not waited for)."""
         service = launch(
             module,
             args,
             self.logs,
             name,
             env=env,
+            announces_port=announces_port,
             base_env=self.env,
             cwd=self.cwd,
             own_session=True,

@@ -31,11 +31,13 @@ from decisionflow.demo.children import Children, DemoError, Service, child_envir
 from decisionflow.demo.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, signals_interrupt, uninterruptible
 from decisionflow.demo.seeding import seed_cases
 from decisionflow.demo.stack import Transcript
+from decisionflow.demo.story import LOSE_EVERY_REPLY
 from decisionflow.processes import free_port
 from decisionflow.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
+    RECONCILER_MODULE,
     orchestrator_args,
     receiver_args,
 )
@@ -57,18 +59,28 @@ _TOKEN_LIFETIME = timedelta(hours=8)
 
 @dataclass(frozen=True)
 class Person:
-    """Someone to sign in as at the trial provider: their name, their group, what it lets them do."""
+    """Someone to sign in as at the trial provider: their name, their groups, what they let them do."""
 
     name: str
-    group: str
+    groups: tuple[str, ...]
     may: str
 
+    @property
+    def group(self) -> str:
+        """The groups as the invitation shows them."""
+        return "+".join(self.groups)
 
+
+# Author and reviewer at once: the demo's orchestrator runs the four-eyes rule, which refuses them their own.
+BOTH = "sam"
 PEOPLE = (
-    Person(ws.REVIEWER, "reviewers", "read a proposal, see what changed, approve or decline it"),
-    Person(ws.AUTHOR, "authors", "start a case, edit a proposal"),
-    Person(ws.OPERATOR, "operators", "the operator desk: find operations whose outcome is Unknown and settle them"),
+    Person(ws.REVIEWER, ("reviewers",), "read a proposal, see what changed, approve or decline it"),
+    Person(ws.AUTHOR, ("authors",), "start a case, edit a proposal"),
+    Person(ws.OPERATOR, ("operators",), "the operator desk: find operations whose outcome is Unknown and settle them"),
+    Person(BOTH, ("authors", "reviewers"), "start a case, then try to approve it: the four-eyes rule refuses"),
 )
+# A reconciler pass every this many seconds, over operations Unknown at least as long.
+RECONCILE_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,9 @@ class ConsoleDemoOptions:
     orchestrator_database_url: str | None = None
     receiver_database_url: str | None = None
     console_address: str = DEFAULT_CONSOLE_ADDRESS
+    # The receiver writes each effect and loses its reply: every approval answers Unknown until the
+    # reconciler settles it by lookup (a few seconds later).
+    lose_replies: bool = False
     workers: int = 1
     out: TextIO | None = None  # None: sys.stdout at the time of the run
 
@@ -131,8 +146,9 @@ def run_console_demo(options: ConsoleDemoOptions) -> int:
     with signals_interrupt():
         try:
             provider = _start_provider(say)
-            orchestrator = _start_services(workspace, children, provider, options.workers, say)
+            orchestrator, receiver = _start_services(workspace, children, provider, options, say)
             seed_cases(workspace, orchestrator.target, provider, say)
+            _start_reconciler(workspace, children, orchestrator, receiver, say)
             console = _start_console(workspace, children, provider, orchestrator, options.console_address)
             running = True  # before the invitation: a stop asked for once it is printed is a clean one
             _invite(say, console, options.console_address, workspace)
@@ -157,7 +173,7 @@ def _start_provider(say: Transcript) -> TrialIdentityProvider:
 
     provider = TrialIdentityProvider(AUDIENCE, token_lifetime=_TOKEN_LIFETIME).start()
     for person in PEOPLE:
-        provider.set_user(person.name, {"name": person.name.title(), "groups": [person.group]})
+        provider.set_user(person.name, {"name": person.name.title(), "groups": list(person.groups)})
     say.plain(
         f"trial identity provider at {provider.issuer}: FOR TRYING ONLY, anyone who reaches it signs in as "
         "anyone; never use it in a deployment"
@@ -181,16 +197,23 @@ def _oidc_flags(provider: TrialIdentityProvider, workspace: ws.Workspace) -> lis
 
 
 def _start_services(
-    workspace: ws.Workspace, children: Children, provider: TrialIdentityProvider, workers: int, say: Transcript
-) -> Service:
-    per_server = ["--workers", str(workers)] if workers > 1 else []
+    workspace: ws.Workspace,
+    children: Children,
+    provider: TrialIdentityProvider,
+    options: ConsoleDemoOptions,
+    say: Transcript,
+) -> tuple[Service, Service]:
+    per_server = ["--workers", str(options.workers)] if options.workers > 1 else []
     common = [*_oidc_flags(provider, workspace), *per_server]
     receiver_target = f"127.0.0.1:{free_port()}"
+    failpoints = LOSE_EVERY_REPLY if options.lose_replies else ""
     receiver = children.launch(
-        "receiver", RECEIVER_MODULE, receiver_args(workspace.receiver_url, address=receiver_target, extra=common)
+        "receiver",
+        RECEIVER_MODULE,
+        receiver_args(workspace.receiver_url, address=receiver_target, failpoints=failpoints, extra=common),
     )
     # The orchestrator calls the receiver with its static token; people's tokens come from the provider.
-    calls_receiver = ["--receiver-token-file", str(workspace.token_file(ws.ORCHESTRATOR))]
+    calls_receiver = ["--receiver-token-file", str(workspace.token_file(ws.ORCHESTRATOR)), "--four-eyes", "true"]
     keys = workspace.checkpoint_keys.read_text(encoding="utf-8").strip()
     orchestrator = children.launch(
         "orchestrator",
@@ -202,9 +225,27 @@ def _start_services(
     say.plain(f"receiver pid {receiver.pid} on {receiver.target}")
     say.plain(
         f"orchestrator pid {orchestrator.pid} on {orchestrator.target}, accepting the provider's tokens "
-        f"(groups to roles: {ROLE_MAP})"
+        f"(groups to roles: {ROLE_MAP}), four-eyes on"
     )
-    return orchestrator
+    if options.lose_replies:
+        say.plain("--lose-replies: the receiver writes each effect and loses its reply, so approvals answer Unknown")
+    return orchestrator, receiver
+
+
+def _start_reconciler(
+    workspace: ws.Workspace, children: Children, orchestrator: Service, receiver: Service, say: Transcript
+) -> None:
+    """The reconciler's loop, as operators run it: it settles what an approval left Unknown."""
+    args = [
+        "--interval", str(RECONCILE_SECONDS),
+        "--grace-seconds", str(RECONCILE_SECONDS),
+        "--orchestrator-target", orchestrator.target,
+        "--receiver-target", receiver.target,
+        "--orchestrator-token-file", str(workspace.token_file(ws.OPERATOR)),
+        "--receiver-token-file", str(workspace.token_file(ws.RECONCILER_READER)),
+    ]  # fmt: skip
+    reconciler = children.launch("reconciler", RECONCILER_MODULE, args, announces_port=False)
+    say.plain(f"reconciler pid {reconciler.pid}, a pass every {RECONCILE_SECONDS} s: it settles each Unknown")
 
 
 def _start_console(

@@ -158,7 +158,7 @@ def test_the_documented_command_serves_the_console_until_ctrl_c(page: Page) -> N
         state_dir = Path(state[1])
         assert url[1] == f"http://127.0.0.1:{DEFAULT_PORT}"
         pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", transcript)]
-        assert len(pids) == 3 and all(_alive(pid) for pid in pids), transcript
+        assert len(pids) == 4 and all(_alive(pid) for pid in pids), transcript  # and the reconciler's loop
         assert "FOR TRYING ONLY" in transcript
         for secret in ("console-client-secret", "console-session-key"):
             assert (state_dir / secret).stat().st_mode & 0o777 == 0o600
@@ -179,7 +179,9 @@ def test_the_documented_command_serves_the_console_until_ctrl_c(page: Page) -> N
 
         status = running.ctrl_c()
         assert status == 0, (running.seen, running.stop_now())
-        assert running.seen[-1] == "Stopped receiver, orchestrator, console and the trial identity provider."
+        assert running.seen[-1] == (
+            "Stopped receiver, orchestrator, reconciler, console and the trial identity provider."
+        )
         left = [pid for pid in pids if _alive(pid)]
         assert not left, f"still running after Ctrl-C: {left}"
         assert not _port_taken(DEFAULT_PORT), "the console's port is still bound"
@@ -225,12 +227,13 @@ def test_without_the_extras_the_error_names_the_pip_line(monkeypatch: pytest.Mon
     )
 
 
-def _started_on_a_free_port(tmp_path: Path) -> tuple[Running, list[int]]:
-    command = " ".join([*DEMO_CONSOLE, "--console-address", "127.0.0.1:0", "--state-dir", str(tmp_path / "state")])
+def _started_on_a_free_port(tmp_path: Path, *flags: str) -> tuple[Running, list[int]]:
+    state = str(tmp_path / "state")
+    command = " ".join([*DEMO_CONSOLE, "--console-address", "127.0.0.1:0", "--state-dir", state, *flags])
     running = Running(command)
     running.wait_for(READY_LINE, START_SECONDS)
     pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", "\n".join(running.seen))]
-    assert len(pids) == 3 and all(_alive(pid) for pid in pids), running.seen
+    assert len(pids) == 4 and all(_alive(pid) for pid in pids), running.seen
     return running, pids
 
 
@@ -255,5 +258,50 @@ def test_a_part_that_stops_on_its_own_stops_the_rest_with_status_1(tmp_path: Pat
         assert not [pid for pid in pids if _alive(pid)]
         running.last_lines()
         assert any(line.startswith("orchestrator stopped on its own (exit -9)") for line in running.seen), running.seen
+    finally:
+        running.stop_now()
+
+
+def _sign_in(page: Page, url: str, name: str) -> None:
+    page.goto(url + "/login")
+    page.get_by_placeholder("sub").fill(name)
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url(url + "/**")
+
+
+@pytest.mark.slow
+def test_lost_replies_are_settled_by_the_demos_reconciler_and_four_eyes_refuses_sam(tmp_path: Path, page: Page) -> None:
+    running, _ = _started_on_a_free_port(tmp_path, "--lose-replies")
+    try:
+        url = re.search(r"^Open (http://\S+) and sign in", "\n".join(running.seen), re.MULTILINE)
+        assert url is not None and "--lose-replies: " in "\n".join(running.seen)
+        # The reply is lost: Unknown; the reconciler's loop looks the effect up and commits it.
+        _sign_in(page, url[1], "rita")
+        page.locator("#inbox tbody tr").filter(has_text="T-1042").get_by_role("link").first.click()
+        proposal = page.url
+        page.click("#approve")
+        expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            page.goto(proposal)
+            if page.locator("#state").get_attribute("data-state") == "COMMITTED":
+                break
+            time.sleep(1)
+        expect(page.locator("#state")).to_have_attribute("data-state", "COMMITTED")
+        assert _effects(tmp_path / "state", "T-1042") == 1
+        # sam is author and reviewer: the four-eyes rule refuses sam's own proposal.
+        page.context.clear_cookies()
+        _sign_in(page, url[1], "sam")
+        page.goto(url[1] + "/start")
+        page.fill("#case_id", "T-sam")
+        page.fill("#body", "Please update to 4.2.1.")
+        page.fill("[name=evidence-0-source_id]", "KB-12")
+        page.fill("[name=evidence-0-version]", "1")
+        page.fill("[name=evidence-0-quotation]", "Update to 4.2.1.")
+        page.fill("[name=policy_version_label]", "2026-10")
+        page.click("#start")
+        page.click("#approve")
+        expect(page.locator("h1")).to_have_text("You cannot decide your own proposal")
+        assert _effects(tmp_path / "state", "T-sam") == 0
     finally:
         running.stop_now()
