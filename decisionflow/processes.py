@@ -53,14 +53,23 @@ def log_tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def write_port_file(port_file: Path, port: int) -> None:
+    """Write port to port_file aside and rename it, so a process polling for the file never reads half a number."""
+    partial = port_file.with_name(port_file.name + ".partial")
+    partial.write_text(f"{port}\n", encoding="ascii")
+    partial.replace(port_file)
+
+
 def wait_for_port_file(port_file: Path, alive: Callable[[], bool], timeout: float, *, poll: float = 0.02) -> int | None:
     """Return the port written to port_file, or None once the process died or timeout passed."""
     deadline = time.monotonic() + timeout
-    while not port_file.exists():
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            # A file still being written by a writer that does not rename reads empty: wait for the number.
+            return int(port_file.read_text(encoding="ascii"))
         if not alive() or time.monotonic() > deadline:
             return None
         time.sleep(poll)
-    return int(port_file.read_text(encoding="ascii"))
 
 
 @dataclass

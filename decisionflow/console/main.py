@@ -27,6 +27,7 @@ from decisionflow.console.app import create_app
 from decisionflow.console.config import PROGRAM, ConsoleConfig
 from decisionflow.console.connections import uvicorn_limits
 from decisionflow.metrics import register_process_metrics, serve_metrics
+from decisionflow.processes import write_port_file
 from decisionflow.startup import StartupError
 
 logger = logging.getLogger("decisionflow.console")
@@ -70,7 +71,7 @@ def serve(config: ConsoleConfig) -> None:
         metrics = serve_metrics(registry, config.metrics_port, config.metrics_address, configuration.METRICS)
     try:
         if config.port_file is not None:
-            Path(config.port_file).write_text(f"{port}\n", encoding="utf-8")
+            write_port_file(Path(config.port_file), port)
         line = logs.json_line(
             logger.name,
             logging.INFO,

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from decisionflow import grpc_core_logs, logs, migrating, startup, tracing, workers
 from decisionflow.host._lifecycle import C, Host, Service
+from decisionflow.processes import write_port_file
 from decisionflow.startup import StartupError
 
 # The listening and shutting-down lines keep the logger name operators and docs/observability.md know.
@@ -194,10 +195,7 @@ def announce_listening(service: str, port: int, port_file: Path | None) -> None:
     """Tell a parent process the bound port: a JSON log line on stdout (``"event": "listening"``, with
     ``service`` and ``port``) and, if asked, a port file."""
     if port_file is not None:
-        # Written aside and renamed, so a process polling for the file never reads half a number.
-        partial = port_file.with_name(port_file.name + ".partial")
-        partial.write_text(f"{port}\n", encoding="ascii")
-        partial.replace(port_file)
+        write_port_file(port_file, port)
     # A log line like every other, with the fields a parent reads (event, service, port), written even at
     # --log-level warning: the parent waits for it.
     line = logs.json_line(
