@@ -10,7 +10,12 @@ from tests.support.stack import T1042_BODY
 
 def start_case(page: Page, console: ConsoleUnderTest, case_id: str = "T-1042", body: str = T1042_BODY) -> str:
     """Start a review through the start form; return the operation id the proposal page shows."""
-    page.goto(console.url("/start"))
+    return start_case_at(page, console.url(""), case_id, body)
+
+
+def start_case_at(page: Page, base: str, case_id: str = "T-1042", body: str = T1042_BODY) -> str:
+    """Start a review through the start form of the console at base; return the proposal page's operation id."""
+    page.goto(base + "/start")
     page.fill("#case_id", case_id)
     page.fill("#body", body)
     page.fill("[name=evidence-0-source_id]", "HOLD-7")
@@ -21,7 +26,7 @@ def start_case(page: Page, console: ConsoleUnderTest, case_id: str = "T-1042", b
     page.fill("[name=evidence-1-quotation]", "Update to 4.2.1.")
     page.fill("[name=policy_version_label]", "2026-10")
     page.click("#start")
-    page.wait_for_url(console.url("/proposals/**"))
+    page.wait_for_url(base + "/proposals/**")
     return page.locator("#operation-id").inner_text()
 
 

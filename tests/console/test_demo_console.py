@@ -23,6 +23,8 @@ import pytest
 import sqlalchemy as sa
 from playwright.sync_api import Page, expect
 
+from tests.console.pages import start_case_at
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PORT = 8080
 START_SECONDS = 40
@@ -292,14 +294,7 @@ def test_lost_replies_are_settled_by_the_demos_reconciler_and_four_eyes_refuses_
         # sam is author and reviewer: the four-eyes rule refuses sam's own proposal.
         page.context.clear_cookies()
         _sign_in(page, url[1], "sam")
-        page.goto(url[1] + "/start")
-        page.fill("#case_id", "T-sam")
-        page.fill("#body", "Please update to 4.2.1.")
-        page.fill("[name=evidence-0-source_id]", "KB-12")
-        page.fill("[name=evidence-0-version]", "1")
-        page.fill("[name=evidence-0-quotation]", "Update to 4.2.1.")
-        page.fill("[name=policy_version_label]", "2026-10")
-        page.click("#start")
+        start_case_at(page, url[1], "T-sam")
         page.click("#approve")
         expect(page.locator("h1")).to_have_text("You cannot decide your own proposal")
         assert _effects(tmp_path / "state", "T-sam") == 0

@@ -29,7 +29,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
@@ -46,6 +45,7 @@ from orchestrator.schema import metadata
 from orchestrator.store import OrchestratorStore, migrate
 from orchestrator.store import _statements as q
 from tests.stores.orchestrator_model import Refused, StoreModel
+from tests.support.databases import empty_tables, migrated_engine
 from tests.support.sql_scopes import recording, unqualified_statements
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, 125000, tzinfo=UTC)
@@ -99,9 +99,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        with self.store.engine.begin() as conn:
-            for table in reversed(metadata.sorted_tables):
-                conn.execute(table.delete())
+        empty_tables(self.store.engine, metadata)
         self.model = StoreModel()
         self.now = T0
         self.checkpoint_serial = 0
@@ -353,17 +351,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def orchestrator_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     """A migrated orchestrator database of each kind."""
-    url = (
-        f"sqlite:///{tmp_path / 'orchestrator.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    engine = db.create_engine(url)
-    migrate(engine)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+    yield from migrated_engine(request, tmp_path, "orchestrator", migrate)
 
 
 @pytest.mark.slow

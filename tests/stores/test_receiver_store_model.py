@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from decisionflow import db
 from decisionflow.vocabulary import ApplyResult, CaseId, OperationId, Receipt
 from effect_receiver.domain import AppliedEffect, ApplyAnswer, Effect
 from effect_receiver.errors import IdempotencyKeyReused
 from effect_receiver.schema import metadata
 from effect_receiver.store import EffectStore, migrate
+from tests.support.databases import empty_tables, migrated_engine
 from tests.support.sql_scopes import recording, unqualified_statements
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, 250000, tzinfo=UTC)
@@ -89,9 +89,7 @@ class ReceiverStoreMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        with self.store.engine.begin() as conn:
-            for table in reversed(metadata.sorted_tables):
-                conn.execute(table.delete())
+        empty_tables(self.store.engine, metadata)
         self.model = ReceiverModel()
         self.now = T0
         self.serial = 0
@@ -181,16 +179,7 @@ class ReceiverStoreMachine(RuleBasedStateMachine):
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def receiver_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     """A migrated receiver database of each kind."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'receiver.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    engine = db.create_engine(url)
-    migrate(engine)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+    yield from migrated_engine(request, tmp_path, "receiver", migrate)
 
 
 @pytest.mark.slow

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+import sqlalchemy as sa
+
+from decisionflow import db
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -73,3 +76,27 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
     finally:
         drop_postgres_database(url)
+
+
+def empty_tables(engine: sa.Engine, metadata: sa.MetaData) -> None:
+    """Delete every row of metadata's tables on engine (dependents first); the schema and its version stay."""
+    with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+
+
+def migrated_engine(
+    request: pytest.FixtureRequest, tmp_path: Path, name: str, migrate: Callable[[sa.Engine], object]
+) -> Iterator[sa.Engine]:
+    """Yield an engine on a fresh database of request.param's kind (sqlite: tmp_path/name.db), migrated."""
+    url = (
+        f"sqlite:///{tmp_path / (name + '.db')}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = db.create_engine(url)
+    migrate(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
