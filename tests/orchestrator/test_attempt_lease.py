@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,27 +48,38 @@ def _describe(orchestrator: ServiceProcess, op: str, *flags: str) -> str:
     return done.stdout
 
 
+def _approval_that_crashes(
+    tmp_path: Path,
+    orchestrator_url: str,
+    receiver: ServiceProcess,
+    failpoint: str,
+    flags: Sequence[str],
+    deadline: float,
+) -> tuple[ServiceProcess, str, datetime]:
+    """Start an orchestrator that exits at failpoint, start a review and approve it until it dies; return the
+    dead orchestrator, the operation id and when the Approve was sent."""
+    crashing = spawn_orchestrator(
+        tmp_path, orchestrator_url, receiver, "crashing", failpoints=f"{failpoint}=exit", extra=flags
+    )
+    with grpc.insecure_channel(crashing.target) as channel:
+        review = review_pb2_grpc.ReviewServiceStub(channel)
+        op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+        sent = datetime.now(UTC)
+        with pytest.raises(grpc.RpcError):
+            review.Approve(approve(op), timeout=deadline)
+    assert crashing.process.wait(15) == 86  # the failpoint's exit status
+    return crashing, op, sent
+
+
 @pytest.mark.slow
 def test_a_crashed_holder_pins_its_operation_for_the_budget_not_the_callers_deadline(tmp_path: Path) -> None:
     receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
     orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
     receiver = spawn_receiver(tmp_path, receiver_url)
     try:
-        crashing = spawn_orchestrator(
-            tmp_path,
-            orchestrator_url,
-            receiver,
-            "crashing",
-            failpoints="orchestrator.after_decision=exit",
-            extra=BUDGET_FLAGS,
+        crashing, op, sent = _approval_that_crashes(
+            tmp_path, orchestrator_url, receiver, "orchestrator.after_decision", BUDGET_FLAGS, CALLER_DEADLINE_SECONDS
         )
-        with grpc.insecure_channel(crashing.target) as channel:
-            review = review_pb2_grpc.ReviewServiceStub(channel)
-            op = review.StartReview(start_request(), timeout=10).proposal.operation_id
-            sent = datetime.now(UTC)
-            with pytest.raises(grpc.RpcError):
-                review.Approve(approve(op), timeout=CALLER_DEADLINE_SECONDS)
-        assert crashing.process.wait(15) == 86  # the failpoint's exit status: died after the decision
 
         orchestrator = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "restarted", extra=BUDGET_FLAGS)
         try:
@@ -126,20 +138,10 @@ def test_a_restarted_orchestrator_takes_over_its_dead_predecessors_lease_at_once
     orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
     receiver = spawn_receiver(tmp_path, receiver_url)
     try:
-        crashing = spawn_orchestrator(
-            tmp_path,
-            orchestrator_url,
-            receiver,
-            "crashing",
-            failpoints="orchestrator.after_attempt=exit",
-            extra=LONG_BUDGET_FLAGS,
+        # It dies holding the lease it recorded, and is reaped.
+        crashing, op, _ = _approval_that_crashes(
+            tmp_path, orchestrator_url, receiver, "orchestrator.after_attempt", LONG_BUDGET_FLAGS, 30
         )
-        with grpc.insecure_channel(crashing.target) as channel:
-            review = review_pb2_grpc.ReviewServiceStub(channel)
-            op = review.StartReview(start_request(), timeout=10).proposal.operation_id
-            with pytest.raises(grpc.RpcError):
-                review.Approve(approve(op), timeout=30)
-        assert crashing.process.wait(15) == 86  # died holding the lease it recorded, reaped
 
         restarted = spawn_orchestrator(tmp_path, orchestrator_url, receiver, "restarted", extra=LONG_BUDGET_FLAGS)
         try:
