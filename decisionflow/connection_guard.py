@@ -16,7 +16,7 @@ it. Measured with grpcio 1.85 and 25 raw HTTP/2 connections against a cap of 20:
   one that makes none is invisible to it.
 
 So each server process looks at its own sockets (``/proc/self/fd``, Linux), every
-``SWEEP_SECONDS``, and ends two kinds of connection to its port:
+``SWEEP_SECONDS``, and ends three kinds of connection to its port:
 
 - one on which no call was admitted by authentication within ``--first-call-timeout-seconds``
   (with authentication off, any call to a service method counts; health checks and reflection,
@@ -24,13 +24,18 @@ So each server process looks at its own sockets (``/proc/self/fd``, Linux), ever
   (``decisionflow.served_calls``) tells ``note_call`` of each admitted call, so the guard adds no
   layer of its own;
 - beyond ``--max-connections-per-peer`` (default: half of ``--max-connections``) from one peer
-  address, the excess, those never used and the newest first.
+  address, the excess, those never used and the newest first;
+- beyond ``--max-unauthenticated-connections`` (default: three quarters of ``--max-connections``)
+  without an admitted call in all, the excess, from the addresses holding the most of them, newest
+  first: the rest of the cap is kept for connections that authenticate.
 
 A connection is ended with shutdown(2) on a duplicate of its descriptor, checked to be the same
 socket: gRPC reads the end of the stream and closes its side itself, so no descriptor is closed
 under it. Each worker process (``--workers``) applies the cap and the share to the connections it
-accepted. The guard acts after the fact, within one sweep: a peer that reconnects in a loop can
-still take free slots between sweeps; a firewall limit per source address is the remedy for that.
+accepted. Closing acts within one sweep, so a peer that reconnects in a loop would take every freed
+slot between sweeps; an address whose unauthenticated connections were closed as excess is therefore
+refused new connections at the listening socket (decisionflow.admission) for ``REFUSAL_SECONDS``,
+renewed while it keeps breaking the rules.
 """
 
 from __future__ import annotations
@@ -44,12 +49,19 @@ import os
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from decisionflow import admission
+from decisionflow.admission import duplicate_socket
 
 logger = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 0.5
+# An address whose unused connections were closed as excess is refused new connections this long
+# after the last time it was: its own connections close at the first-call timeout meanwhile, and a
+# peer reconnecting as fast as it is closed gets a slot back at most once per period.
+REFUSAL_SECONDS = 30.0
 # A call noted before the sweep saw its connection is kept this long for that sweep to find it.
 NOTE_MEMORY_SECONDS = 10.0
 
@@ -65,6 +77,9 @@ class ConnectionRules:
     """A connection with no call admitted by authentication this long after it was first seen is closed."""
     per_peer: int
     """At most this many connections from one peer address; the excess is closed."""
+    unauthenticated: int
+    """At most this many connections without an admitted call in all; the excess is closed, taken from
+    the addresses holding the most of them, and those addresses are refused new connections a while."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +120,9 @@ def to_close(
     now: float,
     rules: ConnectionRules,
 ) -> tuple[list[Connection], list[Connection]]:
-    """Return the connections to close: those unused past the first-call timeout, and those beyond a
-    peer address's share (keeping the used ones, then the oldest)."""
+    """Return the connections to close: those unused past the first-call timeout, and the excess: those
+    beyond a peer address's share (keeping the used ones, then the oldest), then the unused ones beyond
+    the unauthenticated budget (from the addresses holding the most unused ones, newest first)."""
     unused = [
         c for c in connections if c.peer not in used and now - first_seen.get(c.inode, now) >= rules.first_call_seconds
     ]
@@ -119,7 +135,19 @@ def to_close(
     for held in by_address.values():
         held.sort(key=lambda c: (c.peer not in used, first_seen.get(c.inode, now), c.inode))
         excess.extend(held[rules.per_peer :])
+        del held[rules.per_peer :]
+    waiting = {address: [c for c in held if c.peer not in used] for address, held in by_address.items()}
+    beyond = sum(map(len, waiting.values())) - rules.unauthenticated
+    while beyond > 0:
+        most = max(waiting.values(), key=len)
+        excess.append(most.pop())  # the newest of the address holding the most
+        beyond -= 1
     return unused, excess
+
+
+def refused_addresses(excess: Iterable[Connection], used: frozenset[Peer]) -> set[str]:
+    """Return the addresses to refuse new connections from: those whose unused connections were excess."""
+    return {c.peer[0] for c in excess if c.peer not in used}
 
 
 def accepted_connections(port: int) -> list[Connection]:
@@ -137,7 +165,7 @@ def accepted_connections(port: int) -> list[Connection]:
         if not link.startswith("socket:["):
             continue
         inode = int(link[len("socket:[") : -1])
-        with _socket(int(name), inode) as sock:
+        with duplicate_socket(int(name), inode) as sock:
             if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
                 continue
             try:
@@ -149,31 +177,9 @@ def accepted_connections(port: int) -> list[Connection]:
     return found
 
 
-@contextlib.contextmanager
-def _socket(fd: int, inode: int) -> Iterator[socket.socket | None]:
-    """Yield a duplicate of fd as a socket if fd is still the socket inode (gRPC may have closed it and
-    the number been reused), else None; the duplicate is closed after, the original never touched."""
-    try:
-        duplicate = os.dup(fd)
-    except OSError:
-        yield None
-        return
-    try:
-        if os.fstat(duplicate).st_ino != inode:
-            yield None
-            return
-        sock = socket.socket(fileno=duplicate)
-    except OSError:
-        os.close(duplicate)
-        yield None
-        return
-    with sock:
-        yield sock
-
-
 def shut_down(connection: Connection) -> None:
     """End connection (shutdown(2), both directions); its owner closes the descriptor on reading the end."""
-    with _socket(connection.fd, connection.inode) as sock:
+    with duplicate_socket(connection.fd, connection.inode) as sock:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -189,12 +195,15 @@ class ConnectionGuard:
         clock: Callable[[], float] = time.monotonic,
         connections: Callable[[int], list[Connection]] = accepted_connections,
         close: Callable[[Connection], None] = shut_down,
+        refuse: Callable[[int, Iterable[str]], int] = admission.refuse,
     ) -> None:
         self._port = 0  # none until watch()
         self._rules = rules
         self._clock = clock
         self._connections = connections
         self._close = close
+        self._refuse: Callable[[int, Iterable[str]], int] | None = refuse
+        self._refused: dict[str, float] = {}  # address -> until when its new connections are refused
         self._first_seen: dict[int, float] = {}
         self._used: dict[Peer, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -217,17 +226,47 @@ class ConnectionGuard:
         for connection in (*unused, *excess):
             self._close(connection)
         if unused or excess:
-            addresses = sorted({c.peer[0] for c in (*unused, *excess)})
             logger.warning(
-                "closed %d connections: %d without a call within %g s, %d beyond %d per peer address (%s)",
+                "closed %d connections: %d without a call within %g s, %d beyond %d per peer address "
+                "or %d without an authenticated call (%s)",
                 len(unused) + len(excess),
                 len(unused),
                 self._rules.first_call_seconds,
                 len(excess),
                 self._rules.per_peer,
-                ", ".join(addresses[:5]) + (", …" if len(addresses) > 5 else ""),
+                self._rules.unauthenticated,
+                _some({c.peer[0] for c in (*unused, *excess)}),
             )
+        self._refuse_from(refused_addresses(excess, frozenset(self._used)), now)
         return [*unused, *excess]
+
+    @property
+    def refused(self) -> frozenset[str]:
+        """The addresses whose new connections are refused now."""
+        return frozenset(self._refused)
+
+    def _refuse_from(self, addresses: set[str], now: float) -> None:
+        """Refuse new connections from addresses for REFUSAL_SECONDS (renewed while they break the rules)."""
+        before = set(self._refused)
+        self._refused = {a: until for a, until in self._refused.items() if until > now}
+        self._refused.update(dict.fromkeys(addresses, now + REFUSAL_SECONDS))
+        if set(self._refused) == before or self._refuse is None:
+            return
+        try:
+            self._refuse(self._port, self._refused)
+        except OSError as error:
+            logger.warning("cannot refuse connections at the listening socket (%s); closing them only", error)
+            self._refuse = None
+            return
+        if self._refused:
+            logger.warning(
+                "refusing new connections from %d peer addresses for %g s: %s",
+                len(self._refused),
+                REFUSAL_SECONDS,
+                _some(self._refused),
+            )
+        else:
+            logger.info("accepting new connections from every peer address again")
 
     def watch(self, port: int) -> None:
         """Sweep the connections to port every SWEEP_SECONDS on the running loop until stop()."""
@@ -249,3 +288,8 @@ class ConnectionGuard:
                 await asyncio.to_thread(self.sweep)
             except Exception:
                 logger.exception("connection sweep failed; trying again")
+
+
+def _some(addresses: Iterable[str]) -> str:
+    listed = sorted(addresses)
+    return ", ".join(listed[:5]) + (", …" if len(listed) > 5 else "")

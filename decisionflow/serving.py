@@ -69,6 +69,7 @@ class TransportLimits:
     max_connection_age_grace_seconds: float = 30.0
     max_connections: int = 1000
     max_connections_per_peer: int | None = None  # None: half of max_connections
+    max_unauthenticated_connections: int | None = None  # None: three quarters of max_connections
     first_call_timeout_seconds: float = 10.0
 
     @classmethod
@@ -81,6 +82,7 @@ class TransportLimits:
             values.required(settings.max_connection_age_grace_seconds),
             values.required(settings.max_connections),
             values[settings.max_connections_per_peer],
+            values[settings.max_unauthenticated_connections],
             values.required(settings.first_call_timeout_seconds),
         )
 
@@ -88,7 +90,8 @@ class TransportLimits:
     def connection_rules(self) -> ConnectionRules:
         """The rules the server's connection guard enforces (decisionflow.connection_guard)."""
         per_peer = self.max_connections_per_peer or max(1, self.max_connections // 2)
-        return ConnectionRules(self.first_call_timeout_seconds, per_peer)
+        unauthenticated = self.max_unauthenticated_connections or max(1, self.max_connections * 3 // 4)
+        return ConnectionRules(self.first_call_timeout_seconds, per_peer, unauthenticated)
 
     def server_options(self, receive: ReceiveLimits, *, reuse_port: bool = False) -> list[tuple[str, int]]:
         """Return the gRPC core arguments that enforce these limits and the receive limit; reuse_port lets

@@ -47,6 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--soak-seconds", type=float, default=60, help="length of the soak's mixed traffic in seconds (default 60)"
     )
+    group.addoption(
+        "--starvation-seconds",
+        type=float,
+        default=20,
+        help="length of the connection-starvation attack in tests/hostile (default 20; past 30 refusals expire)",
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
         "--campaign-workers",

@@ -1,5 +1,6 @@
 """A server's transport limits: streams per connection, connection idle time, age and grace, the
-connection cap, one peer's share of it, and the time a connection may stay open without a call."""
+connection cap, one peer's share of it, the part of it connections without a call may hold, and
+the time a connection may stay open without a call."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class TransportSettings:
     max_connection_age_grace_seconds: Setting[float]
     max_connections: Setting[int]
     max_connections_per_peer: Setting[int]
+    max_unauthenticated_connections: Setting[int]
     first_call_timeout_seconds: Setting[float]
 
     @property
@@ -32,6 +34,7 @@ class TransportSettings:
             self.max_connection_age_grace_seconds,
             self.max_connections,
             self.max_connections_per_peer,
+            self.max_unauthenticated_connections,
             self.first_call_timeout_seconds,
         )
 
@@ -39,7 +42,8 @@ class TransportSettings:
 def transport_settings(service: str) -> TransportSettings:
     """The transport limits of a server (``DECISIONFLOW_<SERVICE>_...``): concurrent streams per
     connection, connection idle time, age and grace, a cap on connections, the share of it one peer
-    address may hold and the time a connection may stay open without a call."""
+    address may hold, the part of it unauthenticated connections may hold and the time a connection
+    may stay open without a call."""
     prefix = f"DECISIONFLOW_{service}_"
     return TransportSettings(
         Setting(
@@ -81,6 +85,13 @@ def transport_settings(service: str) -> TransportSettings:
             "max_connections_per_peer",
             prefix + "MAX_CONNECTIONS_PER_PEER",
             "connections one peer address may hold; the excess is closed; unset: half of --max-connections",
+            parse=integer(1, 1_000_000),
+        ),
+        Setting(
+            "max_unauthenticated_connections",
+            prefix + "MAX_UNAUTHENTICATED_CONNECTIONS",
+            "connections without an authenticated call the server holds in all; the excess is closed and "
+            "its peer addresses refused new connections for a while; unset: three quarters of --max-connections",
             parse=integer(1, 1_000_000),
         ),
         Setting(

@@ -6,7 +6,7 @@ connection budget while a client from another address is served."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import grpc
@@ -14,7 +14,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.connection_guard import Connection, ConnectionRules, parse_peer, to_close
+from decisionflow.connection_guard import (
+    REFUSAL_SECONDS,
+    Connection,
+    ConnectionGuard,
+    ConnectionRules,
+    parse_peer,
+    refused_addresses,
+    to_close,
+)
 from decisionflow.processes import ServiceProcess, spawn
 from decisionflow.stack import RECEIVER_MODULE, receiver_args
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
@@ -78,7 +86,15 @@ def _held_after(peers: Sequence[RawPeer], seconds: float) -> int:
 def test_connections_without_a_call_are_closed_after_the_first_call_timeout(tmp_path: Path) -> None:
     # 4 s: opening the raw peers takes over a second on a loaded 2-core machine, and the first ones
     # must still be held when the cap is checked.
-    process, token = _start(tmp_path, "--first-call-timeout-seconds", "4", "--max-connections-per-peer", "20")
+    process, token = _start(
+        tmp_path,
+        "--first-call-timeout-seconds",
+        "4",
+        "--max-connections-per-peer",
+        "20",
+        "--max-unauthenticated-connections",
+        "20",
+    )
     peers = _open_peers(process.port, HELD)
     try:
         # The cap is full of connections that never call: a new client is refused. The health check's
@@ -139,7 +155,7 @@ def test_a_connection_that_made_an_authenticated_call_is_kept(tmp_path: Path) ->
     assert states[states.index(grpc.ChannelConnectivity.READY) :] == [grpc.ChannelConnectivity.READY], states
 
 
-RULES = ConnectionRules(first_call_seconds=10, per_peer=2)
+RULES = ConnectionRules(first_call_seconds=10, per_peer=2, unauthenticated=100)
 
 
 def _conn(inode: int, address: str = "127.0.0.1", port: int = 40000) -> Connection:
@@ -155,6 +171,49 @@ def test_which_connections_are_closed() -> None:
     assert to_close(held, first_seen, used, 9.0, RULES) == ([], [held[1]])
     # At 10 s the unused ones seen at 0 s are past it; what remains is within the share.
     assert to_close(held, first_seen, used, 10.0, RULES) == ([held[0], held[3]], [])
+
+
+def test_unused_connections_beyond_the_unauthenticated_budget_are_closed_from_the_biggest_holders() -> None:
+    rules = ConnectionRules(first_call_seconds=10, per_peer=10, unauthenticated=4)
+    attacker = [_conn(i, "127.0.0.2") for i in range(1, 5)]
+    other = [_conn(5, "127.0.0.3"), _conn(6, "127.0.0.3")]
+    client = _conn(7)  # unused too, but its address holds one
+    used = _conn(8, "127.0.0.3")
+    held = [*attacker, *other, client, used]
+    first_seen = {c.inode: float(c.inode) for c in held}
+    # 7 unused against a budget of 4: three go, two from the address holding four (its newest), then
+    # one from whichever holds the most (two each now: the first counted, 127.0.0.2); the used one stays.
+    unused, excess = to_close(held, first_seen, frozenset({used.peer}), 9.0, rules)
+    assert unused == []
+    assert excess == [attacker[3], attacker[2], attacker[1]]
+    assert refused_addresses(excess, frozenset({used.peer})) == {"127.0.0.2"}
+
+
+def test_a_guard_refuses_the_addresses_it_closed_for_the_refusal_period() -> None:
+    now = [0.0]
+    held = [_conn(i, "127.0.0.2") for i in range(1, 4)] + [_conn(9)]
+    refusals: list[set[str]] = []
+    closed: list[Connection] = []
+
+    def refuse(port: int, addresses: Iterable[str]) -> int:
+        refusals.append(set(addresses))
+        return 1
+
+    guard = ConnectionGuard(
+        ConnectionRules(first_call_seconds=10, per_peer=2, unauthenticated=100),
+        clock=lambda: now[0],
+        connections=lambda port: [c for c in held if c not in closed],
+        close=closed.append,
+        refuse=refuse,
+    )
+    assert guard.sweep() == [held[2]]  # beyond the share of 2
+    assert refusals == [{"127.0.0.2"}] and guard.refused == {"127.0.0.2"}
+    now[0] = REFUSAL_SECONDS - 1
+    guard.sweep()
+    assert refusals == [{"127.0.0.2"}]  # unchanged: the filter is not attached again
+    now[0] = REFUSAL_SECONDS + 1
+    guard.sweep()  # the first two are past the first-call timeout and closed; no more excess
+    assert refusals[-1] == set() and guard.refused == frozenset()
 
 
 def test_peer_strings_name_the_remote_end() -> None:
