@@ -29,6 +29,7 @@ from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
     LOOKUP_FROM_PB,
     STATE_FROM_PB,
+    caller_to_pb,
     decision_from_pb,
     edit_from_pb,
     enum_from_pb,
@@ -190,6 +191,10 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         return review_pb2.ListPendingReviewsResponse(
             entries=[pending_entry_to_pb(entry) for entry in page], next_page_token=token
         )
+
+    async def GetCaller(self, request: review_pb2.GetCallerRequest, context: Context) -> review_pb2.GetCallerResponse:
+        """Return the authenticated caller and its roles, as this server's admission saw them."""
+        return caller_to_pb(current_principal())
 
 
 def _page_token(operation_changed_at: datetime, operation_id: str, listing: str = "operations") -> str:

@@ -14,11 +14,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
+from decisionflow.auth import Principal
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
-from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState
+from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState, Role
 from orchestrator.domain import Operation, PendingReview, PendingReviewEntry, Proposal, ProposalEdit, ProposalStart
 from orchestrator.validation import edit_content, start_request
 
@@ -184,3 +185,9 @@ def operation_to_pb(operation: Operation) -> review_pb2.Operation:
 def settle_result_to_pb(operation: Operation, settled: bool) -> operations_pb2.SettleOperationResponse:
     """Return the protobuf form of one settlement's result."""
     return operations_pb2.SettleOperationResponse(operation=operation_to_pb(operation), settled=settled)
+
+
+def caller_to_pb(principal: Principal) -> review_pb2.GetCallerResponse:
+    """Return the GetCaller answer for principal: its name and its roles, in the order of the enum."""
+    roles = [wire.role_to_pb(role) for role in Role if role in principal.roles]
+    return review_pb2.GetCallerResponse(principal=principal.name, roles=roles)

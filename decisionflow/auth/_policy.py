@@ -15,6 +15,9 @@ _OPERATIONS = "/decisionflow.v1.OperationsService/"
 _RECEIVER = "/decisionflow.v1.EffectReceiverService/"
 
 _READERS_OF_REVIEWS = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
+# Every role the orchestrator serves: whoever holds one may ask who they are. A principal holding
+# only receiver roles (the orchestrator's own effect_writer token) has no business here.
+_ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
 
 RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
     {
@@ -23,6 +26,7 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
         _REVIEW + "GetProposal": _READERS_OF_REVIEWS,
         _REVIEW + "GetOperation": _READERS_OF_REVIEWS,
         _REVIEW + "ListPendingReviews": _READERS_OF_REVIEWS,
+        _REVIEW + "GetCaller": _ORCHESTRATOR_ROLES,
         _REVIEW + "Approve": frozenset({Role.REVIEWER}),
         _OPERATIONS + "ListOperations": frozenset({Role.OPERATOR}),
         _OPERATIONS + "SettleOperation": frozenset({Role.OPERATOR}),

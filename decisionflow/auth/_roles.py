@@ -1,23 +1,16 @@
-"""Roles and the authenticated principal."""
+"""Roles (the shared vocabulary's Role, re-exported) and the authenticated principal."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Literal
 
+# One definition, shared with the clients that read a caller's roles (GetCaller).
+from decisionflow.vocabulary import Role
+
+__all__ = ["ALL_ROLES", "ANONYMOUS", "ROLE_NAMES", "Principal", "Role", "Via", "parse_role"]
+
 Via = Literal["token", "certificate", "oidc", "anonymous"]
-
-
-class Role(enum.Enum):
-    """What a principal may do; each RPC names the roles allowed to call it."""
-
-    REVIEWER = "reviewer"
-    AUTHOR = "author"
-    OPERATOR = "operator"
-    EFFECT_WRITER = "effect_writer"
-    EFFECT_READER = "effect_reader"
-
 
 ALL_ROLES: frozenset[Role] = frozenset(Role)
 ROLE_NAMES: tuple[str, ...] = tuple(role.value for role in Role)

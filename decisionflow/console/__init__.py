@@ -5,7 +5,8 @@ each person's own access token; it keeps no database and decides nothing the orc
 refuse. Parts, one job each: ``config`` (settings), ``main`` (wiring), ``app`` (routes and layers),
 ``web`` (security headers, body bound, session lookup, access log, metrics), ``sessions``
 (server-side sessions), ``csrf`` (form tokens), ``signin`` (OpenID Connect), ``orchestrator``
-(the channel and per-person clients), ``refusals`` (every refusal in words), ``forms`` and
+(the channel and per-person clients), ``navigation`` (the person's roles, read once per session,
+and the links they allow), ``refusals`` (every refusal in words), ``forms`` and
 ``diff`` (proposal forms and what changed), ``pages`` (templates), ``review_pages`` and
 ``operator_pages`` (the pages).
 """

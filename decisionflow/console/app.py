@@ -15,6 +15,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from decisionflow.console.config import ConsoleConfig
+from decisionflow.console.navigation import CallerRoles
 from decisionflow.console.operator_pages import OperatorPages
 from decisionflow.console.orchestrator import Orchestrator
 from decisionflow.console.pages import STATIC, Pages
@@ -104,7 +105,9 @@ def create_app(
 
     app = Starlette(routes=routes, lifespan=lifespan)
     metrics = RequestMetrics(registry or CollectorRegistry())
-    # Outermost first: every answer is logged and counted, and carries the security headers.
+    # Innermost first (each layer added wraps those before it): a session's roles are read once the
+    # session is found; every answer is logged and counted, and carries the security headers.
+    app.add_middleware(CallerRoles, orchestrator=orchestrator)
     app.add_middleware(Sessions, store=store)
     app.add_middleware(BodyLimit, too_large=too_large)
     app.add_middleware(SecurityHeaders)

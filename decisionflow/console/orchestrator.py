@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 
 from decisionflow.channels import check_cleartext_token, open_aio_channel
-from decisionflow.client import AsyncOperationsClient, AsyncReviewClient
-from decisionflow.retry import CLIENT_DEFAULT
+from decisionflow.client import AsyncOperationsClient, AsyncReviewClient, Caller
+from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
 
 # Stands for any person's token in the start-up check: a token that could not travel safely is refused.
 _SOME_TOKEN = "person-access-token"  # noqa: S105 (a stand-in, not a secret)
@@ -55,6 +55,12 @@ class Orchestrator:
         return AsyncOperationsClient(
             self._open(), timeout=self._timeout, policy=CLIENT_DEFAULT, metadata=_bearer(access_token)
         )
+
+    async def caller(self, access_token: str) -> Caller:
+        """Return who the orchestrator takes the holder of access_token to be, with their roles (GetCaller),
+        in one attempt: a failure is asked again on the person's next request, not retried here."""
+        client = AsyncReviewClient(self._open(), timeout=self._timeout, policy=NO_RETRY, metadata=_bearer(access_token))
+        return await client.get_caller()
 
     def _open(self) -> grpc.aio.Channel:
         if self._channel is None:

@@ -4,6 +4,7 @@ proposal says is shown through ``decisionflow.console.marking``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from starlette.responses import HTMLResponse
 
 from decisionflow.console import csrf
 from decisionflow.console.marking import reveal
+from decisionflow.console.navigation import NavLink, links_for
 from decisionflow.console.refusals import Refusal
 from decisionflow.console.web import current_session
 
@@ -72,18 +74,25 @@ class Pages:
         self._env.filters["words"] = in_words
 
     def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
-        """Return template rendered with context, the person signed in (or None) and the CSRF field."""
+        """Return template rendered with context, the person signed in (or None), the links their roles
+        allow and the CSRF field."""
         session = current_session(request)
-        person = session.person if session is not None and session.signed_in else None
+        signed_in = session if session is not None and session.signed_in else None
         page = self.html(
-            template, person=person, csrf_token=session.csrf_token if session is not None else "", **context
+            template,
+            person=signed_in.person if signed_in is not None else None,
+            csrf_token=session.csrf_token if session is not None else "",
+            links=links_for(signed_in.roles) if signed_in is not None else (),
+            **context,
         )
         return HTMLResponse(page, status_code=status)
 
-    def html(self, template: str, *, person: Any, csrf_token: str, **context: Any) -> str:
-        """Return template rendered with context for person (None: nobody signed in)."""
+    def html(
+        self, template: str, *, person: Any, csrf_token: str, links: Sequence[NavLink] = (), **context: Any
+    ) -> str:
+        """Return template rendered with context for person (None: nobody signed in), offering links."""
         return self._env.get_template(template).render(
-            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, **context
+            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, links=links, **context
         )
 
     def refusal(self, request: Request, refusal: Refusal) -> HTMLResponse:

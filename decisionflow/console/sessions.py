@@ -19,6 +19,8 @@ from typing import Any
 
 from itsdangerous import BadSignature, Signer
 
+from decisionflow.vocabulary import Role
+
 COOKIE_NAME = "decisionflow_console_session"
 # Long enough to sign in at the provider, short enough that abandoned attempts do not pile up.
 SIGN_IN_SECONDS = 600.0
@@ -46,6 +48,9 @@ class Session:
     sign_in_state: dict[str, Any] = field(default_factory=dict)
     person: Person | None = None
     access_token: str | None = None
+    # The roles the orchestrator grants the person (GetCaller), read on the session's first request
+    # (decisionflow.console.navigation); None until that read has succeeded.
+    roles: frozenset[Role] | None = None
 
     @property
     def signed_in(self) -> bool:

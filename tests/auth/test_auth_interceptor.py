@@ -68,6 +68,10 @@ class RecordingReviewService(review_pb2_grpc.ReviewServiceServicer):
         await self._record()
         return review_pb2.ListPendingReviewsResponse()
 
+    async def GetCaller(self, request: review_pb2.GetCallerRequest, context: Context) -> Any:
+        await self._record()
+        return review_pb2.GetCallerResponse()
+
     def register(self, server: grpc.aio.Server) -> Sequence[str]:
         """start_server's register callback."""
         review_pb2_grpc.add_ReviewServiceServicer_to_server(self, server)

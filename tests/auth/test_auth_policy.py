@@ -29,6 +29,8 @@ EXPECTED_ROLES: dict[str, set[str]] = {
     "/decisionflow.v1.ReviewService/GetOperation": {"reviewer", "author", "operator"},
     "/decisionflow.v1.ReviewService/ListPendingReviews": {"reviewer", "author", "operator"},
     "/decisionflow.v1.ReviewService/Approve": {"reviewer"},
+    # Whoever holds a role of the orchestrator may ask who they are.
+    "/decisionflow.v1.ReviewService/GetCaller": {"reviewer", "author", "operator"},
     "/decisionflow.v1.OperationsService/ListOperations": {"operator"},
     "/decisionflow.v1.OperationsService/SettleOperation": {"operator"},
     "/decisionflow.v1.OperationsService/BatchSettleOperations": {"operator"},
@@ -43,7 +45,7 @@ EXPECTED_ROLES: dict[str, set[str]] = {
 def test_rpc_roles_names_exactly_the_rpcs_of_the_contract() -> None:
     assert policy_gaps(RPC_ROLES) == ([], [])
     assert sorted(RPC_ROLES) == all_rpc_methods()
-    assert len(all_rpc_methods()) == 14
+    assert len(all_rpc_methods()) == 15
 
 
 def test_policy_gaps_reports_missing_and_unknown_methods() -> None:

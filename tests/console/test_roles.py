@@ -1,14 +1,35 @@
 """The orchestrator's role checks and four-eyes rule, met by people signed in to the console: the
-console shows each refusal in words and decides nothing itself."""
+console shows each refusal in words and decides nothing itself; its navigation offers only what the
+roles the orchestrator grants (GetCaller, read once per session) allow."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from playwright.sync_api import Browser, Page, expect
 
+from decisionflow.client import Role
 from tests.console.pages import start_case
-from tests.support.console import ConsoleUnderTest, screenshot
+from tests.support.console import EVERY_ROLE, ConsoleUnderTest, screenshot
+
+NAVIGATION = "nav[aria-label=main] a"
+ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
+# Groups at the provider (tests.support.oidc.ROLE_MAP), the roles the orchestrator grants for them,
+# and the links the console must show for those roles.
+PEOPLE: list[tuple[str, list[str], frozenset[Role], list[str]]] = [
+    ("reva", ["reviewers"], frozenset({Role.REVIEWER}), ["Inbox"]),
+    ("aldo", ["authors"], frozenset({Role.AUTHOR}), ["Inbox", "Start a case"]),
+    ("opal", ["operators"], frozenset({Role.OPERATOR}), ["Inbox", "Operator desk"]),
+    (
+        "evan",
+        EVERY_ROLE,
+        frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR}),
+        ["Inbox", "Start a case", "Operator desk"],
+    ),
+    # Signed in at the provider, but in no group the orchestrator maps to a role: no link at all.
+    ("vera", ["visitors"], frozenset(), []),
+]
 
 
 def test_a_person_without_the_reviewer_role_is_refused_in_words(
@@ -70,3 +91,62 @@ def test_the_operator_confirmation_pages_refuse_anyone_but_an_operator(
     for path in (f"/operations/{operation_id}/redrive", f"/operations/{operation_id}/settle"):
         response = page.goto(console.url(path))
         assert response is not None and response.status == 200, path
+
+
+def test_the_navigation_shows_exactly_the_links_the_roles_allow(
+    make_console: Callable[..., ConsoleUnderTest], browser: Browser
+) -> None:
+    console = make_console()
+    for subject, groups, roles, links in PEOPLE:
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            console.sign_in(page, subject, groups=groups)
+            # The inbox (or its refusal), a page that asks the orchestrator nothing, and the desk (or its refusal).
+            for path in ("/", "/start", "/operations"):
+                page.goto(console.url(path))
+                assert page.locator(NAVIGATION).all_inner_texts() == links, (subject, path)
+            assert console.session_of(context).roles == roles, subject
+            # A link left out is no permission: the desk still answers with the orchestrator's refusal.
+            if Role.OPERATOR not in roles:
+                expect(page.locator("h1")).to_have_text("You need the operator role")
+        finally:
+            context.close()
+
+
+def test_the_roles_are_read_once_per_session_and_again_after_a_read_that_failed(
+    make_console: Callable[..., ConsoleUnderTest], browser: Browser, page: Page
+) -> None:
+    console = make_console()
+    stack = console.stack
+    console.sign_in(page, "opal", groups=["operators"])
+    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk"]
+    port = stack.orchestrator_port
+    stack.stop_orchestrator()
+    # Kept in the session: with the orchestrator gone, a page that calls nothing still offers them.
+    page.goto(console.url("/start"))
+    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk"]
+
+    other = browser.new_context()
+    try:
+        reviewer = other.new_page()
+        console.sign_in(reviewer, "reva", groups=["reviewers"])
+        reviewer.goto(console.url("/start"))
+        # The orchestrator did not say: nothing is offered, and nothing is remembered.
+        assert reviewer.locator(NAVIGATION).all_inner_texts() == []
+        assert console.session_of(other).roles is None
+        stack.start_orchestrator(
+            security=console.servers.security,
+            receiver_token=console.servers.tokens["walter"],
+            address=f"127.0.0.1:{port}",
+        )
+        # A later request asks again (once the console's channel to it has reconnected).
+        deadline = time.monotonic() + 30
+        while not reviewer.locator(NAVIGATION).all_inner_texts():
+            assert time.monotonic() < deadline, "the roles were not read again after the orchestrator came back"
+            reviewer.wait_for_timeout(200)
+            reviewer.goto(console.url("/start"))
+        assert reviewer.locator(NAVIGATION).all_inner_texts() == ["Inbox"]
+        assert console.session_of(other).roles == frozenset({Role.REVIEWER})
+    finally:
+        other.close()

@@ -109,6 +109,7 @@ def valid_requests(operation_id: str) -> dict[str, Message]:
         ),
         "/decisionflow.v1.ReviewService/GetOperation": review_pb2.GetOperationRequest(operation_id=operation_id),
         "/decisionflow.v1.ReviewService/ListPendingReviews": review_pb2.ListPendingReviewsRequest(page_size=10),
+        "/decisionflow.v1.ReviewService/GetCaller": review_pb2.GetCallerRequest(),
         "/decisionflow.v1.OperationsService/ListOperations": operations_pb2.ListOperationsRequest(page_size=10),
         "/decisionflow.v1.OperationsService/SettleOperation": operations_pb2.SettleOperationRequest(
             settlement=_settlement(operation_id)

@@ -1,6 +1,6 @@
 """The one vocabulary: every wire value converts to it and back, stored columns keep their text, and
-no module defines a second Decision, state, lookup status, receipt, violation, case-id pattern or
-Apply signature."""
+no module defines a second Decision, state, lookup status, receipt, role, violation, case-id pattern
+or Apply signature."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from decisionflow.vocabulary import (
     OperationState,
     Outcome,
     Receipt,
+    Role,
     case_id_violations,
     operation_id_violations,
 )
@@ -78,6 +79,17 @@ def test_every_member_has_a_wire_value_and_an_unknown_number_falls_back(
     fallback = Outcome.UNKNOWN if cls is Outcome else cls["UNSPECIFIED"]
     assert from_pb(max(proto.values()) + 1) is fallback  # a newer peer's value
     assert set(wire.numbers(cls).values()) == set(cls)
+
+
+def test_every_role_round_trips_and_a_role_this_side_does_not_know_grants_nothing() -> None:
+    for role in Role:
+        assert common_pb2.Role.Name(wire.role_to_pb(role)) == "ROLE_" + role.name
+        assert wire.roles_from_pb([wire.role_to_pb(role)]) == {role}
+    assert {f"ROLE_{role.name}" for role in Role} == set(common_pb2.Role.keys()) - {"ROLE_UNSPECIFIED"}
+    newer = max(common_pb2.Role.values()) + 1
+    assert wire.roles_from_pb([common_pb2.ROLE_UNSPECIFIED, newer, common_pb2.ROLE_AUTHOR]) == {Role.AUTHOR}
+    # The value is the spelling of credentials files and role maps.
+    assert [role.value for role in Role] == ["reviewer", "author", "operator", "effect_writer", "effect_reader"]
 
 
 def test_receipt_and_effect_request_round_trip_through_the_wire() -> None:
@@ -134,6 +146,7 @@ SHARED_CLASSES = {
     "Violation",
     "FieldViolation",
     "EffectRequest",
+    "Role",
 }
 HOMES = {
     "clients/python/src/decisionflow/vocabulary.py",

@@ -49,7 +49,7 @@ function transport(target: string, options: ConnectOptions) {
   });
 }
 
-/** A ReviewService client: StartReview, GetProposal, EditProposal, Approve, GetOperation, ListPendingReviews. */
+/** A ReviewService client: StartReview, GetProposal, EditProposal, Approve, GetOperation, ListPendingReviews, GetCaller. */
 export function reviewClient(target: string, options: ConnectOptions = {}): Client<typeof ReviewService> {
   return createClient(ReviewService, transport(target, options));
 }

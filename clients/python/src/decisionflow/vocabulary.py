@@ -1,4 +1,5 @@
-"""The words every side of decisionflow shares, defined once: ids, decisions, states, lookups, receipts.
+"""The words every side of decisionflow shares, defined once: ids, decisions, states, lookups, receipts,
+roles.
 
 Pure values, no grpc and no protobuf: clients, the orchestrator, the receiver and the reconciler all
 import these, and ``decisionflow.vocabulary_wire`` is the one place that turns them into wire values
@@ -35,6 +36,7 @@ __all__ = [
     "OperationState",
     "Outcome",
     "Receipt",
+    "Role",
     "case_id_violations",
     "operation_id_violations",
 ]
@@ -134,6 +136,22 @@ class ApplyResult(_Word):
     UNSPECIFIED = "UNSPECIFIED"
     CREATED = "CREATED"
     REPLAYED = "REPLAYED"
+
+
+class Role(enum.Enum):
+    """What a principal may do; each RPC names the roles allowed to call it (docs/security.md).
+
+    Unlike the words above, a role's value is its lowercase name (``reviewer``, ``effect_writer``):
+    the spelling of credentials files, role maps and the ``required_roles`` of a refusal. The wire
+    spells it by name (``ROLE_REVIEWER`` is ``Role.REVIEWER``). There is no UNSPECIFIED member:
+    a role this side does not know grants nothing here, so it is left out rather than guessed.
+    """
+
+    REVIEWER = "reviewer"
+    AUTHOR = "author"
+    OPERATOR = "operator"
+    EFFECT_WRITER = "effect_writer"
+    EFFECT_READER = "effect_reader"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,14 @@ Clients and servers both convert here, so a value has one spelling from the gRPC
 store. An enum maps by name (``Decision.APPROVE`` is ``DECISION_APPROVE``), so a member added to
 the proto and to ``decisionflow.vocabulary`` needs no table. Reading is lenient: a number this
 side's stubs do not know (a newer peer) becomes the enum's UNSPECIFIED member (for an outcome,
-UNKNOWN: never a success). A server that must refuse such a number looks it up in ``numbers`` instead.
+UNKNOWN: never a success; a role is left out: it grants nothing). A server that must refuse such a
+number looks it up in ``numbers`` instead.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -28,6 +30,7 @@ from decisionflow.vocabulary import (
     OperationState,
     Outcome,
     Receipt,
+    Role,
 )
 
 _E = TypeVar("_E", bound=enum.Enum)
@@ -40,6 +43,7 @@ WIRE_ENUMS: dict[type[enum.Enum], tuple[Any, str]] = {
     LookupStatus: (common_pb2.LookupStatus, "LOOKUP_STATUS_"),
     Consistency: (common_pb2.Consistency, "CONSISTENCY_"),
     ApplyResult: (effect_receiver_pb2.ApplyResult, "APPLY_RESULT_"),
+    Role: (common_pb2.Role, "ROLE_"),
 }
 
 
@@ -132,6 +136,19 @@ def apply_result_to_pb(result: ApplyResult) -> effect_receiver_pb2.ApplyResult.V
 def apply_result_from_pb(value: int) -> ApplyResult:
     """Return the Apply result of a wire value; UNSPECIFIED when unknown."""
     return _from_pb(ApplyResult, value, ApplyResult.UNSPECIFIED)
+
+
+def role_to_pb(role: Role) -> common_pb2.Role.ValueType:
+    """Return the wire value of a role."""
+    number: common_pb2.Role.ValueType = _to_pb(role)
+    return number
+
+
+def roles_from_pb(values: Iterable[int]) -> frozenset[Role]:
+    """Return the roles of wire values; UNSPECIFIED and numbers this side does not know grant nothing
+    and are left out."""
+    known = numbers(Role)
+    return frozenset(known[value] for value in values if value in known)
 
 
 def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:

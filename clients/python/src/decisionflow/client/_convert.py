@@ -127,6 +127,11 @@ def pending_review_page(message: review_pb2.ListPendingReviewsResponse) -> views
     return views.PendingReviewPage(entries, message.next_page_token)
 
 
+def caller(message: review_pb2.GetCallerResponse) -> views.Caller:
+    """Return the caller of a GetCaller answer (a role this client does not know is left out)."""
+    return views.Caller(message.principal, wire.roles_from_pb(message.roles))
+
+
 def applied_effect(message: effect_receiver_pb2.ApplyResponse) -> views.AppliedEffect:
     """Return the view of an Apply response."""
     return views.AppliedEffect(

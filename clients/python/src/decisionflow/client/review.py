@@ -21,6 +21,7 @@ from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
 from decisionflow.client.views import (
     ApproveResult,
+    Caller,
     Decision,
     EditedProposal,
     OperationView,
@@ -222,6 +223,10 @@ class ReviewClient(Inbox):
         """Return the state of one operation."""
         return _operation(call(self._stub.GetOperation, _get_operation_request(operation_id), self._settings))
 
+    def get_caller(self) -> Caller:
+        """Return who the orchestrator takes this client's credentials to be, with their roles."""
+        return convert.caller(call(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))
+
 
 class AsyncReviewClient(AsyncClient, AsyncInbox):
     """asyncio client of ReviewService on a ``grpc.aio`` channel: the methods, deadlines, retry
@@ -295,3 +300,7 @@ class AsyncReviewClient(AsyncClient, AsyncInbox):
         """Return the state of one operation."""
         request = _get_operation_request(operation_id)
         return _operation(await call_async(self._stub.GetOperation, request, self._settings))
+
+    async def get_caller(self) -> Caller:
+        """Return who the orchestrator takes this client's credentials to be, with their roles."""
+        return convert.caller(await call_async(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))

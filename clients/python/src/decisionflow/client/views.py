@@ -20,6 +20,7 @@ from decisionflow.vocabulary import (
     OperationState,
     Outcome,
     Receipt,
+    Role,
 )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ApplyResult",
     "ApproveResult",
     "AttemptLease",
+    "Caller",
     "Consistency",
     "Decision",
     "EditedProposal",
@@ -45,6 +47,7 @@ __all__ = [
     "ProposalView",
     "Receipt",
     "RedriveResult",
+    "Role",
     "SettleResult",
     "Settlement",
     "StartedReview",
@@ -171,6 +174,18 @@ class ProposalRecord:
 
     proposal: ProposalView
     operation: OperationView
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who the orchestrator takes the caller to be: its principal and every role granted to it.
+
+    What the roles allow is the orchestrator's policy (docs/security.md#roles), checked again on
+    every call; a user interface reads them only to leave out what would be refused.
+    """
+
+    principal: str
+    roles: frozenset[Role]
 
 
 @dataclass(frozen=True, slots=True)

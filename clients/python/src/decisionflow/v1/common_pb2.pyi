@@ -174,6 +174,46 @@ LOOKUP_STATUS_NOT_FOUND: LookupStatus.ValueType  # 2
 """No effect for this operation id (authoritative only when STRONG)."""
 Global___LookupStatus: _TypeAlias = LookupStatus  # noqa: Y015
 
+class _Role:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROLE_UNSPECIFIED: _Role.ValueType  # 0
+    """Never sent."""
+    ROLE_REVIEWER: _Role.ValueType  # 1
+    """Decides proposals (Approve)."""
+    ROLE_AUTHOR: _Role.ValueType  # 2
+    """Starts and edits proposals (StartReview, EditProposal)."""
+    ROLE_OPERATOR: _Role.ValueType  # 3
+    """Reads and settles open operations (OperationsService)."""
+    ROLE_EFFECT_WRITER: _Role.ValueType  # 4
+    """Writes effects at the receiver (Apply); the orchestrator's own role there."""
+    ROLE_EFFECT_READER: _Role.ValueType  # 5
+    """Reads effects at the receiver (Lookup, BatchLookup, ListEffects)."""
+
+class Role(_Role, metaclass=_RoleEnumTypeWrapper):
+    """What a principal may do. Each RPC admits the principals holding one of the
+    roles it names (docs/security.md#roles). Credentials files, role maps and
+    refusals' required_roles spell a role as its name here without the prefix,
+    in lowercase (ROLE_EFFECT_READER is effect_reader).
+    """
+
+ROLE_UNSPECIFIED: Role.ValueType  # 0
+"""Never sent."""
+ROLE_REVIEWER: Role.ValueType  # 1
+"""Decides proposals (Approve)."""
+ROLE_AUTHOR: Role.ValueType  # 2
+"""Starts and edits proposals (StartReview, EditProposal)."""
+ROLE_OPERATOR: Role.ValueType  # 3
+"""Reads and settles open operations (OperationsService)."""
+ROLE_EFFECT_WRITER: Role.ValueType  # 4
+"""Writes effects at the receiver (Apply); the orchestrator's own role there."""
+ROLE_EFFECT_READER: Role.ValueType  # 5
+"""Reads effects at the receiver (Lookup, BatchLookup, ListEffects)."""
+Global___Role: _TypeAlias = Role  # noqa: Y015
+
 @_typing.final
 class Evidence(_message.Message):
     """One source a proposal quotes."""

@@ -746,3 +746,54 @@ class ListPendingReviewsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListPendingReviewsResponse: _TypeAlias = ListPendingReviewsResponse  # noqa: Y015
+
+@_typing.final
+class GetCallerRequest(_message.Message):
+    """Request for the authenticated caller; who calls is the call's credentials,
+    never a request field.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCallerRequest: _TypeAlias = GetCallerRequest  # noqa: Y015
+
+@_typing.final
+class GetCallerResponse(_message.Message):
+    """The authenticated caller."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """The principal: the name decisions and proposals record (Operation.reviewer,
+    Proposal.created_by).
+    """
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.Role.ValueType]:
+        """Every role granted to the principal, each once, in the order of the enum;
+        receiver roles it also holds (effect_reader) are listed too.
+        """
+
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        roles: _abc.Iterable[_common_pb2.Role.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "roles", b"roles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCallerResponse: _TypeAlias = GetCallerResponse  # noqa: Y015

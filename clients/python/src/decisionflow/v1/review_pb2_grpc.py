@@ -68,6 +68,11 @@ class ReviewServiceStub:
                 request_serializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.SerializeToString,
                 response_deserializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.FromString,
                 _registered_method=True)
+        self.GetCaller = channel.unary_unary(
+                '/decisionflow.v1.ReviewService/GetCaller',
+                request_serializer=decisionflow_dot_v1_dot_review__pb2.GetCallerRequest.SerializeToString,
+                response_deserializer=decisionflow_dot_v1_dot_review__pb2.GetCallerResponse.FromString,
+                _registered_method=True)
 
 
 class ReviewServiceServicer:
@@ -193,6 +198,25 @@ class ReviewServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCaller(self, request, context):
+        """Returns the authenticated caller: its principal and the roles granted to it,
+        as the orchestrator's authorization policy sees them (a token's groups mapped
+        to roles, a credentials file's entry). Any principal holding one of the
+        orchestrator's roles (reviewer, author or operator) may call it. A user
+        interface reads it to show only what those roles allow; every other RPC
+        still checks its own roles on each call. See docs/security.md#roles.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+        INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
+        UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
+        UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+        PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReviewServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +249,11 @@ def add_ReviewServiceServicer_to_server(servicer, server):
                     servicer.ListPendingReviews,
                     request_deserializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.FromString,
                     response_serializer=decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.SerializeToString,
+            ),
+            'GetCaller': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCaller,
+                    request_deserializer=decisionflow_dot_v1_dot_review__pb2.GetCallerRequest.FromString,
+                    response_serializer=decisionflow_dot_v1_dot_review__pb2.GetCallerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -393,6 +422,33 @@ class ReviewService:
             '/decisionflow.v1.ReviewService/ListPendingReviews',
             decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsRequest.SerializeToString,
             decisionflow_dot_v1_dot_review__pb2.ListPendingReviewsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCaller(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/decisionflow.v1.ReviewService/GetCaller',
+            decisionflow_dot_v1_dot_review__pb2.GetCallerRequest.SerializeToString,
+            decisionflow_dot_v1_dot_review__pb2.GetCallerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -129,6 +129,21 @@ class ReviewServiceStub:
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
     """
+    GetCaller: _grpc.UnaryUnaryMultiCallable[_review_pb2.GetCallerRequest, _review_pb2.GetCallerResponse]
+    """Returns the authenticated caller: its principal and the roles granted to it,
+    as the orchestrator's authorization policy sees them (a token's groups mapped
+    to roles, a credentials file's entry). Any principal holding one of the
+    orchestrator's roles (reviewer, author or operator) may call it. A user
+    interface reads it to show only what those roles allow; every other RPC
+    still checks its own roles on each call. See docs/security.md#roles.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
+      UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+    """
 
 @_typing.type_check_only
 class ReviewServiceAsyncStub(ReviewServiceStub):
@@ -230,6 +245,21 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+    """
+    GetCaller: _aio.UnaryUnaryMultiCallable[_review_pb2.GetCallerRequest, _review_pb2.GetCallerResponse]  # type: ignore[assignment]
+    """Returns the authenticated caller: its principal and the roles granted to it,
+    as the orchestrator's authorization policy sees them (a token's groups mapped
+    to roles, a credentials file's entry). Any principal holding one of the
+    orchestrator's roles (reviewer, author or operator) may call it. A user
+    interface reads it to show only what those roles allow; every other RPC
+    still checks its own roles on each call. See docs/security.md#roles.
+
+    Errors: reason, status code, then ErrorInfo metadata keys or what it means
+    (docs/errors.md):
+      INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
+      UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
+      UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
     """
 
 class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -365,6 +395,27 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
           UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
           UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
           PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+        """
+
+    @_abc_1.abstractmethod
+    def GetCaller(
+        self,
+        request: _review_pb2.GetCallerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_review_pb2.GetCallerResponse, _abc.Awaitable[_review_pb2.GetCallerResponse]]:
+        """Returns the authenticated caller: its principal and the roles granted to it,
+        as the orchestrator's authorization policy sees them (a token's groups mapped
+        to roles, a credentials file's entry). Any principal holding one of the
+        orchestrator's roles (reviewer, author or operator) may call it. A user
+        interface reads it to show only what those roles allow; every other RPC
+        still checks its own roles on each call. See docs/security.md#roles.
+
+        Errors: reason, status code, then ErrorInfo metadata keys or what it means
+        (docs/errors.md):
+          INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
+          UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
+          UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
         """
 
 def add_ReviewServiceServicer_to_server(servicer: ReviewServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
