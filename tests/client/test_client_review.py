@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -34,7 +34,7 @@ from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, review_pb2
 
-from .client_standin import Fail, Sleeps, StandIn, standin
+from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin
 
 CASE = "T-1042"
 ACTION = "record_support_review"
@@ -175,6 +175,36 @@ def test_approve_is_retried_with_the_same_operation_id_until_answered(server: St
     assert result.outcome is Outcome.COMMITTED
     assert result.replay is True
     assert result.operation.receipt_id == "rcpt-1"
+
+
+class SlowDown(DomainError):
+    """A server-side refusal that names when to come back (google.rpc.RetryInfo)."""
+
+    reason = "SLOW_DOWN"
+
+    def __init__(self, delay: timedelta) -> None:
+        super().__init__("slow down", retry_after=delay)
+
+
+def test_a_refusals_retry_delay_is_waited_before_the_retry_and_reported_when_it_outlasts_the_call(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    server.script.then(
+        "Approve",
+        Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, SlowDown(timedelta(milliseconds=1500))),
+        Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, SlowDown(timedelta(seconds=30))),
+        approved(),
+    )
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+
+    with pytest.raises(Unavailable) as raised:
+        ReviewClient(channel, sleep=sleeps, clock=clock).approve(OP)
+
+    # The first wait is the server's 1.5 s, not the 0.1 s window; 30 s more would outlast the call's 10 s.
+    assert sleeps.waits == [1.5]
+    assert len(server.script.calls("Approve")) == 2
+    assert (raised.value.reason, raised.value.retry_after, raised.value.attempts) == ("SLOW_DOWN", 30.0, 2)
 
 
 def test_an_unknown_outcome_is_returned_not_raised(server: StandIn, channel: grpc.Channel) -> None:

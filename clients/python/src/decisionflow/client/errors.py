@@ -1,6 +1,6 @@
 """Typed errors raised by the decisionflow clients, and the one place gRPC failures become them.
 
-    DecisionflowError                  base: code, reason, message, metadata, violations, definite
+    DecisionflowError                  base: code, reason, message, metadata, violations, definite, retry_after
     ├── InvalidRequest                 INVALID_ARGUMENT; field violations; nothing was written
     │   └── DecisionRequired           DECISION_REQUIRED: the decision was omitted
     ├── NotFound                       NOT_FOUND; operation_id or case_id
@@ -27,7 +27,9 @@
 INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED or
 NOT_FOUND, or a checkpoint refused as tampered (it needs an operator, not a retry). Everything
 else is indeterminate: the server may have acted before the reply was lost, so the outcome must
-be settled by a lookup or a retry with the same operation id. docs/errors.md lists every reason.
+be settled by a lookup or a retry with the same operation id. ``retry_after`` is the delay the
+server's RetryInfo asked for (seconds; None when it sent none): the retry policy waits at least that
+long before repeating the call. docs/errors.md lists every reason.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import grpc
 from decisionflow import reasons
 from decisionflow.client.views import Decision, OperationState
 from decisionflow.reasons import FieldViolation
-from decisionflow.status_details import error_info
+from decisionflow.status_details import error_info, retry_delay
 
 DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
     {
@@ -75,6 +77,7 @@ class DecisionflowError(Exception):
         violations: Sequence[FieldViolation] = (),
         attempts: int = 1,
         definite: bool | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code.name}: {message}" if message else code.name)
         self.code = code
@@ -83,6 +86,7 @@ class DecisionflowError(Exception):
         self.metadata: dict[str, str] = dict(metadata or {})
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
         self.attempts = attempts
+        self.retry_after = retry_after
         if definite is None:
             definite = self.always_definite if self.always_definite is not None else code in DEFINITE_CODES
         self.definite: bool = definite
@@ -305,4 +309,5 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         violations=violations,
         attempts=attempts,
         definite=definite,
+        retry_after=retry_delay(err),
     )
