@@ -30,6 +30,7 @@ _STATE_WORDS = {
     "DECLINED": "Declined",
     "REJECTED": "Rejected by the receiver",
     "SUPERSEDED": "Replaced by a newer proposal",
+    "EXPIRED": "Expired undecided",
 }
 
 

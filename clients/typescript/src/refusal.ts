@@ -47,6 +47,13 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   UNAUTHENTICATED: { code: Code.Unauthenticated, metadataKeys: [] },
   PERMISSION_DENIED: { code: Code.PermissionDenied, metadataKeys: ["rpc", "principal", "required_roles"] },
   FOUR_EYES: { code: Code.PermissionDenied, metadataKeys: ["principal"] },
+  CALL_RATE_EXCEEDED: { code: Code.ResourceExhausted, metadataKeys: ["principal", "retry_after"] },
+  CONTENT_BUDGET_EXCEEDED: {
+    code: Code.ResourceExhausted,
+    metadataKeys: ["principal", "retry_after", "content_bytes"],
+  },
+  TOO_MANY_OPEN_REVIEWS: { code: Code.FailedPrecondition, metadataKeys: ["principal", "open_review_limit"] },
+  REVIEW_EXPIRED: { code: Code.FailedPrecondition, metadataKeys: ["operation_id"] },
 };
 
 // Refusals: the request certainly had no effect.
@@ -58,11 +65,21 @@ const DEFINITE_CODES: ReadonlySet<Code> = new Set([
   Code.Unauthenticated,
   Code.NotFound,
 ]);
-// A tampered checkpoint is refused before anything runs; it needs an operator, not a retry.
-const DEFINITE_REASONS: ReadonlySet<string> = new Set(["CHECKPOINT_INTEGRITY"]);
+// A tampered checkpoint is refused before anything runs; it needs an operator, not a retry. A spent
+// budget is refused before anything runs too; the same request passes after the RetryInfo delay.
+const DEFINITE_REASONS: ReadonlySet<string> = new Set([
+  "CHECKPOINT_INTEGRITY",
+  "CALL_RATE_EXCEEDED",
+  "CONTENT_BUDGET_EXCEEDED",
+]);
 // Refusals that depend on who calls or on state: after an earlier indeterminate attempt of the
 // same call they prove nothing about that attempt.
-const CALLER_DEPENDENT_CODES: ReadonlySet<Code> = new Set([Code.PermissionDenied, Code.Unauthenticated, Code.NotFound]);
+const CALLER_DEPENDENT_CODES: ReadonlySet<Code> = new Set([
+  Code.PermissionDenied,
+  Code.Unauthenticated,
+  Code.NotFound,
+  Code.ResourceExhausted,
+]);
 const RETRIED_CODES: ReadonlySet<Code> = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
 
 /** Whether a failure with this code and reason is definite, and what a caller does next. */
