@@ -23,7 +23,7 @@ from bench._databases import Databases, fresh_databases
 from bench._load import Series
 from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
 from bench._profile import Profiler
-from decisionflow.stack import ProcessStack
+from decisionflow.stack import UNLIMITED_AUTHORS, ProcessStack
 
 BASELINE = "baseline_chain"
 APPLY_CREATED = "receiver_apply"
@@ -107,7 +107,7 @@ def _servers(workdir: Path, databases: Databases, workers: int) -> Iterator[_Ser
     per_hop = ["--workers", str(workers)]
     try:
         receiver = stack.start_receiver(f"receiver-w{workers}", args=per_hop)
-        orchestrator = stack.start_orchestrator(f"orchestrator-w{workers}", args=per_hop)
+        orchestrator = stack.start_orchestrator(f"orchestrator-w{workers}", args=[*per_hop, *UNLIMITED_AUTHORS])
         hop_b = spawn("bench._baseline", ["b", *per_hop], workdir, f"baseline_b-w{workers}")
         started.append(hop_b)
         hop_a = spawn(

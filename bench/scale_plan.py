@@ -48,6 +48,7 @@ from decisionflow.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
+    UNLIMITED_AUTHORS,
     ProcessStack,
     orchestrator_args,
     receiver_args,
@@ -104,7 +105,9 @@ def _traced_stack(workdir: Path, databases: Databases) -> tuple[ServerProcess, S
         "bench._sql_trace",
         [
             ORCHESTRATOR_MODULE,
-            *orchestrator_args(databases.orchestrator_url, receiver.target, extra=["--workers", "1"]),
+            *orchestrator_args(
+                databases.orchestrator_url, receiver.target, extra=["--workers", "1", *UNLIMITED_AUTHORS]
+            ),
         ],
         workdir,
         "orchestrator-traced",
@@ -290,7 +293,7 @@ def measure(plan: Plan, admin_url: str, workdir: Path, pgbench: str) -> ScalePla
         stack = ProcessStack(workdir, databases.receiver_url, databases.orchestrator_url, CHECKPOINT_KEY)
         try:
             receiver = stack.start_receiver("receiver", args=["--workers", "1"])
-            orchestrator = stack.start_orchestrator("orchestrator", args=["--workers", "1"])
+            orchestrator = stack.start_orchestrator("orchestrator", args=["--workers", "1", *UNLIMITED_AUTHORS])
             throughput = asyncio.run(_throughput(orchestrator, receiver, plan, run))
         finally:
             stack.close()

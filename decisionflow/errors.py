@@ -13,6 +13,7 @@ them into a rich gRPC status at the server's edge. The reason strings are in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 from decisionflow import reasons
 from decisionflow.reasons import FieldViolation
@@ -21,14 +22,18 @@ __all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable"]
 
 
 class DomainError(Exception):
-    """A refusal with a machine-readable reason and metadata (google.rpc.ErrorInfo)."""
+    """A refusal with a machine-readable reason and metadata (google.rpc.ErrorInfo); with retry_after,
+    also when the same request may succeed again (google.rpc.RetryInfo)."""
 
     reason: str = ""
 
-    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, metadata: Mapping[str, str] | None = None, retry_after: timedelta | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.metadata: dict[str, str] = dict(metadata or {})
+        self.retry_after = retry_after
 
 
 class InvalidRequest(DomainError):

@@ -1,5 +1,5 @@
-"""The shape every housekeeping command shares (``decisionflow-orchestrator prune-checkpoints``,
-``decisionflow-receiver prune-keys``): a parser with the service's settings and ``--dry-run``, the
+"""The shape every housekeeping command shares (``decisionflow-orchestrator prune-checkpoints`` and
+``expire-reviews``, ``decisionflow-receiver prune-keys``): a parser with the service's settings and ``--dry-run``, the
 existing database (never created or migrated: a mistyped path must not become an empty one), and
 its report: one JSON line on stdout for scripts, one line for a person on stderr."""
 
@@ -27,10 +27,11 @@ def parser(program: str, command: str, description: str, settings: Sequence[Sett
     return cli
 
 
-def report_count(command: str, *, dry_run: bool, noun: str, count: int, what: str) -> None:
-    """Print ``{"command", "dry_run", noun: count}`` on stdout and "deleted|would delete <count> <what>" on stderr."""
+def report_count(command: str, *, dry_run: bool, noun: str, count: int, what: str, verb: str = "delete") -> None:
+    """Print ``{"command", "dry_run", noun: count}`` on stdout and "<verb>d|would <verb> <count> <what>" on
+    stderr ("deleted 3 …", "would expire 3 …")."""
     print(json.dumps({"command": command, "dry_run": dry_run, noun: count}))
-    print(f"{'would delete' if dry_run else 'deleted'} {count} {what}", file=sys.stderr)
+    print(f"{'would ' + verb if dry_run else verb + 'd'} {count} {what}", file=sys.stderr)
 
 
 def on_existing_database(

@@ -1,5 +1,6 @@
-"""Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo
-and BadRequest (read back by ``decisionflow.status_details.error_info``).
+"""Domain errors (``decisionflow.errors``) as a rich gRPC status: google.rpc.Status with ErrorInfo,
+BadRequest for bad fields and RetryInfo for a refusal that names when to come back (read back by
+``decisionflow.status_details``).
 
 Each server maps its domain errors to a status code in exactly one table (``StatusTable``); the
 server's one pass per call (``decisionflow.served_calls``) applies it to every call with
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -46,8 +47,8 @@ def _cut(text: str) -> str:
 
 
 def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
-    """Return a grpc.Status carrying ErrorInfo (and BadRequest for an InvalidRequest), small enough
-    for gRPC's trailer limit whatever the error holds."""
+    """Return a grpc.Status carrying ErrorInfo (BadRequest for an InvalidRequest, RetryInfo when the
+    error names a retry delay), small enough for gRPC's trailer limit whatever the error holds."""
     details: list[any_pb2.Any] = []
     metadata = {_cut(key): _cut(value) for key, value in error.metadata.items()}
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
@@ -64,6 +65,12 @@ def rich_status(code: grpc.StatusCode, error: DomainError) -> grpc.Status:
         packed_bad = any_pb2.Any()
         packed_bad.Pack(bad)
         details.append(packed_bad)
+    if error.retry_after is not None:
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(error.retry_after)
+        packed_retry = any_pb2.Any()
+        packed_retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(packed_retry)
     status = status_pb2.Status(code=code.value[0], message=error.message[:1024], details=details)
     return rpc_status.to_status(status)
 

@@ -17,6 +17,16 @@ CHECKPOINT_KEYS_ENV = "DECISIONFLOW_CHECKPOINT_KEYS"
 RECEIVER_MODULE = "effect_receiver.main"
 ORCHESTRATOR_MODULE = "orchestrator.main"
 RECONCILER_MODULE = "reconciler.main"
+# The orchestrator's flags that turn every per-author budget off (orchestrator.quotas), for the benchmark
+# and the fault campaigns: they send everything as one principal, at volumes no single author sends.
+UNLIMITED_AUTHORS = (
+    "--author-calls-per-second",
+    "0",
+    "--author-content-bytes-per-minute",
+    "0",
+    "--author-open-reviews",
+    "0",
+)
 
 
 def receiver_args(

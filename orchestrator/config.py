@@ -16,6 +16,8 @@ from decisionflow.serving import TransportLimits
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
+from orchestrator.quotas import AuthorLimits
+from orchestrator.validation import MAX_CONTENT_BYTES
 
 
 def _failpoints(value: str) -> str:
@@ -89,6 +91,43 @@ FOUR_EYES = Setting(
     "false",
     parse=settings.boolean,
 )
+# Per-author budgets (orchestrator.quotas): the defaults let a person or a drafting job work freely and
+# stop one token from writing thousands of proposals in seconds, as one was seen to.
+AUTHOR_CALLS_PER_SECOND = Setting(
+    "author_calls_per_second",
+    "DECISIONFLOW_AUTHOR_CALLS_PER_SECOND",
+    "StartReview and EditProposal calls one principal may sustain per second, counted in each server process "
+    "(each worker and replica keeps its own count); beyond it: RESOURCE_EXHAUSTED, CALL_RATE_EXCEEDED, with "
+    "the delay to wait; 0: no limit",
+    "20",
+    parse=settings.rate,
+)
+AUTHOR_CALL_BURST = Setting(
+    "author_call_burst",
+    "DECISIONFLOW_AUTHOR_CALL_BURST",
+    "StartReview and EditProposal calls one principal may make at once before --author-calls-per-second applies",
+    "100",
+    parse=settings.integer(1, 1_000_000),
+)
+AUTHOR_CONTENT_BYTES_PER_MINUTE = Setting(
+    "author_content_bytes_per_minute",
+    "DECISIONFLOW_AUTHOR_CONTENT_BYTES_PER_MINUTE",
+    "bytes of proposal text (body, evidence, policy) one principal may send per minute in StartReview and "
+    "EditProposal, at most a minute's worth at once, counted in each server process; beyond it: "
+    f"RESOURCE_EXHAUSTED, CONTENT_BUDGET_EXCEEDED, with the delay to wait; 0: no limit, else at least "
+    f"{MAX_CONTENT_BYTES} (the largest valid proposal)",
+    "16777216",
+    parse=settings.zero_or_integer(MAX_CONTENT_BYTES, 2**40),
+)
+AUTHOR_OPEN_REVIEWS = Setting(
+    "author_open_reviews",
+    "DECISIONFLOW_AUTHOR_OPEN_REVIEWS",
+    "undecided proposals of one author the reviewers' inbox may hold, counted in the database (so across "
+    "every replica); a StartReview or EditProposal that would add one more is refused: FAILED_PRECONDITION, "
+    "TOO_MANY_OPEN_REVIEWS; 0: no limit",
+    "1000",
+    parse=settings.integer(0, 100_000_000),
+)
 FAILPOINTS_SETTING = Setting(
     "failpoints",
     "DECISIONFLOW_ORCHESTRATOR_FAILPOINTS",
@@ -121,6 +160,10 @@ SETTINGS: tuple[Setting[Any], ...] = (
     *METRICS.all,
     WORKERS,
     FOUR_EYES,
+    AUTHOR_CALLS_PER_SECOND,
+    AUTHOR_CALL_BURST,
+    AUTHOR_CONTENT_BYTES_PER_MINUTE,
+    AUTHOR_OPEN_REVIEWS,
     FAILPOINTS_SETTING,
     SHUTDOWN_GRACE_SECONDS,
     LOG_LEVEL,
@@ -154,6 +197,7 @@ class OrchestratorConfig:
     security: ServerSecurity = field(default_factory=ServerSecurity)
     transport: TransportLimits = field(default_factory=TransportLimits)
     four_eyes: bool = False
+    author_limits: AuthorLimits = field(default_factory=AuthorLimits)
     failpoints: str = ""
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
@@ -189,6 +233,12 @@ def from_namespace(
             security=server_security.from_values(values),
             transport=TransportLimits.from_values(values, TRANSPORT),
             four_eyes=values.required(FOUR_EYES),
+            author_limits=AuthorLimits(
+                calls_per_second=values.required(AUTHOR_CALLS_PER_SECOND),
+                call_burst=values.required(AUTHOR_CALL_BURST),
+                content_bytes_per_minute=values.required(AUTHOR_CONTENT_BYTES_PER_MINUTE),
+                open_reviews=values.required(AUTHOR_OPEN_REVIEWS),
+            ),
             failpoints=values.required(FAILPOINTS_SETTING),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
             log_level=values.required(LOG_LEVEL),

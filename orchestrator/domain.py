@@ -26,6 +26,22 @@ from decisionflow.vocabulary import (
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
 
 
+def _utf8_bytes(*texts: str) -> int:
+    return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+
+
+def content_bytes(body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef) -> int:
+    """Return the bytes of text a proposal's body, evidence and policy carry (UTF-8): what a caller's
+    content budget is charged (orchestrator.quotas); numbers and field framing are not counted."""
+    return _utf8_bytes(
+        body,
+        *(text for item in evidence for text in (item.source_id, item.quotation)),
+        policy.name,
+        policy.version_label,
+        *(text for rule in policy.rules.items() for text in rule),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ProposalContent:
     """What a proposal says, before it has an identity."""
@@ -35,6 +51,11 @@ class ProposalContent:
     body: str
     evidence: tuple[EvidenceItem, ...]
     policy: PolicyRef
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of text this content carries: its case id, action, body, evidence and policy."""
+        return _utf8_bytes(self.case_id, self.action) + content_bytes(self.body, self.evidence, self.policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +89,11 @@ class ProposalEdit:
     def applied_to(self, parent: ProposalContent) -> ProposalContent:
         """Return the parent's content with this edit's body, evidence and policy."""
         return proposal_content(parent.case_id, parent.action, self.body, self.evidence, self.policy)
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of text this edit carries: its body, evidence and policy."""
+        return content_bytes(self.body, self.evidence, self.policy)
 
 
 @dataclass(frozen=True, slots=True)

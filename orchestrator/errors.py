@@ -15,13 +15,24 @@ DomainError (decisionflow.errors)
     ├── NotRedrivable          operation is not APPROVED/UNKNOWN      FAILED_PRECONDITION
     ├── KeyRetentionExceeded   a re-drive beyond the receiver's       FAILED_PRECONDITION
     │                          key retention: escalate
+    ├── ReviewExpired          an operator expired the review        FAILED_PRECONDITION
     ├── WorkflowVersionMismatch checkpoint from another graph        FAILED_PRECONDITION
     ├── CheckpointIntegrity    checkpoint failed its HMAC check      DATA_LOSS
     ├── CheckpointSaveFailed   a checkpoint could not be stored      UNAVAILABLE
-    └── WorkflowProtocolError  the workflow broke an invariant       INTERNAL
+    ├── WorkflowProtocolError  the workflow broke an invariant       INTERNAL
+    └── BudgetExceeded         a per-author budget is spent (orchestrator.quotas); nothing written
+        ├── CallRateExceeded      calls faster than the rate         RESOURCE_EXHAUSTED + RetryInfo
+        ├── ContentBudgetExceeded more content bytes than the budget RESOURCE_EXHAUSTED + RetryInfo
+        └── TooManyOpenReviews    the author's inbox share is full   FAILED_PRECONDITION
+
+The two rates are RESOURCE_EXHAUSTED with a RetryInfo: the same request succeeds once the bucket has
+refilled, which the delay says. The open-review cap is FAILED_PRECONDITION: no wait helps until a
+reviewer decides, or an operator expires, one of the author's reviews (as CASE_HAS_OPEN_PROPOSAL).
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
@@ -134,6 +145,20 @@ class KeyRetentionExceeded(OrchestratorError):
         self.key_retention = key_retention
 
 
+class ReviewExpired(OrchestratorError):
+    """The operation's review was expired by an operator (expire-reviews) before anyone decided it."""
+
+    reason = reasons.REVIEW_EXPIRED
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(
+            f"the review of operation {operation_id} expired undecided; it can no longer be decided "
+            "(an edit of it starts a new review)",
+            metadata={reasons.OPERATION_ID: operation_id},
+        )
+        self.operation_id = operation_id
+
+
 class WorkflowVersionMismatch(OrchestratorError):
     """The pending review was checkpointed by a workflow graph this process does not run."""
 
@@ -174,3 +199,63 @@ class WorkflowProtocolError(OrchestratorError):
     """The workflow did not behave as the service requires (for example a request for another operation)."""
 
     reason = reasons.WORKFLOW_PROTOCOL
+
+
+def _duration(delay: timedelta) -> str:
+    """Return delay as google.protobuf.Duration's JSON spells it, to the millisecond ("0.250s")."""
+    return f"{delay.total_seconds():.3f}s"
+
+
+class BudgetExceeded(OrchestratorError):
+    """A budget of the calling principal is spent (orchestrator.quotas); nothing was written."""
+
+    principal: str
+
+
+class CallRateExceeded(BudgetExceeded):
+    """The principal sent StartReview and EditProposal calls faster than its call rate allows."""
+
+    reason = reasons.CALL_RATE_EXCEEDED
+
+    def __init__(self, principal: str, retry_after: timedelta) -> None:
+        super().__init__(
+            f"{principal} is over its call rate for StartReview and EditProposal; retry after {_duration(retry_after)}",
+            metadata={reasons.PRINCIPAL: principal, reasons.RETRY_AFTER: _duration(retry_after)},
+            retry_after=retry_after,
+        )
+        self.principal = principal
+
+
+class ContentBudgetExceeded(BudgetExceeded):
+    """The principal sent more bytes of proposal content than its budget allows per minute."""
+
+    reason = reasons.CONTENT_BUDGET_EXCEEDED
+
+    def __init__(self, principal: str, retry_after: timedelta, content_bytes: int) -> None:
+        super().__init__(
+            f"{principal} is over its budget of proposal content bytes; this request's {content_bytes} bytes "
+            f"fit after {_duration(retry_after)}",
+            metadata={
+                reasons.PRINCIPAL: principal,
+                reasons.RETRY_AFTER: _duration(retry_after),
+                reasons.CONTENT_BYTES: str(content_bytes),
+            },
+            retry_after=retry_after,
+        )
+        self.principal = principal
+        self.content_bytes = content_bytes
+
+
+class TooManyOpenReviews(BudgetExceeded):
+    """The author already has the most undecided proposals in the inbox one author may hold."""
+
+    reason = reasons.TOO_MANY_OPEN_REVIEWS
+
+    def __init__(self, principal: str, limit: int) -> None:
+        super().__init__(
+            f"{principal} already has {limit} undecided proposals waiting for review, the most one author may "
+            "have; wait for reviewers to decide some (or for an operator to expire abandoned ones)",
+            metadata={reasons.PRINCIPAL: principal, reasons.OPEN_REVIEW_LIMIT: str(limit)},
+        )
+        self.principal = principal
+        self.limit = limit

@@ -1,5 +1,10 @@
-"""Operators' housekeeping: prune checkpoints of settled operations, and re-open pending reviews
-recorded under a workflow graph this release no longer runs.
+"""Operators' housekeeping: prune checkpoints of settled operations, expire abandoned reviews, and
+re-open pending reviews recorded under a workflow graph this release no longer runs.
+
+Expiring moves an undecided current proposal whose case has not moved for a while to EXPIRED, a final
+state without a decision: it leaves the reviewers' inbox and its author's open reviews
+(orchestrator.quotas), an Approve of it is refused (REVIEW_EXPIRED), and an edit of it starts a new
+review. Nothing is deleted.
 
 Re-opening runs the current workflow's ``prepare`` step again for the same proposal; the
 operation id depends only on the proposal, so it stays the same. The old checkpoint is
@@ -34,6 +39,14 @@ class ReopenReport:
 def prune_checkpoints(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:
     """Delete (or count, on a dry run) checkpoints of operations settled more than older_than ago."""
     return store.housekeeping.prune_checkpoints(now - older_than, dry_run=dry_run)
+
+
+def expire_reviews(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:
+    """Expire (or count, on a dry run) the undecided reviews whose case has not moved for older_than."""
+    expired = store.housekeeping.expire_reviews(now - older_than, now, dry_run=dry_run)
+    if expired and not dry_run:
+        logger.info("expired %d undecided reviews whose case had not moved for %s", expired, older_than)
+    return expired
 
 
 async def reopen_reviews(

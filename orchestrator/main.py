@@ -1,8 +1,8 @@
 """Wiring of the orchestrator process: configuration, database, workflow, receiver client, server.
 
 The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
-server; ``migrate`` upgrades the schema (decisionflow.migrating); ``prune-checkpoints`` and
-``reopen-reviews`` are the operators' housekeeping commands.
+server; ``migrate`` upgrades the schema (decisionflow.migrating); ``prune-checkpoints``,
+``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping commands.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import os
 import secrets
 import socket
 import sys
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import arguments, housekeeping_commands, logs, migrating, startup
+from decisionflow import arguments, housekeeping_commands, logs, migrating, settings, startup
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.failpoints import Failpoints
 from decisionflow.host import Host, Service, Wiring, command_line
@@ -38,10 +39,11 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.holders import LeaseHolder
-from orchestrator.housekeeping import prune_checkpoints, reopen_reviews
+from orchestrator.housekeeping import expire_reviews, prune_checkpoints, reopen_reviews
 from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
+from orchestrator.quotas import AuthorBudgets
 from orchestrator.service import AttemptBudget, OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
@@ -178,11 +180,12 @@ async def create_server(
     workflow: ReviewWorkflow | None = None,
     effects: EffectPort | None = None,
     clock: Callable[[], datetime] = utc_now,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Host:
     """Migrate the database and serve ReviewService and OperationsService on config.address (the steps of
-    decisionflow.host); workflow and effects replace the real ones (tests). A setting that stops it, or a
-    database or port that is not ready, raises StartupError naming the setting; listening beyond loopback
-    without TLS and authentication raises ExposureRefused."""
+    decisionflow.host); workflow and effects replace the real ones, monotonic the clock the author budgets
+    refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
+    naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
     metrics = OrchestratorMetrics()
 
     def check() -> None:
@@ -205,6 +208,8 @@ async def create_server(
             clock,
             four_eyes=config.four_eyes,
             attempt_budget=attempt_budget(config.receiver_timeout_seconds),
+            author_budgets=AuthorBudgets(config.author_limits, monotonic=monotonic),
+            on_budget_refused=metrics.count_quota_refusal,
         )
         return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock)))
 
@@ -249,7 +254,19 @@ def _housekeeping(command: str, args: list[str]) -> int:
             required=True,
             help=f"retention of settled operations' checkpoints (0 to {MAX_RETENTION_DAYS} days)",
         )
+    if command == "expire-reviews":
+        cli.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DURATION",
+            help="expire undecided proposals whose case has not moved for this long: seconds, or a number with "
+            "s, m, h or d (for example 30d), at most 100 years",
+        )
     ns = cli.parse_args(args)
+    try:
+        older_than = settings.age(ns.older_than) if command == "expire-reviews" else None
+    except ValueError as error:
+        cli.error(f"--older-than: {error}")
     try:
         values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
         # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
@@ -267,6 +284,13 @@ def _housekeeping(command: str, args: list[str]) -> int:
             pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
             what = f"checkpoints of operations settled more than {ns.older_than_days:g} days ago"
             housekeeping_commands.report_count(command, dry_run=ns.dry_run, noun="checkpoints", count=pruned, what=what)
+            return 0
+        if older_than is not None:
+            expired = expire_reviews(store, older_than, utc_now(), dry_run=ns.dry_run)
+            what = f"undecided reviews whose case has not moved for {ns.older_than.strip()}"
+            housekeeping_commands.report_count(
+                command, dry_run=ns.dry_run, noun="reviews", count=expired, what=what, verb="expire"
+            )
             return 0
         report = asyncio.run(
             reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
@@ -297,6 +321,9 @@ HOUSEKEEPING = {
     "prune-checkpoints": "delete checkpoints of operations settled before a retention, and of undecided "
     "proposals superseded on a case unchanged for as long; proposals, decisions and receipts are kept forever; "
     "a case's current pending review is never touched",
+    "expire-reviews": "move undecided proposals whose case has not moved for a while to EXPIRED: they leave the "
+    "reviewers' inbox and their authors' open reviews, and can no longer be decided (an edit starts a new review); "
+    "proposals, decisions and receipts are kept",
     "reopen-reviews": "re-open pending reviews recorded under another workflow graph under the running one "
     "(same operation id; the old checkpoint is retired, never resumed)",
 }
@@ -308,7 +335,7 @@ def load(args: list[str]) -> OrchestratorConfig:
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
         "Schema: decisionflow-orchestrator migrate --help. "
-        "Housekeeping: decisionflow-orchestrator {prune-checkpoints,reopen-reviews} --help",
+        "Housekeeping: decisionflow-orchestrator {prune-checkpoints,expire-reviews,reopen-reviews} --help",
     )
     configuration.add_to(cli)
     add_version_flag(cli)
@@ -316,8 +343,8 @@ def load(args: list[str]) -> OrchestratorConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the decisionflow-orchestrator command (``serve``, the default, ``migrate``, ``prune-checkpoints``
-    or ``reopen-reviews``); returns the process exit status."""
+    """Run the decisionflow-orchestrator command (``serve``, the default, ``migrate``, ``prune-checkpoints``,
+    ``expire-reviews`` or ``reopen-reviews``); returns the process exit status."""
     commands = {command: functools.partial(_housekeeping, command) for command in HOUSEKEEPING}
     return command_line(SERVICE, sys.argv[1:] if argv is None else argv, os.environ, load, commands)
 

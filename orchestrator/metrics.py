@@ -6,7 +6,8 @@ orchestrator's own database when scraped (so an alert on them needs no reconcile
 sealed checkpoints written; the latency of each Apply sent to the receiver and the errors it ended in,
 by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orchestrator itself), with the
 time of the last such refusal and of the last Apply the receiver accepted (an alert compares them, so it
-fires from a refusal until an Apply succeeds, however long no approval comes in). The service code
+fires from a refusal until an Apply succeeds, however long no approval comes in); and the calls refused
+because a per-author budget was spent, by reason (orchestrator.quotas). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
 """
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from decisionflow import reasons
 from decisionflow.metrics import (
     GrpcServerMetrics,
     MetricsServer,
@@ -56,6 +58,8 @@ RECEIVER_ERROR_CODES = (
 )
 # The receiver refusing the orchestrator's own credentials: no approval commits until they are fixed.
 CREDENTIAL_REFUSAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+# The refusals of a spent per-author budget (orchestrator.quotas), present from the start.
+QUOTA_REFUSAL_REASONS = (reasons.CALL_RATE_EXCEEDED, reasons.CONTENT_BUDGET_EXCEEDED, reasons.TOO_MANY_OPEN_REVIEWS)
 # The Apply budget defaults to 5 s and a caller may allow more; the buckets reach past it.
 RECEIVER_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # A scrape storm reads the database at most once per this many seconds.
@@ -190,12 +194,26 @@ class OrchestratorMetrics:
             "refused the orchestrator's credentials); 0 when none since this process started",
             registry=self.registry,
         )
+        self.quota_refusals = Counter(
+            "decisionflow_quota_refusals",
+            "StartReview and EditProposal calls refused because the caller's budget was spent, by ErrorInfo "
+            "reason: CALL_RATE_EXCEEDED, CONTENT_BUDGET_EXCEEDED (RESOURCE_EXHAUSTED) or TOO_MANY_OPEN_REVIEWS "
+            "(FAILED_PRECONDITION)",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in QUOTA_REFUSAL_REASONS:
+            self.quota_refusals.labels(reason=reason)
         self.receiver_last_applied = Gauge(
             "decisionflow_receiver_last_applied_timestamp_seconds",
             "Unix time of the last Apply the receiver accepted (created or replayed); 0 when none since this "
             "process started",
             registry=self.registry,
         )
+
+    def count_quota_refusal(self, reason: str) -> None:
+        """Count one call refused for a spent per-author budget."""
+        self.quota_refusals.labels(reason=reason).inc()
 
     def record_approval(self, response: review_pb2.ApproveResponse) -> None:
         """Count one Approve answer."""

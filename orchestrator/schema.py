@@ -38,7 +38,8 @@ proposals = sa.Table(
     sa.Column("human_edited", sa.Boolean, nullable=False),
     # What this proposal replaced or was edited from.
     sa.Column("parent_operation_id", sa.String(70), nullable=True),
-    sa.Column("created_by", sa.String(128), nullable=False),
+    # Indexed: an author's open reviews are counted on every proposal they add (orchestrator.quotas).
+    sa.Column("created_by", sa.String(128), nullable=False, index=True),
     sa.Column("created_at", _ts, nullable=False),
     # JSON list: created_by and the parent's authors, written once with the row, so four-eyes reads
     # one column instead of walking the chain. NULL only on a row a replica of an earlier release

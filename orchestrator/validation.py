@@ -26,6 +26,23 @@ MAX_QUOTATION_BYTES = 8 * 1024
 MAX_EVIDENCE = 32
 MAX_RULES = 32
 MAX_INT = 2**63 - 1
+MAX_SOURCE_ID_CHARS = 128  # ASCII, by SOURCE_ID
+MAX_POLICY_NAME_BYTES = 128
+MAX_VERSION_LABEL_BYTES = 64
+MAX_RULE_KEY_BYTES = 64
+MAX_RULE_VALUE_BYTES = 1024
+MAX_CASE_ID_CHARS = 64  # ASCII, by decisionflow.vocabulary.CASE_ID_PATTERN
+# The most text one valid proposal carries (ProposalContent.size_bytes), 366,869 bytes: a content
+# budget smaller than this would refuse the largest valid proposal for ever (orchestrator.config).
+MAX_CONTENT_BYTES = (
+    MAX_CASE_ID_CHARS
+    + max(len(action) for action in SUPPORTED_ACTIONS)
+    + MAX_BODY_BYTES
+    + MAX_EVIDENCE * (MAX_SOURCE_ID_CHARS + MAX_QUOTATION_BYTES)
+    + MAX_POLICY_NAME_BYTES
+    + MAX_VERSION_LABEL_BYTES
+    + MAX_RULES * (MAX_RULE_KEY_BYTES + MAX_RULE_VALUE_BYTES)
+)
 MAX_PRINCIPAL_CHARS = 128  # the width of proposals.created_by, as the credentials file bounds a principal
 MAX_PENDING_PAGE = 500
 DEFAULT_PENDING_PAGE = 50
@@ -111,15 +128,15 @@ def content_violations(
     if policy is None:
         violations.append(FieldViolation("policy", "required"))
     else:
-        _text(violations, "policy.name", policy.name, 128)
-        _text(violations, "policy.version_label", policy.version_label, 64)
+        _text(violations, "policy.name", policy.name, MAX_POLICY_NAME_BYTES)
+        _text(violations, "policy.version_label", policy.version_label, MAX_VERSION_LABEL_BYTES)
         if policy.allowance_units > MAX_INT:
             violations.append(FieldViolation("policy.allowance_units", f"larger than {MAX_INT}"))
         if len(policy.rules) > MAX_RULES:
             violations.append(FieldViolation("policy.rules", f"more than {MAX_RULES} rules"))
         for key, value in policy.rules.items():
-            _text(violations, "policy.rules key", key, 64)
-            _text(violations, f"policy.rules[{key[:64]!r}]", value, 1024, required=False)
+            _text(violations, "policy.rules key", key, MAX_RULE_KEY_BYTES)
+            _text(violations, f"policy.rules[{key[:64]!r}]", value, MAX_RULE_VALUE_BYTES, required=False)
     return violations
 
 

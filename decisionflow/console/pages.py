@@ -32,6 +32,7 @@ _STATE_WORDS = {
     "DECLINED": "Declined",
     "REJECTED": "Rejected by the receiver",
     "SUPERSEDED": "Replaced by a newer proposal",
+    "EXPIRED": "Expired undecided",
 }
 
 

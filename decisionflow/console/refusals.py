@@ -7,7 +7,10 @@ act on: what happened, what it means for the decision, and where to go next.
     CaseHasOpenProposal                  the case has an open proposal (link)                409
     NotRedrivable                        already settled, in state …                         409
     KeyRetentionExceeded                 never re-drive; escalate                            409
+    ReviewExpired                        an operator expired it; edit it to ask again         409
+    TooManyOpenReviews                   you have the most open proposals one author may      409
     PreconditionFailed (other reasons)   the orchestrator's message                          409
+    QuotaExceeded                        too many or too large, too fast; try again in … s   429
     FourEyes                             you created this proposal (or one it came from)     403
     PermissionDenied                     your account lacks the role                         403
     Unauthenticated                      your sign-in is no longer accepted (link: sign in)  401
@@ -21,6 +24,7 @@ The console decides none of this: each page says what the orchestrator answered.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from decisionflow.client import (
@@ -35,7 +39,10 @@ from decisionflow.client import (
     NotRedrivable,
     PermissionDenied,
     PreconditionFailed,
+    QuotaExceeded,
+    ReviewExpired,
     StaleProposal,
+    TooManyOpenReviews,
     Unauthenticated,
     Unavailable,
 )
@@ -96,8 +103,25 @@ def explain(error: DecisionflowError, *, doing: str, role: str, deciding: bool =
             "could write a second effect. Nothing was written. Never re-drive this operation; escalate it."
         )
         return Refusal(409, "Escalate: beyond the receiver's key retention", words, reason, _operation_link(error))
+    if isinstance(error, ReviewExpired):
+        words = (
+            "Nobody decided this proposal in time and an operator expired its review, so it can no longer be "
+            "decided. Nothing was recorded. To ask for a review again, edit it."
+        )
+        return Refusal(409, "This review expired", words, reason, _operation_link(error))
+    if isinstance(error, TooManyOpenReviews):
+        limit = error.open_review_limit
+        words = (
+            f"You already have {limit if limit is not None else 'the most'} proposals waiting for review, the most "
+            "one author may have. Nothing was changed. Try again once reviewers have decided some of them."
+        )
+        return Refusal(409, "Too many proposals waiting for review", words, reason)
     if isinstance(error, PreconditionFailed):
         return Refusal(409, "Refused by the orchestrator", error.message or reason, reason)
+    if isinstance(error, QuotaExceeded):
+        wait = "in a moment" if error.retry_after is None else f"in {max(1, math.ceil(error.retry_after))} s"
+        words = f"You sent proposals faster, or larger, than one author may. Nothing was changed. Try again {wait}."
+        return Refusal(429, "Too many proposals at once", words, reason)
     if isinstance(error, FourEyes):
         words = (
             "The four-eyes rule is on: nobody who created this proposal, or a proposal it was edited from or "

@@ -4,7 +4,9 @@ saying what it accepts (``parse_settings`` adds the flag and the environment var
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from decisionflow import addresses
@@ -31,6 +33,23 @@ def _seconds(value: str, *, positive: bool) -> float:
     return seconds
 
 
+# The longest age a command takes: beyond it, now minus the age falls outside the dates a database holds.
+MAX_AGE = timedelta(days=36_525)
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_AGE = re.compile(r"\A(\d+(?:\.\d+)?)([smhd]?)\Z")
+
+
+def age(value: str) -> timedelta:
+    """Return an age given as seconds or with a unit (``90``, ``90s``, ``5m``, ``2h``, ``30d``), at most 100 years."""
+    match = _AGE.match(value.strip().lower())
+    if match is None:
+        raise ValueError(f"expected seconds or a number with s, m, h or d (5m, 2h), not {value!r}")
+    number = float(match.group(1)) * _AGE_UNITS[match.group(2) or "s"]
+    if not math.isfinite(number) or timedelta(seconds=min(number, 1e12)) > MAX_AGE:
+        raise ValueError(f"expected at most 100 years, not {value!r}")
+    return timedelta(seconds=number)
+
+
 def seconds(value: str) -> float:
     """Return a finite, non-negative number of seconds (0 allowed)."""
     return _seconds(value, positive=False)
@@ -39,6 +58,17 @@ def seconds(value: str) -> float:
 def positive_seconds(value: str) -> float:
     """Return a finite number of seconds greater than zero."""
     return _seconds(value, positive=True)
+
+
+def rate(value: str) -> float:
+    """Return a finite, non-negative number (of things per second; 0 allowed, usually for "no limit")."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a non-negative number, not {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"expected a non-negative number, not {value!r}")
+    return number
 
 
 def boolean(value: str) -> bool:
@@ -83,6 +113,19 @@ def integer(low: int, high: int) -> Callable[[str], int]:
 
 
 port = integer(0, 65535)
+
+
+def zero_or_integer(low: int, high: int) -> Callable[[str], int]:
+    """Return a parser of 0 (usually "no limit") or a whole number from low to high inclusive."""
+    within = integer(low, high)
+
+    def parse(value: str) -> int:
+        try:
+            return 0 if int(value) == 0 else within(value)
+        except ValueError:
+            raise ValueError(f"expected 0 or a whole number from {low} to {high}, not {value!r}") from None
+
+    return parse
 
 
 def non_empty(value: str) -> str:

@@ -4,8 +4,8 @@ The service receives validated domain values only; the gRPC edge parses and chec
 
 Approve checks, in order (docs/review-protocol.md): a decision is given (at the edge);
 (authentication happened at the boundary); a recorded decision wins (same → replay,
-different → conflict); the operation must be the case's current proposal; the pending
-review must come from the running workflow graph; then the workflow resumes from its
+different → conflict); the operation must be the case's current proposal and its review not
+expired; the pending review must come from the running workflow graph; then the workflow resumes from its
 checkpoint and the ``commit`` step records the decision once, records the attempt, and
 calls the receiver with the operation id as key.
 
@@ -22,6 +22,7 @@ from datetime import datetime
 from decisionflow.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
+from orchestrator.quotas import AuthorBudgets, AuthorLimits
 from orchestrator.service._attempts import AttemptBudget
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._operations import OperationService
@@ -57,10 +58,13 @@ class OrchestratorService:
         *,
         four_eyes: bool = False,
         attempt_budget: AttemptBudget = DEFAULT_ATTEMPT_BUDGET,
+        author_budgets: AuthorBudgets | None = None,
+        on_budget_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
-        self.proposals = ProposalService(async_store, runs, clock)
+        budgets = author_budgets or AuthorBudgets(AuthorLimits())
+        self.proposals = ProposalService(async_store, runs, clock, budgets, on_budget_refused)
         self.decisions = DecisionService(
             async_store,
             runs,

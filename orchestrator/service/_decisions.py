@@ -18,7 +18,7 @@ from datetime import datetime
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
 from decisionflow.failpoints import Failpoints
-from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, Outcome
+from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, OperationState, Outcome
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
     DecisionResult,
@@ -35,6 +35,7 @@ from orchestrator.errors import (
     DecisionConflict,
     NotFound,
     NotRedrivable,
+    ReviewExpired,
     StaleProposal,
     WorkflowProtocolError,
     WorkflowVersionMismatch,
@@ -116,6 +117,8 @@ class DecisionService:
         current = inputs.current_operation_id
         if current != operation_id:
             raise StaleProposal(operation_id, current or "")
+        if inputs.operation.state is OperationState.EXPIRED:
+            raise ReviewExpired(operation_id)
         review = inputs.review
         if review is None:
             raise NotFound("pending review", operation_id)

@@ -1,8 +1,15 @@
-"""Proposals: start a review, edit the current proposal, read proposals and operations."""
+"""Proposals: start a review, edit the current proposal, read proposals and operations.
+
+StartReview and EditProposal spend the caller's budgets (orchestrator.quotas) before anything else:
+one call and the content's bytes, replays included (a replay is still a call and its bytes). The cap
+on open reviews is checked only when the call would add a proposal to the inbox, first on a read
+before the workflow runs, then again in the transaction that records it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,7 +27,8 @@ from orchestrator.domain import (
     ProposalStart,
     ProposalView,
 )
-from orchestrator.errors import NotFound, StaleProposal
+from orchestrator.errors import BudgetExceeded, NotFound, StaleProposal
+from orchestrator.quotas import AuthorBudgets
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore
 
@@ -42,10 +50,29 @@ class StartedReview:
 class ProposalService:
     """StartReview, EditProposal, GetProposal, GetOperation and ListPendingReviews over validated input."""
 
-    def __init__(self, store: AsyncOrchestratorStore, runs: ReviewRuns, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: AsyncOrchestratorStore,
+        runs: ReviewRuns,
+        clock: Callable[[], datetime],
+        budgets: AuthorBudgets,
+        on_budget_refused: Callable[[str], None],
+    ) -> None:
         self._store = store
         self._runs = runs
         self._clock = clock
+        self._budgets = budgets
+        self._open_review_limit = budgets.limits.open_reviews
+        # Told the reason of each budget refusal (metrics).
+        self._on_budget_refused = on_budget_refused
+
+    @contextmanager
+    def _budget_refusals_told(self) -> Iterator[None]:
+        try:
+            yield
+        except BudgetExceeded as refused:
+            self._on_budget_refused(refused.reason)
+            raise
 
     def _proposal(self, content: ProposalContent, parent: OperationId | None, author: str, *, edited: bool) -> Proposal:
         # The store adds the parent's authors as it records the proposal, in the same transaction.
@@ -67,17 +94,28 @@ class ProposalService:
 
         New content never silently replaces an undecided proposal: it must name it (compare-and-set).
         A replacement records what it replaced as its parent (not human-edited) and, like an edit,
-        carries its authors forward."""
+        carries its authors forward. The author's budgets are spent first; an author with the most open
+        reviews allowed on other cases adds no more."""
         content = start.content
-        proposal = self._proposal(content, start.expected_operation_id, author, edited=False)
-        tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
-        # A replay is answered from the store; new content is refused early, before the workflow
-        # runs, and the store decides again, atomically, when it records.
-        existing = await self._store.start_inputs(proposal.operation_id, content.case_id, start.expected_operation_id)
-        if existing is not None:
-            return StartedReview(*existing, False)
-        review, saved = await self._runs.open_review(proposal)
-        stored, created = await self._store.create_proposal(proposal, review, saved, start.expected_operation_id)
+        with self._budget_refusals_told():
+            self._budgets.admit(author, content.size_bytes)
+            proposal = self._proposal(content, start.expected_operation_id, author, edited=False)
+            tracing.annotate(operation_id=proposal.operation_id, case_id=content.case_id)
+            # A replay is answered from the store; new content is refused early, before the workflow
+            # runs, and the store decides again, atomically, when it records.
+            existing = await self._store.start_inputs(
+                proposal.operation_id,
+                content.case_id,
+                start.expected_operation_id,
+                author=author,
+                open_review_limit=self._open_review_limit,
+            )
+            if existing is not None:
+                return StartedReview(*existing, False)
+            review, saved = await self._runs.open_review(proposal)
+            stored, created = await self._store.create_proposal(
+                proposal, review, saved, start.expected_operation_id, open_review_limit=self._open_review_limit
+            )
         if not created:
             review = await self._store.get_pending_review(stored.operation_id)
         # Said on the call's access line (one line per call), with the operation and case ids.
@@ -85,17 +123,25 @@ class ProposalService:
         return StartedReview(stored, review, created)
 
     async def edit_proposal(self, edit: ProposalEdit, editor: str) -> StartedReview:
-        """Replace the case's current proposal if edit.expected_operation_id is still current; else refuse as stale."""
-        expected = edit.expected_operation_id
-        parent = await self._store.get_proposal(expected)
-        current = await self._store.current_operation_id(parent.case_id)
-        if current != expected:
-            raise StaleProposal(expected, current or "")
-        proposal = self._proposal(edit.applied_to(parent.content), expected, editor, edited=True)
-        if proposal.operation_id == expected:
-            return StartedReview(parent, await self._store.get_pending_review(expected), False)
-        review, saved = await self._runs.open_review(proposal)
-        stored = await self._store.create_edit(proposal, expected, review, saved)
+        """Replace the case's current proposal if edit.expected_operation_id is still current; else refuse as stale.
+
+        The editor's budgets are spent first; an editor with the most open reviews allowed on other cases
+        puts no more in the inbox."""
+        with self._budget_refusals_told():
+            self._budgets.admit(editor, edit.size_bytes)
+            expected = edit.expected_operation_id
+            parent = await self._store.get_proposal(expected)
+            current = await self._store.current_operation_id(parent.case_id)
+            if current != expected:
+                raise StaleProposal(expected, current or "")
+            proposal = self._proposal(edit.applied_to(parent.content), expected, editor, edited=True)
+            if proposal.operation_id == expected:
+                return StartedReview(parent, await self._store.get_pending_review(expected), False)
+            await self._store.check_open_reviews(editor, parent.case_id, self._open_review_limit)
+            review, saved = await self._runs.open_review(proposal)
+            stored = await self._store.create_edit(
+                proposal, expected, review, saved, open_review_limit=self._open_review_limit
+            )
         review = await self._store.get_pending_review(stored.operation_id)
         created = stored.operation_id == proposal.operation_id
         tracing.annotate(operation_id=stored.operation_id, case_id=parent.case_id, outcome=_started(created))

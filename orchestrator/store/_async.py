@@ -73,6 +73,7 @@ class AsyncOrchestratorStore:
 
     create_proposal = in_thread(OrchestratorStore.create_proposal)
     start_inputs = in_thread(OrchestratorStore.start_inputs)
+    check_open_reviews = in_thread(OrchestratorStore.check_open_reviews)
     create_edit = in_thread(OrchestratorStore.create_edit)
     current_operation_id = in_thread(OrchestratorStore.current_operation_id)
     get_proposal = in_thread(OrchestratorStore.get_proposal)

@@ -1,4 +1,5 @@
-"""Operator maintenance on the orchestrator database: pruning checkpoints and re-opening reviews.
+"""Operator maintenance on the orchestrator database: pruning checkpoints, expiring abandoned reviews and
+re-opening reviews.
 
 Each method is one transaction. Proposals, decisions and receipts are never deleted.
 """
@@ -18,7 +19,13 @@ from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
 from orchestrator.store._columns import state_text, states_text
 from orchestrator.store._rows import review_from, sealed_checkpoint_from
 
-SETTLED_STATES = (OperationState.COMMITTED, OperationState.DECLINED, OperationState.REJECTED)
+SETTLED_STATES = (
+    OperationState.COMMITTED,
+    OperationState.DECLINED,
+    OperationState.REJECTED,
+    OperationState.EXPIRED,
+)
+_PENDING = state_text(OperationState.PENDING_REVIEW)
 
 
 class Housekeeping:
@@ -55,6 +62,40 @@ class Housekeeping:
                     conn.execute(sa.select(sa.func.count()).select_from(checkpoints).where(of_settled)).scalar_one()
                 )
             return int(conn.execute(checkpoints.delete().where(of_settled)).rowcount)
+
+    def expire_reviews(self, cutoff: datetime, now: datetime, *, dry_run: bool) -> int:
+        """Move (or count, on a dry run) every undecided current proposal whose case has not moved since
+        cutoff to EXPIRED, at now; return how many.
+
+        The case's pointer moves whenever a proposal becomes current, so "has not moved since cutoff" is
+        "nobody started, replaced or edited it since". A proposal already superseded is left alone: it is
+        in nobody's inbox and can never be decided. Against a concurrent Approve, the state decides: the
+        update takes only rows still PENDING_REVIEW, and a decision takes only a row not yet EXPIRED
+        (record_decision); on PostgreSQL whichever writes the row second re-reads it and finds it moved on.
+        """
+        # An alias, so that the subquery of the UPDATE below is not correlated to the table it updates.
+        candidate = operations.alias("candidate")
+        abandoned = (
+            sa.select(candidate.c.operation_id)
+            .join(
+                cases,
+                sa.and_(
+                    cases.c.case_id == candidate.c.case_id,
+                    cases.c.current_operation_id == candidate.c.operation_id,
+                ),
+            )
+            .where(candidate.c.state == _PENDING, cases.c.updated_at < cutoff)
+        )
+        with self._transactions.write() as conn:
+            if dry_run:
+                return int(conn.execute(sa.select(sa.func.count()).select_from(abandoned.subquery())).scalar_one())
+            return int(
+                conn.execute(
+                    operations.update()
+                    .where(operations.c.operation_id.in_(abandoned), operations.c.state == _PENDING)
+                    .values(state=state_text(OperationState.EXPIRED), state_changed_at=now)
+                ).rowcount
+            )
 
     def reviews_outside(self, name: str, version: str, graph_signature: str) -> list[PendingReview]:
         """Return undecided pending reviews recorded under another workflow name, version or graph."""

@@ -5,10 +5,17 @@ pointer names it; a proposal an edit or a replacement left behind (SUPERSEDED) i
 the time the operation entered PENDING_REVIEW, which for an undecided operation is the time its
 proposal was recorded and never changes, then the operation id: a keyset that pages through
 ``ix_operations_state_changed`` (state, state_changed_at) without an index of its own.
+
+An author's share of the inbox is capped (orchestrator.quotas): ``check_open_reviews_txn`` counts the
+author's entries on other cases, in the transaction that would add one. On PostgreSQL, where
+writers run in parallel, it first takes a transaction-scoped advisory lock named by the author, so
+two calls of one author cannot both count below the cap and both add; SQLite runs one writer at a
+time anyway.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -16,6 +23,7 @@ import sqlalchemy as sa
 
 from decisionflow.vocabulary import OperationState
 from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
+from orchestrator.errors import TooManyOpenReviews
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._columns import state_text
 from orchestrator.store._proposals import proposal_row_txn
@@ -36,6 +44,51 @@ _PENDING = (
     .join(pending_reviews, pending_reviews.c.operation_id == operations.c.operation_id)
     .where(operations.c.state == state_text(OperationState.PENDING_REVIEW))
 )
+
+
+_OPEN_OF_AUTHOR = (
+    sa.select(sa.literal(1))
+    .select_from(operations)
+    .join(
+        cases,
+        sa.and_(cases.c.case_id == operations.c.case_id, cases.c.current_operation_id == operations.c.operation_id),
+    )
+    .join(proposals, proposals.c.operation_id == operations.c.operation_id)
+    .where(
+        operations.c.state == state_text(OperationState.PENDING_REVIEW),
+        proposals.c.created_by == sa.bindparam("b_author"),
+        operations.c.case_id != sa.bindparam("b_case_id"),
+    )
+    .limit(sa.bindparam("b_limit"))
+    .subquery()
+)
+# Counting stops at the cap: an author far above it (after the cap was lowered) costs no more.
+OPEN_REVIEWS_OF_AUTHOR = sa.select(sa.func.count()).select_from(_OPEN_OF_AUTHOR)
+# Keeps the advisory locks of this check apart from any other use of pg_advisory_xact_lock.
+_LOCK_DOMAIN = b"decisionflow.orchestrator.open_reviews\x00"
+
+
+def _author_lock_key(author: str) -> int:
+    digest = hashlib.sha256(_LOCK_DOMAIN + author.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def open_reviews_txn(conn: sa.Connection, author: str, case_id: str, limit: int) -> int:
+    """Return how many of author's proposals the inbox lists on cases other than case_id, counting at most limit."""
+    params = {"b_author": author, "b_case_id": case_id, "b_limit": limit}
+    return int(conn.execute(OPEN_REVIEWS_OF_AUTHOR, params).scalar_one())
+
+
+def check_open_reviews_txn(conn: sa.Connection, author: str, case_id: str, limit: int, *, writing: bool) -> None:
+    """Raise TooManyOpenReviews when author already has limit proposals in the inbox on cases other than
+    case_id (0: no cap). writing: the caller's transaction is about to add one, so on PostgreSQL the
+    author's calls take turns from here to its commit."""
+    if limit <= 0:
+        return
+    if writing and conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_author_lock_key(author))))
+    if open_reviews_txn(conn, author, case_id, limit) >= limit:
+        raise TooManyOpenReviews(author, limit)
 
 
 def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:

@@ -84,9 +84,11 @@ DECISION_INPUTS = (
     .where(operations.c.operation_id == _OPERATION_ID)
 )
 CURRENT_FOR_UPDATE = CURRENT_OF_CASE.with_for_update()
+# Only a pending review is decided: an expired one (expire-reviews) is not, and no row comes back.
+_PENDING_ONLY = (operations.c.operation_id == _OPERATION_ID, operations.c.state == PENDING_REVIEW)
 DECIDE = (
     operations.update()
-    .where(operations.c.operation_id == _OPERATION_ID)
+    .where(*_PENDING_ONLY)
     .values(state=sa.bindparam("b_state"), state_changed_at=_NOW)
     .returning(*OPERATION_RETURNING)
 )
@@ -119,10 +121,7 @@ RECORD_ATTEMPT = (
 # An approval with its first attempt, in one statement: what DECIDE then RECORD_ATTEMPT would leave
 # (the operation was pending review, so no lease holds it and it enters UNKNOWN now).
 DECIDE_WITH_ATTEMPT = (
-    operations.update()
-    .where(operations.c.operation_id == _OPERATION_ID)
-    .values(state_changed_at=_NOW, **_ATTEMPT)
-    .returning(*OPERATION_RETURNING)
+    operations.update().where(*_PENDING_ONLY).values(state_changed_at=_NOW, **_ATTEMPT).returning(*OPERATION_RETURNING)
 )
 RECORD_RECEIPT = (
     operations.update()

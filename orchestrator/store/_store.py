@@ -25,7 +25,7 @@ from orchestrator.domain import (
     SealedCheckpoint,
     Settlement,
 )
-from orchestrator.errors import CaseHasOpenProposal, NotFound, NotRedrivable, StaleProposal
+from orchestrator.errors import CaseHasOpenProposal, NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import operations
 from orchestrator.store import _inbox, _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
@@ -62,6 +62,8 @@ class OrchestratorStore:
         review: PendingReview,
         saved: Sequence[SealedCheckpoint],
         expected_operation_id: str | None = None,
+        *,
+        open_review_limit: int = 0,
     ) -> tuple[Proposal, bool]:
         """Record a new proposal, its pending review and checkpoints, and make it the case's current one.
 
@@ -71,8 +73,9 @@ class OrchestratorStore:
         started twice returns the first proposal unchanged. Other content takes the case when it
         has no proposal or a decided one, or by compare-and-set from expected_operation_id; an
         undecided current proposal not named is kept (CaseHasOpenProposal), a named one that is no
-        longer current is refused (StaleProposal), and a refusal writes nothing. Any other
-        constraint failure is raised.
+        longer current is refused (StaleProposal), and so is a new proposal of an author who already
+        has open_review_limit in the inbox on other cases (TooManyOpenReviews; 0: no cap); a refusal
+        writes nothing. Any other constraint failure is raised.
         """
 
         def work(conn: sa.Connection) -> tuple[Proposal, bool]:
@@ -85,6 +88,7 @@ class OrchestratorStore:
                 if existing is None:
                     raise  # some other constraint failed; not a duplicate operation id
                 return existing, False
+            _inbox.check_open_reviews_txn(conn, stored.created_by, stored.case_id, open_review_limit, writing=True)
             _proposals.insert_operation_and_review_txn(conn, stored, review)
             self.checkpoints.insert_txn(conn, saved)
             self._take_case_txn(conn, stored, expected_operation_id)
@@ -115,17 +119,31 @@ class OrchestratorStore:
         raise CaseHasOpenProposal(case_id, _proposals.current_txn(conn, case_id) or "")
 
     def start_inputs(
-        self, operation_id: str, case_id: str, expected_operation_id: str | None
+        self,
+        operation_id: str,
+        case_id: str,
+        expected_operation_id: str | None,
+        *,
+        author: str = "",
+        open_review_limit: int = 0,
     ) -> tuple[Proposal, PendingReview] | None:
         """What a StartReview needs to know before its workflow runs, read in one snapshot: the
         proposal with operation_id and its pending review when it exists (the start is a replay);
-        else None, after raising the refusal new content for case_id would meet now (nothing is written)."""
+        else None, after raising the refusal new content for case_id by author would meet now
+        (nothing is written)."""
         with self.transactions.read() as conn:
             existing = _proposals.find_proposal_txn(conn, operation_id)
             if existing is not None:
                 return existing, _proposals.review_txn(conn, operation_id)
             _proposals.start_allowed_txn(conn, case_id, expected_operation_id)
+            _inbox.check_open_reviews_txn(conn, author, case_id, open_review_limit, writing=False)
             return None
+
+    def check_open_reviews(self, author: str, case_id: str, open_review_limit: int) -> None:
+        """Raise TooManyOpenReviews when author already has open_review_limit proposals in the inbox on
+        cases other than case_id (0: no cap); the write that would add one checks again."""
+        with self.transactions.read() as conn:
+            _inbox.check_open_reviews_txn(conn, author, case_id, open_review_limit, writing=False)
 
     def create_edit(
         self,
@@ -133,12 +151,16 @@ class OrchestratorStore:
         expected_operation_id: str,
         review: PendingReview,
         saved: Sequence[SealedCheckpoint],
+        *,
+        open_review_limit: int = 0,
     ) -> Proposal:
         """Record an edited proposal and move the case's current pointer from expected to it (or refuse as stale).
 
         A new proposal carries the authors of the one it was edited from. When the edited content
         already exists as a proposal, that proposal becomes current again, its authors as first
         recorded; if it is undecided, its pending review moves to the checkpoint of this edit's run.
+        An edit that puts a pending review in the inbox is refused (TooManyOpenReviews) when its
+        editor already has open_review_limit there on other cases (0: no cap).
         """
         with self.transactions.write() as conn:
             created = True
@@ -155,6 +177,9 @@ class OrchestratorStore:
             # never from one pruning may have removed while it was superseded.
             written = created or _proposals.renew_review_txn(conn, review)
             if written:
+                _inbox.check_open_reviews_txn(
+                    conn, proposal.created_by, proposal.case_id, open_review_limit, writing=True
+                )
                 self.checkpoints.insert_txn(conn, saved)
             if not _proposals.move_current_txn(
                 conn, proposal.case_id, expected_operation_id, proposal.operation_id, proposal.created_at
@@ -232,7 +257,8 @@ class OrchestratorStore:
         attempt (UNKNOWN, under the attempt's lease: durable before Apply is sent); return the operation.
 
         Raise DecisionAlreadyRecorded when one exists, StaleProposal when the operation is no longer
-        the case's current proposal (an existing decision wins over staleness); either writes nothing.
+        the case's current proposal (an existing decision wins over staleness), ReviewExpired when an
+        operator expired its review first; each writes nothing.
         """
         if attempt is not None and decided.decision is not Decision.APPROVE:
             raise ValueError("only an approval has an attempt")
@@ -254,7 +280,7 @@ class OrchestratorStore:
                 row = conn.execute(
                     q.DECIDE,
                     {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
-                ).one()
+                ).first()
             else:
                 row = conn.execute(
                     q.DECIDE_WITH_ATTEMPT,
@@ -266,7 +292,11 @@ class OrchestratorStore:
                         "b_lease_until": attempt.lease_until,
                         "b_lease_holder": attempt.lease_holder,
                     },
-                ).one()
+                ).first()
+            if row is None:
+                # Only a pending review is decided, and only expire-reviews moves an undecided one on: it
+                # committed first (on PostgreSQL this update waited for it and then found the row moved on).
+                raise ReviewExpired(decided.operation_id)
             self.checkpoints.insert_txn(conn, saved)
             return operation_from(row)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decisionflow.stack import CHECKPOINT_KEYS_ENV
+from decisionflow.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS
 from tests.campaigns.processes import Child, Launcher
 from tests.support.stack import CHECKPOINT_KEY
 
@@ -124,6 +124,7 @@ class Cluster:
                         "--receiver-timeout-seconds",
                         str(receiver_timeout_seconds),
                         *per_server,
+                        *UNLIMITED_AUTHORS,
                     ],
                     {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
                 )

@@ -213,6 +213,10 @@ CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
     reasons.UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, errors.Unauthenticated),
     reasons.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied),
     reasons.FOUR_EYES: (grpc.StatusCode.PERMISSION_DENIED, errors.FourEyes),
+    reasons.CALL_RATE_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.CallRateExceeded),
+    reasons.CONTENT_BUDGET_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ContentBudgetExceeded),
+    reasons.TOO_MANY_OPEN_REVIEWS: (grpc.StatusCode.FAILED_PRECONDITION, errors.TooManyOpenReviews),
+    reasons.REVIEW_EXPIRED: (grpc.StatusCode.FAILED_PRECONDITION, errors.ReviewExpired),
 }
 
 
@@ -298,6 +302,26 @@ def test_every_reason_has_a_class_of_its_own() -> None:
         ),
         (receiver_errors.ReplyLost(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP, "definite": False}),
         (FourEyesViolation("sam"), {reasons.PRINCIPAL: "sam"}, {"principal": "sam"}),
+        (
+            orchestrator_errors.ReviewExpired(OP),
+            {reasons.OPERATION_ID: OP},
+            {"operation_id": OP, "definite": True, "retry_after": None},
+        ),
+        (
+            orchestrator_errors.TooManyOpenReviews("ava", 25),
+            {reasons.PRINCIPAL: "ava", reasons.OPEN_REVIEW_LIMIT: "25"},
+            {"principal": "ava", "open_review_limit": 25, "definite": True},
+        ),
+        (
+            orchestrator_errors.CallRateExceeded("ava", timedelta(milliseconds=250)),
+            {reasons.PRINCIPAL: "ava", reasons.RETRY_AFTER: "0.250s"},
+            {"principal": "ava", "retry_after": 0.25, "definite": True},
+        ),
+        (
+            orchestrator_errors.ContentBudgetExceeded("ava", timedelta(seconds=12, milliseconds=5), 366869),
+            {reasons.PRINCIPAL: "ava", reasons.RETRY_AFTER: "12.005s", reasons.CONTENT_BYTES: "366869"},
+            {"principal": "ava", "retry_after": 12.005, "content_bytes": 366869, "definite": True},
+        ),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, DomainError) else "",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -14,6 +14,8 @@ from google.protobuf import timestamp_pb2
 from decisionflow import reasons
 from decisionflow.channels import insecure_channel
 from decisionflow.client import (
+    CallRateExceeded,
+    ContentBudgetExceeded,
     DeadlineExceeded,
     Decision,
     DecisionConflict,
@@ -33,8 +35,10 @@ from decisionflow.identity import identities
 from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, review_pb2
+from orchestrator.errors import CallRateExceeded as CallRateRefusal
+from orchestrator.errors import ContentBudgetExceeded as ContentBudgetRefusal
 
-from .client_standin import Fail, Sleeps, StandIn, standin
+from .client_standin import Fail, FakeClock, Sleeps, StandIn, standin
 
 CASE = "T-1042"
 ACTION = "record_support_review"
@@ -175,6 +179,96 @@ def test_approve_is_retried_with_the_same_operation_id_until_answered(server: St
     assert result.outcome is Outcome.COMMITTED
     assert result.replay is True
     assert result.operation.receipt_id == "rcpt-1"
+
+
+class SlowDown(DomainError):
+    """A server-side refusal that names when to come back (google.rpc.RetryInfo)."""
+
+    reason = "SLOW_DOWN"
+
+    def __init__(self, delay: timedelta) -> None:
+        super().__init__("slow down", retry_after=delay)
+
+
+def test_a_refusals_retry_delay_is_waited_before_the_retry_and_reported_when_it_outlasts_the_call(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    server.script.then(
+        "Approve",
+        Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, SlowDown(timedelta(milliseconds=1500))),
+        Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, SlowDown(timedelta(seconds=30))),
+        approved(),
+    )
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+
+    with pytest.raises(Unavailable) as raised:
+        ReviewClient(channel, sleep=sleeps, clock=clock).approve(OP)
+
+    # The first wait is the server's 1.5 s, not the 0.1 s window; 30 s more would outlast the call's 10 s.
+    assert sleeps.waits == [1.5]
+    assert len(server.script.calls("Approve")) == 2
+    assert (raised.value.reason, raised.value.retry_after, raised.value.attempts) == ("SLOW_DOWN", 30.0, 2)
+
+
+def started_review() -> review_pb2.StartReviewResponse:
+    """A StartReview answer: the proposal OP, created, with its pending review."""
+    proposal = review_pb2.Proposal(operation_id=OP, case_id=CASE, action=ACTION, current=True)
+    pending = review_pb2.PendingReview(operation_id=OP, workflow_name="review", checkpoint_id="cp-1")
+    return review_pb2.StartReviewResponse(proposal=proposal, created=True, pending_review=pending)
+
+
+def test_a_spent_budget_is_retried_no_sooner_than_the_delay_the_server_names(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    refusal = CallRateRefusal("arthur", timedelta(milliseconds=1500))
+    server.script.then("StartReview", Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal), started_review())
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+
+    result = ReviewClient(channel, sleep=sleeps, clock=clock).start_review(CASE, ACTION, BODY, EVIDENCE, POLICY)
+
+    assert result.created is True
+    assert len(server.script.calls("StartReview")) == 2
+    assert sleeps.waits == [1.5]  # the first window is 0.1 s: the server's delay is the longer
+
+
+def test_a_delay_beyond_the_calls_time_ends_it_at_once_with_the_delay_to_wait(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    refusal = CallRateRefusal("arthur", timedelta(seconds=30))
+    server.script.then("StartReview", Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal), started_review())
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+
+    with pytest.raises(CallRateExceeded) as raised:
+        ReviewClient(channel, sleep=sleeps, clock=clock).start_review(CASE, ACTION, BODY, EVIDENCE, POLICY)
+
+    assert sleeps.waits == []
+    assert len(server.script.calls("StartReview")) == 1
+    error = raised.value
+    assert (error.retry_after, error.principal, error.attempts, error.definite) == (30.0, "arthur", 1, True)
+    assert error.metadata[reasons.RETRY_AFTER] == "30.000s"
+
+
+def test_a_budget_still_spent_after_the_retries_is_raised_and_no_longer_definite(
+    server: StandIn, channel: grpc.Channel
+) -> None:
+    refusal = ContentBudgetRefusal("arthur", timedelta(seconds=2), 366869)
+    server.script.then("StartReview", *[Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)] * 2)
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+    policy = dataclasses.replace(CLIENT_DEFAULT, name="two_tries", max_attempts=2)
+
+    with pytest.raises(ContentBudgetExceeded) as raised:
+        ReviewClient(channel, sleep=sleeps, clock=clock, policy=policy).start_review(
+            CASE, ACTION, BODY, EVIDENCE, POLICY
+        )
+
+    assert sleeps.waits == [2.0]
+    error = raised.value
+    # An earlier attempt of the call might have acted, as far as the client can tell: not definite.
+    assert (error.attempts, error.definite, error.retry_after, error.content_bytes) == (2, False, 2.0, 366869)
 
 
 def test_an_unknown_outcome_is_returned_not_raised(server: StandIn, channel: grpc.Channel) -> None:

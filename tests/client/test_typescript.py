@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -14,8 +15,9 @@ import pytest
 from decisionflow.processes import free_port
 from decisionflow.stack import ProcessStack
 from decisionflow.v1 import review_pb2_grpc
+from orchestrator.quotas import AuthorLimits
 from tests.support.client_examples import ExampleServices, check_story
-from tests.support.stack import CHECKPOINT_KEY, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, count, start_request
 from tests.support.typescript import TypeScriptPackage
 
 BUF = Path(sys.executable).parent / "buf"
@@ -207,3 +209,43 @@ try {
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"attempts": 1, "code": "CANCELLED"}
+
+
+@pytest.mark.slow
+def test_the_refusal_helper_reads_a_spent_budgets_delay_and_with_retries_does_not_outwait_its_call(
+    typescript_package: TypeScriptPackage, make_stack: Callable[..., Stack]
+) -> None:
+    # One call per 1,000 s: the second call is told to wait about that long, longer than any policy's time.
+    limits = AuthorLimits(calls_per_second=0.001, call_burst=1, content_bytes_per_minute=0, open_reviews=0)
+    stack = make_stack(author_limits=limits)
+    script = """
+import { create } from "@bufbuild/protobuf";
+import { StartReviewRequestSchema, codeName, refusalOf, reviewClient, withRetries } from "./dist/src/index.js";
+const reviews = reviewClient(process.argv[1]);
+const content = JSON.parse(process.argv[2]);
+const start = (caseId) => reviews.startReview(create(StartReviewRequestSchema, { ...content, caseId }));
+await start("T-1");
+let attempts = 0;
+try {
+  await withRetries(() => { attempts++; return start("T-2"); });
+} catch (error) {
+  const r = refusalOf(error);
+  console.log(JSON.stringify({ attempts, code: codeName(r.code), reason: r.reason, definite: r.definite,
+    retry: r.retry, retryAfterMs: r.retryAfterMs, metadata: r.metadata }));
+}
+"""
+    request = {
+        "action": "record_support_review",
+        "body": "Please update to 4.2.1.",
+        "evidence": [{"sourceId": "KB-12", "version": "1", "quotation": "Update to 4.2.1."}],
+        "policy": {"name": "support-replies", "versionLabel": "2026-10", "allowanceUnits": "9"},
+    }
+    done = typescript_package.run(
+        "--input-type=module", "-e", script, f"127.0.0.1:{stack.orchestrator_port}", json.dumps(request)
+    )
+
+    assert done.returncode == 0, done.stderr
+    told = json.loads(done.stdout)
+    assert (told["attempts"], told["code"], told["reason"]) == (1, "RESOURCE_EXHAUSTED", "CALL_RATE_EXCEEDED")
+    assert (told["definite"], told["retry"], told["metadata"]["principal"]) == (True, "automatic", "anonymous")
+    assert 900_000 < told["retryAfterMs"] <= 1_000_000

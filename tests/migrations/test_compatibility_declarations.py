@@ -178,7 +178,10 @@ def test_every_migration_declares_compatibility_and_keeps_it(migration: Migratio
 def test_both_services_have_migrations_the_record_reads() -> None:
     # The new heads create the record; without them the checks above would pass on nothing new.
     assert {m.name for m in ALL} >= {"orchestrator-0005", "effect_receiver-0002"}
-    assert all(isinstance(m.compatibility, Expand) for m in ALL)
+    # Every migration only adds but orchestrator 0006: a release before it cannot read the operation
+    # state `expired` that expire-reviews stores, so it may not run on the result.
+    contracts = {m.name: m.compatibility for m in ALL if not isinstance(m.compatibility, Expand)}
+    assert contracts == {"orchestrator-0006": Contract(oldest="0006")}
 
 
 EXPAND = next(m for m in ALL if m.name == "orchestrator-0005")

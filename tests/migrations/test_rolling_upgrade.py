@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("decisionflow", "orchestrator", "effect_receiver")
 ENV = {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY}
 THIS_ORCHESTRATOR, THIS_RECEIVER = ORCHESTRATOR_SCHEMA.head, RECEIVER_SCHEMA.head
-NEXT_ORCHESTRATOR, NEXT_RECEIVER = "0006", "0003"
-CONTRACT_ORCHESTRATOR, CONTRACT_RECEIVER = "0007", "0004"
+NEXT_ORCHESTRATOR, NEXT_RECEIVER = f"{int(THIS_ORCHESTRATOR) + 1:04d}", f"{int(THIS_RECEIVER) + 1:04d}"
+CONTRACT_ORCHESTRATOR, CONTRACT_RECEIVER = f"{int(THIS_ORCHESTRATOR) + 2:04d}", f"{int(THIS_RECEIVER) + 2:04d}"
 
 
 def _migration(revision: str, down: str, compatibility: str, upgrade: str, downgrade: str) -> str:

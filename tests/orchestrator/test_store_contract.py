@@ -19,13 +19,14 @@ from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus,
 from orchestrator.domain import (
     FirstAttempt,
     PendingReview,
+    PendingReviewFilter,
     Proposal,
     RecordedDecision,
     SealedCheckpoint,
     Settlement,
     proposal_content,
 )
-from orchestrator.errors import NotFound, NotRedrivable, StaleProposal
+from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import metadata
 from orchestrator.store import VERSION_TABLE, AttemptInFlight, DecisionAlreadyRecorded, OrchestratorStore, migrate
 
@@ -214,6 +215,46 @@ def test_a_decision_on_a_proposal_no_longer_current_is_stale(store: Orchestrator
     assert store.get_decision(first.operation_id) is None
     assert rows(store, "SELECT count(*) FROM checkpoints WHERE checkpoint_id = 'cp-final'") == 0
     assert store.get_operation(first.operation_id).state is OperationState.SUPERSEDED
+
+
+def test_expiry_takes_only_current_undecided_proposals_of_cases_unmoved_since_the_cutoff(
+    store: OrchestratorStore,
+) -> None:
+    old = started(store, proposal(case_id="T-1"))
+    settled = approved(store, proposal(case_id="T-2"))
+    replaced = started(store, proposal(case_id="T-3"))
+    edit = proposal(case_id="T-3", body="Please update to 4.2.2.", parent=replaced.operation_id)
+    store.create_edit(edit, replaced.operation_id, review(edit), [checkpoint(edit)])
+    recent = started(store, proposal(case_id="T-4", at=T0 + timedelta(days=10)))
+    cutoff, now = T0 + timedelta(days=5), T0 + timedelta(days=35)
+
+    assert store.housekeeping.expire_reviews(cutoff, now, dry_run=True) == 2
+    assert store.get_operation(old.operation_id).state is OperationState.PENDING_REVIEW
+    assert store.housekeeping.expire_reviews(cutoff, now, dry_run=False) == 2
+    assert store.housekeeping.expire_reviews(cutoff, now, dry_run=False) == 0
+
+    expired = store.get_operation(old.operation_id)
+    assert (expired.state, expired.state_changed_at, expired.decision) == (OperationState.EXPIRED, now, None)
+    assert store.get_operation(edit.operation_id).state is OperationState.EXPIRED
+    assert store.get_operation(replaced.operation_id).state is OperationState.SUPERSEDED
+    assert store.get_operation(settled.operation_id).state is OperationState.APPROVED
+    assert store.get_operation(recent.operation_id).state is OperationState.PENDING_REVIEW
+    inbox = store.list_pending_reviews(PendingReviewFilter(), 10, None)
+    assert [entry.proposal.operation_id for entry in inbox] == [recent.operation_id]
+    assert store.tally().by_state[OperationState.EXPIRED] == 2
+
+
+def test_a_decision_never_lands_on_an_expired_review(store: OrchestratorStore) -> None:
+    p = started(store, proposal())
+    assert store.housekeeping.expire_reviews(T0 + timedelta(days=1), T0 + timedelta(days=1), dry_run=False) == 1
+    # The decision of an Approve that read the review before it expired: refused, nothing written.
+    for attempt in (None, FirstAttempt(b"payload", "digest", T0 + timedelta(seconds=5))):
+        with pytest.raises(ReviewExpired) as refused:
+            store.record_decision(decided(p), p.case_id, [checkpoint(p, "cp-final")], attempt)
+        assert refused.value.operation_id == p.operation_id
+    assert store.get_decision(p.operation_id) is None
+    assert rows(store, "SELECT count(*) FROM checkpoints WHERE checkpoint_id = 'cp-final'") == 0
+    assert store.get_operation(p.operation_id).state is OperationState.EXPIRED
 
 
 def test_an_attempt_is_recorded_only_on_an_open_operation_and_keeps_its_first_payload(

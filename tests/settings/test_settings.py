@@ -20,6 +20,8 @@ from decisionflow.settings import Setting, SettingError, parse_settings
 from effect_receiver import config as receiver_config
 from orchestrator import config as orchestrator_config
 from orchestrator import main as orchestrator_main
+from orchestrator.quotas import AuthorLimits
+from orchestrator.validation import MAX_CONTENT_BYTES
 from reconciler import config as reconciler_config
 
 KEY = "k" * 32
@@ -159,6 +161,49 @@ def test_workers_default_to_one_and_need_a_port_to_share(service: str, capsys: p
     assert exited.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"--workers (env {prefix}WORKERS): 2 workers need a host:port address" in error, error
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0.0), ("2.5", 2.5), (" 20 ", 20.0)])
+def test_a_rate_is_a_finite_non_negative_number(text: str, value: float) -> None:
+    assert settings.rate(text) == value
+    for refused in ("-1", "nan", "inf", "fast"):
+        with pytest.raises(ValueError, match="expected a non-negative number"):
+            settings.rate(refused)
+
+
+def test_zero_or_a_whole_number_in_range() -> None:
+    parse = settings.zero_or_integer(100, 1000)
+    assert (parse("0"), parse("100"), parse("1000")) == (0, 100, 1000)
+    for refused in ("99", "1001", "-1", "1e3", "x"):
+        with pytest.raises(ValueError, match="expected 0 or a whole number from 100 to 1000"):
+            parse(refused)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("5m", 300), ("2h", 7200), ("30d", 2592000)])
+def test_an_age_is_seconds_or_a_number_with_a_unit(text: str, seconds: int) -> None:
+    assert settings.age(text).total_seconds() == seconds
+    with pytest.raises(ValueError, match="expected seconds or a number with s, m, h or d"):
+        settings.age("a month")
+    with pytest.raises(ValueError, match="expected at most 100 years"):
+        settings.age("36526d")
+
+
+def test_author_budgets_come_from_flags_and_environment(capsys: pytest.CaptureFixture[str]) -> None:
+    environ = {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}
+    default = orchestrator_config.load([], environ).author_limits
+    assert default == AuthorLimits(20.0, 100, 16 * 1024 * 1024, 1000)
+    given = orchestrator_config.load(
+        ["--author-calls-per-second", "0.5", "--author-open-reviews", "0"],
+        {**environ, "DECISIONFLOW_AUTHOR_CALL_BURST": "3", "DECISIONFLOW_AUTHOR_CONTENT_BYTES_PER_MINUTE": "0"},
+    ).author_limits
+    assert given == AuthorLimits(0.5, 3, 0, 0)
+    # A content budget too small for the largest valid proposal would refuse it for ever.
+    with pytest.raises(SystemExit) as exited:
+        orchestrator_config.load(["--author-content-bytes-per-minute", str(MAX_CONTENT_BYTES - 1)], environ)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--author-content-bytes-per-minute (env DECISIONFLOW_AUTHOR_CONTENT_BYTES_PER_MINUTE)" in error
+    assert f"expected 0 or a whole number from {MAX_CONTENT_BYTES}" in error
 
 
 def test_transport_limits_come_from_flags_and_environment() -> None:

@@ -113,6 +113,7 @@ def test_stored_columns_keep_the_text_existing_databases_hold() -> None:
         "committed",
         "declined",
         "rejected",
+        "expired",  # since orchestrator revision 0006
     ]
     assert [columns.decision_text(d) for d in (Decision.APPROVE, Decision.DECLINE)] == ["approve", "decline"]
     assert [columns.lookup_text(s) for s in LookupStatus] == ["failed", "applied", "not_found"]

@@ -142,7 +142,7 @@ class Stack:
             database_url=self.orchestrator_url,
             receiver_target=f"127.0.0.1:{self.receiver_port}",
         )
-        kwargs = {k: overrides.pop(k) for k in ("workflow", "effects") if k in overrides}
+        kwargs = {k: overrides.pop(k) for k in ("workflow", "effects", "clock", "monotonic") if k in overrides}
         server = self.loop.run(create_orchestrator(replace(config, **overrides), **kwargs))
         self.servers.append(server)
         self.orchestrator_port = server.port

@@ -87,8 +87,10 @@ export function retriedByWithRetries(error: unknown, attempt: number, signal?: A
 
 /** Run call, repeating it unchanged while it fails with a transient status (UNAVAILABLE,
  * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) or is cancelled by anyone but the caller (pass the
- * AbortSignal the call uses as signal); throw the last failure once the policy runs out. A call
- * that ends indeterminate here is still open: repeat it (same operation id) or read the operation. */
+ * AbortSignal the call uses as signal); throw the last failure once the policy runs out. A wait is
+ * never shorter than the delay a refusal's RetryInfo asks for (a spent budget says when it refills),
+ * and a delay that would outlast the policy's time ends the call at once. A call that ends
+ * indeterminate here is still open: repeat it (same operation id) or read the operation. */
 export async function withRetries<T>(
   call: () => Promise<T>,
   policy: RetryPolicy = CLIENT_DEFAULT,
@@ -100,7 +102,7 @@ export async function withRetries<T>(
       return await call();
     } catch (error) {
       const window = Math.min(policy.maxBackoffMs, policy.initialBackoffMs * 2 ** (attempt - 1));
-      const wait = window / 2 + Math.random() * (window / 2);
+      const wait = Math.max(window / 2 + Math.random() * (window / 2), refusalOf(error, attempt).retryAfterMs ?? 0);
       const last = attempt >= policy.maxAttempts || Date.now() + wait >= deadline;
       if (!retriedByWithRetries(error, attempt, signal) || last) {
         throw error;

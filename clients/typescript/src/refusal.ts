@@ -1,14 +1,14 @@
 // A failed decisionflow call, read the way the Python client reads it: the status code, the
-// google.rpc.ErrorInfo (reason, metadata) and BadRequest field violations decoded from the
-// grpc-status-details-bin trailer, and whether the refusal is definite (the request certainly
-// had no effect) or the outcome is open (the server may have acted: repeat the same call, with
-// the same operation id, or read the operation). The table below is the client guide's table.
+// google.rpc.ErrorInfo (reason, metadata), BadRequest field violations and RetryInfo delay decoded
+// from the grpc-status-details-bin trailer, and whether the refusal is definite (the request
+// certainly had no effect) or the outcome is open (the server may have acted: repeat the same call,
+// with the same operation id, or read the operation). The table below is the client guide's table.
 
 import { fromBinary } from "@bufbuild/protobuf";
 import { anyIs, anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 
-import { BadRequestSchema, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 import { type Status, StatusSchema } from "./gen/google/rpc/status_pb.js";
 
 export const ERROR_DOMAIN = "decisionflow.v1";
@@ -47,6 +47,13 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   UNAUTHENTICATED: { code: Code.Unauthenticated, metadataKeys: [] },
   PERMISSION_DENIED: { code: Code.PermissionDenied, metadataKeys: ["rpc", "principal", "required_roles"] },
   FOUR_EYES: { code: Code.PermissionDenied, metadataKeys: ["principal"] },
+  CALL_RATE_EXCEEDED: { code: Code.ResourceExhausted, metadataKeys: ["principal", "retry_after"] },
+  CONTENT_BUDGET_EXCEEDED: {
+    code: Code.ResourceExhausted,
+    metadataKeys: ["principal", "retry_after", "content_bytes"],
+  },
+  TOO_MANY_OPEN_REVIEWS: { code: Code.FailedPrecondition, metadataKeys: ["principal", "open_review_limit"] },
+  REVIEW_EXPIRED: { code: Code.FailedPrecondition, metadataKeys: ["operation_id"] },
 };
 
 // Refusals: the request certainly had no effect.
@@ -58,11 +65,21 @@ const DEFINITE_CODES: ReadonlySet<Code> = new Set([
   Code.Unauthenticated,
   Code.NotFound,
 ]);
-// A tampered checkpoint is refused before anything runs; it needs an operator, not a retry.
-const DEFINITE_REASONS: ReadonlySet<string> = new Set(["CHECKPOINT_INTEGRITY"]);
+// A tampered checkpoint is refused before anything runs; it needs an operator, not a retry. A spent
+// budget is refused before anything runs too; the same request passes after the RetryInfo delay.
+const DEFINITE_REASONS: ReadonlySet<string> = new Set([
+  "CHECKPOINT_INTEGRITY",
+  "CALL_RATE_EXCEEDED",
+  "CONTENT_BUDGET_EXCEEDED",
+]);
 // Refusals that depend on who calls or on state: after an earlier indeterminate attempt of the
 // same call they prove nothing about that attempt.
-const CALLER_DEPENDENT_CODES: ReadonlySet<Code> = new Set([Code.PermissionDenied, Code.Unauthenticated, Code.NotFound]);
+const CALLER_DEPENDENT_CODES: ReadonlySet<Code> = new Set([
+  Code.PermissionDenied,
+  Code.Unauthenticated,
+  Code.NotFound,
+  Code.ResourceExhausted,
+]);
 const RETRIED_CODES: ReadonlySet<Code> = new Set([Code.Unavailable, Code.DeadlineExceeded, Code.ResourceExhausted]);
 
 /** Whether a failure with this code and reason is definite, and what a caller does next. */
@@ -91,6 +108,8 @@ export interface Refusal {
   /** True: the request certainly had no effect. False: the server may have acted. */
   readonly definite: boolean;
   readonly retry: Retry;
+  /** The delay the refusal's RetryInfo asks for before the same request (milliseconds); undefined: none. */
+  readonly retryAfterMs?: number;
 }
 
 /** Decode the grpc-status-details-bin trailer (base64, padding optional) into a google.rpc.Status. */
@@ -109,6 +128,7 @@ export function refusalOf(error: unknown, attempts = 1): Refusal {
   let domain = "";
   let metadata: Record<string, string> = {};
   const violations: FieldViolation[] = [];
+  let retryAfterMs: number | undefined;
   const trailer = failure.metadata.get(STATUS_DETAILS_TRAILER);
   if (trailer) {
     for (const detail of decodeStatusDetails(trailer).details) {
@@ -123,11 +143,26 @@ export function refusalOf(error: unknown, attempts = 1): Refusal {
         for (const violation of bad?.fieldViolations ?? []) {
           violations.push({ field: violation.field, description: violation.description });
         }
+      } else if (anyIs(detail, RetryInfoSchema)) {
+        const delay = anyUnpack(detail, RetryInfoSchema)?.retryDelay;
+        if (delay) {
+          retryAfterMs = Math.max(0, Number(delay.seconds) * 1000 + delay.nanos / 1e6);
+        }
       }
     }
   }
   const { definite, retry } = contractOf(failure.code, reason, attempts);
-  return { code: failure.code, message: failure.rawMessage, reason, domain, metadata, violations, definite, retry };
+  return {
+    code: failure.code,
+    message: failure.rawMessage,
+    reason,
+    domain,
+    metadata,
+    violations,
+    definite,
+    retry,
+    retryAfterMs,
+  };
 }
 
 /** The gRPC name of a status code, as the guide and the other clients spell it (FAILED_PRECONDITION). */

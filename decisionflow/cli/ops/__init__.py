@@ -77,7 +77,7 @@ def register(subparsers: Subparsers) -> None:
         action="append",
         type=_split_states,
         metavar="STATE",
-        help="pending_review, approved, unknown, committed, declined, rejected or superseded (any case); "
+        help="pending_review, approved, unknown, committed, declined, rejected, superseded or expired (any case); "
         "repeat or separate with commas",
     )
     listing.add_argument(

@@ -7,16 +7,11 @@ before anything is sent.
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from datetime import datetime, timedelta
 
+from decisionflow import settings
 from decisionflow.client import Consistency, LookupStatus, OperationState
 
-# The server refuses a minimum age beyond a hundred years; the same bound here keeps the refusal local.
-MAX_AGE = timedelta(days=36_525)
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-_AGE = re.compile(r"\A(\d+(?:\.\d+)?)([smhd]?)\Z")
 LISTABLE_STATES = tuple(s for s in OperationState if s is not OperationState.UNSPECIFIED)
 
 
@@ -31,14 +26,12 @@ def state(text: str) -> OperationState:
 
 
 def age(text: str) -> timedelta:
-    """Return the age given as seconds or with a unit (``90``, ``90s``, ``5m``, ``2h``, ``1d``)."""
-    match = _AGE.match(text.strip().lower())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected seconds or a number with s, m, h or d (5m, 2h), not {text!r}")
-    seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if not math.isfinite(seconds) or timedelta(seconds=min(seconds, 1e12)) > MAX_AGE:
-        raise argparse.ArgumentTypeError(f"expected at most 100 years, not {text!r}")
-    return timedelta(seconds=seconds)
+    """Return the age given as seconds or with a unit (``90``, ``90s``, ``5m``, ``2h``, ``1d``), at most
+    100 years: the server refuses a minimum age beyond that, and the same bound here keeps the refusal local."""
+    try:
+        return settings.age(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def positive_count(text: str) -> int:

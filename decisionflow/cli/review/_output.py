@@ -26,8 +26,9 @@ EXIT_UNKNOWN = 42
 EXIT_CODES_HELP = (
     "exit status: 0 done (a read, or outcome COMMITTED or DECLINED); 42 outcome Unknown (decision recorded, "
     "effect not confirmed: decisionflow-reconciler settles it); 3 refused (stale, conflict, invalid request, "
-    "not found, permission denied, unauthenticated, rejected by the receiver); 1 error (unavailable after "
-    "retries, deadline, internal: the line on stderr says whether repeating can help); 2 bad usage or input"
+    "not found, permission denied, unauthenticated, rejected by the receiver, expired, too many open reviews); "
+    "1 error (unavailable or over the author's budget after retries, deadline, internal: the line on stderr "
+    "says whether repeating can help); 2 bad usage or input"
 )
 
 
@@ -75,6 +76,14 @@ _ADVICE_BY_REASON: Mapping[str, str] = {
     reasons.REPLY_LOST: "the effect was committed but its reply lost; check {subject} with decisionflow status",
     reasons.WORKFLOW_PROTOCOL: "a server fault, reported to its log; check {subject} with decisionflow status "
     "before repeating, and tell an operator",
+    reasons.CALL_RATE_EXCEEDED: "nothing was recorded: this author sent proposals faster than its budget allows; "
+    "repeat the command after the delay the message names",
+    reasons.CONTENT_BUDGET_EXCEEDED: "nothing was recorded: this author sent more proposal text than its budget "
+    "allows per minute; repeat the command after the delay the message names",
+    reasons.TOO_MANY_OPEN_REVIEWS: "this author has the most undecided proposals one author may have; repeating "
+    "will not help until reviewers decide some (or an operator expires abandoned ones)",
+    reasons.REVIEW_EXPIRED: "an operator expired this review; edit the proposal to ask for a new review; "
+    "repeating will not help",
 }
 _ADVICE_BY_CODE: Mapping[grpc.StatusCode, str] = {
     grpc.StatusCode.INVALID_ARGUMENT: "correct the request; repeating it unchanged will not help",

@@ -28,6 +28,10 @@ CHECKPOINT_INTEGRITY = "CHECKPOINT_INTEGRITY"
 CHECKPOINT_SAVE_FAILED = "CHECKPOINT_SAVE_FAILED"
 REPLY_LOST = "REPLY_LOST"
 KEY_RETENTION_EXCEEDED = "KEY_RETENTION_EXCEEDED"
+CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
+CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
+TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
+REVIEW_EXPIRED = "REVIEW_EXPIRED"
 
 # ErrorInfo metadata keys. An operation is always named by OPERATION_ID; enum values are spelled
 # as the proto spells them (DECISION_APPROVE, OPERATION_STATE_COMMITTED).
@@ -44,6 +48,11 @@ FIRST_ATTEMPTED_AT = "first_attempted_at"
 KEY_RETENTION = "key_retention"
 RPC = "rpc"
 REQUIRED_ROLES = "required_roles"
+# A budget refusal says when to come back as a duration in the form google.protobuf.Duration's JSON
+# takes ("0.250s"), beside the RetryInfo detail that carries the same delay.
+RETRY_AFTER = "retry_after"
+CONTENT_BYTES = "content_bytes"
+OPEN_REVIEW_LIMIT = "open_review_limit"
 
 # The metadata keys each reason's ErrorInfo may carry. A refusal carries a subset when a key does
 # not apply: NOT_FOUND names the operation or the case; PERMISSION_DENIED names the principal and
@@ -67,6 +76,10 @@ METADATA_KEYS: Mapping[str, tuple[str, ...]] = {
     UNAUTHENTICATED: (),
     PERMISSION_DENIED: (RPC, PRINCIPAL, REQUIRED_ROLES),
     FOUR_EYES: (PRINCIPAL,),
+    CALL_RATE_EXCEEDED: (PRINCIPAL, RETRY_AFTER),
+    CONTENT_BUDGET_EXCEEDED: (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES),
+    TOO_MANY_OPEN_REVIEWS: (PRINCIPAL, OPEN_REVIEW_LIMIT),
+    REVIEW_EXPIRED: (OPERATION_ID,),
 }
 
 

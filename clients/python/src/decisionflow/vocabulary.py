@@ -98,6 +98,7 @@ class OperationState(_Word):
     DECLINED = "DECLINED"
     REJECTED = "REJECTED"
     SUPERSEDED = "SUPERSEDED"
+    EXPIRED = "EXPIRED"
 
 
 # The states in which an operation's effect is still open: a lookup or a re-drive may settle it.

@@ -1,6 +1,6 @@
 """Typed errors raised by the decisionflow clients, and the one place gRPC failures become them.
 
-    DecisionflowError                  base: code, reason, message, metadata, violations, definite
+    DecisionflowError                  base: code, reason, message, metadata, violations, definite, retry_after
     ├── InvalidRequest                 INVALID_ARGUMENT; field violations; nothing was written
     │   └── DecisionRequired           DECISION_REQUIRED: the decision was omitted
     ├── NotFound                       NOT_FOUND; operation_id or case_id
@@ -13,7 +13,12 @@
     │   ├── NotRedrivable              NOT_REDRIVABLE; operation_id, state (already settled)
     │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED; operation_id
     │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED; operation_id, first_attempted_at, key_retention
-    │   └── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
+    │   ├── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
+    │   ├── TooManyOpenReviews         TOO_MANY_OPEN_REVIEWS; principal, open_review_limit
+    │   └── ReviewExpired              REVIEW_EXPIRED; operation_id (an operator expired the review)
+    ├── QuotaExceeded                  RESOURCE_EXHAUSTED with a reason: a budget of the principal is spent
+    │   ├── CallRateExceeded           CALL_RATE_EXCEEDED; principal, retry_after
+    │   └── ContentBudgetExceeded      CONTENT_BUDGET_EXCEEDED; principal, retry_after, content_bytes
     ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT; operation_id, recorded_decision
     ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY; operation_id, checkpoint_id
     ├── Unavailable                    UNAVAILABLE or RESOURCE_EXHAUSTED, after the retries ran out
@@ -25,9 +30,12 @@
 
 ``definite`` is True only when the request certainly had no effect: a refusal with
 INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED or
-NOT_FOUND, or a checkpoint refused as tampered (it needs an operator, not a retry). Everything
-else is indeterminate: the server may have acted before the reply was lost, so the outcome must
-be settled by a lookup or a retry with the same operation id. docs/errors.md lists every reason.
+NOT_FOUND, a checkpoint refused as tampered (it needs an operator, not a retry), or a spent budget
+(refused before anything ran). Everything else is indeterminate: the server may have acted before
+the reply was lost, so the outcome must be settled by a lookup or a retry with the same operation
+id. ``retry_after`` is the delay the server's RetryInfo asked for (seconds; None when it sent
+none): the retry policy waits at least that long before repeating the call. docs/errors.md lists
+every reason.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import grpc
 from decisionflow import reasons
 from decisionflow.client.views import Decision, OperationState
 from decisionflow.reasons import FieldViolation
-from decisionflow.status_details import error_info
+from decisionflow.status_details import error_info, retry_delay
 
 DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
     {
@@ -55,7 +63,12 @@ DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
 # Refusals that depend on who calls or on state, not on the request's bytes. After an
 # earlier indeterminate attempt of the same call they prove nothing about that attempt.
 _CALLER_DEPENDENT_CODES: frozenset[grpc.StatusCode] = frozenset(
-    {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.NOT_FOUND}
+    {
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
 )
 
 
@@ -75,6 +88,7 @@ class DecisionflowError(Exception):
         violations: Sequence[FieldViolation] = (),
         attempts: int = 1,
         definite: bool | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code.name}: {message}" if message else code.name)
         self.code = code
@@ -83,6 +97,7 @@ class DecisionflowError(Exception):
         self.metadata: dict[str, str] = dict(metadata or {})
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
         self.attempts = attempts
+        self.retry_after = retry_after
         if definite is None:
             definite = self.always_definite if self.always_definite is not None else code in DEFINITE_CODES
         self.definite: bool = definite
@@ -199,6 +214,51 @@ class WorkflowVersionMismatch(PreconditionFailed):
         return self.metadata.get(reasons.RUNNING, "")
 
 
+class TooManyOpenReviews(PreconditionFailed):
+    """The author already has open_review_limit undecided proposals in the inbox: no more until some are decided."""
+
+    @property
+    def principal(self) -> str:
+        """The author that was refused."""
+        return self.metadata.get(reasons.PRINCIPAL, "")
+
+    @property
+    def open_review_limit(self) -> int | None:
+        """The cap on one author's open reviews, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.OPEN_REVIEW_LIMIT, "")
+        return int(value) if value.isdigit() else None
+
+
+class ReviewExpired(PreconditionFailed):
+    """An operator expired the undecided review: it can no longer be decided; edit it to ask for a new review."""
+
+
+class QuotaExceeded(DecisionflowError):
+    """A budget of the calling principal is spent; nothing was written; the same request may pass after retry_after."""
+
+    # Refused before anything ran. After earlier attempts of the same call it is not (see map_rpc_error).
+    always_definite = True
+
+    @property
+    def principal(self) -> str:
+        """The principal whose budget is spent."""
+        return self.metadata.get(reasons.PRINCIPAL, "")
+
+
+class CallRateExceeded(QuotaExceeded):
+    """The principal sent StartReview and EditProposal calls faster than its rate allows."""
+
+
+class ContentBudgetExceeded(QuotaExceeded):
+    """The principal sent more bytes of proposal content than its budget allows per minute."""
+
+    @property
+    def content_bytes(self) -> int | None:
+        """The size of the refused request's content, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.CONTENT_BYTES, "")
+        return int(value) if value.isdigit() else None
+
+
 class DecisionConflict(DecisionflowError):
     """Another decision is already recorded for the operation; decisions are immutable."""
 
@@ -259,12 +319,16 @@ _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED): IdempotencyKeyReused,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.KEY_RETENTION_EXCEEDED): KeyRetentionExceeded,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.TOO_MANY_OPEN_REVIEWS): TooManyOpenReviews,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.REVIEW_EXPIRED): ReviewExpired,
     (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT): DecisionConflict,
     (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY): CheckpointIntegrity,
     (grpc.StatusCode.UNAVAILABLE, ""): Unavailable,
     (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED): CheckpointSaveFailed,
     (grpc.StatusCode.UNAVAILABLE, reasons.REPLY_LOST): ReplyLost,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, ""): Unavailable,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, reasons.CALL_RATE_EXCEEDED): CallRateExceeded,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, reasons.CONTENT_BUDGET_EXCEEDED): ContentBudgetExceeded,
     (grpc.StatusCode.DEADLINE_EXCEEDED, ""): DeadlineExceeded,
     (grpc.StatusCode.INTERNAL, reasons.WORKFLOW_PROTOCOL): WorkflowProtocolError,
 }
@@ -278,8 +342,8 @@ def error_class(code: grpc.StatusCode, reason: str) -> type[DecisionflowError]:
 def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError:
     """Return the typed error for a failed call; attempts is how many times the call was sent.
 
-    A caller-dependent refusal (PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND) after an
-    earlier indeterminate attempt is itself indeterminate: that attempt may have acted.
+    A caller-dependent refusal (PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, RESOURCE_EXHAUSTED)
+    after an earlier indeterminate attempt is itself indeterminate: that attempt may have acted.
     """
     code_method = getattr(err, "code", None)
     code = code_method() if callable(code_method) else grpc.StatusCode.UNKNOWN
@@ -305,4 +369,5 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         violations=violations,
         attempts=attempts,
         definite=definite,
+        retry_after=retry_delay(err),
     )

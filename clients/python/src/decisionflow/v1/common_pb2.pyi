@@ -68,6 +68,10 @@ class _OperationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Operat
     """The receiver definitely refused the effect; nothing was written."""
     OPERATION_STATE_SUPERSEDED: _OperationState.ValueType  # 7
     """Still pending, but a newer proposal is the case's current one."""
+    OPERATION_STATE_EXPIRED: _OperationState.ValueType  # 8
+    """Never decided: an operator expired the abandoned review (decisionflow-orchestrator
+    expire-reviews). Final; no effect; an Approve of it is refused (REVIEW_EXPIRED).
+    """
 
 class OperationState(_OperationState, metaclass=_OperationStateEnumTypeWrapper):
     """Where an operation stands. See docs/review-protocol.md."""
@@ -88,6 +92,10 @@ OPERATION_STATE_REJECTED: OperationState.ValueType  # 6
 """The receiver definitely refused the effect; nothing was written."""
 OPERATION_STATE_SUPERSEDED: OperationState.ValueType  # 7
 """Still pending, but a newer proposal is the case's current one."""
+OPERATION_STATE_EXPIRED: OperationState.ValueType  # 8
+"""Never decided: an operator expired the abandoned review (decisionflow-orchestrator
+expire-reviews). Final; no effect; an Approve of it is refused (REVIEW_EXPIRED).
+"""
 Global___OperationState: _TypeAlias = OperationState  # noqa: Y015
 
 class _Outcome:

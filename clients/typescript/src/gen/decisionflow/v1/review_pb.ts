@@ -882,6 +882,9 @@ export const ReviewService: GenService<{
    *   INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
    *   CASE_HAS_OPEN_PROPOSAL    FAILED_PRECONDITION  case_id, current_operation_id (undecided, other content)
    *   STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id (expected_operation_id not current)
+   *   TOO_MANY_OPEN_REVIEWS     FAILED_PRECONDITION  principal, open_review_limit (the author's undecided proposals in the inbox)
+   *   CALL_RATE_EXCEEDED        RESOURCE_EXHAUSTED   principal, retry_after (+ RetryInfo); nothing was written; retry after the delay
+   *   CONTENT_BUDGET_EXCEEDED   RESOURCE_EXHAUSTED   principal, retry_after, content_bytes (+ RetryInfo); nothing was written
    *   CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
    *   WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
    *   UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
@@ -923,6 +926,8 @@ export const ReviewService: GenService<{
    *   INVALID_ARGUMENT          INVALID_ARGUMENT     BadRequest field violations; nothing was written
    *   NOT_FOUND                 NOT_FOUND            operation_id
    *   STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+   *   CALL_RATE_EXCEEDED        RESOURCE_EXHAUSTED   principal, retry_after (+ RetryInfo); nothing was written; retry after the delay
+   *   CONTENT_BUDGET_EXCEEDED   RESOURCE_EXHAUSTED   principal, retry_after, content_bytes (+ RetryInfo); nothing was written
    *   CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
    *   WORKFLOW_PROTOCOL         INTERNAL             the workflow broke an invariant
    *   UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
@@ -950,6 +955,7 @@ export const ReviewService: GenService<{
    *   DECISION_CONFLICT         ALREADY_EXISTS       operation_id, recorded_decision (DECISION_APPROVE or DECISION_DECLINE)
    *   FOUR_EYES                 PERMISSION_DENIED    principal (the author cannot decide)
    *   STALE_PROPOSAL            FAILED_PRECONDITION  operation_id, current_operation_id
+   *   REVIEW_EXPIRED            FAILED_PRECONDITION  operation_id (an operator expired the undecided review)
    *   WORKFLOW_VERSION_MISMATCH FAILED_PRECONDITION  operation_id, recorded, running
    *   CHECKPOINT_INTEGRITY      DATA_LOSS            operation_id, checkpoint_id (needs an operator)
    *   CHECKPOINT_SAVE_FAILED    UNAVAILABLE          a checkpoint could not be stored; nothing recorded; retry
