@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit pythons bench scale-plan clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench scale-plan hpack-bench clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,11 @@ bench: setup
 # replicas it serves; SCALE_ARGS="--postgres-url …" for another server, QUICK=1 in about two minutes.
 scale-plan: setup
 	$(PY) -m bench.scale_plan $(if $(QUICK),--quick,) $(SCALE_ARGS)
+
+# HPACK amplification (a header named thousands of times per request): each service's memory and where the
+# requests end, with the project's gRPC options and with candidates (bench/hpack.py); QUICK=1: the project's options only.
+hpack-bench: setup
+	$(PY) -m bench.hpack $(if $(QUICK),--quick,) $(HPACK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venvs build *.egg-info .pytest_cache .mypy_cache .ruff_cache

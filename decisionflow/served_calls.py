@@ -4,16 +4,19 @@ For each call it, in this order, and nothing else on the way:
 
 1. counts the call as started and times it (``grpc_server_*``, decisionflow.metrics);
 2. opens the call's notes and its SERVER span (decisionflow.tracing);
-3. admits the caller (decisionflow.auth: a refusal the headers decide is answered without reading
+3. refuses a call whose metadata is over the server's metadata limit, without reading the request
+   (gRPC core refuses such a call itself once the peer has acknowledged the server's SETTINGS, but
+   before that it lets metadata of up to 16 MiB through: docs/security.md, HPACK amplification);
+4. admits the caller (decisionflow.auth: a refusal the headers decide is answered without reading
    the request), sets the principal for the servicer, and tells the connection guard of an admitted
    call;
-4. parses the request within the method's receive limit (bytes that are not the request message,
+5. parses the request within the method's receive limit (bytes that are not the request message,
    or too many, are an InvalidRequest: gRPC itself would answer UNKNOWN);
-5. runs the method (inside the inner interceptors, fault injection, when there are any), handing
+6. runs the method (inside the inner interceptors, fault injection, when there are any), handing
    its answer or its domain error to the method's observers (the answer counters of decisionflow_*);
-6. answers a domain error, raised by any step, with the rich status the server's table assigns
+7. answers a domain error, raised by any step, with the rich status the server's table assigns
    (decisionflow.rpc_errors);
-7. when the call ends, ends the span with the code the caller got, writes the one access line
+8. when the call ends, ends the span with the code the caller got, writes the one access line
    (decisionflow.access) and counts the call as handled.
 
 Everything a call can know before it arrives is resolved once per method: metric label children,
@@ -22,7 +25,7 @@ interceptors each awaiting the next cost about 0.15 ms of CPU per call on the be
 the bare server costs 0.2 ms; this pass does the same work once.
 
 Streaming methods (health's Watch, reflection) are counted, traced and mapped the same way; they are
-exempt from authentication and have no request to parse.
+exempt from authentication and have no request to parse, but not from the metadata limit.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ logger = logging.getLogger(__name__)
 OnAnswer = Callable[[Any], None]
 OnRefusal = Callable[[DomainError], None]
 Admission = Principal | AuthError | None
+Metadata = Sequence[tuple[str, str | bytes]]
+# What HTTP/2 counts for each header besides its name and value (RFC 7541 §4.1), as gRPC core does.
+HEADER_OVERHEAD_BYTES = 32
 _Behaviour = Callable[[Any, Context], Awaitable[Any]]
 
 
@@ -93,11 +99,13 @@ class ServedCalls(ServerInterceptor):
         exempt: Sequence[str] = (),
         on_admitted: Callable[[str], None] | None = None,
         inner: Sequence[ServerInterceptor] = (),
+        metadata_limit: int | None = None,
     ) -> None:
         """auth None admits every call as the anonymous principal; exempt lists method prefixes that
         are never authenticated (health, reflection); on_admitted gets the peer of each admitted call
         whose request parsed (the connection guard's "used"); inner interceptors wrap the servicers
-        and the observers, inside everything else (fault injection)."""
+        and the observers, inside everything else (fault injection); metadata_limit refuses a call
+        whose metadata counts more bytes, as HTTP/2 counts a header list (None: no limit here)."""
         self._table = status_table
         self._auth = auth
         self._metrics = metrics
@@ -106,6 +114,7 @@ class ServedCalls(ServerInterceptor):
         self._exempt = tuple(exempt)
         self._on_admitted = on_admitted
         self._inner = tuple(inner)
+        self._metadata_limit = metadata_limit
         self._methods: dict[str, _Method] = {}
         self._behaviours: dict[str, tuple[Any, _Behaviour | None]] = {}
 
@@ -133,6 +142,9 @@ class ServedCalls(ServerInterceptor):
             return handler
         method = self._method(handler_call_details.method, handler)
         metadata = handler_call_details.invocation_metadata or ()
+        oversize = _oversize_metadata(metadata, self._metadata_limit)
+        if oversize is not None:
+            return self._refusing(method, handler, metadata, oversize)
         if handler.request_streaming or handler.response_streaming:
             return await self._other_shape(method, handler, metadata)
         behaviour = self._servable(method, handler.unary_unary)
@@ -190,9 +202,7 @@ class ServedCalls(ServerInterceptor):
             wrapped = await interceptor.intercept_service(_returning(wrapped), details)
         return cast(_Behaviour, wrapped.unary_unary)
 
-    async def _serve(
-        self, method: _Method, context: Context, metadata: Sequence[tuple[str, str | bytes]], answer: Awaitable[Any]
-    ) -> Any:
+    async def _serve(self, method: _Method, context: Context, metadata: Metadata, answer: Awaitable[Any]) -> Any:
         """Count, time, trace and log one call whose work is answer, mapping its domain error to a status."""
         metrics = method.metrics
         if metrics is not None:
@@ -241,7 +251,7 @@ class ServedCalls(ServerInterceptor):
                 tracing.annotate(**request_ids(message))
             return await behaviour(message, context)
 
-    async def _admission(self, method: _Method, metadata: Sequence[tuple[str, str | bytes]]) -> Admission:
+    async def _admission(self, method: _Method, metadata: Metadata) -> Admission:
         """What the call's headers settle: its principal, its refusal, or None (exempt, authentication
         off, or only the client certificate can tell)."""
         if method.authenticate and self._auth is not None:
@@ -259,9 +269,7 @@ class ServedCalls(ServerInterceptor):
             return admission
         return self._auth.admit_in_call(method.name, context)
 
-    def _refusing(
-        self, method: _Method, handler: Handler, metadata: Sequence[tuple[str, str | bytes]], refusal: AuthError
-    ) -> Handler:
+    def _refusing(self, method: _Method, handler: Handler, metadata: Metadata, refusal: DomainError) -> Handler:
         """A handler that answers refusal without reading the request: taking the requests as a stream
         hands the behaviour an iterator it never advances, where a unary handler would first wait for
         (and buffer) the whole request message."""
@@ -290,9 +298,7 @@ class ServedCalls(ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    async def _other_shape(
-        self, method: _Method, handler: Handler, metadata: Sequence[tuple[str, str | bytes]]
-    ) -> Handler:
+    async def _other_shape(self, method: _Method, handler: Handler, metadata: Metadata) -> Handler:
         """Streaming methods (health's Watch, reflection) and synchronous ones: admitted, counted and
         mapped the same way; a synchronous behaviour of an authenticated method is refused, since it
         would run on a thread without the principal."""
@@ -348,6 +354,19 @@ class ServedCalls(ServerInterceptor):
                     metrics.finished(final_code(context, error), time.perf_counter() - began)
 
         return streamed
+
+
+def _oversize_metadata(metadata: Metadata, limit: int | None) -> InvalidRequest | None:
+    """The refusal of metadata over limit bytes (a str value counted by its characters: gRPC
+    metadata that is not binary is ASCII), else None."""
+    if limit is None:
+        return None
+    size = sum(len(key) + len(value) + HEADER_OVERHEAD_BYTES for key, value in metadata)
+    if size <= limit:
+        return None
+    return InvalidRequest(
+        [FieldViolation("metadata", f"{size} bytes of call metadata; the server takes at most {limit}")]
+    )
 
 
 def _returning(handler: Handler) -> Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]:

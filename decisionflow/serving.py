@@ -33,6 +33,20 @@ MAX_PING_STRIKES = 2
 # The server pings a connection silent this long, and drops it if no answer comes within the timeout.
 KEEPALIVE_TIME_MS = 120_000
 KEEPALIVE_TIMEOUT_MS = 20_000
+# A call's metadata, counted as HTTP/2 counts a header list (name, value and 32 bytes per entry):
+# gRPC core refuses a share of calls above the soft limit and every call above the hard one, which it
+# advertises as SETTINGS_MAX_HEADER_LIST_SIZE (RESOURCE_EXHAUSTED). These are gRPC's defaults, stated
+# so that the server's own check (decisionflow.served_calls) uses the same figure. gRPC applies them
+# only once the peer has acknowledged the server's SETTINGS; until then a request's metadata may
+# reach 16 MiB, and of requests sent before that (7 KB on the wire: a 4,000-byte header named 3,000
+# times through HPACK, 12 MB decoded) about a quarter reached the service whole. No core argument
+# closes that window: with these limits at 16 or 4 KiB, an HPACK decoder table of 0 or a SETTINGS ack
+# timeout of 1 s, 12 rounds of 30 such requests still took an orchestrator from 100 MiB to a peak of
+# 289-316 MiB, as with the defaults (298); 4 KiB also refused a legitimate call with a 4 KiB header
+# (bench/hpack.py, docs/security.md). Legitimate calls carry a bearer token, a traceparent and gRPC's
+# own headers: well under the soft limit.
+MAX_METADATA_SOFT_BYTES = 8 * 1024
+MAX_METADATA_BYTES = 16 * 1024
 
 if TYPE_CHECKING:
     # Type only: decisionflow.metrics imports start-up code that imports this module.
@@ -101,6 +115,8 @@ class TransportLimits:
             ("grpc.max_send_message_length", 16 * MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", int(reuse_port)),
             ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.max_metadata_size", MAX_METADATA_SOFT_BYTES),
+            ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
             ("grpc.max_connection_idle_ms", _millis(self.max_connection_idle_seconds)),
             ("grpc.max_connection_age_ms", _millis(self.max_connection_age_seconds)),
             ("grpc.max_connection_age_grace_ms", _millis(self.max_connection_age_grace_seconds)),
@@ -174,7 +190,8 @@ async def start_server(
 ) -> RunningServer:
     """Start an aio server on address (port 0 picks a free one); register adds the servicers and
     returns their full service names, which health and reflection then announce. Every call is served
-    in one pass (decisionflow.served_calls): counted on metrics, traced, admitted by auth (None: every
+    in one pass (decisionflow.served_calls): counted on metrics, traced, refused above the metadata
+    limit (MAX_METADATA_BYTES), admitted by auth (None: every
     caller is anonymous; health and reflection are exempt), parsed within receive (default 1 MiB for
     every method), handed to observers, and any domain error raised on the way answered through
     status_table. interceptors run inside that pass, around the servicers (fault injection).
@@ -192,6 +209,7 @@ async def start_server(
         exempt=EXEMPT_METHOD_PREFIXES,
         on_admitted=guard.note_call,
         inner=interceptors,
+        metadata_limit=MAX_METADATA_BYTES,
     )
     server = grpc.aio.server(
         interceptors=[served],

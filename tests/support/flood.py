@@ -49,6 +49,7 @@ class RawPeer:
     goaway: h2.events.ConnectionTerminated | None = None
     closed: bool = False
     served: bool = False
+    sent_bytes: int = 0  # everything written to the socket, the client preface included
     fates: dict[int, StreamFate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class RawPeer:
                 self.sock.sendall(data)
             except OSError:
                 self.closed = True
+            else:
+                self.sent_bytes += len(data)
 
     def open_call(self, path: str, metadata: Sequence[tuple[str, str]] = ()) -> int:
         """Send the HEADERS of a gRPC call to path and return its stream id (no message yet)."""
