@@ -39,12 +39,27 @@ PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def normalise_url(url: str) -> str:
-    """Return a SQLAlchemy URL: ``postgresql://`` becomes ``postgresql+psycopg://``; a bare path is SQLite."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    """Return a SQLAlchemy URL: ``postgresql://`` becomes ``postgresql+psycopg://``, several hosts
+    (``postgresql://u@h1:p1,h2:p2/db``, as libpq writes them) become one ``host=`` query parameter
+    each, as SQLAlchemy takes them; a bare path is SQLite."""
+    for scheme in ("postgresql://", "postgres://", "postgresql+psycopg://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + _hosts_as_parameters(url[len(scheme) :])
     if "://" not in url:
         return "sqlite:///" + str(Path(url).resolve())
     return url
+
+
+def _hosts_as_parameters(rest: str) -> str:
+    """``user@h1:p1,h2:p2/db?x=y`` → ``user@/db?x=y&host=h1:p1&host=h2:p2``; one host is left as it is."""
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    user, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return rest
+    path, question, query = tail.partition("?")
+    parameters = "&".join(f"host={host}" for host in hosts.split(",") if host)
+    return f"{user}{at}{path or '/'}?{query + '&' if question and query else ''}{parameters}"
 
 
 def _file_identity(database: str | None) -> tuple[int, int] | None:

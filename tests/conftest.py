@@ -53,6 +53,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=20,
         help="length of the connection-starvation attack in tests/hostile (default 20; past 30 refusals expire)",
     )
+    group.addoption(
+        "--failover-rounds",
+        type=int,
+        default=1,
+        help="rounds of leader loss, switchover and standby loss in the database failover campaign (default 1)",
+    )
+    group.addoption(
+        "--failover-faults",
+        default="leader_lost,leader_partitioned,switchover,standby_lost",
+        help="the database failover campaign's faults in each round, comma-separated (default: all four)",
+    )
+    group.addoption(
+        "--failover-async",
+        action="store_true",
+        default=False,
+        help="run the database failover campaign on asynchronous replication (reported, not asserted)",
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
         "--campaign-workers",

@@ -1,0 +1,262 @@
+"""The loss of a database server under load: both services on a three-node PostgreSQL cluster under
+Patroni (tests.campaigns.patroni), approvals from 16 callers, and the faults a cluster meets:
+
+- node loss: SIGKILL of the leader's Patroni and postmaster together, with its standbys a second
+  behind (what the leader sends them dropped, as over a slow link): the synchronous standby is promoted once
+  the leader key expires; the lost node is started again and rejoins as a standby;
+- a partition of the leader (it runs on, cut from etcd, its standbys and its clients: its Patroni
+  demotes it when it cannot renew the leader key, and a standby is promoted);
+- a switchover under load (``patronictl switchover``), as an operator does for maintenance;
+- a standby lost while the leader runs (writes go on with the other standby as the synchronous one).
+
+Each service is given one URL naming the three nodes with ``target_session_attrs=read-write``, and
+is never restarted: libpq finds the new leader when a pooled connection is replaced. A call during
+a failover may only end UNAVAILABLE, past its deadline, or with the outcome Unknown. After the run:
+one reconciler pass settles every Unknown, the history holds (nothing acknowledged lost, nothing
+changed, no duplicate effect), and every node holds the same decisions and effects.
+
+``--failover-rounds`` runs the three faults more times (default 1); ``--failover-async`` runs the
+same campaign on a cluster without synchronous replication (reported beside it, not asserted: an
+asynchronous standby may be promoted without the last commits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from decisionflow.client import Decision, ReviewClient
+from decisionflow.retry import NO_RETRY
+from tests.campaigns import patroni
+from tests.campaigns.cluster import Cluster
+from tests.campaigns.history import Event, History, load
+from tests.campaigns.patroni import PatroniCluster
+from tests.campaigns.report import publish
+from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, settle_and_check
+
+CALLERS = 16  # half with the campaign's retries, half with none, so a failover reaches them
+DECLINE_EVERY = 5
+RETRY_PAUSE_SECONDS = 0.05
+LOAD_SECONDS = 3.0
+# How far the standbys fall behind (their WAL receivers held) when the leader is killed.
+LAG_SECONDS = 1.0
+# The goal is Patroni's ttl plus 5 s (measured: 21.7 s against 25 s); the bound leaves a loaded CI
+# machine 10 s more before it calls a slow failover a failure.
+OUTAGE_BOUND_SECONDS = patroni.TTL_SECONDS + 15
+OUTAGE_ENDINGS = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"}
+
+
+@pytest.fixture
+def database_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PatroniCluster]:
+    """Three nodes under the pinned Patroni, synchronous unless --failover-async."""
+    patroni_bin = patroni.install_patroni(tmp_path_factory.getbasetemp().parent / "decisionflow-patroni.lock")
+    synchronous = not request.config.getoption("--failover-async")
+    with patroni.patroni_cluster(patroni_bin, synchronous=synchronous) as cluster:
+        yield cluster
+
+
+def _load(reviewer: Reviewer, stop: threading.Event) -> None:
+    n = 0
+    while not stop.is_set():
+        case = f"{reviewer.name}-{n}"
+        n += 1
+        op = reviewer.start(case)
+        if op is None:
+            time.sleep(RETRY_PAUSE_SECONDS)
+            continue
+        reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
+
+
+class Faults:
+    """The faults of one run, applied in turn, each noted with when it began and ended."""
+
+    def __init__(self, cluster: PatroniCluster, history: History) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.applied: list[tuple[str, float, float]] = []
+
+    def chosen(self, names: str) -> list[Callable[[], None]]:
+        """The faults named (comma-separated), in the order given."""
+        table = {
+            "leader_lost": self.lose_leader,
+            "leader_partitioned": self.partition_leader,
+            "switchover": self.switchover,
+            "standby_lost": self.lose_standby,
+        }
+        return [table[name.strip()] for name in names.split(",")]
+
+    def _noted(self, name: str, fault: Callable[[], None]) -> None:
+        began = self.history.now()
+        fault()
+        self.applied.append((name, began, self.history.now()))
+
+    def lose_leader(self) -> None:
+        """SIGKILL the leader while its standbys lag LAG_SECONDS behind; wait for a new one; start the
+        lost node again and wait until it streams."""
+        leader = self.cluster.leader()
+        assert leader is not None
+        self._noted("leader_lost", lambda: self._kill_lagging_and_wait_for_new_leader(leader))
+        time.sleep(LOAD_SECONDS)
+        self.cluster.start_node(leader)
+        self.cluster.wait_healthy()
+
+    def _kill_lagging_and_wait_for_new_leader(self, leader: patroni.Node) -> None:
+        # Synchronous: the commits of the lag wait for a standby and are never acknowledged.
+        # Asynchronous: they are acknowledged, and the standby promoted never receives them.
+        with self.cluster.lagging(leader):
+            time.sleep(LAG_SECONDS)
+            self.cluster.kill(leader)
+        self.cluster.wait_for(lambda: self.cluster.leader() not in (None, leader), "a new leader")
+
+    def switchover(self) -> None:
+        """Switch the leader over to a standby and wait until the old leader streams from it."""
+        candidate = self.cluster.standbys()[0]
+        self._noted("switchover", lambda: self.cluster.switchover(candidate))
+        self.cluster.wait_healthy()
+
+    def partition_leader(self) -> None:
+        """Cut the leader from etcd, its standbys and its clients while it runs; heal after a new leader
+        has served a while, and wait until the old one streams from it."""
+        leader = self.cluster.leader()
+        assert leader is not None
+        self._noted("leader_partitioned", lambda: self._partition_and_wait_for_new_leader(leader))
+        time.sleep(LOAD_SECONDS)
+        self.cluster.heal(leader)
+        self.cluster.wait_healthy()
+
+    def _partition_and_wait_for_new_leader(self, leader: patroni.Node) -> None:
+        self.cluster.partition(leader)
+        self.cluster.wait_for(lambda: self.cluster.leader() not in (None, leader), "a new leader")
+
+    def lose_standby(self) -> None:
+        """SIGKILL the synchronous standby while the leader runs; start it again after a while."""
+        members = self.cluster.members()
+        sync = [m["name"] for m in members if m.get("role") == "sync_standby"]
+        standby = self.cluster.by_name(sync[0]) if sync else self.cluster.standbys()[0]
+        self._noted("standby_lost", lambda: self.cluster.kill(standby))
+        time.sleep(LOAD_SECONDS)
+        self.cluster.start_node(standby)
+        self.cluster.wait_healthy()
+
+
+def _longest_gap(events: list[Event], began: float, ended: float) -> float:
+    """The longest time between successful calls from began to ended: how long writes were refused."""
+    oks = sorted(e.time for e in events if e.type == "ok" and began <= e.time <= ended)
+    marks = [began, *oks, ended]
+    return round(max(b - a for a, b in itertools.pairwise(marks)), 2)
+
+
+def _count(cluster: PatroniCluster, node: patroni.Node, database: str, table: str) -> int:
+    return int(cluster.query(node, database, f"SELECT count(*) FROM {table}")[0][0])
+
+
+def _same_on_every_node(cluster: PatroniCluster) -> dict[str, list[int]]:
+    """Decisions and effects counted on each node, once every standby has replayed what the leader has."""
+    counts: dict[str, list[int]] = {}
+    for _ in range(120):
+        try:
+            counts = {
+                "decisions": [_count(cluster, n, "orchestrator", "decisions") for n in cluster.nodes],
+                "effects": [_count(cluster, n, "receiver", "effects") for n in cluster.nodes],
+            }
+        except psycopg.OperationalError:
+            time.sleep(0.5)  # a node rejoining restarts its PostgreSQL
+            continue
+        if all(len(set(values)) == 1 for values in counts.values()):
+            break
+        time.sleep(0.5)
+    return counts
+
+
+@pytest.mark.campaign
+@pytest.mark.slow
+def test_database_failover_under_load_loses_nothing(
+    database_cluster: PatroniCluster, history: History, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    rounds = int(request.config.getoption("--failover-rounds"))
+    cluster = database_cluster
+    for name in ("orchestrator", "receiver"):
+        leader = cluster.leader()
+        assert leader is not None
+        cluster.query(leader, "postgres", f'CREATE DATABASE "{name}"')
+    workdir = tmp_path / "services"
+    workdir.mkdir()
+    services = Cluster.create(workdir, cluster.url("receiver"), cluster.url("orchestrator"))
+    faults = Faults(cluster, history)
+    stop = threading.Event()
+    channels = []
+    try:
+        services.start()
+        reviewers = []
+        for i in range(CALLERS):
+            ch = channel(services.orchestrators[0].target)
+            channels.append(ch)
+            policy = CAMPAIGN_POLICY if i % 2 == 0 else NO_RETRY
+            reviewers.append(Reviewer(f"caller{i}", ReviewClient(ch, timeout=5.0, policy=policy), history))
+        threads = [threading.Thread(target=_load, args=(r, stop), name=r.name) for r in reviewers]
+        began = history.now()
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(rounds):
+                for fault in faults.chosen(request.config.getoption("--failover-faults")):
+                    time.sleep(LOAD_SECONDS)
+                    fault()
+            time.sleep(LOAD_SECONDS)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        ended = history.now()
+        starts = {s.name: s.starts for s in services.servers()}
+        alive = {s.name: s.alive for s in services.servers()}
+        settled = settle_and_check(services, history)
+        counts = _same_on_every_node(cluster)
+    finally:
+        for ch in channels:
+            ch.close()
+        services.close()
+
+    events = load(history.path)
+    endings = Counter(f"{e.type}:{e.outcome or 'ok'}" for e in events if e.type != "invoke")
+    bad_endings = {
+        k: v for k, v in endings.items() if not k.startswith("ok:") and k.split(":", 1)[1] not in OUTAGE_ENDINGS
+    }
+    longest = _longest_gap(events, began, ended)
+    publish(
+        "database_failover" + ("" if cluster.synchronous else "_async"),
+        {
+            "replication": "synchronous" if cluster.synchronous else "asynchronous",
+            "faults": ",".join(f"{name}:{end - start:.1f}s" for name, start, end in faults.applied),
+            "calls": sum(endings.values()),
+            "ok": sum(v for k, v in endings.items() if k.startswith("ok:")),
+            "failures_by_status": ",".join(f"{k}={v}" for k, v in sorted(endings.items()) if not k.startswith("ok")),
+            "unknown_outcomes_told": sum(1 for e in events if e.outcome == "UNKNOWN"),
+            "longest_write_outage_seconds": longest,
+            "service_starts": ",".join(f"{k}:{v}" for k, v in sorted(starts.items())),
+            "operations": settled.result.operations,
+            "duplicates_found": settled.result.duplicates,
+            "decisions_lost": settled.result.decisions_lost,
+            "committed_effects_lost": sum("answered COMMITTED but 0 effects" in v for v in settled.result.violations),
+            "decisions_changed": settled.result.decisions_changed,
+            "unknown_left": settled.run.summary.get("still_unknown"),
+            "settled_by_reconciler": settled.run.summary.get("settled"),
+            "rows_per_node": ";".join(f"{k}={'/'.join(map(str, v))}" for k, v in counts.items()),
+        },
+    )
+    if not cluster.synchronous:
+        return  # reported beside the synchronous run; what it loses is the figure, not a failure
+    assert all(alive.values()) and set(starts.values()) == {1}, ("a service died or was restarted", alive, starts)
+    assert not bad_endings, f"calls ended other than OK, UNAVAILABLE, deadline or Unknown: {bad_endings}"
+    assert not settled.failures(), "\n".join(settled.failures()[:30])
+    assert all(len(set(values)) == 1 for values in counts.values()), f"the nodes differ: {counts}"
+    assert longest <= OUTAGE_BOUND_SECONDS, f"writes were refused for {longest} s"
