@@ -2,9 +2,10 @@
 
 etcd (Debian's ``etcd-server``) holds the leader key; each node's Patroni runs its PostgreSQL (as the
 ``postgres`` OS user; PostgreSQL refuses root) and promotes a standby when the leader's key expires.
-Patroni is the version pinned in tools/patroni/requirements.txt, installed into .venvs/patroni on
-first use: Debian bookworm's own (3.0.2) lost acknowledged commits in this campaign, a stalled
-leader taking the key back after a partition (fixed upstream in 3.0.3).
+Patroni is the version pinned in tools/patroni/requirements.txt, installed on first use into a
+virtual environment under the system's temporary folder: Debian bookworm's own (3.0.2) lost
+acknowledged commits in this campaign, a stalled leader taking the key back after a partition
+(fixed upstream in 3.0.3).
 
 Synchronous mode strict (the default here) keeps one synchronous standby: a commit returns once
 that standby has its WAL, and no standby that might lack a commit is promoted. Asynchronous mode is
@@ -45,7 +46,9 @@ from decisionflow.processes import free_port
 OS_USER = "postgres"
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "tools" / "patroni" / "requirements.txt"
-VENV = ROOT / ".venvs" / "patroni"
+# Under the system's temporary folder, not the clone: the postgres OS user must reach it, and a
+# clone under root's home is out of its reach. Named by the requirements' hash.
+VENV_PARENT = Path(tempfile.gettempdir())
 # Debian's interpreter: one under root's home (pyenv) is out of the postgres user's reach.
 PATRONI_PYTHON = "/usr/bin/python3"
 REQUIRE_ENV = "DECISIONFLOW_REQUIRE_PATRONI"
@@ -84,28 +87,30 @@ def _unavailable(reason: str) -> None:
 
 
 def install_patroni(lock: Path) -> str:
-    """The path of the pinned Patroni, installed into .venvs/patroni on first use (one installer at a
+    """The path of the pinned Patroni, installed into a virtual environment on first use (one installer at a
     time, under lock); skips, or fails under DECISIONFLOW_REQUIRE_PATRONI=1, when it cannot be."""
     reason = available()
     if reason is not None:
         _unavailable(reason)
     wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    stamp = VENV / ".installed"
+    venv = VENV_PARENT / f"decisionflow-patroni-venv-{wanted[:16]}"
+    stamp = venv / ".installed"
     with lock.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not stamp.is_file() or stamp.read_text() != wanted:
-            shutil.rmtree(VENV, ignore_errors=True)
+            shutil.rmtree(venv, ignore_errors=True)
             steps = (
-                [PATRONI_PYTHON, "-m", "venv", str(VENV)],
-                [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+                [PATRONI_PYTHON, "-m", "venv", str(venv)],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
             )
             for step in steps:
                 done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
                 if done.returncode != 0:
-                    shutil.rmtree(VENV, ignore_errors=True)
+                    shutil.rmtree(venv, ignore_errors=True)
                     _unavailable(f"Patroni could not be installed ({' '.join(step[:3])}): {done.stderr[-500:]}")
+            venv.chmod(0o755)
             stamp.write_text(wanted)
-    return str(VENV / "bin" / "patroni")
+    return str(venv / "bin" / "patroni")
 
 
 def _cgroup2_root() -> Path | None:
