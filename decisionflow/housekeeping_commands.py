@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from decisionflow import arguments, migrating, startup
+from decisionflow import arguments, migrating, startup_errors
 from decisionflow.settings import Setting, add_settings
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError
 
 
 def parser(program: str, command: str, description: str, settings: Sequence[Setting[Any]]) -> argparse.ArgumentParser:
@@ -44,11 +44,11 @@ def on_existing_database(
     debug: bool,
 ) -> int:
     """Run work on the database at database_url, at the head revision, and return its exit status; a missing
-    database, an older schema or an unreachable one is one line naming the setting (decisionflow.startup)."""
+    database, an older schema or an unreachable one is one line naming the setting (decisionflow.startup_errors)."""
     try:
         engine = migrating.open_existing(database_url, schema)
     except StartupError as error:
-        return startup.report(f"{schema.program} {command}", error, logger, debug=debug, service=schema.service)
+        return startup_errors.report(f"{schema.program} {command}", error, logger, debug=debug, service=schema.service)
     try:
         return work(engine)
     finally:

@@ -36,7 +36,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from decisionflow import startup
+from decisionflow import startup_errors
 from decisionflow.settings import MetricsSettings
 from decisionflow.version import installed_version
 
@@ -218,6 +218,6 @@ def serve_metrics(
     try:
         return MetricsServer.start(registry, port, address, healthy=healthy)
     except OSError as exc:
-        make = startup.runtime_error if exc.errno == errno.EADDRINUSE else startup.configuration_error
-        cause = exc.strerror or startup.describe(exc)
+        make = startup_errors.runtime_error if exc.errno == errno.EADDRINUSE else startup_errors.configuration_error
+        cause = exc.strerror or startup_errors.describe(exc)
         raise make(f"cannot serve metrics on {address}:{port}", settings.all, cause) from exc

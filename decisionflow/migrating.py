@@ -30,7 +30,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 
-from decisionflow import arguments, db, schema_compatibility, startup
+from decisionflow import arguments, db, schema_compatibility
 from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError, configuration_error, describe, report, runtime_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +156,13 @@ def require_runnable(engine: Engine, schema: Schema, settings: Sequence[Setting[
     if current.runs_here:
         return current
     if current.newer:
-        raise startup.configuration_error(
+        raise configuration_error(
             "the database schema is newer than this release runs on",
             settings,
             f"found {current.describe_newer()}; upgrade this replica's release to one that ships revision "
             f"{current.oldest_compatible or current.current}",
         )
-    raise startup.configuration_error(
+    raise configuration_error(
         "the database schema is not the one this version needs",
         settings,
         f"found {_found(current, engine)}, needs revision {current.head}; run {schema.program} migrate "
@@ -193,15 +194,15 @@ def open_existing(url: str, schema: Schema) -> Engine:
     compatible), creating and migrating nothing; a missing SQLite file, an older schema or a newer
     incompatible one raises a configuration StartupError, an unreachable database a runtime one."""
     settings: tuple[Setting[str], ...] = (schema.database_url, schema.database_url_file)
-    engine = startup.database_engine(url, schema.database_url)
+    engine = database_engine(url, schema.database_url)
     try:
         missing = _missing_file(engine)
         if missing is not None:
             # Connecting would create the file: a mistyped path must leave nothing behind.
-            raise startup.configuration_error(
+            raise configuration_error(
                 f"no database at {missing}", settings, f"no such file; {schema.program} migrate creates a database"
             )
-        with startup.opening_database(schema.database_url):
+        with opening_database(schema.database_url):
             require_runnable(engine, schema, settings)
     except BaseException:
         engine.dispose()
@@ -239,9 +240,9 @@ def migrate_command(
     level = values.required(schema.log_level)
     configure_logging(level)
     try:
-        engine = startup.database_engine(url, schema.database_url)
+        engine = database_engine(url, schema.database_url)
         try:
-            with startup.opening_database(schema.database_url):
+            with opening_database(schema.database_url):
                 if ns.show:
                     current = revisions(engine, schema)
                     document: dict[str, object] = {
@@ -267,11 +268,34 @@ def migrate_command(
                         summary = f"migrated from {before or 'an empty database'} to revision {after}"
         except CommandError as exc:
             # Alembic could not plan the upgrade (a newer database is caught before it is asked).
-            raise startup.runtime_error("cannot migrate", (schema.database_url,), startup.describe(exc)) from exc
+            raise runtime_error("cannot migrate", (schema.database_url,), describe(exc)) from exc
         finally:
             engine.dispose()
     except StartupError as error:
-        return startup.report(prog, error, logger, debug=level == "debug", service=schema.service)
+        return report(prog, error, logger, debug=level == "debug", service=schema.service)
     sys.stdout.write(json.dumps(document) + "\n")
     sys.stderr.write(f"{prog}: {summary}\n")
     return 0
+
+
+def database_engine(url: str, setting: Setting[Any]) -> Engine:
+    """Return an engine for url; a URL that cannot be parsed or has no driver is a configuration error."""
+    try:
+        return db.create_engine(url)
+    except Exception as exc:  # sqlalchemy's ArgumentError, a ValueError for a bad port, an ImportError
+        raise configuration_error(
+            "cannot use the database URL", (setting,), f"{type(exc).__name__}: {describe(exc)}"
+        ) from exc
+
+
+@contextmanager
+def opening_database(setting: Setting[Any]) -> Iterator[None]:
+    """Turn a database error inside (connection refused, no such database, not a database file) into a
+    runtime StartupError naming setting."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        yield
+    except DBAPIError as exc:
+        # The driver's own message, without SQLAlchemy's wrapper and its link to a help page.
+        raise runtime_error("cannot open the database", (setting,), describe(exc.orig or exc)) from exc

@@ -20,7 +20,7 @@ from decisionflow.auth import (
     load_credentials,
     parse_role,
 )
-from decisionflow.serving import check_exposure
+from decisionflow.exposure import check_exposure
 from decisionflow.settings import Setting, SettingError, SettingValues, non_empty, path, seconds
 from decisionflow.tls import server_credentials
 

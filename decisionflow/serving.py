@@ -15,7 +15,6 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from decisionflow.addresses import is_loopback
 from decisionflow.auth import EXEMPT_METHOD_PREFIXES, AuthInterceptor
 from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow.connection_guard import ConnectionGuard, ConnectionRules
@@ -140,16 +139,6 @@ def _millis(seconds: float) -> int:
 SERVER_OPTIONS: Sequence[tuple[str, int]] = tuple(
     TransportLimits().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES))
 )
-
-
-class ExposureRefused(ValueError):
-    """A server was asked to listen beyond loopback without TLS and authentication."""
-
-
-def check_exposure(address: str, *, tls: bool, authenticated: bool) -> None:
-    """Refuse to listen beyond loopback unless both TLS and authentication are configured."""
-    if not is_loopback(address) and not (tls and authenticated):
-        raise ExposureRefused(f"refusing to listen on {address}: beyond loopback a server needs TLS and authentication")
 
 
 # The status details a refusal carries; reflection serves their files so that a reflection client

@@ -17,7 +17,6 @@ created, no port half-bound, and no gRPC core message on stderr beside the one l
 from __future__ import annotations
 
 import errno
-import logging
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
@@ -29,6 +28,7 @@ from decisionflow import workers
 from decisionflow.addresses import UNIX_SCHEMES, split_host_port
 from decisionflow.auth import AuthInterceptor, CredentialsError
 from decisionflow.channels import CleartextTokenRefused
+from decisionflow.exposure import ExposureRefused
 from decisionflow.server_security import (
     CREDENTIALS_FILE,
     OIDC_ISSUER,
@@ -38,61 +38,15 @@ from decisionflow.server_security import (
     ServerSecurity,
     server_parts,
 )
-from decisionflow.serving import ExposureRefused
 from decisionflow.settings import Setting
+from decisionflow.startup_errors import StartupError, configuration_error, describe, runtime_error
 
 if TYPE_CHECKING:
     import grpc
-    from sqlalchemy.engine import Engine
-
-EXIT_RUNTIME = 1
-EXIT_CONFIGURATION = 2
 
 # A port another process holds may be free in a minute; an address that is not this host's, or a
 # port below 1024 without the privilege, stays wrong until the setting changes.
 _RUNTIME_BIND_ERRORS = frozenset({errno.EADDRINUSE})
-
-
-class StartupError(Exception):
-    """A service could not start: what failed, the settings that decide it, the cause and the exit status."""
-
-    def __init__(self, what: str, settings: Sequence[Setting[Any]], cause: str, *, exit_status: int) -> None:
-        self.what = what
-        self.settings = tuple(settings)
-        self.cause = one_line(cause)
-        self.exit_status = exit_status
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        """Return ``what (settings): cause``."""
-        named = f" ({setting_names(self.settings)})" if self.settings else ""
-        return f"{self.what}{named}: {self.cause}"
-
-
-def configuration_error(what: str, settings: Sequence[Setting[Any]], cause: str) -> StartupError:
-    """Return a StartupError that exits 2: the named settings must change."""
-    return StartupError(what, settings, cause, exit_status=EXIT_CONFIGURATION)
-
-
-def runtime_error(what: str, settings: Sequence[Setting[Any]], cause: str) -> StartupError:
-    """Return a StartupError that exits 1: starting again may work once the cause is gone."""
-    return StartupError(what, settings, cause, exit_status=EXIT_RUNTIME)
-
-
-def setting_names(settings: Sequence[Setting[Any]]) -> str:
-    """Return ``--flag / ENV`` for each setting (only the flag for a flag-only one), comma-separated."""
-    return ", ".join(s.flag if s.flag_only or s.switch else f"{s.flag} / {s.env}" for s in settings)
-
-
-def one_line(text: str) -> str:
-    """Return text with every run of whitespace, line breaks included, made one space."""
-    return " ".join(text.split()) or "failed"
-
-
-def describe(exc: BaseException) -> str:
-    """Return an exception's message, or its type when it has none (``FileNotFoundError`` alone says nothing)."""
-    message = str(exc).strip()
-    return message or type(exc).__name__
 
 
 @contextmanager
@@ -108,19 +62,6 @@ def starting(address: Setting[Any]) -> Iterator[None]:
         ) from exc
     except Exception as exc:
         raise runtime_error("cannot start", (), f"{type(exc).__name__}: {describe(exc)}") from exc
-
-
-def report(program: str, error: StartupError, logger: logging.Logger, *, debug: bool, service: str | None) -> int:
-    """Log error as one line naming program (with the traceback only when debug); return its exit status."""
-    cause = error.__cause__ or error
-    logger.error(
-        "%s: %s",
-        program,
-        error,
-        exc_info=(type(cause), cause, cause.__traceback__) if debug else None,
-        extra={"service": service, "setting": ",".join(s.flag for s in error.settings) or None},
-    )
-    return error.exit_status
 
 
 @contextmanager
@@ -234,28 +175,3 @@ def refusing_cleartext(settings: Sequence[Setting[Any]]) -> Iterator[None]:
         yield
     except CleartextTokenRefused as exc:
         raise configuration_error("cannot call", settings, describe(exc)) from exc
-
-
-def database_engine(url: str, setting: Setting[Any]) -> Engine:
-    """Return an engine for url; a URL that cannot be parsed or has no driver is a configuration error."""
-    from decisionflow import db
-
-    try:
-        return db.create_engine(url)
-    except Exception as exc:  # sqlalchemy's ArgumentError, a ValueError for a bad port, an ImportError
-        raise configuration_error(
-            "cannot use the database URL", (setting,), f"{type(exc).__name__}: {describe(exc)}"
-        ) from exc
-
-
-@contextmanager
-def opening_database(setting: Setting[Any]) -> Iterator[None]:
-    """Turn a database error inside (connection refused, no such database, not a database file) into a
-    runtime StartupError naming setting."""
-    from sqlalchemy.exc import DBAPIError
-
-    try:
-        yield
-    except DBAPIError as exc:
-        # The driver's own message, without SQLAlchemy's wrapper and its link to a help page.
-        raise runtime_error("cannot open the database", (setting,), describe(exc.orig or exc)) from exc

@@ -195,7 +195,7 @@ async def create_server(
     async def build(host: Host, engine: Engine) -> Wiring:
         store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
         sealer = CheckpointSealer(config.checkpoint_keys)
-        with startup.opening_database(configuration.DATABASE_URL):
+        with migrating.opening_database(configuration.DATABASE_URL):
             warn_unreadable_checkpoints(await asyncio.to_thread(check_checkpoint_keys, store, sealer))
         receiver = connect_receiver(host, config) if effects is None else effects
         metrics.watch(store.tally, clock)

@@ -22,11 +22,11 @@ from typing import TextIO
 
 import grpc
 
-from decisionflow import grpc_core_logs, logs, startup
+from decisionflow import grpc_core_logs, logs, startup, startup_errors
 from decisionflow.channels import check_cleartext_token, open_channel
 from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError
 from reconciler import config as configuration
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary
@@ -223,11 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with grpc_core_logs.routed(config.grpc_log_level):
             return run_once(config) if config.once else run_interval(config)
     except StartupError as error:
-        startup.report(PROGRAM, error, logger, debug=debug, service=SERVICE)
+        startup_errors.report(PROGRAM, error, logger, debug=debug, service=SERVICE)
     except Exception as exc:
-        failure = startup.runtime_error("failed", (), f"{type(exc).__name__}: {startup.describe(exc)}")
+        failure = startup_errors.runtime_error("failed", (), f"{type(exc).__name__}: {startup_errors.describe(exc)}")
         failure.__cause__ = exc
-        startup.report(PROGRAM, failure, logger, debug=debug, service=SERVICE)
+        startup_errors.report(PROGRAM, failure, logger, debug=debug, service=SERVICE)
     return EXIT_COULD_NOT_RUN
 
 

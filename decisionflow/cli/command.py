@@ -41,3 +41,14 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Raise UsageError so that ``main`` decides what is printed and returns the exit code."""
         raise UsageError(self.prog, message)
+
+
+def positive_count(text: str) -> int:
+    """Return a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
+    return value

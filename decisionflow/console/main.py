@@ -20,7 +20,7 @@ from types import FrameType
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from decisionflow import grpc_core_logs, logs, startup
+from decisionflow import grpc_core_logs, logs, startup, startup_errors
 from decisionflow.addresses import split_host_port
 from decisionflow.console import config as configuration
 from decisionflow.console.app import create_app
@@ -28,7 +28,7 @@ from decisionflow.console.config import PROGRAM, ConsoleConfig
 from decisionflow.console.connections import uvicorn_limits
 from decisionflow.metrics import register_process_metrics, serve_metrics
 from decisionflow.processes import write_port_file
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError
 
 logger = logging.getLogger("decisionflow.console")
 SERVICE = "console"
@@ -47,7 +47,7 @@ def bind(address: str) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         listener = socket.create_server((host, port), family=family, backlog=128)
     except socket.gaierror as exc:
-        raise startup.configuration_error(
+        raise startup_errors.configuration_error(
             f"cannot listen on {address}", (configuration.ADDRESS,), f"unknown host: {exc.strerror}"
         ) from exc
     except OSError as exc:
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with grpc_core_logs.routed(config.grpc_log_level):
             serve(config)
     except StartupError as error:
-        return startup.report(PROGRAM, error, logger, debug=config.log_level == "debug", service=SERVICE)
+        return startup_errors.report(PROGRAM, error, logger, debug=config.log_level == "debug", service=SERVICE)
     return 0
 
 

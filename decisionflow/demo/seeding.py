@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from decisionflow.auth import bearer_metadata
 from decisionflow.channels import insecure_channel
-from decisionflow.cli.identity import ProposalContent, proposal_from_json
 from decisionflow.client import DecisionflowError, ReviewClient
 from decisionflow.demo import workspace as ws
 from decisionflow.demo.children import DemoError
 from decisionflow.demo.stack import Transcript, short
+from decisionflow.proposal_json import ProposalContent, proposal_from_json
 
 if TYPE_CHECKING:
     from decisionflow.trial_identity import TrialIdentityProvider

@@ -199,7 +199,7 @@ class Host:
             endpoint = metrics.serve(config.metrics_port, config.metrics_address)
             self.close_on_stop(lambda: asyncio.to_thread(endpoint.close))
             self.metrics_port = endpoint.port
-        with startup.opening_database(schema.database_url):
+        with migrating.opening_database(schema.database_url):
             found = await asyncio.to_thread(migrating.prepare, engine, schema, auto=config.migrate_at_start)
         if found.newer:
             # A rolling upgrade: the next release's migration ran first, and its record admits this one.
@@ -232,7 +232,7 @@ class Host:
 
     def engine(self, url: str, setting: Setting[str]) -> Engine:
         """Return an engine for url, disposed at stop; a URL that cannot be used raises StartupError naming setting."""
-        engine = startup.database_engine(url, setting)
+        engine = migrating.database_engine(url, setting)
         self._opened.callback(engine.dispose)
         return engine
 

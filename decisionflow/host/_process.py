@@ -23,10 +23,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from decisionflow import grpc_core_logs, logs, migrating, startup, tracing, workers
+from decisionflow import grpc_core_logs, logs, migrating, startup, startup_errors, tracing, workers
 from decisionflow.host._lifecycle import C, Host, Service
 from decisionflow.processes import write_port_file
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError
 
 # The listening and shutting-down lines keep the logger name operators and docs/observability.md know.
 logger = logging.getLogger("decisionflow.serving")
@@ -77,7 +77,7 @@ def run(service: Service[C], config: C, environ: Mapping[str, str]) -> int:
 
 def _report(service: Service[Any], config: C, error: StartupError) -> int:
     debug = config.log_level == "debug"
-    return startup.report(service.program, error, service.logger, debug=debug, service=service.name)
+    return startup_errors.report(service.program, error, service.logger, debug=debug, service=service.name)
 
 
 def _serve_process(

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from decisionflow.cli import main
-from decisionflow.cli.identity import ProposalFormatError, proposal_from_json
 from decisionflow.cli.review import edit_from_json
 from decisionflow.identity import identities
 from decisionflow.processes import free_port
+from decisionflow.proposal_json import ProposalFormatError, proposal_from_json
 from decisionflow.v1 import effect_receiver_pb2
 from tests.support.payloads import sample_payload
 from tests.support.review_cli import Cli, evidence, proposal_file

@@ -20,7 +20,7 @@ from decisionflow.channels import CleartextTokenRefused, open_aio_channel, open_
 from decisionflow.cli import main as cli_main
 from decisionflow.processes import free_port
 from decisionflow.serving import start_server
-from decisionflow.startup import EXIT_CONFIGURATION, StartupError
+from decisionflow.startup_errors import EXIT_CONFIGURATION, StartupError
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from orchestrator import main as orchestrator_main
 from orchestrator.config import OrchestratorConfig

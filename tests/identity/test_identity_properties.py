@@ -9,8 +9,8 @@ from random import Random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decisionflow.cli.identity import proposal_from_json
 from decisionflow.identity import EvidenceItem, Identities, PolicyRef, frame, identities
+from decisionflow.proposal_json import proposal_from_json
 from tests.identity.identity_reference import (
     canonical_text,
     evidence_identity,

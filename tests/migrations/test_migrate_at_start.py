@@ -22,7 +22,7 @@ from decisionflow.stack import (
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.startup import StartupError
+from decisionflow.startup_errors import StartupError
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY

@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow import reasons
-from decisionflow.serving import ExposureRefused
+from decisionflow.exposure import ExposureRefused
 from decisionflow.status_details import error_info
 from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2

@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow.auth import OidcConfig, Role, issue_token
+from decisionflow.exposure import ExposureRefused
 from decisionflow.server_security import ServerSecurity
-from decisionflow.serving import ExposureRefused
 from decisionflow.tls import channel_credentials
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from effect_receiver.config import ReceiverConfig

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from decisionflow.cli.command import CommandParser, Subparsers
+from decisionflow.cli.command import CommandParser, Subparsers, positive_count
 from decisionflow.cli.ops import _parsing as parse
 from decisionflow.cli.ops._commands import run_describe, run_list, run_redrive, run_settle
 from decisionflow.cli.review._connection import CONNECTION_SETTINGS
@@ -87,7 +87,7 @@ def register(subparsers: Subparsers) -> None:
         help="only operations that entered their state at least AGE ago: seconds, or 30s, 5m, 2h, 1d",
     )
     listing.add_argument("--case", dest="case_id", metavar="CASE_ID", help="only the operations of this case")
-    listing.add_argument("--limit", type=parse.positive_count, metavar="N", help="print at most N operations")
+    listing.add_argument("--limit", type=positive_count, metavar="N", help="print at most N operations")
 
     describe = command("describe", "print every field of one operation", run_describe)
     describe.add_argument("operation_id", metavar="OPERATION_ID")

@@ -7,6 +7,7 @@ import itertools
 import sys
 from datetime import UTC, datetime, timedelta
 
+from decisionflow.cli._tables import table
 from decisionflow.cli.command import CommandError
 from decisionflow.cli.ops import _render as render
 from decisionflow.cli.review._connection import Connection, connection
@@ -70,7 +71,7 @@ def run_list(args: argparse.Namespace) -> int:
         except DecisionflowError as error:
             raise failed("ops list", error, subject, print_json=False) from error
     if not args.json:
-        _out(render.table(rows))
+        _out(table(rows, render.TABLE_COLUMNS))
         shown = ", ".join(s.value for s in states) if states else "APPROVED, UNKNOWN"
         say(f"{len(rows)} operation(s) in {shown}" + (f" of case {args.case_id}" if args.case_id else ""))
     return EXIT_DONE

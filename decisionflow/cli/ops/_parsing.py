@@ -34,17 +34,6 @@ def age(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def positive_count(text: str) -> int:
-    """Return a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, not {text!r}")
-    return value
-
-
 def lookup_status(text: str) -> LookupStatus:
     """Return APPLIED or NOT_FOUND from ``applied`` or ``not_found`` (any case, ``-`` for ``_``)."""
     name = text.strip().upper().replace("-", "_")

@@ -22,8 +22,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from decisionflow.cli.command import CommandParser, Subparsers
-from decisionflow.cli.ops._parsing import positive_count
+from decisionflow.cli.command import CommandParser, Subparsers, positive_count
 from decisionflow.cli.review._commands import (
     edit_from_json,
     run_approve,

@@ -6,11 +6,11 @@ import argparse
 import json
 
 from decisionflow.cli.command import CommandError
-from decisionflow.cli.identity import ProposalFormatError, load_json, proposal_from_json
 from decisionflow.cli.review._connection import read_input, review_client
 from decisionflow.cli.review._output import EXIT_DONE, EXIT_REFUSED, EXIT_UNKNOWN, emit, failed, say
 from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef
+from decisionflow.proposal_json import ProposalFormatError, load_json, proposal_from_json
 
 _EDIT_FIELDS = ("body", "evidence", "policy")
 

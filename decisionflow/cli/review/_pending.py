@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from decisionflow.cli.ops import _render as render
+from decisionflow.cli import _tables as render
 from decisionflow.cli.review._connection import review_client
 from decisionflow.cli.review._output import EXIT_DONE, emit, failed, say, to_json
 from decisionflow.client import DecisionflowError, PendingReviewEntry
