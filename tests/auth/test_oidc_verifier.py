@@ -5,6 +5,7 @@ when that fails), discovery, and how claims become a principal."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -80,11 +81,26 @@ def test_an_unknown_kid_fetches_the_keys_at_most_once_per_30_seconds(trial_ident
     assert verifier.cache.fetches == 3
 
 
-def test_concurrent_needs_share_one_fetch(trial_identity: TrialIdentityProvider) -> None:
+def test_concurrent_needs_share_one_fetch(
+    trial_identity: TrialIdentityProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     verifier = _verifier(trial_identity, Clock())
+    # The fetch waits until all eight needs have arrived (on a loaded machine a quick fetch could
+    # otherwise end between two of them, and the later ones rightly start a fetch of their own).
+    arrived = threading.Event()
+    load = verifier.cache._load
+
+    def load_once_all_arrived() -> object:
+        arrived.wait(10)
+        return load()
+
+    monkeypatch.setattr(verifier.cache, "_load", load_once_all_arrived)
 
     async def many() -> None:
-        await asyncio.gather(*(verifier.cache.refresh(unknown_kid=True) for _ in range(8)))
+        needs = [asyncio.ensure_future(verifier.cache.refresh(unknown_kid=True)) for _ in range(8)]
+        await asyncio.sleep(0)  # each need runs up to its wait for the fetch
+        arrived.set()
+        await asyncio.gather(*needs)
 
     asyncio.run(many())
     assert verifier.cache.fetches == 2
