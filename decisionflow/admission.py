@@ -40,6 +40,7 @@ _JA = 0x05  # pc += k
 _RET_K = 0x06  # keep k bytes of the packet (0: drop it)
 _KEEP = 0xFFFFFFFF
 _TCP_FLAGS = 13
+_IP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 _SYN, _ACK = 0x02, 0x10
 
 
@@ -94,27 +95,37 @@ def program(addresses: Iterable[str]) -> bytes:
     return b"".join(head + ipv4 + ipv6)
 
 
-def listening_sockets(port: int) -> list[tuple[int, int]]:
-    """Return (descriptor, inode) of this process's listening TCP sockets on port (empty where /proc is absent)."""
+def own_sockets() -> Iterator[tuple[int, int, socket.socket]]:
+    """Yield (descriptor, inode, a duplicate of it) for each of this process's TCP sockets over IP (nothing
+    where /proc is absent); each duplicate is closed once the next is asked for."""
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
-        return []
-    found = []
+        return
     for name in names:
         try:
             link = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
-            continue
+            continue  # closed meanwhile
         if not link.startswith("socket:["):
             continue
         inode = int(link[len("socket:[") : -1])
         with duplicate_socket(int(name), inode) as sock:
-            if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            with contextlib.suppress(OSError):
-                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and sock.getsockname()[1] == port:
-                    found.append((int(name), inode))
+            if (
+                sock is not None
+                and sock.type == socket.SOCK_STREAM
+                and sock.family in (socket.AF_INET, socket.AF_INET6)
+            ):
+                yield int(name), inode, sock
+
+
+def listening_sockets(port: int) -> list[tuple[int, int]]:
+    """Return (descriptor, inode) of this process's listening TCP sockets on port (empty where /proc is absent)."""
+    found = []
+    for fd, inode, sock in own_sockets():
+        with contextlib.suppress(OSError):
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and sock.getsockname()[1] == port:
+                found.append((fd, inode))
     return found
 
 

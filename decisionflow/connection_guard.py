@@ -45,7 +45,6 @@ import contextlib
 import functools
 import ipaddress
 import logging
-import os
 import socket
 import time
 import urllib.parse
@@ -53,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from decisionflow import admission
-from decisionflow.admission import duplicate_socket
+from decisionflow.admission import duplicate_socket, own_sockets
 
 logger = logging.getLogger(__name__)
 
@@ -152,28 +151,14 @@ def refused_addresses(excess: Iterable[Connection], used: frozenset[Peer]) -> se
 
 def accepted_connections(port: int) -> list[Connection]:
     """Return this process's TCP connections whose local port is port (empty where /proc is absent)."""
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return []
     found = []
-    for name in names:
+    for fd, inode, sock in own_sockets():
         try:
-            link = os.readlink(f"/proc/self/fd/{name}")
+            local, remote = sock.getsockname(), sock.getpeername()
         except OSError:
-            continue  # closed meanwhile
-        if not link.startswith("socket:["):
-            continue
-        inode = int(link[len("socket:[") : -1])
-        with duplicate_socket(int(name), inode) as sock:
-            if sock is None or sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-                continue
-            try:
-                local, remote = sock.getsockname(), sock.getpeername()
-            except OSError:
-                continue  # a listener, or not connected
-            if local[1] == port:
-                found.append(Connection(inode, int(name), (_address(remote[0]), int(remote[1]))))
+            continue  # a listener, or not connected
+        if local[1] == port:
+            found.append(Connection(inode, fd, (_address(remote[0]), int(remote[1]))))
     return found
 
 
