@@ -32,18 +32,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from decisionflow.client import Decision, ReviewClient
+from decisionflow.client import ReviewClient
 from decisionflow.retry import NO_RETRY
 from tests.campaigns import patroni
 from tests.campaigns.cluster import Cluster
 from tests.campaigns.history import Event, History, load
 from tests.campaigns.patroni import PatroniCluster
 from tests.campaigns.report import publish
-from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, settle_and_check
+from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, review_until, settle_and_check
 
 CALLERS = 16  # half with the campaign's retries, half with none, so a failover reaches them
-DECLINE_EVERY = 5
-RETRY_PAUSE_SECONDS = 0.05
 LOAD_SECONDS = 3.0
 # How far the standbys fall behind (their WAL receivers held) when the leader is killed.
 LAG_SECONDS = 1.0
@@ -62,18 +60,6 @@ def database_cluster(
     synchronous = not request.config.getoption("--failover-async")
     with patroni.patroni_cluster(patroni_bin, synchronous=synchronous) as cluster:
         yield cluster
-
-
-def _load(reviewer: Reviewer, stop: threading.Event) -> None:
-    n = 0
-    while not stop.is_set():
-        case = f"{reviewer.name}-{n}"
-        n += 1
-        op = reviewer.start(case)
-        if op is None:
-            time.sleep(RETRY_PAUSE_SECONDS)
-            continue
-        reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
 
 
 class Faults:
@@ -202,7 +188,7 @@ def test_database_failover_under_load_loses_nothing(
             channels.append(ch)
             policy = CAMPAIGN_POLICY if i % 2 == 0 else NO_RETRY
             reviewers.append(Reviewer(f"caller{i}", ReviewClient(ch, timeout=5.0, policy=policy), history))
-        threads = [threading.Thread(target=_load, args=(r, stop), name=r.name) for r in reviewers]
+        threads = [threading.Thread(target=review_until, args=(r, stop), name=r.name) for r in reviewers]
         began = history.now()
         for thread in threads:
             thread.start()

@@ -20,17 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.client import Decision, ReviewClient
+from decisionflow.client import ReviewClient
 from decisionflow.retry import NO_RETRY
 from tests.campaigns.cluster import Cluster
 from tests.campaigns.history import Event, History, load
 from tests.campaigns.pgcluster import PgServer, postgres_server
 from tests.campaigns.report import publish
-from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, settle_and_check
+from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, review_until, settle_and_check
 
 PATIENT, IMPATIENT = 2, 2
-DECLINE_EVERY = 5
-RETRY_PAUSE_SECONDS = 0.05
 LOAD_BEFORE_SECONDS, LOAD_AFTER_SECONDS = 2.0, 4.0
 RESTART_MODES = ("fast", "immediate")
 # What a call may end with when the database is away: a retryable refusal, or an outcome left open.
@@ -51,18 +49,6 @@ class Restart:
     mode: str
     began: float
     returned: float
-
-
-def _load(reviewer: Reviewer, name: str, stop: threading.Event) -> None:
-    n = 0
-    while not stop.is_set():
-        case = f"{name}-{n}"
-        n += 1
-        op = reviewer.start(case)
-        if op is None:
-            time.sleep(RETRY_PAUSE_SECONDS)  # a client without retries still does not spin on an outage
-            continue
-        reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
 
 
 def _recovery_seconds(events: list[Event], restart: Restart) -> float | None:
@@ -113,7 +99,7 @@ def test_postgres_restarted_under_load_services_recover_without_restart(
             policy = CAMPAIGN_POLICY if i < PATIENT else NO_RETRY
             name = f"patient{i}" if i < PATIENT else f"impatient{i}"
             reviewers.append(Reviewer(name, ReviewClient(ch, timeout=3.0, policy=policy), history))
-        threads = [threading.Thread(target=_load, args=(r, r.name, stop), name=r.name) for r in reviewers]
+        threads = [threading.Thread(target=review_until, args=(r, stop), name=r.name) for r in reviewers]
         for thread in threads:
             thread.start()
         try:

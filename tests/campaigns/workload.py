@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +51,10 @@ CAMPAIGN_POLICY = RetryPolicy(
     max_backoff=0.5,
     multiplier=2.0,
 )
+# A caller of the outage campaigns declines every fifth case it starts, and pauses this long after
+# a StartReview that failed, so a caller without retries does not spin through an outage.
+DECLINE_EVERY = 5
+RETRY_PAUSE_SECONDS = 0.05
 ALL_STATES = tuple(s for s in OperationState if s is not OperationState.UNSPECIFIED)
 
 
@@ -247,3 +253,16 @@ def settle_and_check(
         history, cluster.receiver.target, cluster.orchestrators[0].target, cases=cases, connect=connect
     )
     return Settled(run, result, state_violations(observed, settled=True), observed)
+
+
+def review_until(reviewer: Reviewer, stop: threading.Event) -> None:
+    """Start case <name>-N and decide it (every DECLINE_EVERY-th declined), N = 0, 1, ..., until stop is set."""
+    n = 0
+    while not stop.is_set():
+        case = f"{reviewer.name}-{n}"
+        n += 1
+        op = reviewer.start(case)
+        if op is None:
+            time.sleep(RETRY_PAUSE_SECONDS)
+            continue
+        reviewer.decide(case, op, Decision.DECLINE if n % DECLINE_EVERY == 0 else Decision.APPROVE)
