@@ -9,7 +9,7 @@ COPY pyproject.toml README.md ./
 # The light client (stubs, errors, retry policies, channels, clients) is its own distribution;
 # the server distribution depends on it, so both are installed by the one pip command below.
 COPY clients/python ./clients/python
-COPY decisionflow ./decisionflow
+COPY decisionflow_server ./decisionflow_server
 COPY orchestrator ./orchestrator
 COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler

@@ -23,11 +23,11 @@ from typing import Any
 import grpc
 
 from bench import _workload
-from decisionflow import workers
 from decisionflow.channels import MAX_MESSAGE_BYTES, aio_insecure_channel
-from decisionflow.host import announce_listening
-from decisionflow.serving import ReceiveLimits, TransportLimits
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2
+from decisionflow_server.runtime import workers
+from decisionflow_server.runtime.host import announce_listening
+from decisionflow_server.runtime.serving import ReceiveLimits, TransportLimits
 
 Context = grpc.aio.ServicerContext[Any, Any]
 HOP_TIMEOUT_SECONDS = 30.0
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(_serve(ns.hop, ns.downstream, "127.0.0.1:0", announce, reuse_port=False))
         return 0
 
-    # As the services do (decisionflow.workers): forked before any gRPC object exists, one port.
+    # As the services do (decisionflow_server.runtime.workers): forked before any gRPC object exists, one port.
     def worker(_index: int, address: str, ready: workers.Ready) -> int:
         asyncio.run(_serve(ns.hop, ns.downstream, address, ready, reuse_port=True))
         return 0

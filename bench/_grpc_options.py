@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from decisionflow.serving import ReceiveLimits, TransportLimits
+from decisionflow_server.runtime.serving import ReceiveLimits, TransportLimits
 
 GRPC_OPTIONS_ENV = "BENCH_GRPC_OPTIONS"
 MAXIMUM_CONCURRENT_RPCS_ENV = "BENCH_MAXIMUM_CONCURRENT_RPCS"

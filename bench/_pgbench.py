@@ -25,7 +25,7 @@ import psycopg
 
 from bench._databases import _sibling
 from bench._statements import Transaction
-from decisionflow import db
+from decisionflow_server.storage import db
 from effect_receiver import store as receiver_store
 from orchestrator.store import _migrations as orchestrator_migrations
 

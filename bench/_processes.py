@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decisionflow.processes import ServiceProcess, spawn
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
 
 __all__ = ["CHECKPOINT_KEY", "ServerProcess", "spawn"]
 

@@ -62,15 +62,16 @@ class Profiler:
             (self.directory / f"{name}.top.txt").write_text(top_functions(raw), encoding="utf-8")
 
 
-# This project's packages, told apart by their first two path parts (decisionflow/auth, orchestrator/store).
-_OWN_PACKAGES = ("decisionflow", "orchestrator", "effect_receiver", "reconciler", "bench")
+# This project's packages, told apart by their first two path parts (orchestrator/store), or three for
+# the shared package's layers (decisionflow_server/runtime/auth).
+_OWN_PACKAGES = ("decisionflow", "decisionflow_server", "orchestrator", "effect_receiver", "reconciler", "bench")
 
 
 def package_of(frame: str) -> str:
     """The package a py-spy frame (``function (path/to/file.py:line)``) belongs to: the distribution's
     top-level package (sqlalchemy, grpc, agent_framework, asyncio, whose ``Handle._run`` holds gRPC's
     Cython callbacks), this project's package and module, or ``<file>.py`` for a module py-spy names
-    by its file alone (the standard library's, and this project's namespace-package modules); frames
+    by its file alone (the standard library's); frames
     with no file are ``<native>``."""
     _, _, where = frame.rpartition(" (")
     path = where.rsplit(":", 1)[0]
@@ -78,7 +79,7 @@ def package_of(frame: str) -> str:
         return "<native>"
     parts = path.split("/")
     if parts[0] in _OWN_PACKAGES:
-        return "/".join(parts[:2]) if len(parts) > 1 else parts[0]
+        return "/".join(parts[: 3 if parts[0] == "decisionflow_server" else 2])
     if len(parts) == 1:
         return parts[0]
     return parts[0]

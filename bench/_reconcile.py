@@ -21,7 +21,7 @@ from pathlib import Path
 from bench import _workload
 from bench._calls import Clients, applies
 from bench._processes import ServerProcess
-from decisionflow.processes import child_environment
+from decisionflow_server.foundation.processes import child_environment
 from orchestrator.store import OrchestratorStore
 from tests.support.seeding import seed_decided, seeding_engine
 

@@ -42,16 +42,16 @@ import grpc
 from bench import _report
 from bench._grpc_options import GRPC_OPTIONS_ENV, MAXIMUM_CONCURRENT_RPCS_ENV
 from bench._processes import CHECKPOINT_KEY
-from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.processes import ServiceProcess, launch
-from decisionflow.stack import (
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, launch
+from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from tests.support.header_amplification import Amplification, Tally, amplified_round
 from tests.support.payloads import new_operation_id
 from tests.support.stack import start_request

@@ -43,8 +43,7 @@ from bench._statements import (
     transactions,
 )
 from bench._workload import case_id
-from decisionflow.processes import spawn
-from decisionflow.stack import (
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
@@ -53,6 +52,7 @@ from decisionflow.stack import (
     orchestrator_args,
     receiver_args,
 )
+from decisionflow_server.foundation.processes import spawn
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 SERVICES = ("orchestrator", "receiver")

@@ -50,7 +50,7 @@ if [ -n "${DECISIONFLOW:-}" ]; then
 elif [ -x "$root/.venv/bin/decisionflow" ]; then
   decisionflow=("$root/.venv/bin/decisionflow")
 elif [ -x "$root/.venv/bin/python" ]; then
-  decisionflow=("$root/.venv/bin/python" -m decisionflow.cli)
+  decisionflow=("$root/.venv/bin/python" -m decisionflow_server.apps.cli)
 elif command -v decisionflow >/dev/null; then
   decisionflow=(decisionflow)
 else

@@ -10,13 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from decisionflow import arguments, server_security, settings
-from decisionflow.failpoints import Failpoints
-from decisionflow.faults import FaultPlan
-from decisionflow.server_security import ServerSecurity
-from decisionflow.serving import TransportLimits
-from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
-from decisionflow.version import add_version_flag
+from decisionflow_server.foundation import arguments, settings
+from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.version import add_version_flag
+from decisionflow_server.runtime import server_security
+from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.faults import FaultPlan
+from decisionflow_server.runtime.server_security import ServerSecurity
+from decisionflow_server.runtime.serving import TransportLimits
 from effect_receiver.service import FAILPOINT_NAMES
 
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from decisionflow.payload import EffectPayload, PayloadError, payload_digest
 from decisionflow.reasons import FieldViolation
 from decisionflow.vocabulary import (
     ApplyResult,
@@ -25,6 +24,7 @@ from decisionflow.vocabulary import (
     case_id_violations,
     operation_id_violations,
 )
+from decisionflow_server.foundation.payload import EffectPayload, PayloadError, payload_digest
 
 RECORD_SUPPORT_REVIEW = "record_support_review"
 KINDS = frozenset({RECORD_SUPPORT_REVIEW})

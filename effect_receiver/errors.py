@@ -1,13 +1,13 @@
 """The receiver's refusals. Each maps to one status in ``grpc_api.STATUS_TABLE``.
 
-    DomainError                      decisionflow.errors: every refusal on the wire
+    DomainError                      decisionflow_server.foundation.errors: every refusal on the wire
     ├── InvalidRequest               INVALID_ARGUMENT, field violations; nothing was written
     ├── IdempotencyKeyReused         FAILED_PRECONDITION; the stored effect is unchanged; never retry
     ├── KeyRetentionExceeded         FAILED_PRECONDITION; the key may have been pruned; nothing written
     └── Unavailable                  UNAVAILABLE; the database cannot be reached; retry with the same key
         └── ReplyLost                UNAVAILABLE (failpoint): the effect committed, the reply was withheld
 
-``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow.errors``.
+``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow_server.foundation.errors``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from decisionflow import reasons
-from decisionflow.errors import DomainError, FieldViolation, InvalidRequest, Unavailable
+from decisionflow_server.foundation.errors import DomainError, FieldViolation, InvalidRequest, Unavailable
 
 __all__ = [
     "DomainError",

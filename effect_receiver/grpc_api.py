@@ -10,11 +10,11 @@ import grpc
 from google.protobuf import duration_pb2
 
 from decisionflow import vocabulary_wire as wire
-from decisionflow.auth import AUTH_STATUS
-from decisionflow.rpc_errors import StatusTable
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from decisionflow.vocabulary import CaseId, EffectRequest, LookupStatus, OperationId
+from decisionflow_server.runtime.auth import AUTH_STATUS
+from decisionflow_server.runtime.rpc_errors import StatusTable
 from effect_receiver.domain import AppliedEffect, LookupAnswer
 from effect_receiver.errors import (
     FieldViolation,

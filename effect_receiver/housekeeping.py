@@ -18,8 +18,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Engine
 
-from decisionflow import housekeeping_commands, logs, migrating
-from decisionflow.settings import SettingError, parse_settings
+from decisionflow_server.apps import housekeeping_commands
+from decisionflow_server.foundation import logs
+from decisionflow_server.foundation.settings import SettingError, parse_settings
+from decisionflow_server.storage import migrating
 from effect_receiver import config as configuration
 from effect_receiver.errors import Unavailable
 from effect_receiver.service import Clock, utc_now

@@ -1,7 +1,7 @@
 """Wiring of the receiver process: configuration, database, server; the only reader of the environment.
 
 ``decisionflow-receiver serve`` (the default: flags alone also serve) runs the server; ``migrate``
-upgrades the schema (decisionflow.migrating).
+upgrades the schema (decisionflow_server.storage.migrating).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
 
-from decisionflow import migrating
-from decisionflow.failpoints import Failpoints
-from decisionflow.faults import FaultInterceptor
-from decisionflow.host import Host, Service, Wiring, command_line
-from decisionflow.serving import ReceiveLimits
 from decisionflow.v1 import effect_receiver_pb2
+from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.faults import FaultInterceptor
+from decisionflow_server.runtime.host import Host, Service, Wiring, command_line
+from decisionflow_server.runtime.serving import ReceiveLimits
+from decisionflow_server.storage import migrating
 from effect_receiver import housekeeping
 from effect_receiver.config import (
     ADDRESS,
@@ -62,7 +62,7 @@ class ReceiverServer(Host):
 
 async def create_server(config: ReceiverConfig) -> ReceiverServer:
     """Migrate the primary database and start serving on config.address, port 0 picking a free port (the
-    steps of decisionflow.host). A setting that stops it, or a database or port that is not ready, raises
+    steps of decisionflow_server.runtime.host). A setting that stops it, or a database or port that is not ready, raises
     StartupError naming the setting; listening beyond loopback without TLS and authentication raises
     ExposureRefused."""
     metrics = ReceiverMetrics()

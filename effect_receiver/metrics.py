@@ -1,19 +1,19 @@
 """The receiver's Prometheus metrics, on a registry of its own: the gRPC server families
-(``decisionflow.metrics``) and ``decisionflow_effects_total{result}``, the outcomes of Apply."""
+(``decisionflow_server.runtime.metrics``) and ``decisionflow_effects_total{result}``, the outcomes of Apply."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from decisionflow.errors import DomainError
-from decisionflow.metrics import (
+from decisionflow.v1 import effect_receiver_pb2
+from decisionflow_server.foundation.errors import DomainError
+from decisionflow_server.runtime.metrics import (
     GrpcServerMetrics,
     MetricsServer,
     register_process_metrics,
     serve_metrics,
 )
-from decisionflow.served_calls import Observers
-from decisionflow.v1 import effect_receiver_pb2
+from decisionflow_server.runtime.served_calls import Observers
 from effect_receiver.config import METRICS
 from effect_receiver.errors import IdempotencyKeyReused
 

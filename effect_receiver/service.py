@@ -15,8 +15,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from decisionflow import page_tokens, tracing
-from decisionflow.failpoints import FailpointError, Failpoints
 from decisionflow.vocabulary import (
     CaseId,
     Consistency,
@@ -26,6 +24,9 @@ from decisionflow.vocabulary import (
     case_id_violations,
     operation_id_violations,
 )
+from decisionflow_server.foundation import page_tokens
+from decisionflow_server.runtime import tracing
+from decisionflow_server.runtime.failpoints import FailpointError, Failpoints
 from effect_receiver.domain import (
     DEFAULT_PAGE_SIZE,
     ApplyAnswer,

@@ -19,10 +19,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from decisionflow import db
-from decisionflow.errors import Unavailable
-from decisionflow.transactions import Transactions
 from decisionflow.vocabulary import ApplyResult, CaseId, OperationId, Receipt
+from decisionflow_server.foundation.errors import Unavailable
+from decisionflow_server.storage import db
+from decisionflow_server.storage.transactions import Transactions
 from effect_receiver.domain import AppliedEffect, ApplyAnswer, Effect, EffectPage
 from effect_receiver.errors import IdempotencyKeyReused
 from effect_receiver.schema import VERSION_TABLE, effects, support_review_records

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decisionflow import arguments, server_security, settings
-from decisionflow.failpoints import Failpoints
-from decisionflow.server_security import ServerSecurity
-from decisionflow.serving import TransportLimits
-from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation import arguments, settings
+from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.runtime import server_security
+from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.server_security import ServerSecurity
+from decisionflow_server.runtime.serving import TransportLimits
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.quotas import AuthorLimits

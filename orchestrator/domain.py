@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
-from decisionflow.payload import EffectPayload
 from decisionflow.vocabulary import (
     CaseId,
     Consistency,
@@ -22,6 +21,7 @@ from decisionflow.vocabulary import (
     Outcome,
     Receipt,
 )
+from decisionflow_server.foundation.payload import EffectPayload
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
 

@@ -4,7 +4,7 @@ Metadata names the operation ``operation_id`` (a case ``case_id``) and spells en
 the proto does (``DECISION_APPROVE``, ``OPERATION_STATE_COMMITTED``); the attributes keep the
 domain's own types.
 
-DomainError (decisionflow.errors)
+DomainError (decisionflow_server.foundation.errors)
 ├── InvalidRequest             bad fields, decision omitted          INVALID_ARGUMENT
 ├── Unavailable                database down, shutting down          UNAVAILABLE
 └── OrchestratorError
@@ -36,9 +36,9 @@ from datetime import timedelta
 
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
-from decisionflow.errors import DomainError
 from decisionflow.v1 import common_pb2
 from decisionflow.vocabulary import Decision, OperationState
+from decisionflow_server.foundation.errors import DomainError
 
 # What a NotFound names: a case by its case id; an operation, proposal or pending review by its operation id.
 _ID_KEYS = {"case": reasons.CASE_ID}

@@ -1,6 +1,6 @@
 """The orchestrator's named failpoints: places where a test or campaign can crash or fail it on purpose.
 
-Enabled only by configuration (``--failpoints``); see ``decisionflow.failpoints`` for the mechanism.
+Enabled only by configuration (``--failpoints``); see ``decisionflow_server.runtime.failpoints`` for the mechanism.
 """
 
 AFTER_DECISION = "orchestrator.after_decision"

@@ -13,14 +13,14 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from decisionflow import page_tokens
 from decisionflow import vocabulary_wire as wire
-from decisionflow.auth import AUTH_STATUS, current_principal
-from decisionflow.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow.identity import is_operation_id
-from decisionflow.rpc_errors import StatusTable
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt, case_id_violations
+from decisionflow_server.foundation import page_tokens
+from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, Unavailable
+from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
+from decisionflow_server.runtime.rpc_errors import StatusTable
 from orchestrator import errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService

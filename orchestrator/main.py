@@ -1,7 +1,7 @@
 """Wiring of the orchestrator process: configuration, database, workflow, receiver client, server.
 
 The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
-server; ``migrate`` upgrades the schema (decisionflow.migrating); ``prune-checkpoints``,
+server; ``migrate`` upgrades the schema (decisionflow_server.storage.migrating); ``prune-checkpoints``,
 ``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping commands.
 """
 
@@ -24,14 +24,17 @@ from datetime import UTC, datetime, timedelta
 import grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow import arguments, housekeeping_commands, logs, migrating, settings, startup
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
-from decisionflow.failpoints import Failpoints
-from decisionflow.host import Host, Service, Wiring, command_line
-from decisionflow.serving import ReceiveLimits
-from decisionflow.settings import SettingError, parse_settings
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow.version import add_version_flag
+from decisionflow_server.apps import housekeeping_commands
+from decisionflow_server.foundation import arguments, logs, settings
+from decisionflow_server.foundation.settings import SettingError, parse_settings
+from decisionflow_server.foundation.version import add_version_flag
+from decisionflow_server.runtime import startup
+from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.host import Host, Service, Wiring, command_line
+from decisionflow_server.runtime.serving import ReceiveLimits
+from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
@@ -183,7 +186,8 @@ async def create_server(
     monotonic: Callable[[], float] = time.monotonic,
 ) -> Host:
     """Migrate the database and serve ReviewService and OperationsService on config.address (the steps of
-    decisionflow.host); workflow and effects replace the real ones, monotonic the clock the author budgets
+    decisionflow_server.runtime.host);
+    workflow and effects replace the real ones, monotonic the clock the author budgets
     refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
     naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
     metrics = OrchestratorMetrics()

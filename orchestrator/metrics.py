@@ -1,6 +1,6 @@
 """The orchestrator's Prometheus metrics, on a registry of its own.
 
-Besides the gRPC server families (``decisionflow.metrics``): Approve outcomes, read from each
+Besides the gRPC server families (``decisionflow_server.runtime.metrics``): Approve outcomes, read from each
 ApproveResponse; the operations per state and the age of the oldest unconfirmed one, read from the
 orchestrator's own database when scraped (so an alert on them needs no reconciler); the bytes of
 sealed checkpoints written; the latency of each Apply sent to the receiver and the errors it ended in,
@@ -25,15 +25,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from decisionflow import reasons
-from decisionflow.metrics import (
+from decisionflow.v1 import common_pb2, review_pb2
+from decisionflow.vocabulary import EffectRequest, OperationState, Receipt
+from decisionflow_server.runtime.metrics import (
     GrpcServerMetrics,
     MetricsServer,
     register_process_metrics,
     serve_metrics,
 )
-from decisionflow.served_calls import Observers
-from decisionflow.v1 import common_pb2, review_pb2
-from decisionflow.vocabulary import EffectRequest, OperationState, Receipt
+from decisionflow_server.runtime.served_calls import Observers
 from orchestrator.config import METRICS
 from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from decisionflow.db import UtcDateTime
+from decisionflow_server.storage.db import UtcDateTime
 
 metadata = sa.MetaData()
 

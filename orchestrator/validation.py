@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.vocabulary import CaseId, OperationId, case_id_violations, operation_id_violations
+from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest
 from orchestrator.domain import (
     SUPPORTED_ACTIONS,
     PendingReviewFilter,

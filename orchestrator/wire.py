@@ -14,12 +14,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
-from decisionflow.auth import Principal
-from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState, Role
+from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest
+from decisionflow_server.runtime.auth import Principal
 from orchestrator.domain import Operation, PendingReview, PendingReviewEntry, Proposal, ProposalEdit, ProposalStart
 from orchestrator.validation import edit_content, start_request
 

@@ -10,9 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from decisionflow import arguments, settings
-from decisionflow.settings import Setting, SettingError, add_settings, parse_settings
-from decisionflow.version import add_version_flag
+from decisionflow_server.foundation import arguments, settings
+from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.version import add_version_flag
 
 MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
 

@@ -22,11 +22,12 @@ from typing import TextIO
 
 import grpc
 
-from decisionflow import grpc_core_logs, logs, startup, startup_errors
 from decisionflow.channels import check_cleartext_token, open_channel
 from decisionflow.client import DecisionflowError, OperationsClient, ReceiverClient
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
-from decisionflow.startup_errors import StartupError
+from decisionflow_server.foundation import logs, startup_errors
+from decisionflow_server.foundation.startup_errors import StartupError
+from decisionflow_server.runtime import grpc_core_logs, startup
 from reconciler import config as configuration
 from reconciler.config import ReconcilerConfig
 from reconciler.domain import PassSummary

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from decisionflow.metrics import MetricsServer, register_process_metrics, serve_metrics
+from decisionflow_server.runtime.metrics import MetricsServer, register_process_metrics, serve_metrics
 from reconciler.config import METRICS
 from reconciler.domain import PassSummary
 

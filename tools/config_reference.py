@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from decisionflow import settings
-from decisionflow.console.config import SETTINGS as CONSOLE
+from decisionflow_server.apps.console.config import SETTINGS as CONSOLE
+from decisionflow_server.foundation import settings
 from effect_receiver.config import SETTINGS as RECEIVER
 from orchestrator.config import SETTINGS as ORCHESTRATOR
 from reconciler.config import SETTINGS as RECONCILER

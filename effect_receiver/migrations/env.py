@@ -1,6 +1,6 @@
-"""Alembic environment: runs on the connection and version table that decisionflow.db.migrate provides.
+"""Alembic environment: runs on the connection and version table that decisionflow_server.storage.db.migrate provides.
 
-decisionflow.db.migrate holds the transaction (and, on PostgreSQL, the advisory lock that lets
+decisionflow_server.storage.db.migrate holds the transaction (and, on PostgreSQL, the advisory lock that lets
 replicas starting together take turns), so nothing here commits.
 """
 

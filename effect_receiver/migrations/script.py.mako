@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from decisionflow.schema_compatibility import Expand
+from decisionflow_server.storage.schema_compatibility import Expand
 ${imports if imports else ""}
 
 revision: str = ${repr(up_revision)}
@@ -18,7 +18,7 @@ down_revision: str | None = ${repr(down_revision)}
 branch_labels: str | None = ${repr(branch_labels)}
 depends_on: str | None = ${repr(depends_on)}
 # Expand: only adds, and the previous release runs on the result. Anything that drops, renames,
-# tightens or changes a meaning is a Contract (decisionflow.schema_compatibility).
+# tightens or changes a meaning is a Contract (decisionflow_server.storage.schema_compatibility).
 compatibility = Expand(oldest=${repr(down_revision)})
 
 

@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection handed over by decisionflow.db.migrate."""
+"""Alembic environment: runs on the connection handed over by decisionflow_server.storage.db.migrate."""
 
 from __future__ import annotations
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from decisionflow.schema_compatibility import Expand
+from decisionflow_server.storage.schema_compatibility import Expand
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = None
 depends_on = None
 # Expand: only adds, and the previous release runs on the result. Anything that drops, renames,
-# tightens or changes a meaning is a Contract (decisionflow.schema_compatibility).
+# tightens or changes a meaning is a Contract (decisionflow_server.storage.schema_compatibility).
 compatibility = Expand(oldest=${repr(down_revision)})
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from decisionflow.failpoints import Failpoints
+from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
 from orchestrator.quotas import AuthorBudgets, AuthorLimits

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from decisionflow import tracing
-from decisionflow.auth import check_four_eyes
-from decisionflow.failpoints import Failpoints
 from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, OperationState, Outcome
+from decisionflow_server.runtime import tracing
+from decisionflow_server.runtime.auth import check_four_eyes
+from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
     DecisionResult,

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from decisionflow.errors import Unavailable
 from decisionflow.vocabulary import Decision
+from decisionflow_server.foundation.errors import Unavailable
 from orchestrator.domain import DecisionResult, outcome_of
 from orchestrator.errors import NotFound
 from orchestrator.store import AsyncOrchestratorStore

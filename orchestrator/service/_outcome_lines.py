@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from decisionflow import tracing
 from decisionflow.vocabulary import Decision, Outcome
+from decisionflow_server.runtime import tracing
 from orchestrator.domain import Proposal
 from orchestrator.ports import ReceiverRefusedCaller
 

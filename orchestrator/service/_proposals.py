@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
-from decisionflow import tracing
 from decisionflow.identity import identities
 from decisionflow.vocabulary import OperationId
+from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
     Operation,
     PendingReview,

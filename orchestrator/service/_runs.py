@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from decisionflow.failpoints import Failpoints
+from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint
 from orchestrator.errors import CheckpointSaveFailed

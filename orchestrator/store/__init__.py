@@ -7,7 +7,7 @@ per operation id (primary key), and the case's current proposal moves only by
 compare-and-set. A duplicate key is told from any other constraint failure by reading the
 winner in the same transaction.
 
-Transactions (write turn, Unavailable) are ``decisionflow.transactions``, shared with the
+Transactions (write turn, Unavailable) are ``decisionflow_server.storage.transactions``, shared with the
 receiver. Parts: ``_statements`` (prebuilt statements),
 ``_rows`` (row → domain), ``_proposals``, ``_inbox`` (the pending reviews' listing), ``_ledger``
 (decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
@@ -16,7 +16,7 @@ receiver. Parts: ``_statements`` (prebuilt statements),
 
 from __future__ import annotations
 
-from decisionflow.transactions import Transactions
+from decisionflow_server.storage.transactions import Transactions
 from orchestrator.store._async import AsyncOrchestratorStore
 from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from decisionflow.transactions import Transactions
+from decisionflow_server.storage.transactions import Transactions
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.schema import checkpoints
 from orchestrator.store._rows import sealed_checkpoint_from

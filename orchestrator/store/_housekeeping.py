@@ -11,8 +11,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.transactions import Transactions
 from decisionflow.vocabulary import OperationState
+from decisionflow_server.storage.transactions import Transactions
 from orchestrator.domain import PendingReview, SealedCheckpoint
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
 from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns

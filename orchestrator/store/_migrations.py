@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from decisionflow import db
+from decisionflow_server.storage import db
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_orchestrator"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from decisionflow.db import UtcDateTime
-from decisionflow.qualified import qualified
 from decisionflow.vocabulary import OPEN_STATES, OperationState
+from decisionflow_server.storage.db import UtcDateTime
+from decisionflow_server.storage.qualified import qualified
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
 from orchestrator.store._checkpoints import checkpoint_columns
 from orchestrator.store._columns import state_text, states_text
@@ -57,7 +57,7 @@ OPERATION_BY_ID = OPERATIONS.where(operations.c.operation_id == _OPERATION_ID)
 # read in the same statement instead of a second one (a statement costs more here than SQLite's
 # work), with the decision (write-once) and the case's current proposal beside it. The subqueries
 # are qualified(): SQLite's RETURNING would otherwise render their correlation without table names,
-# matching every row (decisionflow.qualified).
+# matching every row (decisionflow_server.storage.qualified).
 _DECISION_OF_ROW = decisions.c.operation_id == operations.c.operation_id
 OPERATION_RETURNING = (
     *operations.c,

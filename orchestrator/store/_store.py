@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from decisionflow.transactions import Transactions
 from decisionflow.vocabulary import OPEN_STATES, Decision, OperationState, Receipt
+from decisionflow_server.storage.transactions import Transactions
 from orchestrator.domain import (
     DecisionInputs,
     FirstAttempt,

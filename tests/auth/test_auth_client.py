@@ -8,8 +8,8 @@ from typing import cast
 import grpc
 import pytest
 
-from decisionflow.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor, bearer_metadata
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow_server.runtime.auth import BearerTokenInterceptor, SyncBearerTokenInterceptor, bearer_metadata
 from tests.support.auth import TOKENS, ContractRecorder, known_credentials, serve
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow.auth import (
+from decisionflow_server.runtime.auth import (
     CertificateEntry,
     CredentialsError,
     Principal,

@@ -12,7 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from decisionflow import reasons
-from decisionflow.auth import (
+from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow_server.runtime.auth import (
     ANONYMOUS,
     RPC_ROLES,
     AuthInterceptor,
@@ -22,7 +23,6 @@ from decisionflow.auth import (
     Unauthenticated,
     current_principal,
 )
-from decisionflow.v1 import review_pb2, review_pb2_grpc
 from tests.support.auth import TOKENS, bearer, known_credentials, refusal, serve, token_principal
 
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.auth import (
+from decisionflow_server.runtime.auth import (
     AUTH_STATUS,
     RPC_ROLES,
     FourEyesViolation,
@@ -18,7 +18,7 @@ from decisionflow.auth import (
     check_four_eyes,
     policy_gaps,
 )
-from decisionflow.rpc_errors import code_for
+from decisionflow_server.runtime.rpc_errors import code_for
 from tests.support.auth import ROLES, TOKENS, ContractRecorder, bearer, known_credentials, serve
 
 # Written from the specification, independently of RPC_ROLES, so that a slip in either shows up.

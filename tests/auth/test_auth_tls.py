@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.auth import Principal, Role
 from decisionflow.tls import channel_credentials, server_credentials
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow_server.runtime.auth import Principal, Role
 from tests.security.pki import Pki, write_ca, write_leaf
 from tests.support.auth import ContractRecorder, bearer, known_credentials, refusal, serve
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow import cli
-from decisionflow.auth import Principal, Role, load_credentials, token_sha256
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow_server.apps import cli
+from decisionflow_server.runtime.auth import Principal, Role, load_credentials, token_sha256
 from tests.support.auth import ContractRecorder, serve
 
 

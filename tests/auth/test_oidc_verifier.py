@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import jwt
 import pytest
 
-from decisionflow.auth import (
+from decisionflow_server.runtime.auth import (
     IdentityProviderUnavailable,
     JwksCache,
     JwtVerifier,
@@ -20,11 +20,11 @@ from decisionflow.auth import (
     Role,
     Unauthenticated,
 )
-from decisionflow.auth._jwt import KeysNeeded
+from decisionflow_server.runtime.auth._jwt import KeysNeeded
 from tests.support.oidc import AUDIENCE, oidc_config
 
 if TYPE_CHECKING:
-    from decisionflow.trial_identity import TrialIdentityProvider
+    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
 
 
 class Clock:

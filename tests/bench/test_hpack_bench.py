@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.hpack import CANDIDATES
-from decisionflow.serving import ReceiveLimits, TransportLimits
+from decisionflow_server.runtime.serving import ReceiveLimits, TransportLimits
 
 REPO = Path(__file__).resolve().parents[2]
 _CORE = importlib.util.find_spec("grpc._cython.cygrpc")

@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from decisionflow.processes import free_port
+from decisionflow_server.foundation.processes import free_port
 
 OS_USER = "postgres"
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from decisionflow.processes import free_port
+from decisionflow_server.foundation.processes import free_port
 
 BIN_ENV = "DECISIONFLOW_TEST_POSTGRES_BIN"
 OS_USER = "postgres"

@@ -21,7 +21,7 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
-from decisionflow.processes import SETTINGS_PREFIX, wait_for_port_file
+from decisionflow_server.foundation.processes import SETTINGS_PREFIX, wait_for_port_file
 from tests.campaigns.netns import enter
 
 PRELOAD = ("effect_receiver.main", "orchestrator.main", "reconciler.main")

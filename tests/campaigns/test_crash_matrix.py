@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from decisionflow.client import Decision, LookupStatus, OperationsClient, OperationState, ReceiverClient
-from decisionflow.failpoints import EXIT_STATUS
+from decisionflow_server.runtime.failpoints import EXIT_STATUS
 from tests.campaigns.cluster import Cluster, Server
 from tests.campaigns.history import History
 from tests.campaigns.report import publish, replay_hint

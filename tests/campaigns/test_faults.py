@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.faults import Fault, FaultPlan
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
+from decisionflow_server.runtime.faults import Fault, FaultPlan
 from effect_receiver.config import ReceiverConfig, load
 from tests.support.receiver import InProcessReceiver, apply_request, count_rows, new_operation_id
 

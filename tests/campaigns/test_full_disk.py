@@ -20,9 +20,9 @@ from typing import TypeVar
 
 import pytest
 
-from decisionflow import db
 from decisionflow.client import ApproveResult, Decision, DecisionflowError, Outcome, ReceiverClient, ReviewClient
 from decisionflow.retry import NO_RETRY
+from decisionflow_server.storage import db
 from tests.campaigns.cluster import Cluster
 from tests.campaigns.diskfull import SmallFilesystem, integrity, small_filesystems, truncate_wal
 from tests.campaigns.history import History

@@ -24,10 +24,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.auth import Role
 from decisionflow.channels import open_channel
 from decisionflow.client import ApproveResult, Decision, DecisionflowError, Outcome, ReviewClient
 from decisionflow.retry import NO_RETRY
+from decisionflow_server.runtime.auth import Role
 from tests.campaigns.cluster import Cluster
 from tests.campaigns.history import History, load
 from tests.campaigns.netns import Direction, Topology, topology

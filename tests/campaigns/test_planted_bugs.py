@@ -70,7 +70,7 @@ PLANTS = (
         "full_disk_error_unmapped",
         (
             (
-                "decisionflow/transactions.py",
+                "decisionflow_server/storage/transactions.py",
                 "= (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)",
                 "= (sa.exc.InterfaceError, sa.exc.TimeoutError)",
             ),

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from decisionflow import cli
+from decisionflow_server.apps import cli
 
 
 def _words(parser: argparse.ArgumentParser) -> list[str]:

@@ -7,15 +7,15 @@ import sys
 import time
 from pathlib import Path
 
-from decisionflow.processes import child_environment, free_port, launch, spawn
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import child_environment, free_port, launch, spawn
 from tests.support.auth import ROLES
 from tests.support.secure import write_network_security
 
 
 def _health(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "decisionflow.cli", "health", *args],
+        [sys.executable, "-m", "decisionflow_server.apps.cli", "health", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -71,8 +71,8 @@ HEAVY_FOR_A_PROBE = (
     "tenacity",
     "decisionflow.auth",
     "decisionflow.client",
-    "decisionflow.demo",
-    "decisionflow.tracing",
+    "decisionflow_server.apps.demo",
+    "decisionflow_server.runtime.tracing",
     "orchestrator",
     "effect_receiver",
     "reconciler",

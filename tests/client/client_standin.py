@@ -21,9 +21,9 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
-from decisionflow.errors import DomainError
-from decisionflow.rpc_errors import rich_status
 from decisionflow.v1 import effect_receiver_pb2, operations_pb2, review_pb2
+from decisionflow_server.foundation.errors import DomainError
+from decisionflow_server.runtime.rpc_errors import rich_status
 
 SERVICES = (
     review_pb2.DESCRIPTOR.services_by_name["ReviewService"],

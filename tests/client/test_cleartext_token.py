@@ -15,13 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.auth import AUTH_STATUS, RPC_ROLES, AuthInterceptor
 from decisionflow.channels import CleartextTokenRefused, open_aio_channel, open_channel
-from decisionflow.cli import main as cli_main
-from decisionflow.processes import free_port
-from decisionflow.serving import start_server
-from decisionflow.startup_errors import EXIT_CONFIGURATION, StartupError
 from decisionflow.v1 import review_pb2, review_pb2_grpc
+from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_server.foundation.processes import free_port
+from decisionflow_server.foundation.startup_errors import EXIT_CONFIGURATION, StartupError
+from decisionflow_server.runtime.auth import AUTH_STATUS, RPC_ROLES, AuthInterceptor
+from decisionflow_server.runtime.serving import start_server
 from orchestrator import main as orchestrator_main
 from orchestrator.config import OrchestratorConfig
 from tests.security.pki import Pki, make_pki

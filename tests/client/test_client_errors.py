@@ -10,14 +10,14 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.auth import FourEyesViolation
 from decisionflow.channels import insecure_channel
 from decisionflow.client import errors
 from decisionflow.client.views import Decision, OperationState
-from decisionflow.errors import DomainError, FieldViolation, InvalidRequest
-from decisionflow.rpc_errors import code_for
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import Decision as DomainDecision
+from decisionflow_server.foundation.errors import DomainError, FieldViolation, InvalidRequest
+from decisionflow_server.runtime.auth import FourEyesViolation
+from decisionflow_server.runtime.rpc_errors import code_for
 from effect_receiver import errors as receiver_errors
 from effect_receiver.grpc_api import STATUS_TABLE as RECEIVER_STATUS
 from orchestrator import errors as orchestrator_errors

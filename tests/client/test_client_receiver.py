@@ -26,9 +26,9 @@ from decisionflow.client import (
     ReceiverClient,
     errors,
 )
-from decisionflow.errors import DomainError
 from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER, RetryPolicy
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
+from decisionflow_server.foundation.errors import DomainError
 from tests.support.payloads import apply_request, effect_request, sample_payload
 from tests.support.stack import Stack
 

@@ -29,12 +29,12 @@ from decisionflow.client import (
     Unavailable,
     errors,
 )
-from decisionflow.errors import DomainError, FieldViolation
-from decisionflow.errors import InvalidRequest as InvalidRequestRefusal
 from decisionflow.identity import identities
 from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
 from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, review_pb2
+from decisionflow_server.foundation.errors import DomainError, FieldViolation
+from decisionflow_server.foundation.errors import InvalidRequest as InvalidRequestRefusal
 from orchestrator.errors import CallRateExceeded as CallRateRefusal
 from orchestrator.errors import ContentBudgetExceeded as ContentBudgetRefusal
 

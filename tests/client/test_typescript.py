@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.processes import free_port
-from decisionflow.stack import ProcessStack
 from decisionflow.v1 import review_pb2_grpc
+from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_server.foundation.processes import free_port
 from orchestrator.quotas import AuthorLimits
 from tests.support.client_examples import ExampleServices, check_story
 from tests.support.stack import CHECKPOINT_KEY, Stack, count, start_request

@@ -22,17 +22,17 @@ from decisionflow.client import (
     ProposalView,
 )
 from decisionflow.client.errors import error_class
-from decisionflow.console import csrf
-from decisionflow.console.config import load, public_url
-from decisionflow.console.diff import proposal_diff
-from decisionflow.console.forms import FormError, ProposalForm
-from decisionflow.console.marking import reveal
-from decisionflow.console.operator_pages import _last_lookup
-from decisionflow.console.pages import Pages
-from decisionflow.console.refusals import explain
-from decisionflow.console.review_pages import proposal_page
-from decisionflow.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
-from decisionflow.console.signin import local_path
+from decisionflow_server.apps.console import csrf
+from decisionflow_server.apps.console.config import load, public_url
+from decisionflow_server.apps.console.diff import proposal_diff
+from decisionflow_server.apps.console.forms import FormError, ProposalForm
+from decisionflow_server.apps.console.marking import reveal
+from decisionflow_server.apps.console.operator_pages import _last_lookup
+from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.refusals import explain
+from decisionflow_server.apps.console.review_pages import proposal_page
+from decisionflow_server.apps.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
+from decisionflow_server.apps.console.signin import local_path
 
 KEY = b"k" * 32
 ANA = Person("ana", "Ana", ("reviewers",))

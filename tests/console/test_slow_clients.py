@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from decisionflow.processes import ServiceProcess, spawn
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
 
-MODULE = "decisionflow.console.main"
+MODULE = "decisionflow_server.apps.console.main"
 HALF_SENT = 200
 CAP = 60
 

@@ -35,7 +35,7 @@ EXPECTED = {
 
 
 def _demo(*args: str) -> list[str]:
-    return [sys.executable, "-m", "decisionflow.cli", "demo", *args]
+    return [sys.executable, "-m", "decisionflow_server.apps.cli", "demo", *args]
 
 
 def _environment() -> dict[str, str]:

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from decisionflow.console.config import SETTINGS as CONSOLE_SETTINGS
-from decisionflow.settings import Setting
+from decisionflow_server.apps.console.config import SETTINGS as CONSOLE_SETTINGS
+from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
 from reconciler.config import SETTINGS as RECONCILER_SETTINGS

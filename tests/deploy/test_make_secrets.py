@@ -17,7 +17,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from decisionflow.auth import load_credentials, token_sha256
+from decisionflow_server.runtime.auth import load_credentials, token_sha256
 from tests.deploy.made import (
     COMPOSE,
     MadeSecrets,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow.auth import load_credentials, token_sha256
+from decisionflow_server.runtime.auth import load_credentials, token_sha256
 from effect_receiver import config as receiver_config
 from orchestrator import config as orchestrator_config
 from tests.deploy.made import ROOT
@@ -129,7 +129,17 @@ def test_token_new_writes_through_a_symlinked_credentials_file(tmp_path: Path) -
     link_folder.mkdir()
     link = link_folder / "credentials.json"
     link.symlink_to(real)
-    command = [sys.executable, "-m", "decisionflow.cli", "token", "new", "--principal", "ava", "--role", "author"]
+    command = [
+        sys.executable,
+        "-m",
+        "decisionflow_server.apps.cli",
+        "token",
+        "new",
+        "--principal",
+        "ava",
+        "--role",
+        "author",
+    ]
     issued = subprocess.run(
         [*command, "--file", str(link)],
         capture_output=True,
@@ -188,7 +198,7 @@ def _dockerignore() -> list[str]:
         ".venvs/checkov/bin/python",
         "orchestrator.db",
         "state/receiver.db-wal",
-        "decisionflow/__pycache__/x.pyc",
+        "decisionflow_server/__pycache__/x.pyc",
         ".mypy_cache/3.11/x.json",
         ".pytest_cache/v/cache",
         ".ruff_cache/x",
@@ -207,7 +217,7 @@ def test_dockerignore_keeps_secrets_databases_and_caches_out(path: str) -> None:
     [
         "pyproject.toml",
         "README.md",
-        "decisionflow/cli/__init__.py",
+        "decisionflow_server/apps/cli/__init__.py",
         "orchestrator/main.py",
         "clients/python/pyproject.toml",
         "clients/python/src/decisionflow/client/__init__.py",

@@ -1,4 +1,4 @@
-"""The listening socket's filter (decisionflow.admission), on real sockets: a connection request from a
+"""The listening socket's filter (decisionflow_server.runtime.admission), on real sockets: a connection request from a
 refused address goes unanswered, every other address connects, and established connections, even
 from an address refused after they were made, keep working."""
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from decisionflow import admission
+from decisionflow_server.runtime import admission
 
 
 @pytest.fixture(params=[(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::")], ids=["ipv4", "dual-stack"])

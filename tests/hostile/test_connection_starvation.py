@@ -5,7 +5,7 @@ closed, while a client from 127.0.0.1 opens a new connection for every health ch
 authenticated Lookup. Each attacker stays within its per-address share (10), so closing alone lost
 every freed slot to them: the client was served 0 times in 82 attempts over 25 s. The guard now
 keeps a quarter of the cap for connections that authenticate and refuses new connections from the
-addresses whose unauthenticated connections it had to close (decisionflow.admission).
+addresses whose unauthenticated connections it had to close (decisionflow_server.runtime.admission).
 
 ``--starvation-seconds`` runs it longer (default 20 s; past 30 s the refusals expire once and the
 attackers get a slot back before they are refused again).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.connection_guard import REFUSAL_SECONDS
+from decisionflow_server.runtime.connection_guard import REFUSAL_SECONDS
 from tests.hostile.test_idle_connections import _served, _start
 
 ATTACKERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")

@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow import db
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from tests.security.contract import apply_request

@@ -17,15 +17,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.errors import InvalidRequest
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.rpc_errors import StatusTable
-from decisionflow.served_calls import ServedCalls
-from decisionflow.serving import MAX_METADATA_BYTES
-from decisionflow.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2_grpc
+from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
+from decisionflow_server.foundation.errors import InvalidRequest
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
+from decisionflow_server.runtime.rpc_errors import StatusTable
+from decisionflow_server.runtime.served_calls import ServedCalls
+from decisionflow_server.runtime.serving import MAX_METADATA_BYTES
 from tests.support.header_amplification import Amplification, Tally, amplified_round
 from tests.support.servers import LoopThread
 from tests.support.stack import CHECKPOINT_KEY, start_request

@@ -13,8 +13,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.connection_guard import (
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
+from decisionflow_server.runtime.connection_guard import (
     REFUSAL_SECONDS,
     Connection,
     ConnectionGuard,
@@ -23,9 +26,6 @@ from decisionflow.connection_guard import (
     refused_addresses,
     to_close,
 )
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
-from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from tests.support.flood import RawPeer, pump
 from tests.support.payloads import new_operation_id
 

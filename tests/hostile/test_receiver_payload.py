@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from decisionflow.status_details import error_info
-from decisionflow.strict_json import MAX_DEPTH
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from decisionflow_server.foundation.strict_json import MAX_DEPTH
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from tests.security.contract import apply_request

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decisionflow.identity import EvidenceItem, Identities, PolicyRef, frame, identities
-from decisionflow.proposal_json import proposal_from_json
+from decisionflow_server.foundation.proposal_json import proposal_from_json
 from tests.identity.identity_reference import (
     canonical_text,
     evidence_identity,

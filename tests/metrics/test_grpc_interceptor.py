@@ -11,8 +11,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from decisionflow.metrics import GrpcServerMetrics
-from decisionflow.served_calls import ServedCalls
+from decisionflow_server.runtime.metrics import GrpcServerMetrics
+from decisionflow_server.runtime.served_calls import ServedCalls
 
 CHECK = {"grpc_service": "grpc.health.v1.Health", "grpc_method": "Check", "grpc_type": "unary"}
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from decisionflow import db
 from decisionflow.v1 import common_pb2
 from decisionflow.vocabulary import OperationState
+from decisionflow_server.storage import db
 from orchestrator.domain import OperationTally
 from orchestrator.metrics import OperationsCollector
 from orchestrator.store import OrchestratorStore, migrate

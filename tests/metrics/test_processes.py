@@ -14,10 +14,10 @@ import grpc
 import pytest
 import yaml
 
-from decisionflow.processes import child_environment, free_port
-from decisionflow.stack import ProcessStack
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from decisionflow.version import installed_version
+from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_server.foundation.processes import child_environment, free_port
+from decisionflow_server.foundation.version import installed_version
 from tests.metrics.scrape import Scrape, scrape, scrape_settled, wait_until
 from tests.support.reconciling import ROOT, reconciler_command
 from tests.support.stack import CHECKPOINT_KEY, approve, decline, start_request

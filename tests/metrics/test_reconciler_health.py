@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2
+from decisionflow_server.foundation.processes import child_environment, free_port
 from reconciler.domain import PassSummary, RedriveCounts
 from reconciler.metrics import ReconcilerMetrics
 from tests.metrics.scrape import health_status, scrape, wait_until

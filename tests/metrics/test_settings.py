@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.processes import child_environment
+from decisionflow_server.foundation.processes import child_environment
 from effect_receiver import config as receiver_config
 from orchestrator import config as orchestrator_config
 from reconciler import config as reconciler_config

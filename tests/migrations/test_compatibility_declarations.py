@@ -1,4 +1,5 @@
-"""Every migration of both services declares its compatibility (decisionflow.schema_compatibility), and the
+"""Every migration of both services declares its compatibility
+(decisionflow_server.storage.schema_compatibility), and the
 declaration holds: an expand migration uses no operation that drops, renames or tightens (read from its
 source, outside ``downgrade``); the oldest compatible revision is the migration itself or an ancestor (a
 strict ancestor for an expand, the first migration aside) and never older than its predecessor's. The
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow import migrating
-from decisionflow.schema_compatibility import Compatibility, Contract, Expand
+from decisionflow_server.storage import migrating
+from decisionflow_server.storage.schema_compatibility import Compatibility, Contract, Expand
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 

@@ -13,16 +13,16 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from decisionflow import db, migrating
-from decisionflow.processes import child_environment, spawn
-from decisionflow.stack import (
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.startup_errors import StartupError
+from decisionflow_server.foundation.processes import child_environment, spawn
+from decisionflow_server.foundation.startup_errors import StartupError
+from decisionflow_server.storage import db, migrating
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY

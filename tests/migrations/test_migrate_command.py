@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from decisionflow import db, migrating
-from decisionflow.processes import child_environment
+from decisionflow_server.foundation.processes import child_environment
+from decisionflow_server.storage import db, migrating
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 

@@ -19,22 +19,22 @@ import grpc
 import pytest
 from alembic import command
 
-from decisionflow import db
-from decisionflow.processes import ServiceProcess, child_environment, launch
-from decisionflow.stack import (
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, child_environment, launch
+from decisionflow_server.storage import db
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("decisionflow", "orchestrator", "effect_receiver")
+PACKAGES = ("decisionflow_server", "orchestrator", "effect_receiver")
 ENV = {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY}
 THIS_ORCHESTRATOR, THIS_RECEIVER = ORCHESTRATOR_SCHEMA.head, RECEIVER_SCHEMA.head
 NEXT_ORCHESTRATOR, NEXT_RECEIVER = f"{int(THIS_ORCHESTRATOR) + 1:04d}", f"{int(THIS_RECEIVER) + 1:04d}"
@@ -49,7 +49,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from decisionflow.schema_compatibility import Contract, Expand
+from decisionflow_server.storage.schema_compatibility import Contract, Expand
 
 revision = "{revision}"
 down_revision = "{down}"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from decisionflow.version import installed_version
+from decisionflow_server.foundation.version import installed_version
 from tests.support.cli import ROOT, SCRIPTS
 
 MODULES = {name: target.split(":")[0] for name, target in SCRIPTS.items()}
@@ -33,7 +33,7 @@ def test_without_an_exporter_no_sdk_is_loaded_and_no_span_records() -> None:
         "import sys\n"
         "import orchestrator.main, effect_receiver.main\n"
         "from opentelemetry import trace\n"
-        "from decisionflow import tracing\n"
+        "from decisionflow_server.runtime import tracing\n"
         "print(tracing.configure('x', {'OTEL_TRACES_EXPORTER': 'none'}), tracing.configure('x', {}))\n"
         "print(any(m.startswith('opentelemetry.sdk') for m in sys.modules))\n"
         "print(trace.get_tracer('t').start_span('s').is_recording())\n"

@@ -13,9 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.grpc_core_logs import CoreLine, parse_line
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from decisionflow_server.runtime.grpc_core_logs import CoreLine, parse_line
 from tests.support.flood import RawPeer
 from tests.support.logs import ServiceLog, read_log
 

@@ -10,11 +10,11 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from decisionflow import reasons
-from decisionflow.access import access_level
-from decisionflow.cli.review._output import advice, failed
 from decisionflow.client.errors import CheckpointIntegrity, error_class
-from decisionflow.logs import JsonFormatter
 from decisionflow.retry import RetryPolicy, retrying
+from decisionflow_server.apps.cli.review._output import advice, failed
+from decisionflow_server.foundation.logs import JsonFormatter
+from decisionflow_server.runtime.access import access_level
 
 QUICK = RetryPolicy(
     "test_quick", max_attempts=3, max_total_seconds=60.0, initial_backoff=0.01, max_backoff=0.01, multiplier=1.0

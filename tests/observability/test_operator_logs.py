@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.stack import (
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
@@ -24,7 +24,7 @@ from decisionflow.stack import (
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from tests.support.cli import ROOT
 from tests.support.logs import read_log
 from tests.support.reply_cutter import ReplyCutter
@@ -76,7 +76,7 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
             review_pb2_grpc.ReviewServiceStub(channel).Approve(approve(operation_id), timeout=15)
         assert lost.value.code() is grpc.StatusCode.DATA_LOSS
         cli = subprocess.run(
-            [sys.executable, "-m", "decisionflow.cli", "approve", operation_id, "--target", second.target],
+            [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", operation_id, "--target", second.target],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
 from decisionflow.vocabulary import OperationState as State
+from decisionflow_server.storage import db
 from orchestrator.errors import NotFound
 from orchestrator.store import AsyncOrchestratorStore, OrchestratorStore, migrate
 from orchestrator.store._async import in_thread

@@ -22,11 +22,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow import db
-from decisionflow.processes import child_environment, spawn
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import OperationId, Receipt
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import child_environment, spawn
+from decisionflow_server.storage import db
 from orchestrator.service._attempts import LEASE_MARGIN_SECONDS
 from orchestrator.store import AttemptInFlight, OrchestratorStore, migrate
 from tests.support.reconciling import run_reconciler
@@ -42,7 +42,17 @@ BUDGET_FLAGS = ("--receiver-timeout-seconds", str(BUDGET_SECONDS))
 
 def _describe(orchestrator: ServiceProcess, op: str, *flags: str) -> str:
     """Run ``decisionflow ops describe`` as a separate process; return its stdout."""
-    argv = [sys.executable, "-m", "decisionflow.cli", "ops", "describe", op, "--target", orchestrator.target, *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "decisionflow_server.apps.cli",
+        "ops",
+        "describe",
+        op,
+        "--target",
+        orchestrator.target,
+        *flags,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=child_environment())
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from decisionflow import page_tokens
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
+from decisionflow_server.foundation import page_tokens
 from tests.support.stack import Stack, count, policy, start_request
 
 TABLES = ("proposals", "operations", "pending_reviews", "checkpoints", "cases", "decisions")

@@ -19,9 +19,10 @@ import pytest
 import sqlalchemy as sa
 from agent_framework._workflows._runner_context import MessageType
 
-from decisionflow import db, reasons
+from decisionflow import reasons
 from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2
+from decisionflow_server.storage import db
 from orchestrator.checkpoints import CHECKPOINT_CLASSES, CheckpointSealer, decode_state
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.errors import CheckpointIntegrity

@@ -11,9 +11,10 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db, reasons
+from decisionflow import reasons
 from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2
+from decisionflow_server.storage import db
 from orchestrator.workflow import ReviewWorkflow
 from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
 

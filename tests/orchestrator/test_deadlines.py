@@ -13,9 +13,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.faults import FaultPlan
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import EffectRequest, Receipt
+from decisionflow_server.runtime.faults import FaultPlan
 from orchestrator.effects import ReceiverEffects
 from orchestrator.grpc_api import REPLY_MARGIN_SECONDS, reply_margin
 from tests.support.stack import Stack, approve, start_request

@@ -16,10 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.processes import child_environment
-from decisionflow.stack import ProcessStack
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_server.foundation.processes import child_environment
 from tests.support.reconciling import (
     AFTER_ATTEMPT,
     LOST_REPLY,

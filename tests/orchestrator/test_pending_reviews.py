@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from decisionflow import page_tokens
-from decisionflow.auth import bearer_metadata
 from decisionflow.client import AsyncReviewClient, PendingReviewEntry, PermissionDenied, ReviewClient
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
+from decisionflow_server.foundation import page_tokens
+from decisionflow_server.runtime.auth import bearer_metadata
 from tests.support.secure import SecureStack, start_secure_stack
 from tests.support.stack import T1042_BODY, start_request
 

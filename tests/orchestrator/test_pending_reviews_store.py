@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
 from decisionflow.vocabulary import CaseId, Decision
+from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, PendingReviewEntry, PendingReviewFilter, Proposal, RecordedDecision
 from orchestrator.store import OrchestratorStore, migrate
 from tests.support.seeding import proposal_for

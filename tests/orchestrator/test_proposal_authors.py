@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from decisionflow import db
+from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint, evidence_to_json, policy_to_json
 from orchestrator.schema import proposals
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore, migrate

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from decisionflow import db
 from decisionflow.v1 import common_pb2, review_pb2_grpc
 from decisionflow.vocabulary import Decision, OperationId
+from decisionflow_server.storage import db
 from orchestrator.domain import RecordedDecision, effect_payload
 from orchestrator.schema import operations
 from orchestrator.store import OrchestratorStore

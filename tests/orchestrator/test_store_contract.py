@@ -12,10 +12,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
 
-from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
-from decisionflow.schema_compatibility import record_table_name
 from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
+from decisionflow_server.storage import db
+from decisionflow_server.storage.schema_compatibility import record_table_name
 from orchestrator.domain import (
     FirstAttempt,
     PendingReview,

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from decisionflow import db
 from decisionflow.vocabulary import ApplyResult, Receipt
+from decisionflow_server.storage import db
 from effect_receiver.domain import Effect, check_effect
 from effect_receiver.errors import Unavailable
 from effect_receiver.store import EffectStore, migrate

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from decisionflow import page_tokens
-from decisionflow.errors import InvalidRequest
+from decisionflow_server.foundation import page_tokens
+from decisionflow_server.foundation.errors import InvalidRequest
 from effect_receiver.config import load
 from effect_receiver.domain import MAX_PAYLOAD_BYTES, Effect, batch_violations, check_effect
 from effect_receiver.service import decode_page_token, encode_page_token

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow import db
-from decisionflow.failpoints import EXIT_STATUS
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
+from decisionflow_server.runtime.failpoints import EXIT_STATUS
+from decisionflow_server.storage import db
 from tests.support.logs import read_log
 from tests.support.receiver import ReceiverProcess, apply_request, count_rows, new_operation_id, spawn_receiver
 

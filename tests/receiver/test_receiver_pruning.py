@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.processes import child_environment
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
 from decisionflow.vocabulary import OperationId, Receipt
+from decisionflow_server.foundation.processes import child_environment
+from decisionflow_server.storage import db
 from effect_receiver.domain import Effect, check_effect
 from effect_receiver.housekeeping import prune_keys
 from effect_receiver.store import EffectStore, migrate

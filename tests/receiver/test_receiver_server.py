@@ -20,10 +20,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow import reasons
-from decisionflow.exposure import ExposureRefused
 from decisionflow.status_details import error_info
 from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
+from decisionflow_server.foundation.exposure import ExposureRefused
 from effect_receiver.domain import MAX_PAYLOAD_BYTES
 from effect_receiver.grpc_api import SERVICE_NAME
 from tests.support.receiver import (

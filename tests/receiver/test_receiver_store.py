@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
 from decisionflow.vocabulary import ApplyResult, CaseId, Consistency, OperationId, Receipt
+from decisionflow_server.storage import db
 from effect_receiver.domain import Effect, check_effect
 from effect_receiver.errors import IdempotencyKeyReused, Unavailable
 from effect_receiver.service import ReceiverService

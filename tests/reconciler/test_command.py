@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.auth import Role, issue_token
-from decisionflow.processes import child_environment as command_env
-from decisionflow.processes import free_port
+from decisionflow_server.foundation.processes import child_environment as command_env
+from decisionflow_server.foundation.processes import free_port
+from decisionflow_server.runtime.auth import Role, issue_token
+from decisionflow_server.storage import db
 from reconciler.config import load
 from reconciler.main import main
 from tests.support.logs import read_log

@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.processes import free_port
-from decisionflow.stack import ProcessStack
 from decisionflow.v1 import common_pb2, review_pb2_grpc
+from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_server.foundation.processes import free_port
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from decisionflow import channels
 from decisionflow.client import AsyncReceiverClient, DeadlineExceeded
-from decisionflow.processes import free_port
 from decisionflow.retry import NO_RETRY
+from decisionflow_server.foundation.processes import free_port
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server
 from orchestrator.effects import ReceiverEffects

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from decisionflow import db
+from decisionflow_server.storage import db
 
 Snapshot = dict[str, list[tuple[object, ...]]]
 

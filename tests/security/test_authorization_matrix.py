@@ -14,8 +14,8 @@ import pytest
 from google.protobuf.descriptor import MethodDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.auth import RPC_ROLES, CredentialsError, all_rpc_methods, issue_token, load_credentials
 from decisionflow.v1 import review_pb2
+from decisionflow_server.runtime.auth import RPC_ROLES, CredentialsError, all_rpc_methods, issue_token, load_credentials
 from tests.security.contract import contract_methods, method_path, request_class, request_for, served_by_receiver
 from tests.security.dbstate import Snapshot, row_counts, snapshot
 from tests.support.secure import PRINCIPALS, SINGLE_ROLE_PRINCIPALS, SecureStack, raw_call, start_secure_stack

@@ -12,11 +12,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.auth import OidcConfig, Role, issue_token
-from decisionflow.exposure import ExposureRefused
-from decisionflow.server_security import ServerSecurity
 from decisionflow.tls import channel_credentials
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow_server.foundation.exposure import ExposureRefused
+from decisionflow_server.runtime.auth import OidcConfig, Role, issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from orchestrator.config import OrchestratorConfig

@@ -10,9 +10,9 @@ import grpc
 import pytest
 
 from decisionflow import reasons
-from decisionflow.auth import CredentialsError, Role, bearer_metadata, issue_token
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
+from decisionflow_server.runtime.auth import CredentialsError, Role, bearer_metadata, issue_token
 from tests.security.dbstate import snapshot
 from tests.support.secure import SecureStack, start_secure_stack
 from tests.support.stack import approve, count, start_request

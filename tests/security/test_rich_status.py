@@ -18,9 +18,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from decisionflow import reasons
-from decisionflow.auth import RPC_ROLES
 from decisionflow.status_details import ERROR_DOMAIN
 from decisionflow.v1 import operations_pb2, review_pb2
+from decisionflow_server.runtime.auth import RPC_ROLES
 from tests.security.contract import contract_methods, method_path, request_class, served_by_receiver
 from tests.support.secure import PRINCIPALS, SINGLE_ROLE_PRINCIPALS, SecureStack, start_secure_stack
 

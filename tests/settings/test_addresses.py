@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from decisionflow import settings
 from decisionflow.addresses import is_loopback, split_host_port
-from decisionflow.cli import main as cli_main
-from decisionflow.processes import child_environment
+from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_server.foundation import settings
+from decisionflow_server.foundation.processes import child_environment
 from effect_receiver import config as receiver_config
 from orchestrator import config as orchestrator_config
 from reconciler import config as reconciler_config

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.auth import OidcConfig, Role
-from decisionflow.server_security import ServerSecurity, provider_url, role_map
 from decisionflow.tls import channel_credentials
+from decisionflow_server.runtime.auth import OidcConfig, Role
+from decisionflow_server.runtime.server_security import ServerSecurity, provider_url, role_map
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.config import load as load_receiver
 from effect_receiver.main import create_server as create_receiver

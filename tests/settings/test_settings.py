@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from decisionflow import settings
-from decisionflow.cli import main as cli_main
-from decisionflow.settings import Setting, SettingError, parse_settings
+from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_server.foundation import settings
+from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from effect_receiver import config as receiver_config
 from orchestrator import config as orchestrator_config
 from orchestrator import main as orchestrator_main

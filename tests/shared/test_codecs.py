@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from decisionflow import strict_json
-from decisionflow.payload import APPROVE, EffectPayload, PayloadError
 from decisionflow.vocabulary import Decision
+from decisionflow_server.foundation import strict_json
+from decisionflow_server.foundation.payload import APPROVE, EffectPayload, PayloadError
 from orchestrator.domain import RecordedDecision, effect_payload
 from tests.support.payloads import sample_payload, tampered
 from tests.support.seeding import proposal_for

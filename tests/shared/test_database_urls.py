@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow import db
 from decisionflow.client import Consistency, LookupStatus, ReceiverClient
-from decisionflow.processes import spawn
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import spawn
+from decisionflow_server.storage import db
 from tests.campaigns.pgcluster import StreamingPair, streaming_pair
 from tests.support.payloads import effect_request, new_operation_id
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.group_commit import GroupCommit
+from decisionflow_server.storage import db
+from decisionflow_server.storage.group_commit import GroupCommit
 
 WRITERS = 12
 FAILING = 5

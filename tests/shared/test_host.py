@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy.engine import Engine
 
-from decisionflow.host import Host, Wiring
-from decisionflow.processes import free_port
+from decisionflow_server.foundation.processes import free_port
+from decisionflow_server.runtime.host import Host, Wiring
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.grpc_api import EffectReceiverServicer, register
 from effect_receiver.main import SERVICE

@@ -14,16 +14,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow import workers
-from decisionflow.processes import ServiceProcess, child_environment, free_port, spawn
-from decisionflow.stack import (
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, child_environment, free_port, spawn
+from decisionflow_server.runtime import workers
 from tests.support.payloads import apply_request, new_operation_id
 from tests.support.stack import CHECKPOINT_KEY, count, start_request
 

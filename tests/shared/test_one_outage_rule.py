@@ -80,10 +80,14 @@ def test_sqlite_directories_moved_away_read_the_same_on_both_services(
     try:
         for directory in directories.values():
             directory.rename(directory.with_name(directory.name + "-gone"))
-        with caplog.at_level(logging.WARNING, logger="decisionflow.transactions"):
+        with caplog.at_level(logging.WARNING, logger="decisionflow_server.storage.transactions"):
             _assert_one_rule(_answers(stack), str(tmp_path), "orchestrator.db", "receiver.db")
         # The driver's own text, kept from the callers, is in the server's log for the operator.
-        logged = [record.getMessage() for record in caplog.records if record.name == "decisionflow.transactions"]
+        logged = [
+            record.getMessage()
+            for record in caplog.records
+            if record.name == "decisionflow_server.storage.transactions"
+        ]
         assert len(logged) == 4 and all("unable to open database file" in line for line in logged), logged
     finally:
         for directory in directories.values():

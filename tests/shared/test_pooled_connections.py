@@ -1,5 +1,5 @@
 """PostgreSQL pools ping a connection only after it sat idle or when the server wrote to it
-(decisionflow.db): one in steady use goes out as it is, one the server dropped while it sat in the
+(decisionflow_server.storage.db): one in steady use goes out as it is, one the server dropped while it sat in the
 pool, however briefly, is replaced before a transaction sees it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from decisionflow import db
+from decisionflow_server.storage import db
 
 pytestmark = pytest.mark.postgres
 

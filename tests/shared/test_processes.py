@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.processes import ServiceStartError, free_port, launch, spawn, wait_for_port_file, write_port_file
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import (
+    ServiceStartError,
+    free_port,
+    launch,
+    spawn,
+    wait_for_port_file,
+    write_port_file,
+)
 
 
 def test_a_free_port_can_be_bound() -> None:

@@ -14,15 +14,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.processes import ServiceProcess, child_environment, spawn
-from decisionflow.stack import (
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, child_environment, spawn
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.payloads import apply_request, new_operation_id
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from decisionflow import db
+from decisionflow_server.storage import db
 
 
 def _note(path: Path, text: str) -> None:

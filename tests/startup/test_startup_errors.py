@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow.processes import child_environment, free_port
+from decisionflow_server.foundation.processes import child_environment, free_port
 
 BIN = Path(sys.executable).parent
 KEY = "k" * 32

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.processes import child_environment
+from decisionflow_server.foundation.processes import child_environment
 
 # Thirteen real commands, each a new process: `make test` runs them, `make check` does not.
 pytestmark = pytest.mark.slow

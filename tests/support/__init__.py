@@ -2,6 +2,6 @@
 
 databases (fresh SQLite files and PostgreSQL databases), stack (receiver + orchestrator in process or
 as processes), receiver, secure, hostile, review_cli, reconciling, campaigns, payloads (Apply payloads
-through decisionflow.payload), seeding (orchestrator and receiver rows through the stores), servers,
-cli. Processes are started with decisionflow.processes, the launcher the demo and the bench use.
+through decisionflow_server.foundation.payload), seeding (orchestrator and receiver rows through the stores), servers,
+cli. Processes are started with decisionflow_server.foundation.processes, the launcher the demo and the bench use.
 """

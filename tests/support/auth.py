@@ -1,6 +1,6 @@
 """Test support for code behind AuthInterceptor: one known token per role, the matching
 credentials, and a real server that records who called each RPC of the contract. It lives with
-the tests, not in the shipped package, so ``decisionflow.auth`` does not import the server host.
+the tests, not in the shipped package, so ``decisionflow_server.runtime.auth`` does not import the server host.
 
     credentials = known_credentials()
     recorder = ContractRecorder()
@@ -17,14 +17,14 @@ from typing import Any
 
 import grpc
 
-from decisionflow.auth._credentials import Credentials, parse_credentials, token_sha256
-from decisionflow.auth._errors import AUTH_STATUS
-from decisionflow.auth._policy import RPC_ROLES, all_rpc_methods
-from decisionflow.auth._roles import Principal, Role
-from decisionflow.auth._server import AuthInterceptor, current_principal
-from decisionflow.handlers import Context
-from decisionflow.serving import RunningServer, start_server
 from decisionflow.status_details import error_info
+from decisionflow_server.foundation.handlers import Context
+from decisionflow_server.runtime.auth._credentials import Credentials, parse_credentials, token_sha256
+from decisionflow_server.runtime.auth._errors import AUTH_STATUS
+from decisionflow_server.runtime.auth._policy import RPC_ROLES, all_rpc_methods
+from decisionflow_server.runtime.auth._roles import Principal, Role
+from decisionflow_server.runtime.auth._server import AuthInterceptor, current_principal
+from decisionflow_server.runtime.serving import RunningServer, start_server
 
 # One principal per role, plus one holding two roles.
 TOKENS: Mapping[str, str] = {

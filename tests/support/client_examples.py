@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.processes import ServiceProcess
-from decisionflow.stack import ProcessStack
+from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_server.foundation.processes import ServiceProcess
 from tests.support.stack import CHECKPOINT_KEY, count
 
 # The first Approve commits the effect, then fails before its reply is sent (an UNKNOWN status).

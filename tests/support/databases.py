@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
+from decisionflow_server.storage import db
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

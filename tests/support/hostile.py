@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from decisionflow.channels import MAX_MESSAGE_BYTES
-from decisionflow.serving import ReceiveLimits
 from decisionflow.v1 import effect_receiver_pb2, review_pb2
+from decisionflow_server.runtime.serving import ReceiveLimits
 from effect_receiver.main import RECEIVE_LIMITS as RECEIVER_LIMITS
 from orchestrator.main import RECEIVE_LIMITS as ORCHESTRATOR_LIMITS
 from tests.security.dbstate import Snapshot, snapshot

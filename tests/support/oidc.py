@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from decisionflow.auth import OidcConfig, Role, bearer_metadata, issue_token
-from decisionflow.server_security import ServerSecurity
+from decisionflow_server.runtime.auth import OidcConfig, Role, bearer_metadata, issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack
 
 if TYPE_CHECKING:
-    from decisionflow.trial_identity import TrialIdentityProvider
+    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
 
 AUDIENCE = "decisionflow-test"
 ROLE_MAP: tuple[tuple[str, frozenset[Role]], ...] = (
@@ -47,7 +47,7 @@ def oidc_config(provider: TrialIdentityProvider, **overrides: Any) -> OidcConfig
 @pytest.fixture
 def trial_identity() -> Iterator[TrialIdentityProvider]:
     """The trial provider on a free port, with USERS (email ``{name}@example.com``) set."""
-    from decisionflow.trial_identity import TrialIdentityProvider
+    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
 
     with TrialIdentityProvider(AUDIENCE) as provider:
         for name, groups in USERS.items():

@@ -1,4 +1,5 @@
-"""Apply payloads for tests: built through decisionflow.payload, plus a tamper step for refusal cases."""
+"""Apply payloads for tests: built through decisionflow_server.foundation.payload, plus a tamper step
+for refusal cases."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from decisionflow.payload import APPROVE, EffectPayload
 from decisionflow.v1 import effect_receiver_pb2
 from decisionflow.vocabulary import CaseId, EffectRequest, OperationId
 from decisionflow.vocabulary_wire import effect_request_to_pb
+from decisionflow_server.foundation.payload import APPROVE, EffectPayload
 
 CASE_ID = CaseId("T-1042")
 ACTION = "record_support_review"

@@ -13,11 +13,11 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.processes import free_port as closed_port
-from decisionflow.stack import RECEIVER_MODULE, receiver_args
 from decisionflow.v1 import effect_receiver_pb2_grpc
+from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from decisionflow_server.foundation.processes import free_port as closed_port
+from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import ReceiverServer, create_server
 from tests.support.payloads import BODY, CASE_ID, apply_request, effect_request, new_operation_id, payload_for

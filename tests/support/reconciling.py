@@ -16,10 +16,10 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
 from decisionflow.vocabulary import Decision, OperationId
+from decisionflow_server.foundation.processes import child_environment, free_port
+from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from effect_receiver.store import migrate as migrate_receiver

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.auth import Role, issue_token
-from decisionflow.cli import main
-from decisionflow.server_security import ServerSecurity
+from decisionflow_server.apps.cli import main
+from decisionflow_server.runtime.auth import Role, issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.stack import T1042_BODY, Stack, make_stack
 
 __all__ = ["make_stack"]  # re-exported so pytest finds the fixture in this directory

@@ -15,9 +15,9 @@ import grpc
 import pytest
 import trustme
 
-from decisionflow.auth import Role, bearer_metadata, issue_token
-from decisionflow.processes import ServiceProcess
-from decisionflow.server_security import ServerSecurity
+from decisionflow_server.foundation.processes import ServiceProcess
+from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack

@@ -18,9 +18,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from decisionflow import db
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.vocabulary import CaseId, Decision, EffectRequest, OperationId, OperationState, Receipt
+from decisionflow_server.storage import db
 from effect_receiver.domain import Effect, check_effect
 from effect_receiver.store import EffectStore
 from effect_receiver.store import migrate as migrate_receiver

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from decisionflow.processes import ServiceProcess, free_port, spawn
+from decisionflow_server.foundation.processes import ServiceProcess, free_port, spawn
 
 __all__ = ["LoopThread", "ServiceProcess", "free_port", "spawn"]
 

@@ -13,16 +13,16 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from decisionflow import db
-from decisionflow.processes import ServiceProcess, spawn
-from decisionflow.stack import (
+from decisionflow.v1 import common_pb2, effect_receiver_pb2_grpc, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow_server.apps.stack import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
     orchestrator_args,
     receiver_args,
 )
-from decisionflow.v1 import common_pb2, effect_receiver_pb2_grpc, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from orchestrator.config import OrchestratorConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from decisionflow.schema_compatibility import Expand
+from decisionflow_server.storage.schema_compatibility import Expand
 
 revision = "0002"
 down_revision = "0001"

@@ -16,7 +16,7 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
-from decisionflow.schema_compatibility import Expand
+from decisionflow_server.storage.schema_compatibility import Expand
 
 revision = "0003"
 down_revision = "0002"

@@ -6,14 +6,15 @@ Create Date: 2026-12-02 09:00:00.000000
 
 Expand only: a new table that the previous release never reads. From here on, a release whose head is
 older than the database's revision reads the record to know whether it may still run
-(decisionflow.schema_compatibility); decisionflow.db.migrate writes its row with every upgrade.
+(decisionflow_server.storage.schema_compatibility);
+decisionflow_server.storage.db.migrate writes its row with every upgrade.
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-from decisionflow.schema_compatibility import Expand, record_columns, record_table_name
+from decisionflow_server.storage.schema_compatibility import Expand, record_columns, record_table_name
 
 revision = "0005"
 down_revision = "0004"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from decisionflow.schema_compatibility import Contract
+from decisionflow_server.storage.schema_compatibility import Contract
 
 revision = "0006"
 down_revision = "0005"

@@ -1,7 +1,7 @@
 """Bearer-token metadata, added to every call by a client interceptor. Call credentials would need
 TLS; the interceptors also work over insecure loopback channels.
 ``decisionflow.channels.open_channel`` and ``open_aio_channel`` install them; the servers' side of
-authentication is ``decisionflow.auth``."""
+authentication is ``decisionflow_server.runtime.auth``."""
 
 from __future__ import annotations
 

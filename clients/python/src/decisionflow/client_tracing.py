@@ -4,7 +4,7 @@ call's metadata (``traceparent``), so a server's SERVER span joins the caller's 
 Needs only the OpenTelemetry API (``pip install 'decisionflow-client[tracing]'``); the channels of
 ``decisionflow.channels`` install these interceptors when it is importable. Until the application
 sets up an SDK (``trace.set_tracer_provider``) the API hands out non-recording spans and each call
-costs one check. The servers' side (SDK set-up, SERVER spans, annotations) is ``decisionflow.tracing``.
+costs one check. The servers' side (SDK set-up, SERVER spans, annotations) is ``decisionflow_server.runtime.tracing``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 INVALID_ARGUMENT a BadRequest naming each bad field, and for a budget refusal a RetryInfo saying
 when the same request may succeed.
 
-The servers write it (``decisionflow.rpc_errors``); the clients read it here.
+The servers write it (``decisionflow_server.runtime.rpc_errors``); the clients read it here.
 """
 
 from __future__ import annotations

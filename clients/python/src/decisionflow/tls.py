@@ -1,7 +1,7 @@
 """TLS credentials for servers and channels, read from PEM files.
 
 A server given a client CA requires and verifies a client certificate (mutual TLS); the verified
-certificate's CN and SANs then name the principal (see decisionflow.auth).
+certificate's CN and SANs then name the principal (see decisionflow_server.runtime.auth).
 """
 
 from __future__ import annotations

@@ -1,0 +1,105 @@
+"""Rendering: Jinja2 templates with autoescaping always on, so every value a page shows (proposal
+text, ids, names from the provider, messages from the orchestrator) is text, never markup; what a
+proposal says is shown through ``decisionflow_server.apps.console.marking``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from decisionflow_server.apps.console import csrf
+from decisionflow_server.apps.console.marking import reveal
+from decisionflow_server.apps.console.navigation import NavLink, links_for
+from decisionflow_server.apps.console.refusals import Refusal
+from decisionflow_server.apps.console.web import current_session
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+
+# A state as a person reads it; the code stays in the element's data-state attribute.
+_STATE_WORDS = {
+    "PENDING_REVIEW": "Pending review",
+    "APPROVED": "Approved, effect not yet attempted",
+    "UNKNOWN": "Unknown: the effect is not confirmed yet",
+    "COMMITTED": "Committed",
+    "DECLINED": "Declined",
+    "REJECTED": "Rejected by the receiver",
+    "SUPERSEDED": "Replaced by a newer proposal",
+    "EXPIRED": "Expired undecided",
+}
+
+
+def in_words(state: Any) -> str:
+    """Return an operation state (enum or code) in words ("Pending review", not PENDING_REVIEW)."""
+    code = str(getattr(state, "value", state))
+    return _STATE_WORDS.get(code, code.replace("_", " ").capitalize())
+
+
+def age(moment: datetime | None, now: datetime | None = None) -> str:
+    """Return how long ago moment was, in the largest whole unit that fits ("3 min", "2 h", "5 d")."""
+    if moment is None:
+        return "-"
+    seconds = max(0.0, ((now or datetime.now(UTC)) - moment).total_seconds())
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
+
+
+def when(moment: datetime | None) -> str:
+    """Return moment as UTC to the second, or "-"."""
+    return "-" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Pages:
+    """Renders a template into an HTML response with the signed-in person and their CSRF token."""
+
+    def __init__(self) -> None:
+        self._env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES),
+            autoescape=True,  # every template, whatever its name
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self._env.filters["age"] = age
+        self._env.filters["when"] = when
+        self._env.filters["reveal"] = reveal
+        self._env.filters["words"] = in_words
+
+    def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+        """Return template rendered with context, the person signed in (or None), the links their roles
+        allow and the CSRF field."""
+        session = current_session(request)
+        signed_in = session if session is not None and session.signed_in else None
+        page = self.html(
+            template,
+            person=signed_in.person if signed_in is not None else None,
+            csrf_token=session.csrf_token if session is not None else "",
+            links=links_for(signed_in.roles) if signed_in is not None else (),
+            **context,
+        )
+        return HTMLResponse(page, status_code=status)
+
+    def html(
+        self, template: str, *, person: Any, csrf_token: str, links: Sequence[NavLink] = (), **context: Any
+    ) -> str:
+        """Return template rendered with context for person (None: nobody signed in), offering links."""
+        return self._env.get_template(template).render(
+            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, links=links, **context
+        )
+
+    def refusal(self, request: Request, refusal: Refusal) -> HTMLResponse:
+        """Return the page of a refusal, with its HTTP status."""
+        return self.render(request, "refusal.html", status=refusal.status, refusal=refusal)
+
+    def message(self, request: Request, status: int, title: str, words: str) -> HTMLResponse:
+        """Return a page that says one thing (forged form, sign-in failed, not signed in)."""
+        return self.render(request, "message.html", status=status, title=title, words=words)

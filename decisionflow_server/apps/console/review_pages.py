@@ -1,0 +1,206 @@
+"""The reviewer's and author's pages: the inbox, a proposal with what changed, its decision, an edit,
+and starting a case. Each POST carries the operation id the page showed; the orchestrator decides."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, OperationView, ProposalView
+from decisionflow_server.apps.console.diff import ProposalDiff, proposal_diff
+from decisionflow_server.apps.console.forms import FormError, ProposalForm
+from decisionflow_server.apps.console.marking import revealed
+from decisionflow_server.apps.console.orchestrator import Orchestrator
+from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.refusals import Link, explain, proposal_path
+from decisionflow_server.apps.console.sessions import Session
+from decisionflow_server.apps.console.signin import posted_form
+from decisionflow_server.apps.console.web import current_session
+
+# Pending reviews per inbox page.
+INBOX_PAGE_SIZE = 25
+
+
+def signed_in(request: Request) -> Session | None:
+    """Return the request's signed-in session, or None."""
+    session = current_session(request)
+    return session if session is not None and session.signed_in else None
+
+
+def to_sign_in(request: Request) -> Response:
+    """Return a redirect to the sign-in that comes back to this page."""
+    return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+
+# An operation id as the orchestrator writes it: only such a value is put in a link back.
+OPERATION_ID = re.compile(r"op-v1-[0-9a-f]{64}")
+
+
+def proposal_page(proposal: ProposalView, operation: OperationView, changes: ProposalDiff | None) -> dict[str, Any]:
+    """The proposal page's context: what the proposal and its changes say, every string marked (marking)."""
+    return {"proposal": revealed(proposal), "operation": operation, "changes": revealed(changes)}
+
+
+class ReviewPages:
+    """Inbox, proposal, decision, edit and start, calling the orchestrator as the signed-in person."""
+
+    def __init__(self, orchestrator: Orchestrator, pages: Pages) -> None:
+        self._orchestrator = orchestrator
+        self._pages = pages
+
+    async def inbox(self, request: Request) -> Response:
+        """The reviewer's inbox: current, undecided proposals, oldest first, filtered by case id prefix
+        and author, a page at a time (or the sign-in link)."""
+        session = signed_in(request)
+        if session is None:
+            return self._pages.render(request, "welcome.html")
+        filters = {name: request.query_params.get(name, "").strip() for name in ("case", "author", "page")}
+        try:
+            page = await self._review(session).list_pending_reviews(
+                page_size=INBOX_PAGE_SIZE,
+                page_token=filters["page"],
+                case_id_prefix=filters["case"] or None,
+                created_by=filters["author"] or None,
+            )
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="read the inbox", role="reviewer"))
+        kept = {name: filters[name] for name in ("case", "author") if filters[name]}
+        next_page = "/?" + urlencode({**kept, "page": page.next_page_token}) if page.next_page_token else ""
+        return self._pages.render(
+            request,
+            "inbox.html",
+            entries=revealed(tuple(page.entries)),
+            filters=filters,
+            next_page=next_page,
+            first_page="/?" + urlencode(kept),
+        )
+
+    async def case(self, request: Request) -> Response:
+        """Open a case's current proposal."""
+        session = signed_in(request)
+        if session is None:
+            return to_sign_in(request)
+        case_id = request.query_params.get("case_id", "").strip()
+        try:
+            record = await self._review(session).get_proposal(case_id=case_id)
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="read this case", role="reviewer"))
+        return RedirectResponse(proposal_path(record.proposal.operation_id), status_code=303)
+
+    async def proposal(self, request: Request) -> Response:
+        """Show one proposal exactly as its operation id binds it, with what changed from its parent."""
+        session = signed_in(request)
+        if session is None:
+            return to_sign_in(request)
+        operation_id = request.path_params["operation_id"]
+        review = self._review(session)
+        try:
+            record = await review.get_proposal(operation_id=operation_id)
+            changes = await self._changes(session, record.proposal)
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="read this proposal", role="reviewer"))
+        return self._pages.render(request, "proposal.html", **proposal_page(record.proposal, record.operation, changes))
+
+    async def _changes(self, session: Session, proposal: ProposalView) -> ProposalDiff | None:
+        if not proposal.parent_operation_id:
+            return None
+        parent = await self._review(session).get_proposal(operation_id=proposal.parent_operation_id)
+        return proposal_diff(parent.proposal, proposal)
+
+    async def decide(self, request: Request) -> Response:
+        """Send the decision on the operation id the page showed, and show the outcome or the refusal."""
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, form = checked
+        operation_id = _field(form, "operation_id")
+        decision = Decision.parse(_field(form, "decision"))
+        doing = "decline this proposal" if decision is Decision.DECLINE else "approve this proposal"
+        try:
+            result = await self._review(session).decide(operation_id, decision)
+        except DecisionflowError as error:
+            refusal = explain(error, doing=doing, role="reviewer", deciding=True)
+            if refusal.link is None and OPERATION_ID.fullmatch(operation_id):
+                # A decision refused (four-eyes, a missing role, …) leads back to what was being decided.
+                refusal = dataclasses.replace(refusal, link=Link(proposal_path(operation_id), "Back to the proposal"))
+            return self._pages.refusal(request, refusal)
+        return self._pages.render(request, "outcome.html", result=result, operation_id=operation_id)
+
+    async def edit_form(self, request: Request) -> Response:
+        """Show the edit form of a proposal, carrying its operation id as the expected one."""
+        session = signed_in(request)
+        if session is None:
+            return to_sign_in(request)
+        operation_id = request.path_params["operation_id"]
+        try:
+            record = await self._review(session).get_proposal(operation_id=operation_id)
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="read this proposal", role="author"))
+        form = ProposalForm.of(record.proposal)
+        return self._pages.render(request, "edit.html", form=form, expected_operation_id=operation_id, problem="")
+
+    async def edit(self, request: Request) -> Response:
+        """Replace the proposal the form was opened on, if it is still the case's current one."""
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, posted = checked
+        expected = _field(posted, "expected_operation_id")
+        form = ProposalForm.posted(posted)
+        try:
+            evidence, policy = form.evidence_items(), form.policy()
+        except FormError as problem:
+            return self._pages.render(
+                request,
+                "edit.html",
+                status=400,
+                form=form.with_spare_rows(),
+                expected_operation_id=expected,
+                problem=str(problem),
+            )
+        try:
+            edited = await self._review(session).edit_proposal(expected, form.body, evidence, policy)
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="edit this proposal", role="author"))
+        return RedirectResponse(proposal_path(edited.proposal.operation_id), status_code=303)
+
+    async def start_form(self, request: Request) -> Response:
+        """Show the form that starts a case's review."""
+        if signed_in(request) is None:
+            return to_sign_in(request)
+        return self._pages.render(request, "start.html", form=ProposalForm(), problem="")
+
+    async def start(self, request: Request) -> Response:
+        """Start a review of the posted proposal and open its page."""
+        checked = await posted_form(self._pages, request, signed_in(request))
+        if isinstance(checked, Response):
+            return checked
+        session, posted = checked
+        form = ProposalForm.posted(posted)
+        try:
+            evidence, policy = form.evidence_items(), form.policy()
+        except FormError as problem:
+            return self._pages.render(
+                request, "start.html", status=400, form=form.with_spare_rows(), problem=str(problem)
+            )
+        try:
+            started = await self._review(session).start_review(form.case_id, form.action, form.body, evidence, policy)
+        except DecisionflowError as error:
+            return self._pages.refusal(request, explain(error, doing="start a review", role="author"))
+        return RedirectResponse(proposal_path(started.proposal.operation_id), status_code=303)
+
+    def _review(self, session: Session) -> AsyncReviewClient:
+        if session.access_token is None:
+            raise RuntimeError("a signed-in session holds an access token")
+        return self._orchestrator.review(session.access_token)
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name, "")
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,162 @@
+"""Sign-in with OpenID Connect (authorization code with PKCE S256, through Authlib) and sign-out.
+
+``/login`` starts an anonymous session holding the sign-in's state, nonce and PKCE verifier and
+sends the browser to the provider; ``/auth/callback`` checks the state, exchanges the code (the
+verifier proves this console asked for it), verifies the ID token (signature by the issuer's
+keys, issuer, audience, expiry, nonce) and replaces the anonymous session with a signed-in one.
+The access token stays in the session, in memory: the browser only ever holds the session cookie.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from authlib.integrations.starlette_client import OAuth, OAuthError
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from decisionflow_server.apps.console import csrf
+from decisionflow_server.apps.console.config import ConsoleConfig
+from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.sessions import COOKIE_NAME, Person, Session, SessionStore
+from decisionflow_server.apps.console.web import current_session
+
+CALLBACK_PATH = "/auth/callback"
+_PROVIDER = "provider"
+_NEXT = "next_path"
+
+
+class SignIn:
+    """The sign-in, callback and sign-out endpoints, bound to one provider and one session store."""
+
+    def __init__(self, config: ConsoleConfig, store: SessionStore, pages: Pages, origin: str) -> None:
+        self._store = store
+        self._pages = pages
+        self._origin = origin
+        self._secure_cookie = origin.startswith("https://")
+        self._groups_claim = config.oidc_groups_claim
+        client_kwargs: dict[str, Any] = {"scope": config.oidc_scopes, "code_challenge_method": "S256"}
+        if config.oidc_client_secret is None:
+            # A public client: PKCE is its proof.
+            client_kwargs["token_endpoint_auth_method"] = "none"  # noqa: S105 (a method name, not a secret)
+        self._oauth = OAuth()
+        self._oauth.register(
+            _PROVIDER,
+            client_id=config.oidc_client_id,
+            client_secret=config.oidc_client_secret,
+            server_metadata_url=f"{config.oidc_issuer}/.well-known/openid-configuration",
+            client_kwargs=client_kwargs,
+        )
+
+    @property
+    def _client(self) -> Any:
+        return self._oauth.create_client(_PROVIDER)
+
+    async def login(self, request: Request) -> Response:
+        """Start a sign-in and send the browser to the provider."""
+        session = self._store.start_sign_in()
+        session.sign_in_state[_NEXT] = local_path(request.query_params.get("next"))
+        request.scope["session"] = session.sign_in_state
+        try:
+            response: Response = await self._client.authorize_redirect(request, self._origin + CALLBACK_PATH)
+        except Exception:  # the provider's metadata could not be read: say so, without its internals
+            self._store.end(session)
+            return self._pages.message(
+                request, 503, "Sign-in is unavailable", "The identity provider did not answer. Try again in a moment."
+            )
+        self._set_cookie(response, session)
+        return response
+
+    async def callback(self, request: Request) -> Response:
+        """Finish a sign-in: verify the provider's answer and start the signed-in session."""
+        session = current_session(request)
+        if session is None or session.signed_in:
+            return self._pages.message(
+                request, 400, "Sign-in expired", "This sign-in was not started here or took too long. Sign in again."
+            )
+        try:
+            token = await self._client.authorize_access_token(request)
+        except OAuthError as error:
+            self._store.end(session)
+            return self._pages.message(
+                request, 400, "Sign-in failed", f"The identity provider refused the sign-in ({error.error})."
+            )
+        claims = token.get("userinfo") or {}
+        access_token = token.get("access_token")
+        if not claims.get("sub") or not isinstance(access_token, str):
+            self._store.end(session)
+            return self._pages.message(
+                request, 400, "Sign-in failed", "The identity provider gave no subject or no access token."
+            )
+        next_path = str(session.sign_in_state.get(_NEXT) or "/")
+        expires_at = token.get("expires_at")
+        signed_in = self._store.sign_in(
+            session,
+            self._person(claims),
+            access_token,
+            float(expires_at) if isinstance(expires_at, int | float) else None,
+        )
+        response = RedirectResponse(next_path, status_code=303)
+        self._set_cookie(response, signed_in)
+        return response
+
+    async def signout(self, request: Request) -> Response:
+        """End the session (a POST carrying its CSRF token) and forget the cookie."""
+        checked = await posted_form(self._pages, request, current_session(request))
+        if isinstance(checked, Response):
+            return checked
+        session, _ = checked
+        self._store.end(session)
+        request.scope["decisionflow_server.apps.console.session"] = None
+        response = self._pages.message(request, 200, "Signed out", "You are signed out of the console.")
+        response.delete_cookie(COOKIE_NAME, path="/", secure=self._secure_cookie, httponly=True, samesite="lax")
+        return response
+
+    def _person(self, claims: dict[str, Any]) -> Person:
+        subject = str(claims["sub"])
+        name = claims.get("name") or claims.get("email") or subject
+        groups = claims.get(self._groups_claim) or ()
+        if isinstance(groups, str):
+            groups = (groups,)
+        return Person(subject, str(name), tuple(str(g) for g in groups))
+
+    def _set_cookie(self, response: Response, session: Session) -> None:
+        response.set_cookie(
+            COOKIE_NAME,
+            self._store.cookie_value(session),
+            max_age=max(1, int(session.expires_at - time.time())),
+            path="/",
+            secure=self._secure_cookie,
+            httponly=True,
+            samesite="lax",
+        )
+
+
+async def posted_form(pages: Pages, request: Request, session: Session | None) -> tuple[Session, FormData] | Response:
+    """The POST's session and form when the form carries the session's CSRF token; else the 403 page
+    (nothing done). Every form handler reads its form here, so none is served without the check."""
+    form = await request.form()
+    try:
+        return csrf.check(session, form.get(csrf.FIELD)), form
+    except csrf.CsrfRefused:
+        return forged(pages, request)
+
+
+def forged(pages: Pages, request: Request) -> Response:
+    """Return the 403 page of a POST without its session's CSRF token."""
+    return pages.message(
+        request,
+        403,
+        "Form refused",
+        "This form did not come from your current session (it may be forged, or your session ended). "
+        "Nothing was done. Open the page again and resubmit.",
+    )
+
+
+def local_path(value: str | None) -> str:
+    """Return value when it is a path on this console, else "/": a sign-in never ends on another site."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"

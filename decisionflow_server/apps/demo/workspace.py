@@ -1,0 +1,143 @@
+"""The demo's state directory: databases, the credentials file and one token file per principal,
+the checkpoint key, the proposal files the commands read, and the logs of every child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decisionflow_server.runtime.auth import Role, issue_token
+
+AUTHOR, REVIEWER, OPERATOR, ORCHESTRATOR, NAIVE_CLIENT = "ava", "rita", "ops", "orchestrator", "naive-client"
+# The reconciler's token for the receiver: the receiver never sees a token the orchestrator takes as operator.
+RECONCILER_READER = "reconciler"
+
+PRINCIPALS: dict[str, tuple[Role, ...]] = {
+    AUTHOR: (Role.AUTHOR,),
+    REVIEWER: (Role.REVIEWER,),
+    OPERATOR: (Role.OPERATOR, Role.EFFECT_READER),
+    RECONCILER_READER: (Role.EFFECT_READER,),
+    ORCHESTRATOR: (Role.EFFECT_WRITER, Role.EFFECT_READER),
+    # The control experiment's client writes effects directly, as a service without idempotency would.
+    NAIVE_CLIENT: (Role.EFFECT_WRITER,),
+}
+
+CASE_ID = "T-1042"
+STALE_CASE_ID = "T-1043"
+CONTROL_CASE_ID = "T-1042-control"
+ACTION = "record_support_review"
+
+BODY = (
+    "Thanks for the detailed report. This is a known firmware issue: devices on 4.2.0 can hold at boot "
+    "after a power cut (HOLD-7). Firmware 4.2.1 fixes it; please update, and if the hold happens again, "
+    "send us the diagnostic export."
+)
+STALE_BODY = (
+    "Thanks for writing in. The boot hold you describe is the known firmware issue HOLD-7; updating to "
+    "firmware 4.2.1 resolves it."
+)
+HOLD_QUOTATION = "Firmware 4.2.0 may hold at boot after a power cut; fixed in 4.2.1."
+POLICY: dict[str, Any] = {
+    "name": "support-replies",
+    "version_label": "2026-10",
+    "allowance_units": 9,
+    "rules": {},
+}
+
+
+def evidence(hold_version: int) -> list[dict[str, Any]]:
+    """The two sources of the demo's replies, with the HOLD-7 source at hold_version (same quotation)."""
+    return [
+        {"source_id": "HOLD-7", "version": hold_version, "quotation": HOLD_QUOTATION},
+        {"source_id": "KB-12", "version": 1, "quotation": "Update to firmware 4.2.1 from Settings > System."},
+    ]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where everything of one demo run lives."""
+
+    root: Path
+    orchestrator_url: str
+    receiver_url: str
+    credentials: Path
+    checkpoint_keys: Path
+
+    @property
+    def logs(self) -> Path:
+        """Directory of the child processes' logs and port files."""
+        return self.root / "logs"
+
+    @property
+    def inputs(self) -> Path:
+        """Directory of the proposal files the review commands read."""
+        return self.root / "inputs"
+
+    def token_file(self, principal: str) -> Path:
+        """The file holding principal's bearer token."""
+        return self.root / "tokens" / f"{principal}.token"
+
+    def token(self, principal: str) -> str:
+        """principal's bearer token, read from its file."""
+        return self.token_file(principal).read_text(encoding="utf-8").strip()
+
+    def input(self, name: str) -> Path:
+        """The path of one input file."""
+        return self.inputs / name
+
+
+def _state_dir(path: Path | None) -> Path:
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix="decisionflow-demo-"))
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        # An earlier run's databases would already hold the demo's cases and effects.
+        raise ValueError(f"--state-dir {path} must be an empty directory or not exist yet")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write text to path (its folder made if needed), readable and writable by its owner only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
+def _write_json(path: Path, document: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def prepare(state_dir: Path | None, orchestrator_url: str | None, receiver_url: str | None) -> Workspace:
+    """Create the state directory with tokens, key and inputs; raise ValueError if it is not fresh."""
+    root = _state_dir(state_dir).resolve()
+    workspace = Workspace(
+        root=root,
+        orchestrator_url=orchestrator_url or f"sqlite:///{root / 'orchestrator.db'}",
+        receiver_url=receiver_url or f"sqlite:///{root / 'receiver.db'}",
+        credentials=root / "credentials.json",
+        checkpoint_keys=root / "checkpoint-keys",
+    )
+    workspace.logs.mkdir()
+    for principal, roles in PRINCIPALS.items():
+        write_private(workspace.token_file(principal), issue_token(workspace.credentials, principal, roles) + "\n")
+    write_private(workspace.checkpoint_keys, secrets.token_urlsafe(32) + "\n")
+    _write_json(
+        workspace.input(f"{CASE_ID}.json"),
+        {"case_id": CASE_ID, "action": ACTION, "body": BODY, "evidence": evidence(2), "policy": POLICY},
+    )
+    _write_json(
+        workspace.input(f"{STALE_CASE_ID}.json"),
+        {"case_id": STALE_CASE_ID, "action": ACTION, "body": STALE_BODY, "evidence": evidence(2), "policy": POLICY},
+    )
+    _write_json(
+        workspace.input(f"{STALE_CASE_ID}-edit.json"),
+        {"body": STALE_BODY, "evidence": evidence(4), "policy": POLICY},
+    )
+    return workspace

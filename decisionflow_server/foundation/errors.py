@@ -1,0 +1,55 @@
+"""The domain error base shared by every service: refusals with a reason, metadata and field violations.
+
+    DomainError                      every refusal a service reports on the wire
+    ├── InvalidRequest               bad fields (INVALID_ARGUMENT), with field violations
+    ├── Unavailable                  a dependency is down; retry with the same key (UNAVAILABLE)
+    └── (each service's errors.py)   the service's own refusals
+
+No grpc here: stores, validation and use cases raise these; ``decisionflow_server.runtime.rpc_errors`` turns
+them into a rich gRPC status at the server's edge. The reason strings are in
+``decisionflow.reasons``; docs/errors.md lists each with its status code and metadata keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from decisionflow import reasons
+from decisionflow.reasons import FieldViolation
+
+__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable"]
+
+
+class DomainError(Exception):
+    """A refusal with a machine-readable reason and metadata (google.rpc.ErrorInfo); with retry_after,
+    also when the same request may succeed again (google.rpc.RetryInfo)."""
+
+    reason: str = ""
+
+    def __init__(
+        self, message: str, *, metadata: Mapping[str, str] | None = None, retry_after: timedelta | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.retry_after = retry_after
+
+
+class InvalidRequest(DomainError):
+    """The request is malformed; nothing was written."""
+
+    reason = reasons.INVALID_ARGUMENT
+
+    def __init__(self, violations: Sequence[FieldViolation], *, reason: str | None = None) -> None:
+        summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
+        super().__init__(f"invalid request: {summary}")
+        self.violations = list(violations)
+        if reason is not None:
+            self.reason = reason
+
+
+class Unavailable(DomainError):
+    """A dependency (database, shutdown in progress) is unavailable; retry with the same key."""
+
+    reason = reasons.UNAVAILABLE
