@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from decisionflow.failpoints import Failpoints
+from decisionflow.vocabulary import OperationId
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint
 from orchestrator.errors import CheckpointSaveFailed
@@ -31,7 +32,7 @@ class ReviewRuns:
         self._failpoints = failpoints
         self._clock = clock
 
-    def checkpoints(self, operation_id: str, *, keep: bool = True) -> RunCheckpoints:
+    def checkpoints(self, operation_id: OperationId, *, keep: bool = True) -> RunCheckpoints:
         """Return the checkpoint storage of one run on operation_id (keep=False: a resume, which keeps none)."""
         return RunCheckpoints(
             self._store.checkpoints,

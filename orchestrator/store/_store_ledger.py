@@ -9,7 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from decisionflow.vocabulary import OPEN_STATES, Decision, OperationState, Receipt
+from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, OperationId, OperationState, Receipt
 from orchestrator.domain import DecisionInputs, FirstAttempt, Operation, RecordedDecision, SealedCheckpoint
 from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import operations
@@ -17,7 +17,7 @@ from orchestrator.store import _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import state_text
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
-from orchestrator.store._rows import operation_from, review_from, sealed_checkpoint_from
+from orchestrator.store._rows import operation_from, operation_id_of, review_from, sealed_checkpoint_from
 from orchestrator.store._store_base import StoreBase
 from orchestrator.store._takeover import RECORD_ATTEMPT_OVER_ENDED
 
@@ -27,7 +27,7 @@ MAX_REJECTION_REASON_CHARS = 2000
 class LedgerMethods(StoreBase):
     """The decision ledger and the effect record of each operation."""
 
-    def decision_inputs(self, operation_id: str) -> DecisionInputs:
+    def decision_inputs(self, operation_id: OperationId) -> DecisionInputs:
         """Return the operation (with any recorded decision), its proposal, the case's current operation id
         and the pending review with its still-sealed checkpoint, read together; raise NotFound."""
         with self.transactions.read() as conn:
@@ -39,7 +39,7 @@ class LedgerMethods(StoreBase):
         return DecisionInputs(
             operation=operation_from(row),
             proposal=proposal,
-            current_operation_id=m["current_operation_id"],
+            current_operation_id=operation_id_of(m["current_operation_id"]),
             review=None if m["r_operation_id"] is None else review_from(m, "r_"),
             checkpoint=None if m["k_checkpoint_id"] is None else sealed_checkpoint_from(m, "k_"),
         )
@@ -47,7 +47,7 @@ class LedgerMethods(StoreBase):
     def record_decision(
         self,
         decided: RecordedDecision,
-        case_id: str,
+        case_id: CaseId,
         saved: Sequence[SealedCheckpoint],
         attempt: FirstAttempt | None = None,
     ) -> Operation:
@@ -102,14 +102,14 @@ class LedgerMethods(StoreBase):
         self._wrote(saved)
         return operation
 
-    def get_decision(self, operation_id: str) -> RecordedDecision | None:
+    def get_decision(self, operation_id: OperationId) -> RecordedDecision | None:
         """Return the recorded decision of an operation, if any."""
         with self.transactions.read() as conn:
             return _ledger.decision_txn(conn, operation_id)
 
     def record_attempt(
         self,
-        operation_id: str,
+        operation_id: OperationId,
         payload: bytes,
         digest: str,
         now: datetime,
@@ -149,7 +149,7 @@ class LedgerMethods(StoreBase):
 
         return self.transactions.batched(work)
 
-    def release_attempt(self, operation_id: str, lease_until: datetime) -> Operation:
+    def release_attempt(self, operation_id: OperationId, lease_until: datetime) -> Operation:
         """Give up the lease an attempt took until lease_until (if it still holds it); return the operation."""
 
         def work(conn: sa.Connection) -> Operation:
@@ -158,7 +158,7 @@ class LedgerMethods(StoreBase):
 
         return self.transactions.batched(work)
 
-    def record_receipt(self, operation_id: str, receipt: Receipt, now: datetime) -> Operation:
+    def record_receipt(self, operation_id: OperationId, receipt: Receipt, now: datetime) -> Operation:
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
 
         def work(conn: sa.Connection) -> Operation:
@@ -176,7 +176,7 @@ class LedgerMethods(StoreBase):
 
         return self.transactions.batched(work)
 
-    def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
+    def record_rejection(self, operation_id: OperationId, reason: str, now: datetime) -> Operation:
         """Move an open operation to REJECTED: the receiver definitely refused the effect."""
 
         def work(conn: sa.Connection) -> Operation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from decisionflow.vocabulary import OperationState
+from decisionflow.vocabulary import CaseId, OperationId, OperationState
 from orchestrator.domain import Operation, OperationTally, Settlement
 from orchestrator.store import _operations
 from orchestrator.store._store_base import StoreBase
@@ -14,7 +14,7 @@ from orchestrator.store._store_base import StoreBase
 class OperationMethods(StoreBase):
     """Reading and settling operations."""
 
-    def get_operation(self, operation_id: str) -> Operation:
+    def get_operation(self, operation_id: OperationId) -> Operation:
         """Return the operation with that id (SUPERSEDED when pending and no longer current), or raise NotFound."""
         with self.transactions.read() as conn:
             return _operations.operation_txn(conn, operation_id)
@@ -24,9 +24,9 @@ class OperationMethods(StoreBase):
         states: Sequence[OperationState],
         changed_before: datetime,
         limit: int,
-        after: tuple[datetime, str] | None,
+        after: tuple[datetime, OperationId] | None,
         *,
-        case_id: str | None = None,
+        case_id: CaseId | None = None,
     ) -> list[Operation]:
         """Return operations in states that entered them before changed_before (only case_id's when given),
         oldest first, after a page key."""

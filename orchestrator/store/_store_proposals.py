@@ -9,6 +9,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
+from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.domain import (
     PendingReview,
     PendingReviewEntry,
@@ -30,7 +31,7 @@ class ProposalMethods(StoreBase):
         proposal: Proposal,
         review: PendingReview,
         saved: Sequence[SealedCheckpoint],
-        expected_operation_id: str | None = None,
+        expected_operation_id: OperationId | None = None,
         *,
         open_review_limit: int = 0,
     ) -> tuple[Proposal, bool]:
@@ -68,7 +69,9 @@ class ProposalMethods(StoreBase):
             self._wrote(saved)
         return stored, created
 
-    def _take_case_txn(self, conn: sa.Connection, proposal: Proposal, expected_operation_id: str | None) -> None:
+    def _take_case_txn(
+        self, conn: sa.Connection, proposal: Proposal, expected_operation_id: OperationId | None
+    ) -> None:
         # Concurrent proposals for one case race on the case row: the insert (primary key) or the
         # compare-and-set of its pointer lets one win; a loser reads the winner (committed by then)
         # and is refused as the rules say. Two rounds settle any race; a third only if the winner
@@ -89,9 +92,9 @@ class ProposalMethods(StoreBase):
 
     def start_inputs(
         self,
-        operation_id: str,
-        case_id: str,
-        expected_operation_id: str | None,
+        operation_id: OperationId,
+        case_id: CaseId,
+        expected_operation_id: OperationId | None,
         *,
         author: str = "",
         open_review_limit: int = 0,
@@ -108,7 +111,7 @@ class ProposalMethods(StoreBase):
             _inbox.check_open_reviews_txn(conn, author, case_id, open_review_limit, writing=False)
             return None
 
-    def check_open_reviews(self, author: str, case_id: str, open_review_limit: int) -> None:
+    def check_open_reviews(self, author: str, case_id: CaseId, open_review_limit: int) -> None:
         """Raise TooManyOpenReviews when author already has open_review_limit proposals in the inbox on
         cases other than case_id (0: no cap); the write that would add one checks again."""
         with self.transactions.read() as conn:
@@ -117,7 +120,7 @@ class ProposalMethods(StoreBase):
     def create_edit(
         self,
         proposal: Proposal,
-        expected_operation_id: str,
+        expected_operation_id: OperationId,
         review: PendingReview,
         saved: Sequence[SealedCheckpoint],
         *,
@@ -160,35 +163,35 @@ class ProposalMethods(StoreBase):
             self._wrote(saved)
         return stored
 
-    def current_operation_id(self, case_id: str) -> str | None:
+    def current_operation_id(self, case_id: CaseId) -> OperationId | None:
         """Return the operation id of the case's current proposal, if the case exists."""
         with self.transactions.read() as conn:
             return _proposals.current_txn(conn, case_id)
 
-    def get_proposal(self, operation_id: str) -> Proposal:
+    def get_proposal(self, operation_id: OperationId) -> Proposal:
         """Return the proposal with that operation id, or raise NotFound."""
         with self.transactions.read() as conn:
             return _proposals.proposal_txn(conn, operation_id)
 
-    def find_proposal(self, operation_id: str) -> Proposal | None:
+    def find_proposal(self, operation_id: OperationId) -> Proposal | None:
         """Return the proposal with that operation id, or None when there is none."""
         with self.transactions.read() as conn:
             return _proposals.find_proposal_txn(conn, operation_id)
 
-    def get_pending_review(self, operation_id: str) -> PendingReview:
+    def get_pending_review(self, operation_id: OperationId) -> PendingReview:
         """Return the pending review of an operation, or raise NotFound."""
         with self.transactions.read() as conn:
             return _proposals.review_txn(conn, operation_id)
 
     def list_pending_reviews(
-        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
     ) -> list[PendingReviewEntry]:
         """Return up to limit undecided current proposals matching filters, oldest first, after a page
         key, each with its pending review and version count, from one snapshot."""
         with self.transactions.read() as conn:
             return _inbox.pending_reviews_txn(conn, filters, limit, after)
 
-    def proposal_view(self, operation_id: str) -> ProposalView:
+    def proposal_view(self, operation_id: OperationId) -> ProposalView:
         """Return the proposal, its operation and whether it is the case's current proposal; raise NotFound."""
         with self.transactions.read() as conn:
             proposal = _proposals.proposal_txn(conn, operation_id)

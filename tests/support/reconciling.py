@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from decisionflow import db
 from decisionflow.processes import child_environment, free_port
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from decisionflow.vocabulary import Decision, OperationId
+from decisionflow.vocabulary import CaseId, Decision, OperationId
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
 from effect_receiver.store import migrate as migrate_receiver
@@ -115,7 +115,7 @@ def approved_never_attempted(stack: Stack, case_id: str) -> str:
     try:
         store = OrchestratorStore(engine)
         decision = RecordedDecision(OperationId(op), Decision.APPROVE, "reviewer@example.com", datetime.now(UTC))
-        store.record_decision(decision, case_id, [])
+        store.record_decision(decision, CaseId(case_id), [])
     finally:
         engine.dispose()
     return op
