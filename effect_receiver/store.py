@@ -54,7 +54,7 @@ def migrate(engine: Engine) -> tuple[str | None, str | None]:
 
 
 def _receipt(row: sa.Row[*tuple[Any, ...]]) -> Receipt:
-    return Receipt(receipt_id=row.receipt_id, operation_id=row.operation_id, applied_at=row.applied_at)
+    return Receipt(receipt_id=row.receipt_id, operation_id=OperationId(row.operation_id), applied_at=row.applied_at)
 
 
 class EffectStore:
@@ -146,7 +146,7 @@ class EffectStore:
         wanted = sorted(set(operation_ids))
         with self._transactions.read() as conn:
             rows = conn.execute(sa.select(*_RECEIPT_COLUMNS).where(effects.c.operation_id.in_(wanted))).all()
-        return {row.operation_id: _receipt(row) for row in rows}
+        return {receipt.operation_id: receipt for receipt in map(_receipt, rows)}
 
     def list_effects(self, case_id: CaseId, *, after: int, limit: int) -> EffectPage:
         """Return up to limit effects of case_id with a sequence above after, oldest first."""
@@ -172,8 +172,8 @@ class EffectStore:
         page = tuple(
             AppliedEffect(
                 sequence=row.sequence,
-                operation_id=row.operation_id,
-                case_id=row.case_id,
+                operation_id=OperationId(row.operation_id),
+                case_id=CaseId(row.case_id),
                 kind=row.kind,
                 payload_digest=row.payload_digest,
                 body=row.body,

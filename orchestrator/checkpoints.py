@@ -39,6 +39,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from decisionflow.vocabulary import OperationId
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.errors import CheckpointIntegrity, WorkflowProtocolError
 
@@ -150,7 +151,9 @@ class CheckpointSealer:
         self._keys = {_key_id(key): key for key in keys}
         self._signing_id = _key_id(keys[0])
 
-    def _mac(self, key: bytes, checkpoint_id: str, workflow_name: str, graph: str, op: str, state: bytes) -> str:
+    def _mac(
+        self, key: bytes, checkpoint_id: str, workflow_name: str, graph: str, op: OperationId, state: bytes
+    ) -> str:
         message = _MAC_DOMAIN + b"".join(
             _lp(part) for part in (checkpoint_id.encode(), workflow_name.encode(), graph.encode(), op.encode(), state)
         )
@@ -161,7 +164,7 @@ class CheckpointSealer:
         checkpoint_id: str,
         workflow_name: str,
         graph: str,
-        operation_id: str,
+        operation_id: OperationId,
         state: bytes,
         now: datetime,
     ) -> SealedCheckpoint:
@@ -219,7 +222,7 @@ class RunCheckpoints:
         self,
         table: CheckpointSource,
         sealer: CheckpointSealer,
-        operation_id: str,
+        operation_id: OperationId,
         clock: Callable[[], datetime],
         before_save: Callable[[], None] = lambda: None,
         *,

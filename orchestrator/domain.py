@@ -114,7 +114,7 @@ class Proposal:
     authors: frozenset[str]
 
     @property
-    def case_id(self) -> str:
+    def case_id(self) -> CaseId:
         """The case this proposal answers."""
         return self.content.case_id
 
@@ -244,7 +244,7 @@ class SealedCheckpoint:
     checkpoint_id: str
     workflow_name: str
     graph_signature: str
-    operation_id: str
+    operation_id: OperationId
     created_at: datetime
     key_id: str
     mac: str

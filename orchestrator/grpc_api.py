@@ -16,7 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow import vocabulary_wire as wire
 from decisionflow.identity import is_operation_id
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt, case_id_violations
+from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt
 from decisionflow_server.foundation import page_tokens
 from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
@@ -24,7 +24,7 @@ from decisionflow_server.runtime.rpc_errors import StatusTable
 from orchestrator import errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
-from orchestrator.validation import check_operation_id, pending_page_size, pending_review_filter
+from orchestrator.validation import check_case_id, check_operation_id, pending_page_size, pending_review_filter
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
     LOOKUP_FROM_PB,
@@ -138,10 +138,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             raise InvalidRequest([FieldViolation("operation_id", "set exactly one of operation_id and case_id")])
         view: ProposalView
         if request.case_id:
-            violations = case_id_violations(request.case_id)
-            if violations:
-                raise InvalidRequest(violations)
-            view = await self._proposals.current_proposal(request.case_id)
+            view = await self._proposals.current_proposal(check_case_id(request.case_id))
         else:
             view = await self._proposals.get_proposal(check_operation_id(request.operation_id))
         return review_pb2.GetProposalResponse(
@@ -201,11 +198,11 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         return caller_to_pb(current_principal())
 
 
-def _page_token(operation_changed_at: datetime, operation_id: str, listing: str = "operations") -> str:
+def _page_token(operation_changed_at: datetime, operation_id: OperationId, listing: str = "operations") -> str:
     return page_tokens.encode(listing, operation_changed_at.isoformat(), operation_id)
 
 
-def _parse_page_token(token: str, listing: str = "operations") -> tuple[datetime, str] | None:
+def _parse_page_token(token: str, listing: str = "operations") -> tuple[datetime, OperationId] | None:
     """Return the (time, operation id) position a token of listing resumes after; None for no token."""
     if not token:
         return None
@@ -216,7 +213,7 @@ def _parse_page_token(token: str, listing: str = "operations") -> tuple[datetime
         changed_at = datetime.fromisoformat(at)
         if changed_at.utcoffset() is None:
             raise ValueError("page token time has no UTC offset")  # issued tokens always carry one
-        return changed_at, str(operation_id)
+        return changed_at, OperationId(operation_id)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
 
@@ -234,7 +231,8 @@ def _settlement(field: str, message: operations_pb2.Settlement, now: datetime) -
         raise InvalidRequest([FieldViolation(f"{field}.error", "contains a NUL character")])
     status = enum_from_pb(f"{field}.status", message.status, LOOKUP_FROM_PB)
     consistency = enum_from_pb(f"{field}.consistency", message.consistency, CONSISTENCY_FROM_PB)
-    receipt: Receipt | None = None
+    # The receipt's id and time, checked here; the receipt is made once the operation id is checked below.
+    applied: tuple[str, datetime] | None = None
     if status is LookupStatus.APPLIED:
         if not message.HasField("receipt") or not message.receipt.receipt_id:
             raise InvalidRequest([FieldViolation(f"{field}.receipt", "required when status is APPLIED")])
@@ -244,10 +242,10 @@ def _settlement(field: str, message: operations_pb2.Settlement, now: datetime) -
         if len(receipt_id) > MAX_RECEIPT_ID_CHARS or not receipt_id.isprintable():
             description = f"must be 1 to {MAX_RECEIPT_ID_CHARS} printable characters"
             raise InvalidRequest([FieldViolation(f"{field}.receipt.receipt_id", description)])
-        applied_at = _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
-        receipt = Receipt(receipt_id, OperationId(message.operation_id), applied_at)
+        applied = receipt_id, _time(f"{field}.receipt.applied_at", message.receipt.applied_at)
     looked_up_at = _time(f"{field}.observed_at", message.observed_at) if message.HasField("observed_at") else now
     operation_id = check_operation_id(message.operation_id, f"{field}.operation_id")
+    receipt = None if applied is None else Receipt(applied[0], operation_id, applied[1])
     return Settlement(operation_id, status, consistency, receipt, message.error[:2000], looked_up_at)
 
 
@@ -280,12 +278,8 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         if min_age < timedelta(0) or min_age > MAX_MIN_AGE:
             # Beyond the bound, now - min_age would fall outside the dates the database can hold.
             raise InvalidRequest([FieldViolation("min_age", "must be 0 to 100 years")])
-        case_id = request.case_id if request.HasField("case_id") else None
-        if case_id is not None:
-            # Set but empty is refused with the other bad shapes: only an unset field means every case.
-            violations = case_id_violations(case_id)
-            if violations:
-                raise InvalidRequest(violations)
+        # Set but empty is refused with the other bad shapes: only an unset field means every case.
+        case_id = check_case_id(request.case_id) if request.HasField("case_id") else None
         limit = request.page_size or DEFAULT_PAGE
         after = _parse_page_token(request.page_token)
         page = await self._operations.list_operations(states, min_age, limit, after, case_id=case_id)
@@ -302,9 +296,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         settlements = [_settlement(field, m, now) for field, m in zip(fields, messages, strict=True)]
         results = await self._operations.settle(settlements)
         out = []
-        for message, (operation, settled) in zip(messages, results, strict=True):
+        for settlement, (operation, settled) in zip(settlements, results, strict=True):
             if operation is None:
-                raise errors.NotFound("operation", message.operation_id)
+                raise errors.NotFound("operation", settlement.operation_id)
             out.append(settle_result_to_pb(operation, settled))
         return out
 

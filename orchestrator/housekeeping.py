@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from decisionflow.vocabulary import OperationId
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview
 from orchestrator.store import OrchestratorStore
@@ -32,8 +33,8 @@ class ReopenReport:
     """What reopen_reviews found and did."""
 
     found: list[PendingReview]
-    reopened: list[str]
-    skipped: list[str]
+    reopened: list[OperationId]
+    skipped: list[OperationId]
 
 
 def prune_checkpoints(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:
@@ -63,8 +64,8 @@ async def reopen_reviews(
     found = await asyncio.to_thread(
         housekeeping.reviews_outside, running.name, running.version, running.graph_signature
     )
-    reopened: list[str] = []
-    skipped: list[str] = []
+    reopened: list[OperationId] = []
+    skipped: list[OperationId] = []
     if dry_run:
         return ReopenReport(found, reopened, skipped)
     for old in found:

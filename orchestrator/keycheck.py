@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from decisionflow.vocabulary import OperationId
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.errors import CheckpointIntegrity
 from orchestrator.store import OrchestratorStore
@@ -23,11 +24,12 @@ LIMIT = 2000
 
 @dataclass(frozen=True, slots=True)
 class KeyCheck:
-    """How many pending reviews' checkpoints were checked, and how many no configured key opens."""
+    """How many pending reviews' checkpoints were checked, and how many no configured key opens (the
+    first of them named, None when there is none)."""
 
     checked: int
     unreadable: int
-    first_operation_id: str = ""
+    first_operation_id: OperationId | None = None
 
     @property
     def complete(self) -> bool:
@@ -37,14 +39,14 @@ class KeyCheck:
 
 def check_checkpoint_keys(store: OrchestratorStore, sealer: CheckpointSealer, *, limit: int = LIMIT) -> KeyCheck:
     """Count the pending reviews (at most limit, oldest first) whose checkpoint fails its seal under every key."""
-    unreadable: list[str] = []
+    unreadable: list[OperationId] = []
     sealed = store.housekeeping.pending_checkpoints(limit)
     for checkpoint in sealed:
         try:
             sealer.verify(checkpoint)
         except CheckpointIntegrity:
             unreadable.append(checkpoint.operation_id)
-    return KeyCheck(len(sealed), len(unreadable), unreadable[0] if unreadable else "")
+    return KeyCheck(len(sealed), len(unreadable), unreadable[0] if unreadable else None)
 
 
 def warn_unreadable_checkpoints(check: KeyCheck) -> None:

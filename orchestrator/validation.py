@@ -65,6 +65,14 @@ def check_operation_id(value: str, name: str = "operation_id") -> OperationId:
     return OperationId(value)
 
 
+def check_case_id(value: str, name: str = "case_id") -> CaseId:
+    """Return value as a case id if it is shaped like one; refuse it otherwise."""
+    violations = case_id_violations(value, name)
+    if violations:
+        raise InvalidRequest(violations)
+    return CaseId(value)
+
+
 def start_content(
     case_id: str, action: str, body: str, evidence: Sequence[EvidenceItem], policy: PolicyRef | None
 ) -> ProposalContent:

@@ -27,6 +27,7 @@ from agent_framework import (
 )
 from agent_framework.observability import disable_instrumentation
 
+from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.errors import WorkflowProtocolError
 
 WORKFLOW_NAME = "decisionflow.review"
@@ -38,23 +39,23 @@ PREPARE, REVIEW, COMMIT = "prepare", "review", "commit"
 class ReviewTask:
     """Input of the workflow: the operation to put before a reviewer."""
 
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
 
 
 @dataclass(frozen=True, slots=True)
 class ReviewRequest:
     """The human review request; it carries the operation id the decision binds to."""
 
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
 
 
 @dataclass(frozen=True, slots=True)
 class ReviewAnswer:
     """A reviewer's answer to a review request."""
 
-    operation_id: str
+    operation_id: OperationId
     decision: str
     reviewer: str
 

@@ -36,7 +36,7 @@ class OperationsPort(Protocol):
         """Record lookups; results in request order."""
         ...
 
-    def redrive_operation(self, operation_id: str) -> RedriveResult:
+    def redrive_operation(self, operation_id: OperationId) -> RedriveResult:
         """Call Apply again with the stored payload."""
         ...
 
@@ -44,7 +44,7 @@ class OperationsPort(Protocol):
 class ReceiverPort(Protocol):
     """The receiver's BatchLookup, as decisionflow.client.ReceiverClient offers it."""
 
-    def batch_lookup(self, operation_ids: Sequence[str]) -> LookupBatch:
+    def batch_lookup(self, operation_ids: Sequence[OperationId]) -> LookupBatch:
         """Look up at most 1,000 operation ids; answers in request order."""
         ...
 
@@ -63,6 +63,11 @@ def open_operation(view: OperationView) -> OpenOperation | None:
     )
 
 
+def answers_by_id(batch: LookupBatch) -> dict[OperationId, LookupAnswer]:
+    """Return a batch lookup's answers under the operation id each answers."""
+    return {OperationId(answer.operation_id): answer for answer in batch.results}
+
+
 def finding(answer: LookupAnswer | None, error: str) -> LookupFinding:
     """Return what a lookup answer says (UNSPECIFIED with error when there is no usable answer)."""
     if answer is None:
@@ -75,7 +80,9 @@ def finding(answer: LookupAnswer | None, error: str) -> LookupFinding:
     return LookupFinding(LookupStatus.UNSPECIFIED, error=f"unusable lookup answer: status {answer.status.value}")
 
 
-def settlement(operation_id: str, answer: LookupAnswer | None, found: LookupFinding, verdict: Verdict) -> Settlement:
+def settlement(
+    operation_id: OperationId, answer: LookupAnswer | None, found: LookupFinding, verdict: Verdict
+) -> Settlement:
     """Return what SettleOperation records: the answer as given, the failure, or the escalation's reason."""
     if answer is None or found.status is LookupStatus.UNSPECIFIED:
         return Settlement.failed(operation_id, found.error)

@@ -27,7 +27,7 @@ from decisionflow.client import (
     Outcome,
     Settlement,
 )
-from decisionflow.vocabulary import OPEN_STATES, LookupStatus
+from decisionflow.vocabulary import OPEN_STATES, LookupStatus, OperationId
 from reconciler.domain import (
     Action,
     OpenOperation,
@@ -39,7 +39,7 @@ from reconciler.domain import (
     decide,
 )
 from reconciler.lookahead import Lookahead
-from reconciler.ports import OperationsPort, ReceiverPort, finding, open_operation, settlement
+from reconciler.ports import OperationsPort, ReceiverPort, answers_by_id, finding, open_operation, settlement
 
 logger = logging.getLogger("decisionflow.reconciler")
 
@@ -95,7 +95,7 @@ class _LookedUp:
     """A batch of open operations with the receiver's answers (empty, with error, when the lookup failed)."""
 
     operations: list[OpenOperation]
-    answers: dict[str, LookupAnswer]
+    answers: dict[OperationId, LookupAnswer]
     error: str
     key_retention: timedelta | None
 
@@ -166,7 +166,7 @@ class Reconciler:
 
     def _looked_up(self, state: _PassState) -> Generator[_LookedUp, None, None]:
         # Runs on the lookahead thread: it alone touches state until the generator ends.
-        seen: set[str] = set()
+        seen: set[OperationId] = set()
         listings = (
             (OperationState.UNKNOWN, timedelta(0)),
             (OperationState.APPROVED, self._settings.grace),
@@ -189,7 +189,9 @@ class Reconciler:
                     answers, error = self._lookup([op.operation_id for op in batch], state)
                     yield _LookedUp(batch, answers, error, state.key_retention)
 
-    def _lookup(self, operation_ids: list[str], state: _PassState) -> tuple[dict[str, LookupAnswer], str]:
+    def _lookup(
+        self, operation_ids: list[OperationId], state: _PassState
+    ) -> tuple[dict[OperationId, LookupAnswer], str]:
         receiver = self._receiver_single_attempt if state.receiver_down else self._receiver
         began = self._timer()
         try:
@@ -203,7 +205,7 @@ class Reconciler:
                 self._lookup_latency(self._timer() - began)
         state.receiver_down = False
         state.key_retention = batch.key_retention
-        return {answer.operation_id: answer for answer in batch.results}, ""
+        return answers_by_id(batch), ""
 
     def _record(self, batch: _LookedUp, tally: _Tally) -> None:
         now = self._clock()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, OperationState, Outcome
+from decisionflow.vocabulary import OPEN_STATES, Decision, EffectRequest, OperationId, OperationState, Outcome
 from decisionflow_server.runtime import tracing
 from decisionflow_server.runtime.auth import check_four_eyes
 from decisionflow_server.runtime.failpoints import Failpoints
@@ -84,11 +84,11 @@ class DecisionService:
         self._four_eyes = four_eyes
         self._budget = attempt_budget
         # The drive in flight per operation in this process; its answer (None: it ended without one).
-        self._flights: dict[str, asyncio.Future[DecisionResult | None]] = {}
+        self._flights: dict[OperationId, asyncio.Future[DecisionResult | None]] = {}
 
     async def decide(
         self,
-        operation_id: str,
+        operation_id: OperationId,
         decision: Decision,
         reviewer: str,
         deadline: float | None,
@@ -104,7 +104,7 @@ class DecisionService:
         return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, deadline), early)
 
     async def _decide(
-        self, operation_id: str, decision: Decision, reviewer: str, deadline: float | None
+        self, operation_id: OperationId, decision: Decision, reviewer: str, deadline: float | None
     ) -> DecisionResult:
         inputs = await self._store.decision_inputs(operation_id)
         recorded = inputs.operation.decision
@@ -158,9 +158,7 @@ class DecisionService:
     ) -> DecisionResult:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
-        decided = RecordedDecision(
-            OperationId(answer.operation_id), Decision(answer.decision), answer.reviewer, self._clock()
-        )
+        decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
         if decided.decision is Decision.DECLINE:
             try:
                 operation = await self._store.record_decision(decided, proposal.case_id, ())
@@ -187,7 +185,10 @@ class DecisionService:
             self._end_flight(operation_id, flight, result)
 
     def _end_flight(
-        self, operation_id: str, flight: asyncio.Future[DecisionResult | None] | None, result: DecisionResult | None
+        self,
+        operation_id: OperationId,
+        flight: asyncio.Future[DecisionResult | None] | None,
+        result: DecisionResult | None,
     ) -> None:
         if flight is not None and not flight.done():
             del self._flights[operation_id]
@@ -261,7 +262,7 @@ class DecisionService:
             del self._flights[operation_id]
             flight.set_result(result)
 
-    async def _unsettled(self, operation_id: str, replay: bool) -> DecisionResult:
+    async def _unsettled(self, operation_id: OperationId, replay: bool) -> DecisionResult:
         operation = await self._store.get_operation(operation_id)
         return DecisionResult(operation, outcome_of(operation.state), replay)
 
@@ -365,8 +366,8 @@ class DecisionService:
         assert operation.payload is not None and operation.payload_digest is not None
         try:
             request = EffectRequest(
-                OperationId(proposal.operation_id),
-                CaseId(proposal.case_id),
+                proposal.operation_id,
+                proposal.case_id,
                 proposal.content.action,
                 operation.payload,
                 operation.payload_digest,

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from decisionflow.vocabulary import Decision
+from decisionflow.vocabulary import Decision, OperationId
 from decisionflow_server.foundation.errors import Unavailable
 from orchestrator.domain import DecisionResult, outcome_of
 from orchestrator.errors import NotFound
@@ -50,7 +50,7 @@ async def answer_by(
 
 
 def answer_from_store(
-    store: AsyncOrchestratorStore, operation_id: str, decision: Decision, started_at: datetime
+    store: AsyncOrchestratorStore, operation_id: OperationId, decision: Decision, started_at: datetime
 ) -> Callable[[], Awaitable[DecisionResult | None]]:
     """Return the early answer of a call made at started_at that asked for decision on operation_id:
     the operation as stored once that decision is recorded, else None (no decision yet, a different

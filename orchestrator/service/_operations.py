@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from decisionflow.vocabulary import OPEN_STATES, OperationState
+from decisionflow.vocabulary import OPEN_STATES, CaseId, OperationId, OperationState
 from orchestrator.domain import DecisionResult, Operation, Settlement
 from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
@@ -23,7 +23,9 @@ class OperationService:
         self._decisions = decisions
         self._clock = clock
 
-    async def redrive(self, operation_id: str, deadline: float | None, reply_by: float | None = None) -> DecisionResult:
+    async def redrive(
+        self, operation_id: OperationId, deadline: float | None, reply_by: float | None = None
+    ) -> DecisionResult:
         """Call Apply again with the same key and the stored payload (APPROVED or UNKNOWN only).
 
         Apply gets until deadline; should the work outlast reply_by, the answer is the operation as
@@ -51,9 +53,9 @@ class OperationService:
         states: Sequence[OperationState],
         min_age: timedelta,
         limit: int,
-        after: tuple[datetime, str] | None,
+        after: tuple[datetime, OperationId] | None,
         *,
-        case_id: str | None = None,
+        case_id: CaseId | None = None,
     ) -> list[Operation]:
         """Return operations in states for at least min_age (only case_id's when given), oldest first."""
         return await self._store.list_operations(states, self._clock() - min_age, limit, after, case_id=case_id)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.identity import identities
-from decisionflow.vocabulary import OperationId
+from decisionflow.vocabulary import CaseId, OperationId
 from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
     Operation,
@@ -147,23 +147,23 @@ class ProposalService:
         tracing.annotate(operation_id=stored.operation_id, case_id=parent.case_id, outcome=_started(created))
         return StartedReview(stored, review, created)
 
-    async def get_proposal(self, operation_id: str) -> ProposalView:
+    async def get_proposal(self, operation_id: OperationId) -> ProposalView:
         """Return the proposal with that operation id, its operation and whether it is the case's current one."""
         return await self._store.proposal_view(operation_id)
 
-    async def current_proposal(self, case_id: str) -> ProposalView:
+    async def current_proposal(self, case_id: CaseId) -> ProposalView:
         """Return the case's current proposal with its operation; raise NotFound for an unknown case."""
         current = await self._store.current_operation_id(case_id)
         if current is None:
             raise NotFound("case", case_id)
         return await self._store.proposal_view(current)
 
-    async def get_operation(self, operation_id: str) -> Operation:
+    async def get_operation(self, operation_id: OperationId) -> Operation:
         """Return the operation's state, decision, receipt and last lookup."""
         return await self._store.get_operation(operation_id)
 
     async def list_pending_reviews(
-        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
     ) -> list[PendingReviewEntry]:
         """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
         return await self._store.list_pending_reviews(filters, limit, after)

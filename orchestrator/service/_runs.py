@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from decisionflow.vocabulary import OperationId
 from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint
@@ -31,7 +32,7 @@ class ReviewRuns:
         self._failpoints = failpoints
         self._clock = clock
 
-    def checkpoints(self, operation_id: str, *, keep: bool = True) -> RunCheckpoints:
+    def checkpoints(self, operation_id: OperationId, *, keep: bool = True) -> RunCheckpoints:
         """Return the checkpoint storage of one run on operation_id (keep=False: a resume, which keeps none)."""
         return RunCheckpoints(
             self._store.checkpoints,

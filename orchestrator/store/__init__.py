@@ -11,7 +11,8 @@ Transactions (write turn, Unavailable) are ``decisionflow_server.storage.transac
 receiver. Parts: ``_statements`` (prebuilt statements),
 ``_rows`` (row → domain), ``_proposals``, ``_inbox`` (the pending reviews' listing), ``_ledger``
 (decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
-``_housekeeping``, ``_store`` (the sync store) and ``_async`` (its async facade).
+``_housekeeping``, ``_store`` (the sync store, whose public methods come from ``_store_proposals``,
+``_store_ledger`` and ``_store_operations`` on ``_store_base``) and ``_async`` (its async facade).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.vocabulary import OperationState
+from decisionflow.vocabulary import CaseId, OperationId, OperationState
 from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
 from orchestrator.errors import TooManyOpenReviews
 from orchestrator.schema import cases, operations, pending_reviews, proposals
@@ -73,13 +73,13 @@ def _author_lock_key(author: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def open_reviews_txn(conn: sa.Connection, author: str, case_id: str, limit: int) -> int:
+def open_reviews_txn(conn: sa.Connection, author: str, case_id: CaseId, limit: int) -> int:
     """Return how many of author's proposals the inbox lists on cases other than case_id, counting at most limit."""
     params = {"b_author": author, "b_case_id": case_id, "b_limit": limit}
     return int(conn.execute(OPEN_REVIEWS_OF_AUTHOR, params).scalar_one())
 
 
-def check_open_reviews_txn(conn: sa.Connection, author: str, case_id: str, limit: int, *, writing: bool) -> None:
+def check_open_reviews_txn(conn: sa.Connection, author: str, case_id: CaseId, limit: int, *, writing: bool) -> None:
     """Raise TooManyOpenReviews when author already has limit proposals in the inbox on cases other than
     case_id (0: no cap). writing: the caller's transaction is about to add one, so on PostgreSQL the
     author's calls take turns from here to its commit."""
@@ -107,7 +107,7 @@ def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
 
 
 def pending_reviews_txn(
-    conn: sa.Connection, filters: PendingReviewFilter, limit: int, after: tuple[datetime, str] | None
+    conn: sa.Connection, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
 ) -> list[PendingReviewEntry]:
     """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
     query = _PENDING.where(*_matching(filters))
@@ -131,7 +131,7 @@ def pending_reviews_txn(
     ]
 
 
-def versions_txn(conn: sa.Connection, operation_ids: Sequence[str]) -> dict[str, int]:
+def versions_txn(conn: sa.Connection, operation_ids: Sequence[OperationId]) -> dict[OperationId, int]:
     """Return, per proposal, how many proposals its chain of parents holds, itself included (one statement)."""
     if not operation_ids:
         return {}
@@ -152,4 +152,4 @@ def versions_txn(conn: sa.Connection, operation_ids: Sequence[str]) -> dict[str,
         )
     )
     counted = sa.select(chain.c.head, sa.func.count(sa.distinct(chain.c.visited))).group_by(chain.c.head)
-    return {head: int(n) for head, n in conn.execute(counted)}
+    return {OperationId(head): int(n) for head, n in conn.execute(counted)}

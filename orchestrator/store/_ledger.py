@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from decisionflow.vocabulary import OperationId
 from orchestrator.domain import Operation, RecordedDecision
 from orchestrator.schema import decisions
 from orchestrator.store._columns import decision_text
@@ -43,7 +44,7 @@ def insert_decision_txn(conn: sa.Connection, decided: RecordedDecision) -> None:
     )
 
 
-def decision_txn(conn: sa.Connection, operation_id: str) -> RecordedDecision | None:
+def decision_txn(conn: sa.Connection, operation_id: OperationId) -> RecordedDecision | None:
     """Return the recorded decision of an operation, if any."""
     row = conn.execute(_DECISION, {"b_operation_id": operation_id}).first()
     return None if row is None else decision_from(row._mapping)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.vocabulary import LookupStatus, OperationState
+from decisionflow.vocabulary import CaseId, LookupStatus, OperationId, OperationState
 from orchestrator.domain import Operation, OperationTally, Settlement
 from orchestrator.errors import NotFound
 from orchestrator.schema import cases, decisions, operations
@@ -16,7 +16,7 @@ from orchestrator.store._columns import consistency_text, lookup_text, state_of,
 from orchestrator.store._rows import operation_from
 
 
-def operation_txn(conn: sa.Connection, operation_id: str) -> Operation:
+def operation_txn(conn: sa.Connection, operation_id: OperationId) -> Operation:
     """Return the operation (SUPERSEDED when pending and no longer current), or raise NotFound."""
     row = conn.execute(q.OPERATION_BY_ID, {"b_operation_id": operation_id}).first()
     if row is None:
@@ -45,9 +45,9 @@ def list_operations_txn(
     states: Sequence[OperationState],
     changed_before: datetime,
     limit: int,
-    after: tuple[datetime, str] | None,
+    after: tuple[datetime, OperationId] | None,
     *,
-    case_id: str | None = None,
+    case_id: CaseId | None = None,
 ) -> list[Operation]:
     """Return operations in states that entered them before changed_before (only case_id's when given),
     oldest first, after a page key."""
@@ -109,7 +109,7 @@ def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[t
     if notes:
         conn.execute(q.NOTE_LOOKUP, notes)
     rows = conn.execute(q.OPERATIONS.where(operations.c.operation_id.in_(ids))).all()
-    by_id = {r._mapping["operation_id"]: operation_from(r) for r in rows}
+    by_id = {operation.operation_id: operation for operation in map(operation_from, rows)}
     return [(by_id.get(s.operation_id), flag) for s, flag in zip(settlements, settled_flags, strict=True)]
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.domain import (
     PendingReview,
     Proposal,
@@ -22,7 +23,7 @@ from orchestrator.domain import (
 from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
 from orchestrator.schema import operations, pending_reviews, proposals
 from orchestrator.store import _statements as q
-from orchestrator.store._rows import proposal_from, review_from
+from orchestrator.store._rows import operation_id_of, proposal_from, review_from
 
 
 def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal:
@@ -77,7 +78,9 @@ def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, rev
     )
 
 
-def start_allowed_txn(conn: sa.Connection, case_id: str, expected_operation_id: str | None) -> str | None:
+def start_allowed_txn(
+    conn: sa.Connection, case_id: CaseId, expected_operation_id: OperationId | None
+) -> OperationId | None:
     """Return the case's current proposal if new content may take the case from it (None: no case yet).
 
     Named (expected_operation_id): it must be the current one, else StaleProposal. Not named: the
@@ -93,17 +96,19 @@ def start_allowed_txn(conn: sa.Connection, case_id: str, expected_operation_id: 
     return current
 
 
-def insert_case_txn(conn: sa.Connection, case_id: str, operation_id: str, now: datetime) -> None:
+def insert_case_txn(conn: sa.Connection, case_id: CaseId, operation_id: OperationId, now: datetime) -> None:
     """Create the case with operation_id current; an IntegrityError means another proposal created it first."""
     conn.execute(q.INSERT_CASE, {"case_id": case_id, "current_operation_id": operation_id, "updated_at": now})
 
 
-def _undecided_txn(conn: sa.Connection, operation_id: str) -> bool:
+def _undecided_txn(conn: sa.Connection, operation_id: OperationId) -> bool:
     state = conn.execute(q.STATE_BY_ID, {"b_operation_id": operation_id}).scalar_one()
     return bool(state == q.PENDING_REVIEW)
 
 
-def move_current_txn(conn: sa.Connection, case_id: str, expected: str, operation_id: str, now: datetime) -> bool:
+def move_current_txn(
+    conn: sa.Connection, case_id: CaseId, expected: OperationId, operation_id: OperationId, now: datetime
+) -> bool:
     """Move the case's current pointer from expected to operation_id; False when expected is not current."""
     moved = conn.execute(
         q.MOVE_CURRENT, {"b_case_id": case_id, "b_expected": expected, "b_new": operation_id, "b_now": now}
@@ -134,12 +139,12 @@ def renew_review_txn(conn: sa.Connection, review: PendingReview) -> bool:
     return bool(renewed == 1)
 
 
-def current_txn(conn: sa.Connection, case_id: str) -> str | None:
+def current_txn(conn: sa.Connection, case_id: CaseId) -> OperationId | None:
     """Return the operation id of the case's current proposal, if the case exists."""
-    return conn.execute(q.CURRENT_OF_CASE, {"b_case_id": case_id}).scalar_one_or_none()
+    return operation_id_of(conn.execute(q.CURRENT_OF_CASE, {"b_case_id": case_id}).scalar_one_or_none())
 
 
-def find_proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal | None:
+def find_proposal_txn(conn: sa.Connection, operation_id: OperationId) -> Proposal | None:
     """Return the proposal with that operation id, if there is one."""
     row = conn.execute(q.PROPOSAL_BY_ID, {"b_operation_id": operation_id}).first()
     return None if row is None else proposal_row_txn(conn, row._mapping)
@@ -150,11 +155,11 @@ def proposal_row_txn(conn: sa.Connection, m: sa.RowMapping, prefix: str = "") ->
     without its authors gets them from its chain of parents."""
     legacy = None
     if m[prefix + "authors_json"] is None:
-        legacy = chain_authors_txn(conn, m[prefix + "operation_id"])
+        legacy = chain_authors_txn(conn, OperationId(m[prefix + "operation_id"]))
     return proposal_from(m, prefix, legacy)
 
 
-def chain_authors_txn(conn: sa.Connection, operation_id: str) -> frozenset[str]:
+def chain_authors_txn(conn: sa.Connection, operation_id: OperationId) -> frozenset[str]:
     """Return who created the proposal and each proposal it was edited from or replaced, back to the first.
 
     Walks the parent links; used only for rows written without their authors.
@@ -173,7 +178,7 @@ def chain_authors_txn(conn: sa.Connection, operation_id: str) -> frozenset[str]:
     return frozenset(conn.execute(sa.select(chain.c.created_by)).scalars())
 
 
-def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
+def proposal_txn(conn: sa.Connection, operation_id: OperationId) -> Proposal:
     """Return the proposal with that operation id, or raise NotFound."""
     proposal = find_proposal_txn(conn, operation_id)
     if proposal is None:
@@ -181,7 +186,7 @@ def proposal_txn(conn: sa.Connection, operation_id: str) -> Proposal:
     return proposal
 
 
-def review_txn(conn: sa.Connection, operation_id: str) -> PendingReview:
+def review_txn(conn: sa.Connection, operation_id: OperationId) -> PendingReview:
     """Return the pending review of an operation, or raise NotFound."""
     row = conn.execute(q.REVIEW_BY_ID, {"b_operation_id": operation_id}).first()
     if row is None:

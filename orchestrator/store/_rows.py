@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from decisionflow.vocabulary import OperationState, Receipt
+from decisionflow.vocabulary import CaseId, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     LookupNote,
     Operation,
@@ -25,6 +25,11 @@ from orchestrator.domain import (
 from orchestrator.store._columns import consistency_of, decision_of, lookup_of, state_of
 
 
+def operation_id_of(value: str | None) -> OperationId | None:
+    """Return an operation id column's value as the typed id (None stays None: a nullable column)."""
+    return None if value is None else OperationId(value)
+
+
 def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[str] | None = None) -> Proposal:
     """Return the proposal in a row of the proposals table; chain_authors stands in for the authors
     of a row written without them (see schema.proposals.authors_json)."""
@@ -33,9 +38,9 @@ def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[s
     if authors is None:
         raise ValueError(f"proposal {m[prefix + 'operation_id']} has no stored authors and none were given")
     return Proposal(
-        operation_id=m[prefix + "operation_id"],
+        operation_id=OperationId(m[prefix + "operation_id"]),
         content=ProposalContent(
-            m[prefix + "case_id"],
+            CaseId(m[prefix + "case_id"]),
             m[prefix + "action"],
             m[prefix + "body"],
             evidence_from_json(m[prefix + "evidence_json"]),
@@ -44,7 +49,7 @@ def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[s
         evidence_id=m[prefix + "evidence_id"],
         policy_id=m[prefix + "policy_id"],
         human_edited=bool(m[prefix + "human_edited"]),
-        parent_operation_id=m[prefix + "parent_operation_id"],
+        parent_operation_id=operation_id_of(m[prefix + "parent_operation_id"]),
         created_by=m[prefix + "created_by"],
         created_at=m[prefix + "created_at"],
         authors=authors,
@@ -54,7 +59,7 @@ def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[s
 def review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:
     """Return the pending review in a row of the pending_reviews table."""
     return PendingReview(
-        m[prefix + "operation_id"],
+        OperationId(m[prefix + "operation_id"]),
         m[prefix + "workflow_name"],
         m[prefix + "workflow_version"],
         m[prefix + "graph_signature"],
@@ -66,7 +71,7 @@ def review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:
 
 def decision_from(m: sa.RowMapping) -> RecordedDecision:
     """Return the recorded decision in a row holding the decisions table's columns."""
-    return RecordedDecision(m["operation_id"], decision_of(m["decision"]), m["reviewer"], m["decided_at"])
+    return RecordedDecision(OperationId(m["operation_id"]), decision_of(m["decision"]), m["reviewer"], m["decided_at"])
 
 
 def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoint:
@@ -81,7 +86,7 @@ def sealed_checkpoint_from(m: sa.RowMapping, prefix: str = "") -> SealedCheckpoi
         m[prefix + "checkpoint_id"],
         m[prefix + "workflow_name"],
         m[prefix + "graph_signature"],
-        m[prefix + "operation_id"],
+        OperationId(m[prefix + "operation_id"]),
         m[prefix + "created_at"],
         _ascii_text(m[prefix + "key_id"]),
         _ascii_text(m[prefix + "mac"]),
@@ -100,14 +105,15 @@ def _ascii_text(value: Any) -> Any:
 def operation_from(row: sa.Row[Any]) -> Operation:
     """Return the operation in a row of the operations select (with decision and current proposal)."""
     m = row._mapping
+    operation_id = OperationId(m["operation_id"])
     state = state_of(m["state"])
     # SUPERSEDED is not stored: a pending review whose case has moved on to a newer proposal.
-    if state is OperationState.PENDING_REVIEW and m["current_operation_id"] != m["operation_id"]:
+    if state is OperationState.PENDING_REVIEW and m["current_operation_id"] != operation_id:
         state = OperationState.SUPERSEDED
     decision = None if m["decision"] is None else decision_from(m)
     receipt = None
     if m["receipt_id"] is not None:
-        receipt = Receipt(m["receipt_id"], m["operation_id"], m["receipt_applied_at"])
+        receipt = Receipt(m["receipt_id"], operation_id, m["receipt_applied_at"])
     lookup = None
     if m["last_lookup_at"] is not None:
         lookup = LookupNote(
@@ -117,8 +123,8 @@ def operation_from(row: sa.Row[Any]) -> Operation:
             m["last_lookup_error"] or "",
         )
     return Operation(
-        operation_id=m["operation_id"],
-        case_id=m["case_id"],
+        operation_id=operation_id,
+        case_id=CaseId(m["case_id"]),
         state=state,
         state_changed_at=m["state_changed_at"],
         decision=decision,

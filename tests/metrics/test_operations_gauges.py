@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from decisionflow.v1 import common_pb2
-from decisionflow.vocabulary import OperationState
+from decisionflow.vocabulary import OperationId, OperationState
 from decisionflow_server.storage import db
 from orchestrator.domain import OperationTally
 from orchestrator.metrics import OperationsCollector
@@ -43,7 +43,7 @@ def test_an_unknown_shows_in_the_gauges_read_from_the_database(make_stack: Calla
     engine = db.create_engine(stack.orchestrator_url, pool_size=1)
     try:
         store = OrchestratorStore(engine)
-        decision = store.get_decision(op)
+        decision = store.get_decision(OperationId(op))
         tally = store.tally()
         assert decision is not None and tally.by_state[OperationState.UNKNOWN] == 1
         assert tally.oldest_open_decided_at == decision.decided_at

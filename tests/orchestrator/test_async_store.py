@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from decisionflow.vocabulary import CaseId, OperationId
 from decisionflow.vocabulary import OperationState as State
 from decisionflow_server.storage import db
 from orchestrator.errors import NotFound
@@ -22,7 +23,7 @@ from orchestrator.store._async import in_thread
 from tests.support.seeding import proposal_for, seed_decided
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
-UNKNOWN_ID = "op-v1-" + "0" * 64
+UNKNOWN_ID = OperationId("op-v1-" + "0" * 64)
 
 
 @pytest.fixture
@@ -51,9 +52,9 @@ def test_each_coroutine_answers_as_the_sync_store_from_a_worker_thread(engine: s
         answers: list[Any] = [
             await facade.get_proposal(op),
             await facade.find_proposal(UNKNOWN_ID),
-            await facade.current_operation_id("T-7"),
+            await facade.current_operation_id(CaseId("T-7")),
             await facade.get_operation(op),
-            await facade.list_operations([State.UNKNOWN], later, 10, None, case_id="T-7"),
+            await facade.list_operations([State.UNKNOWN], later, 10, None, case_id=CaseId("T-7")),
         ]
         with pytest.raises(NotFound):
             await facade.get_proposal(UNKNOWN_ID)
@@ -66,7 +67,7 @@ def test_each_coroutine_answers_as_the_sync_store_from_a_worker_thread(engine: s
         None,
         op,
         store.get_operation(op),
-        store.list_operations([State.UNKNOWN], later, 10, None, case_id="T-7"),
+        store.list_operations([State.UNKNOWN], later, 10, None, case_id=CaseId("T-7")),
     ]
     assert answers[3].state is State.UNKNOWN
 

@@ -22,6 +22,7 @@ from agent_framework._workflows._runner_context import MessageType
 from decisionflow import reasons
 from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2
+from decisionflow.vocabulary import OperationId
 from decisionflow_server.storage import db
 from orchestrator.checkpoints import CHECKPOINT_CLASSES, CheckpointSealer, decode_state
 from orchestrator.domain import SealedCheckpoint
@@ -219,7 +220,9 @@ def test_every_admitted_name_is_a_class_of_the_installed_framework() -> None:
 
 
 def test_undecodable_sealed_state_is_an_integrity_refusal() -> None:
-    sealed = SealedCheckpoint("cp", "wf", "graph", "op", datetime.now(UTC), "key", "mac", b"\x80\x05truncated")
+    sealed = SealedCheckpoint(
+        "cp", "wf", "graph", OperationId("op"), datetime.now(UTC), "key", "mac", b"\x80\x05truncated"
+    )
     with pytest.raises(CheckpointIntegrity) as refused:
         decode_state(sealed)
     assert refused.value.checkpoint_id == "cp" and refused.value.operation_id == "op"
@@ -265,7 +268,7 @@ class _Getattr:
 )
 def test_getattr_in_a_checkpoint_reaches_only_enum_members(target: object, name: str) -> None:
     state = pickle.dumps({"member": _Getattr(target, name)})
-    sealed = SealedCheckpoint("cp", "wf", "graph", "op", datetime.now(UTC), "key", "mac", state)
+    sealed = SealedCheckpoint("cp", "wf", "graph", OperationId("op"), datetime.now(UTC), "key", "mac", state)
     with pytest.raises(CheckpointIntegrity, match=r"builtins\.getattr|CheckpointSealer"):
         decode_state(sealed)
 
@@ -273,5 +276,5 @@ def test_getattr_in_a_checkpoint_reaches_only_enum_members(target: object, name:
 def test_an_admitted_enum_member_by_name_decodes_to_the_member() -> None:
     member = next(iter(MessageType))
     state = _pickled([member], enums_by_name=True)
-    sealed = SealedCheckpoint("cp", "wf", "graph", "op", datetime.now(UTC), "key", "mac", state)
+    sealed = SealedCheckpoint("cp", "wf", "graph", OperationId("op"), datetime.now(UTC), "key", "mac", state)
     assert decode_state(sealed) == [member]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from decisionflow.vocabulary import CaseId, Decision
+from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, PendingReviewEntry, PendingReviewFilter, Proposal, RecordedDecision
 from orchestrator.store import OrchestratorStore, migrate
@@ -103,7 +103,7 @@ def test_pages_of_one_walk_every_entry_once_in_order(store: OrchestratorStore) -
     started = [_start(store, f"T-{i}", minute=i // 2) for i in range(7)]
     expected = sorted(started, key=lambda p: (p.created_at, p.operation_id))
     walked: list[str] = []
-    after: tuple[datetime, str] | None = None
+    after: tuple[datetime, OperationId] | None = None
     while True:
         page = store.list_pending_reviews(EVERYTHING, 1, after)
         if not page:

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
+from decisionflow.vocabulary import CaseId
 from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, Proposal, SealedCheckpoint, evidence_to_json, policy_to_json
 from orchestrator.schema import proposals
@@ -77,7 +78,7 @@ def test_a_replacement_records_what_it_replaced_and_carries_its_authors(store: O
 
     assert (replacement.parent_operation_id, replacement.human_edited) == (first.operation_id, False)
     assert replacement.authors == frozenset({"sam", "ava"})
-    assert store.current_operation_id("C-1") == replacement.operation_id
+    assert store.current_operation_id(CaseId("C-1")) == replacement.operation_id
     assert store.get_proposal(replacement.operation_id) == replacement
     assert store.decision_inputs(replacement.operation_id).proposal == replacement
 
@@ -104,7 +105,7 @@ def test_content_reached_again_keeps_the_authors_it_was_first_recorded_with(stor
     back = _edit(store, _proposal("Mine.", "ava", edited, edited=True))
 
     assert back == first
-    assert store.current_operation_id("C-1") == first.operation_id
+    assert store.current_operation_id(CaseId("C-1")) == first.operation_id
 
 
 def test_a_row_written_without_authors_reads_them_from_its_chain(store: OrchestratorStore) -> None:

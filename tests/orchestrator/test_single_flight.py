@@ -58,14 +58,14 @@ def test_fifty_approvals_across_two_replicas_send_one_apply(make_stack: Callable
 
 def test_a_replay_waits_for_a_held_lease_and_drives_once_it_has_passed(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack(receiver={"metrics_port": 0})
-    op = stack.review().StartReview(start_request(), timeout=10).proposal.operation_id
+    op = OperationId(stack.review().StartReview(start_request(), timeout=10).proposal.operation_id)
     engine = db.create_engine(stack.orchestrator_url)
     try:
         # Another replica decided and took the attempt's lease for a minute (its Apply in flight).
         store = OrchestratorStore(engine)
         proposal = store.get_proposal(op)
         now = datetime.now(UTC)
-        decision = RecordedDecision(OperationId(op), Decision.APPROVE, "reviewer-on-another-replica", now)
+        decision = RecordedDecision(op, Decision.APPROVE, "reviewer-on-another-replica", now)
         store.record_decision(decision, proposal.case_id, [])
         payload, digest = effect_payload(proposal, decision)
         store.record_attempt(op, payload, digest, now, now + timedelta(minutes=1))

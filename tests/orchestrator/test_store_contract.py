@@ -128,7 +128,7 @@ def test_the_same_content_twice_is_created_once(store: OrchestratorStore) -> Non
     assert (stored, created) == (first, False)
     assert rows(store, "SELECT count(*) FROM proposals") == 1
     assert rows(store, "SELECT count(*) FROM checkpoints") == 1
-    assert store.current_operation_id("T-1") == first.operation_id
+    assert store.current_operation_id(CaseId("T-1")) == first.operation_id
 
 
 def test_another_constraint_failure_is_not_reported_as_an_existing_proposal(store: OrchestratorStore) -> None:
@@ -138,7 +138,7 @@ def test_another_constraint_failure_is_not_reported_as_an_existing_proposal(stor
     with pytest.raises(IntegrityError):
         store.create_proposal(other, review(other, "cp-taken"), [checkpoint(other, review(first).checkpoint_id)])
     assert store.find_proposal(other.operation_id) is None
-    assert store.current_operation_id("T-2") is None
+    assert store.current_operation_id(CaseId("T-2")) is None
     assert rows(store, "SELECT count(*) FROM operations") == 1
 
 
@@ -147,7 +147,7 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
     edit = proposal(body="Please update to 4.2.2.", parent=first.operation_id)
     stored = store.create_edit(edit, first.operation_id, review(edit), [checkpoint(edit)])
     assert stored == edit and stored.human_edited and stored.parent_operation_id == first.operation_id
-    assert store.current_operation_id("T-1") == edit.operation_id
+    assert store.current_operation_id(CaseId("T-1")) == edit.operation_id
     assert store.get_pending_review(edit.operation_id) == review(edit)
 
     stale = proposal(body="Please update to 4.2.3.", parent=first.operation_id)
@@ -161,7 +161,7 @@ def test_an_edit_moves_the_current_proposal_by_compare_and_set(store: Orchestrat
     # pending review moves to this edit's checkpoint and the one it had is retired.
     back = proposal(parent=edit.operation_id)
     assert store.create_edit(back, edit.operation_id, review(back, "cp-back"), [checkpoint(back, "cp-back")]) == first
-    assert store.current_operation_id("T-1") == first.operation_id
+    assert store.current_operation_id(CaseId("T-1")) == first.operation_id
     assert rows(store, "SELECT count(*) FROM proposals") == 2
     assert store.get_pending_review(first.operation_id).checkpoint_id == "cp-back"
     retired = "SELECT count(*) FROM pending_reviews WHERE retired_checkpoint_id = :cp"
@@ -364,7 +364,7 @@ def test_a_rejection_settles_an_open_operation(store: OrchestratorStore) -> None
         is OperationState.REJECTED
     )
     with pytest.raises(NotFound):
-        store.record_rejection("op-v1-" + "0" * 64, "unknown", T0)
+        store.record_rejection(OperationId("op-v1-" + "0" * 64), "unknown", T0)
 
 
 def test_settle_commits_open_operations_and_notes_every_lookup(store: OrchestratorStore) -> None:
@@ -414,7 +414,7 @@ def test_list_operations_pages_oldest_first_and_filters_by_the_state_shown(store
     newest = approved(store, proposal(case_id="T-9"), at=T0 + timedelta(hours=1))
     before = T0 + timedelta(minutes=1)
     seen: list[str] = []
-    after: tuple[datetime, str] | None = None
+    after: tuple[datetime, OperationId] | None = None
     while True:
         page = store.list_operations([OperationState.APPROVED], before, 2, after)
         seen += [op.operation_id for op in page]
@@ -447,17 +447,17 @@ def test_list_operations_filters_by_case_and_pages_within_it(store: Orchestrator
     other = approved(store, proposal(case_id="T-8"), at=T0)
     before = T0 + timedelta(minutes=1)
 
-    first = store.list_operations([OperationState.APPROVED], before, 2, None, case_id="T-7")
+    first = store.list_operations([OperationState.APPROVED], before, 2, None, case_id=CaseId("T-7"))
     after = (first[-1].state_changed_at, first[-1].operation_id)
-    rest = store.list_operations([OperationState.APPROVED], before, 2, after, case_id="T-7")
+    rest = store.list_operations([OperationState.APPROVED], before, 2, after, case_id=CaseId("T-7"))
 
     assert [op.operation_id for op in first + rest] == [p.operation_id for p in mine]
     assert {op.case_id for op in first + rest} == {"T-7"}
-    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id="T-8") == [
+    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id=CaseId("T-8")) == [
         store.get_operation(other.operation_id)
     ]
-    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id="T-404") == []
-    assert store.list_operations([OperationState.PENDING_REVIEW], before, 10, None, case_id="T-7") == []
+    assert store.list_operations([OperationState.APPROVED], before, 10, None, case_id=CaseId("T-404")) == []
+    assert store.list_operations([OperationState.PENDING_REVIEW], before, 10, None, case_id=CaseId("T-7")) == []
 
 
 def test_prune_deletes_only_settled_operations_checkpoints(store: OrchestratorStore) -> None:

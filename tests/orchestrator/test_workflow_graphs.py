@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import SealedCheckpoint
 from orchestrator.workflow import ReviewAnswer, ReviewRequest, ReviewTask, ReviewWorkflow
@@ -31,8 +32,8 @@ def _now() -> datetime:
 
 
 async def _open(workflow: ReviewWorkflow, table: _Table, sealer: CheckpointSealer, operation_id: str) -> str:
-    run = RunCheckpoints(table, sealer, operation_id, _now)
-    checkpoint_id = await workflow.open(ReviewTask(operation_id, f"case-{operation_id}"), run)
+    run = RunCheckpoints(table, sealer, OperationId(operation_id), _now)
+    checkpoint_id = await workflow.open(ReviewTask(OperationId(operation_id), CaseId(f"case-{operation_id}")), run)
     for sealed in run.take_pending(checkpoint_id):
         table.rows[sealed.checkpoint_id] = sealed
     return checkpoint_id
@@ -46,7 +47,7 @@ async def _resume(
     checkpoint_id: str,
     fail: bool = False,
 ) -> tuple[ReviewRequest, ReviewAnswer]:
-    run = RunCheckpoints(table, sealer, operation_id, _now)
+    run = RunCheckpoints(table, sealer, OperationId(operation_id), _now)
     checkpoint = run.admit(table.get(checkpoint_id))
     seen: list[ReviewRequest] = []
 
@@ -56,7 +57,7 @@ async def _resume(
             raise RuntimeError("commit failed")
         return answer
 
-    answer = ReviewAnswer(operation_id, "APPROVE", f"reviewer-{operation_id}")
+    answer = ReviewAnswer(OperationId(operation_id), "APPROVE", f"reviewer-{operation_id}")
     result = await workflow.resume_and_answer(checkpoint_id, checkpoint, answer, run, seen.append, commit)
     return seen[0], result
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from decisionflow.vocabulary import OPEN_STATES, Decision, LookupStatus, OperationState, Receipt
+from decisionflow.vocabulary import OPEN_STATES, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     LookupNote,
     Operation,
@@ -98,10 +98,10 @@ class StoreModel:
             attempt_lease_holder=stored.lease_holder,
         )
 
-    def current(self, case_id: str) -> str | None:
+    def current(self, case_id: str) -> OperationId | None:
         """The case's current operation id, if the case exists."""
         entry = self.cases.get(case_id)
-        return None if entry is None else entry[0]
+        return None if entry is None else OperationId(entry[0])
 
     def all_operations(self) -> list[Operation]:
         """Every operation, oldest state change first (then by id), as list_operations pages them."""

@@ -71,7 +71,7 @@ def proposal(case_id: str, body: str, author: str, at: datetime, parent: str | N
     )
 
 
-def sealed(checkpoint_id: str, operation_id: str, at: datetime) -> SealedCheckpoint:
+def sealed(checkpoint_id: str, operation_id: OperationId, at: datetime) -> SealedCheckpoint:
     """A checkpoint row (its seal is never checked here)."""
     return SealedCheckpoint(checkpoint_id, "decisionflow.review", "graph", operation_id, at, "key", "0" * 64, b"state")
 
@@ -103,7 +103,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         self.model = StoreModel()
         self.now = T0
         self.checkpoint_serial = 0
-        self.leases: dict[str, list[datetime]] = {}
+        self.leases: dict[OperationId, list[datetime]] = {}
 
     # Helpers.
 
@@ -132,7 +132,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
     def review(self, p: Proposal, checkpoint_id: str) -> PendingReview:
         return PendingReview(p.operation_id, "decisionflow.review", "1", "graph", checkpoint_id, p.created_at)
 
-    def fresh(self, operation_id: str) -> None:
+    def fresh(self, operation_id: OperationId) -> None:
         """A fresh read of the operation and of its decision inputs equals the model."""
         operation = self.model.operation(operation_id)
         assert self.store.get_operation(operation_id) == operation
@@ -147,8 +147,8 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         if held and inputs.checkpoint is not None and review is not None:
             assert inputs.checkpoint.checkpoint_id == review.checkpoint_id
 
-    def operation_ids(self) -> list[str]:
-        return sorted(self.model.operations)
+    def operation_ids(self) -> list[OperationId]:
+        return [OperationId(op) for op in sorted(self.model.operations)]
 
     # Rules.
 
@@ -228,7 +228,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         op = data.draw(st.sampled_from(self.operation_ids()))
         at = self.tick(wait)
         decided = RecordedDecision(OperationId(op), decision, reviewer, at)
-        case_id = self.model.operations[op].case_id
+        case_id = CaseId(self.model.operations[op].case_id)
         [cp] = self.checkpoint_ids(1)
         attempt = None
         if with_attempt and decision is Decision.APPROVE:
@@ -345,7 +345,7 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         assert self.store.tally() == self.model.tally()
         assert self.store.list_pending_reviews(PendingReviewFilter(), 10_000, None) == self.model.pending_reviews()
         for case in CASES:
-            assert self.store.current_operation_id(case) == self.model.current(case)
+            assert self.store.current_operation_id(CaseId(case)) == self.model.current(case)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2
-from decisionflow.vocabulary import Decision, OperationId
+from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.foundation.processes import child_environment, free_port
 from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
@@ -115,7 +115,7 @@ def approved_never_attempted(stack: Stack, case_id: str) -> str:
     try:
         store = OrchestratorStore(engine)
         decision = RecordedDecision(OperationId(op), Decision.APPROVE, "reviewer@example.com", datetime.now(UTC))
-        store.record_decision(decision, case_id, [])
+        store.record_decision(decision, CaseId(case_id), [])
     finally:
         engine.dispose()
     return op

@@ -56,8 +56,8 @@ def seeding_engine(url: str) -> sa.Engine:
 class SeededOperation:
     """One seeded operation: its ids, the payload its attempt carried, and its decision time."""
 
-    operation_id: str
-    case_id: str
+    operation_id: OperationId
+    case_id: CaseId
     body: str
     payload: bytes
     payload_digest: str
@@ -149,10 +149,10 @@ def seed_effects(receiver_url: str, seeded: Iterable[SeededOperation]) -> dict[s
         migrate_receiver(engine)
         store = EffectStore(engine)
         for s in seeded:
-            request = EffectRequest(OperationId(s.operation_id), CaseId(s.case_id), ACTION, s.payload, s.payload_digest)
+            request = EffectRequest(s.operation_id, s.case_id, ACTION, s.payload, s.payload_digest)
             effect = check_effect(request)
             assert isinstance(effect, Effect), effect
-            answer = store.apply(effect, Receipt("rcpt-" + uuid.uuid4().hex, OperationId(s.operation_id), applied_at))
+            answer = store.apply(effect, Receipt("rcpt-" + uuid.uuid4().hex, s.operation_id, applied_at))
             receipts[s.operation_id] = answer.receipt.receipt_id
     finally:
         engine.dispose()

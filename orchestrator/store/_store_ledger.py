@@ -1,0 +1,196 @@
+"""OrchestratorStore's decision ledger and effect record: what Approve reads before deciding, the
+decision inserted once, and each attempt, receipt and rejection of the effect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, OperationId, OperationState, Receipt
+from orchestrator.domain import DecisionInputs, FirstAttempt, Operation, RecordedDecision, SealedCheckpoint
+from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
+from orchestrator.schema import operations
+from orchestrator.store import _ledger, _operations, _proposals
+from orchestrator.store import _statements as q
+from orchestrator.store._columns import state_text
+from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
+from orchestrator.store._rows import operation_from, operation_id_of, review_from, sealed_checkpoint_from
+from orchestrator.store._store_base import StoreBase
+from orchestrator.store._takeover import RECORD_ATTEMPT_OVER_ENDED
+
+MAX_REJECTION_REASON_CHARS = 2000
+
+
+class LedgerMethods(StoreBase):
+    """The decision ledger and the effect record of each operation."""
+
+    def decision_inputs(self, operation_id: OperationId) -> DecisionInputs:
+        """Return the operation (with any recorded decision), its proposal, the case's current operation id
+        and the pending review with its still-sealed checkpoint, read together; raise NotFound."""
+        with self.transactions.read() as conn:
+            row = conn.execute(q.DECISION_INPUTS, {"b_operation_id": operation_id}).first()
+            if row is None:
+                raise NotFound("operation", operation_id)
+            m = row._mapping
+            proposal = _proposals.proposal_row_txn(conn, m, "p_")
+        return DecisionInputs(
+            operation=operation_from(row),
+            proposal=proposal,
+            current_operation_id=operation_id_of(m["current_operation_id"]),
+            review=None if m["r_operation_id"] is None else review_from(m, "r_"),
+            checkpoint=None if m["k_checkpoint_id"] is None else sealed_checkpoint_from(m, "k_"),
+        )
+
+    def record_decision(
+        self,
+        decided: RecordedDecision,
+        case_id: CaseId,
+        saved: Sequence[SealedCheckpoint],
+        attempt: FirstAttempt | None = None,
+    ) -> Operation:
+        """Insert the decision once, with the workflow's final checkpoints and, for an approval, its first
+        attempt (UNKNOWN, under the attempt's lease: durable before Apply is sent); return the operation.
+
+        Raise DecisionAlreadyRecorded when one exists, StaleProposal when the operation is no longer
+        the case's current proposal (an existing decision wins over staleness), ReviewExpired when an
+        operator expired its review first; each writes nothing.
+        """
+        if attempt is not None and decided.decision is not Decision.APPROVE:
+            raise ValueError("only an approval has an attempt")
+        state = OperationState.APPROVED if decided.decision is Decision.APPROVE else OperationState.DECLINED
+
+        def work(conn: sa.Connection) -> Operation:
+            try:
+                with self.transactions.savepoint_txn(conn):
+                    _ledger.insert_decision_txn(conn, decided)
+            except IntegrityError as exc:
+                recorded = _ledger.decision_txn(conn, decided.operation_id)
+                if recorded is None:
+                    raise  # some other constraint failed (an unknown operation); not a second decision
+                raise DecisionAlreadyRecorded(recorded) from exc
+            current = conn.execute(q.CURRENT_FOR_UPDATE, {"b_case_id": case_id}).scalar_one_or_none()
+            if current != decided.operation_id:
+                raise StaleProposal(decided.operation_id, current or "")
+            if attempt is None:
+                row = conn.execute(
+                    q.DECIDE,
+                    {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
+                ).first()
+            else:
+                row = conn.execute(
+                    q.DECIDE_WITH_ATTEMPT,
+                    {
+                        "b_operation_id": decided.operation_id,
+                        "b_now": decided.decided_at,
+                        "b_payload": attempt.payload,
+                        "b_digest": attempt.payload_digest,
+                        "b_lease_until": attempt.lease_until,
+                        "b_lease_holder": attempt.lease_holder,
+                    },
+                ).first()
+            if row is None:
+                # Only a pending review is decided, and only expire-reviews moves an undecided one on: it
+                # committed first (on PostgreSQL this update waited for it and then found the row moved on).
+                raise ReviewExpired(decided.operation_id)
+            self.checkpoints.insert_txn(conn, saved)
+            return operation_from(row)
+
+        operation = self.transactions.batched(work)
+        self._wrote(saved)
+        return operation
+
+    def get_decision(self, operation_id: OperationId) -> RecordedDecision | None:
+        """Return the recorded decision of an operation, if any."""
+        with self.transactions.read() as conn:
+            return _ledger.decision_txn(conn, operation_id)
+
+    def record_attempt(
+        self,
+        operation_id: OperationId,
+        payload: bytes,
+        digest: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        holder: str | None = None,
+        ended_holder: str | None = None,
+    ) -> Operation:
+        """Durably note an Apply about to be sent (state UNKNOWN until the receiver answers), holding
+        the operation until lease_until in holder's name; raise NotRedrivable unless the operation is
+        APPROVED or UNKNOWN, AttemptInFlight while another attempt's lease holds it (a lease held in
+        ended_holder's name, a holder known to have ended, is taken over).
+
+        The payload is stored on the first attempt and reused by every later one.
+        """
+        statement = q.RECORD_ATTEMPT if ended_holder is None else RECORD_ATTEMPT_OVER_ENDED
+
+        def work(conn: sa.Connection) -> Operation:
+            row = conn.execute(
+                statement,
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_payload": payload,
+                    "b_digest": digest,
+                    "b_lease_until": lease_until,
+                    "b_lease_holder": holder,
+                    "b_ended_holder": ended_holder,
+                },
+            ).first()
+            if row is not None:
+                return operation_from(row)
+            operation = _operations.operation_txn(conn, operation_id)
+            if operation.state in OPEN_STATES:
+                raise AttemptInFlight(operation)
+            raise NotRedrivable(operation_id, operation.state)
+
+        return self.transactions.batched(work)
+
+    def release_attempt(self, operation_id: OperationId, lease_until: datetime) -> Operation:
+        """Give up the lease an attempt took until lease_until (if it still holds it); return the operation."""
+
+        def work(conn: sa.Connection) -> Operation:
+            conn.execute(q.RELEASE_ATTEMPT, {"b_operation_id": operation_id, "b_lease_until": lease_until})
+            return _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
+
+    def record_receipt(self, operation_id: OperationId, receipt: Receipt, now: datetime) -> Operation:
+        """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
+
+        def work(conn: sa.Connection) -> Operation:
+            row = conn.execute(
+                q.RECORD_RECEIPT,
+                {
+                    "b_operation_id": operation_id,
+                    "b_now": now,
+                    "b_receipt_id": receipt.receipt_id,
+                    "b_applied_at": receipt.applied_at,
+                },
+            ).first()
+            # No row: the operation was settled already (or is unknown); report it as it stands.
+            return operation_from(row) if row is not None else _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
+
+    def record_rejection(self, operation_id: OperationId, reason: str, now: datetime) -> Operation:
+        """Move an open operation to REJECTED: the receiver definitely refused the effect."""
+
+        def work(conn: sa.Connection) -> Operation:
+            conn.execute(
+                operations.update()
+                .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
+                .values(
+                    state=state_text(OperationState.REJECTED),
+                    state_changed_at=now,
+                    rejection_reason=reason[:MAX_REJECTION_REASON_CHARS],
+                    attempt_lease_until=None,
+                    attempt_lease_holder=None,
+                )
+            )
+            return _operations.operation_txn(conn, operation_id)
+
+        return self.transactions.batched(work)
