@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from decisionflow import reasons
 from decisionflow.errors import FieldViolation, InvalidRequest
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.vocabulary import CaseId, OperationId, case_id_violations, operation_id_violations
@@ -144,9 +143,7 @@ def content_violations(
 def pending_page_size(page_size: int) -> int:
     """Return the page size of a ListPendingReviews (0 means the default); refuse one outside 0 to the maximum."""
     if page_size < 0 or page_size > MAX_PENDING_PAGE:
-        raise InvalidRequest(
-            [FieldViolation("page_size", f"must be 0 to {MAX_PENDING_PAGE}")], reason=reasons.PAGE_SIZE_OUT_OF_RANGE
-        )
+        raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PENDING_PAGE}")])
     return page_size or DEFAULT_PENDING_PAGE
 
 

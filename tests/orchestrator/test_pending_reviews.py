@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from decisionflow import page_tokens, reasons
+from decisionflow import page_tokens
 from decisionflow.auth import bearer_metadata
-from decisionflow.client import AsyncReviewClient, InvalidRequest, PendingReviewEntry, PermissionDenied, ReviewClient
-from decisionflow.client.errors import map_rpc_error
+from decisionflow.client import AsyncReviewClient, PendingReviewEntry, PermissionDenied, ReviewClient
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from tests.support.secure import SecureStack, start_secure_stack
@@ -208,13 +207,3 @@ def test_the_async_client_reads_the_same_inbox(inbox: Inbox) -> None:
     expected = [(inbox.first, 1, inbox.first), (inbox.edited, 2, inbox.edited)]
     assert _summary(page) == expected
     assert _summary(walked) == expected
-
-
-@pytest.mark.parametrize("page_size", [-1, 501])
-def test_a_page_size_out_of_range_is_its_own_reason(inbox: Inbox, page_size: int) -> None:
-    error = inbox.refused(page_size=page_size)
-    reason, _, violations = error_info(error)
-    assert (error.code(), reason) == (grpc.StatusCode.INVALID_ARGUMENT, reasons.PAGE_SIZE_OUT_OF_RANGE)
-    assert [violation.field for violation in violations] == ["page_size"]
-    raised = map_rpc_error(error)
-    assert (type(raised), raised.reason, raised.definite) == (InvalidRequest, reasons.PAGE_SIZE_OUT_OF_RANGE, True)

@@ -120,7 +120,6 @@ CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
 CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
 TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
-PAGE_SIZE_OUT_OF_RANGE = "PAGE_SIZE_OUT_OF_RANGE"
 
 
 def _declared(*refusals: Refusal) -> Mapping[str, Refusal]:
@@ -162,7 +161,6 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(CONTENT_BUDGET_EXCEEDED, "RESOURCE_EXHAUSTED", True, (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES)),
     Refusal(TOO_MANY_OPEN_REVIEWS, "FAILED_PRECONDITION", True, (PRINCIPAL, OPEN_REVIEW_LIMIT)),
     Refusal(REVIEW_EXPIRED, "FAILED_PRECONDITION", True, (OPERATION_ID,)),
-    Refusal(PAGE_SIZE_OUT_OF_RANGE, "INVALID_ARGUMENT", True, ()),
 )
 
 # A status that comes without one of the reasons above: a call refused before it reached a handler
@@ -305,11 +303,6 @@ GUIDE: Mapping[str, Guide] = {
         when="an operator expired the undecided review (`decisionflow-orchestrator expire-reviews`, "
         "[docs/operations.md](docs/operations.md#expiring-abandoned-reviews)); the operation is `EXPIRED` and can no "
         "longer be decided; an edit of it starts a new review",
-    ),
-    PAGE_SIZE_OUT_OF_RANGE: Guide(
-        "ListPendingReviews",
-        when="`page_size` is negative or over 500 (the `BadRequest` names the field `page_size`); ask for a page "
-        "of 500 or fewer",
     ),
 }
 if GUIDE.keys() != REFUSALS.keys():
