@@ -59,17 +59,6 @@ class NotFound(OrchestratorError):
         self.ident = ident
 
 
-class PageSizeOutOfRange(OrchestratorError):
-    """A listing was asked for a page larger than it serves (or of a negative size)."""
-
-    reason = reasons.PAGE_SIZE_OUT_OF_RANGE
-
-    def __init__(self, page_size: int, limit: int) -> None:
-        super().__init__(f"page_size {page_size} is not 0 to {limit}", metadata={reasons.MAX_PAGE_SIZE: str(limit)})
-        self.page_size = page_size
-        self.limit = limit
-
-
 class StaleProposal(OrchestratorError):
     """The operation the caller saw is no longer the case's current proposal."""
 

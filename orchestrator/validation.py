@@ -19,7 +19,6 @@ from orchestrator.domain import (
     ProposalStart,
     proposal_content,
 )
-from orchestrator.errors import PageSizeOutOfRange
 
 SOURCE_ID = re.compile(r"\A[A-Za-z0-9._:/-]{1,128}\Z")
 MAX_BODY_BYTES = 64 * 1024
@@ -144,7 +143,7 @@ def content_violations(
 def pending_page_size(page_size: int) -> int:
     """Return the page size of a ListPendingReviews (0 means the default); refuse one outside 0 to the maximum."""
     if page_size < 0 or page_size > MAX_PENDING_PAGE:
-        raise PageSizeOutOfRange(page_size, MAX_PENDING_PAGE)
+        raise InvalidRequest([FieldViolation("page_size", f"must be 0 to {MAX_PENDING_PAGE}")])
     return page_size or DEFAULT_PENDING_PAGE
 
 

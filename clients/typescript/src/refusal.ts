@@ -57,7 +57,6 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   },
   TOO_MANY_OPEN_REVIEWS: { code: Code.FailedPrecondition, metadataKeys: ["principal", "open_review_limit"] },
   REVIEW_EXPIRED: { code: Code.FailedPrecondition, metadataKeys: ["operation_id"] },
-  PAGE_SIZE_OUT_OF_RANGE: { code: Code.InvalidArgument, metadataKeys: ["max_page_size"] },
 };
 
 // Refusals: the request certainly had no effect.

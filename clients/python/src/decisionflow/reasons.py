@@ -94,7 +94,6 @@ REQUIRED_ROLES = _key("required_roles", "the roles the method allows, comma-sepa
 # takes ("0.250s"), beside the RetryInfo detail that carries the same delay.
 RETRY_AFTER = _key("retry_after", "when the same request fits the budget, as a duration (`0.250s`), as `RetryInfo`")
 CONTENT_BYTES = _key("content_bytes", "the refused request's bytes of proposal text (body, evidence, policy)")
-MAX_PAGE_SIZE = _key("max_page_size", "the largest page a listing serves")
 OPEN_REVIEW_LIMIT = _key("open_review_limit", "the most undecided proposals one author may have in the inbox")
 METADATA_KEY_MEANINGS: Mapping[str, str] = MappingProxyType(_MEANINGS)
 
@@ -121,7 +120,6 @@ CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
 CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
 TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
-PAGE_SIZE_OUT_OF_RANGE = "PAGE_SIZE_OUT_OF_RANGE"
 
 
 def _declared(*refusals: Refusal) -> Mapping[str, Refusal]:
@@ -163,7 +161,6 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(CONTENT_BUDGET_EXCEEDED, "RESOURCE_EXHAUSTED", True, (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES)),
     Refusal(TOO_MANY_OPEN_REVIEWS, "FAILED_PRECONDITION", True, (PRINCIPAL, OPEN_REVIEW_LIMIT)),
     Refusal(REVIEW_EXPIRED, "FAILED_PRECONDITION", True, (OPERATION_ID,)),
-    Refusal(PAGE_SIZE_OUT_OF_RANGE, "INVALID_ARGUMENT", True, (MAX_PAGE_SIZE,)),
 )
 
 # A status that comes without one of the reasons above: a call refused before it reached a handler
@@ -306,10 +303,6 @@ GUIDE: Mapping[str, Guide] = {
         when="an operator expired the undecided review (`decisionflow-orchestrator expire-reviews`, "
         "[docs/operations.md](docs/operations.md#expiring-abandoned-reviews)); the operation is `EXPIRED` and can no "
         "longer be decided; an edit of it starts a new review",
-    ),
-    PAGE_SIZE_OUT_OF_RANGE: Guide(
-        "ListPendingReviews",
-        when="`page_size` is negative or over `max_page_size`; ask for a smaller page",
     ),
 }
 if GUIDE.keys() != REFUSALS.keys():
