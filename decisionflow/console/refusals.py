@@ -134,10 +134,10 @@ def _not_redrivable(error: NotRedrivable, asked: _Asked) -> Refusal:
 
 @_words.register
 def _open_reviews(error: TooManyOpenReviews, asked: _Asked) -> Refusal:
-    limit = error.open_review_limit
+    limit = "the most" if error.open_review_limit is None else str(error.open_review_limit)
     words = (
-        f"You already have {limit if limit is not None else 'the most'} proposals waiting for review, the most "
-        "one author may have. Nothing was changed. Try again once reviewers have decided some of them."
+        f"You already have {limit} proposals waiting for review, the most one author may have. Nothing was "
+        "changed. Try again once reviewers have decided some of them."
     )
     return Refusal(409, "Too many proposals waiting for review", words)
 
