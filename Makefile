@@ -24,6 +24,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) tools/gen_refusals.py --check
 
 typecheck: setup
 	$(VENV)/bin/mypy

@@ -2,12 +2,14 @@
 
     DomainError                      decisionflow_server.foundation.errors: every refusal on the wire
     ├── InvalidRequest               INVALID_ARGUMENT, field violations; nothing was written
-    ├── IdempotencyKeyReused         FAILED_PRECONDITION; the stored effect is unchanged; never retry
-    ├── KeyRetentionExceeded         FAILED_PRECONDITION; the key may have been pruned; nothing written
+    ├── ReceiverError                base of the receiver's own refusals
+    │   ├── IdempotencyKeyReused     FAILED_PRECONDITION; the stored effect is unchanged; never retry
+    │   └── KeyRetentionExceeded     FAILED_PRECONDITION; the key may have been pruned; nothing written
     └── Unavailable                  UNAVAILABLE; the database cannot be reached; retry with the same key
         └── ReplyLost                UNAVAILABLE (failpoint): the effect committed, the reply was withheld
 
-``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow_server.foundation.errors``.
+``InvalidRequest`` and ``Unavailable`` are the shared classes of ``decisionflow_server.foundation.errors``. The status
+of each is its reason's, as ``decisionflow.reasons`` declares it.
 """
 
 from __future__ import annotations
@@ -23,12 +25,17 @@ __all__ = [
     "IdempotencyKeyReused",
     "InvalidRequest",
     "KeyRetentionExceeded",
+    "ReceiverError",
     "ReplyLost",
     "Unavailable",
 ]
 
 
-class IdempotencyKeyReused(DomainError):
+class ReceiverError(DomainError):
+    """Base of the receiver's own refusals."""
+
+
+class IdempotencyKeyReused(ReceiverError):
     """An effect exists under this operation id with another payload digest; it stays as it was."""
 
     reason = reasons.IDEMPOTENCY_KEY_REUSED
@@ -41,7 +48,7 @@ class IdempotencyKeyReused(DomainError):
         self.operation_id = operation_id
 
 
-class KeyRetentionExceeded(DomainError):
+class KeyRetentionExceeded(ReceiverError):
     """operation_id's key is absent and its first attempt beyond the retention (maybe pruned); nothing written."""
 
     reason = reasons.KEY_RETENTION_EXCEEDED

@@ -14,28 +14,15 @@ from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from decisionflow.vocabulary import CaseId, EffectRequest, LookupStatus, OperationId
 from decisionflow_server.runtime.auth import AUTH_STATUS
-from decisionflow_server.runtime.rpc_errors import StatusTable
+from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from effect_receiver.domain import AppliedEffect, LookupAnswer
-from effect_receiver.errors import (
-    FieldViolation,
-    IdempotencyKeyReused,
-    InvalidRequest,
-    KeyRetentionExceeded,
-    ReplyLost,
-    Unavailable,
-)
+from effect_receiver.errors import FieldViolation, InvalidRequest, ReceiverError, Unavailable
 from effect_receiver.service import ReceiverService
 
 SERVICE_NAME = effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name
 
-STATUS_TABLE: StatusTable = {
-    **AUTH_STATUS,
-    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
-    IdempotencyKeyReused: grpc.StatusCode.FAILED_PRECONDITION,
-    KeyRetentionExceeded: grpc.StatusCode.FAILED_PRECONDITION,
-    ReplyLost: grpc.StatusCode.UNAVAILABLE,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-}
+# Every refusal of this server: the shared ones and the receiver's own (effect_receiver.errors).
+STATUS_TABLE: StatusTable = {**AUTH_STATUS, **status_table(InvalidRequest, Unavailable, ReceiverError)}
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

@@ -20,7 +20,7 @@ from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, R
 from decisionflow_server.foundation import page_tokens
 from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, Unavailable
 from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
-from decisionflow_server.runtime.rpc_errors import StatusTable
+from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from orchestrator import errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
@@ -42,25 +42,8 @@ from orchestrator.wire import (
     start_from_pb,
 )
 
-STATUS_TABLE: StatusTable = {
-    **AUTH_STATUS,
-    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
-    Unavailable: grpc.StatusCode.UNAVAILABLE,
-    errors.NotFound: grpc.StatusCode.NOT_FOUND,
-    errors.StaleProposal: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.CaseHasOpenProposal: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.DecisionConflict: grpc.StatusCode.ALREADY_EXISTS,
-    errors.NotRedrivable: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.KeyRetentionExceeded: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.WorkflowVersionMismatch: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.ReviewExpired: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.CallRateExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.ContentBudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.TooManyOpenReviews: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.CheckpointIntegrity: grpc.StatusCode.DATA_LOSS,
-    errors.CheckpointSaveFailed: grpc.StatusCode.UNAVAILABLE,
-    errors.WorkflowProtocolError: grpc.StatusCode.INTERNAL,
-}
+# Every refusal of this server: the shared ones and the orchestrator's own (orchestrator.errors).
+STATUS_TABLE: StatusTable = {**AUTH_STATUS, **status_table(InvalidRequest, Unavailable, errors.OrchestratorError)}
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it: after
 # the last Apply attempt the orchestrator still reads the operation, logs, and sends the answer,

@@ -1,5 +1,6 @@
 """The documentation stays true of the repository: every cited page exists, every relative link
-resolves, docs/errors.md names every reason, and the worked identity example still computes."""
+resolves, the tables generated from the declaration of refusals are current, and the worked identity
+example still computes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from decisionflow import reasons
 from tests.support.cli import SCRIPTS
+from tools import gen_refusals
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -179,22 +181,15 @@ def _anchors(markdown: str) -> set[str]:
     return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
 
 
-def _reason_constants() -> dict[str, str]:
-    # Reasons are upper-case values; metadata keys (also in the module) are lower case.
-    return {
-        name: value
-        for name, value in vars(reasons).items()
-        if name.isupper() and isinstance(value, str) and value.isupper()
-    }
+def test_the_tables_generated_from_the_declaration_of_refusals_are_current(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gen_refusals.main(["--check"]) == 0, capsys.readouterr().err
 
 
-def test_errors_page_lists_every_reason() -> None:
-    constants = _reason_constants()
-    assert "STALE_PROPOSAL" in constants and "current_operation_id" not in constants.values()
+def test_the_errors_page_lists_every_declared_reason_with_its_status() -> None:
     page = (DOCS / "errors.md").read_text(encoding="utf-8")
-    rows = set(re.findall(r"^\| `([A-Z_]+)` \|", page, re.MULTILINE))
-    assert sorted(set(constants.values()) - rows) == []
-    assert sorted(rows - set(constants.values())) == []
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `([A-Z_]+)` \|", page, re.MULTILINE))
+    assert rows == {declared.reason: declared.status for declared in reasons.REFUSALS.values()}
+    assert rows["STALE_PROPOSAL"] == "FAILED_PRECONDITION"
 
 
 def test_identities_page_example_computes_the_documented_ids() -> None:

@@ -6,8 +6,9 @@
     └── (each service's errors.py)   the service's own refusals
 
 No grpc here: stores, validation and use cases raise these; ``decisionflow_server.runtime.rpc_errors`` turns
-them into a rich gRPC status at the server's edge. The reason strings are in
-``decisionflow.reasons``; docs/errors.md lists each with its status code and metadata keys.
+them into a rich gRPC status at the server's edge. Each reason is declared in
+``decisionflow.reasons`` with its status and metadata keys: a refusal whose metadata names a key
+its reason does not declare is a programming error, raised where the refusal is made.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class DomainError(Exception):
         self.message = message
         self.metadata: dict[str, str] = dict(metadata or {})
         self.retry_after = retry_after
+        declared = reasons.REFUSALS.get(self.reason)
+        if declared is not None and not self.metadata.keys() <= set(declared.metadata):
+            undeclared = sorted(self.metadata.keys() - set(declared.metadata))
+            raise ValueError(f"{type(self).__name__}: {self.reason} declares no metadata keys {undeclared}")
 
 
 class InvalidRequest(DomainError):

@@ -2,9 +2,11 @@
 BadRequest for bad fields and RetryInfo for a refusal that names when to come back (read back by
 ``decisionflow.status_details``).
 
-Each server maps its domain errors to a status code in exactly one table (``StatusTable``); the
-server's one pass per call (``decisionflow_server.runtime.served_calls``) applies it to every call with
-``refuse``, so servicers never call ``context.abort``.
+Each server maps its domain errors to a status code in exactly one table (``StatusTable``), built by
+``status_table`` from the domain error classes it answers with: a class's reason is the service's
+(``reason = reasons.X`` in its errors.py), the status that reason travels with is the declaration's
+(``decisionflow.reasons``). The server's one pass per call (``decisionflow_server.runtime.served_calls``) applies
+the table to every call with ``refuse``, so servicers never call ``context.abort``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,19 @@ from decisionflow_server.foundation.handlers import Context
 from decisionflow_server.runtime import tracing
 
 StatusTable = Mapping[type[DomainError], grpc.StatusCode]
+
+
+def status_table(*families: type[DomainError]) -> StatusTable:
+    """Return the table answering each class of families, and each subclass of one, that has a reason
+    with the status its reason is declared with; a reason nobody declared fails here, at import."""
+    table: dict[type[DomainError], grpc.StatusCode] = {}
+    pending = list(families)
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.reason:
+            table[cls] = grpc.StatusCode[reasons.refusal(cls.reason).status]
+    return table
 
 
 def code_for(table: StatusTable, error: DomainError) -> grpc.StatusCode:

@@ -4,6 +4,7 @@ reason of the contract has its own class, and the services' refusals arrive with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -193,42 +194,38 @@ def test_decisions_parse_leniently() -> None:
     assert Decision.parse("MAYBE") is Decision.UNSPECIFIED
 
 
-# The error contract: each reason, the status it travels with, and the class the client raises.
-CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
-    reasons.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidRequest),
-    reasons.DECISION_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, errors.DecisionRequired),
-    reasons.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, errors.NotFound),
-    reasons.STALE_PROPOSAL: (grpc.StatusCode.FAILED_PRECONDITION, errors.StaleProposal),
-    reasons.CASE_HAS_OPEN_PROPOSAL: (grpc.StatusCode.FAILED_PRECONDITION, errors.CaseHasOpenProposal),
-    reasons.DECISION_CONFLICT: (grpc.StatusCode.ALREADY_EXISTS, errors.DecisionConflict),
-    reasons.NOT_REDRIVABLE: (grpc.StatusCode.FAILED_PRECONDITION, errors.NotRedrivable),
-    reasons.WORKFLOW_VERSION_MISMATCH: (grpc.StatusCode.FAILED_PRECONDITION, errors.WorkflowVersionMismatch),
-    reasons.IDEMPOTENCY_KEY_REUSED: (grpc.StatusCode.FAILED_PRECONDITION, errors.IdempotencyKeyReused),
-    reasons.KEY_RETENTION_EXCEEDED: (grpc.StatusCode.FAILED_PRECONDITION, errors.KeyRetentionExceeded),
-    reasons.CHECKPOINT_INTEGRITY: (grpc.StatusCode.DATA_LOSS, errors.CheckpointIntegrity),
-    reasons.CHECKPOINT_SAVE_FAILED: (grpc.StatusCode.UNAVAILABLE, errors.CheckpointSaveFailed),
-    reasons.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, errors.Unavailable),
-    reasons.REPLY_LOST: (grpc.StatusCode.UNAVAILABLE, errors.ReplyLost),
-    reasons.WORKFLOW_PROTOCOL: (grpc.StatusCode.INTERNAL, errors.WorkflowProtocolError),
-    reasons.UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, errors.Unauthenticated),
-    reasons.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied),
-    reasons.FOUR_EYES: (grpc.StatusCode.PERMISSION_DENIED, errors.FourEyes),
-    reasons.CALL_RATE_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.CallRateExceeded),
-    reasons.CONTENT_BUDGET_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ContentBudgetExceeded),
-    reasons.TOO_MANY_OPEN_REVIEWS: (grpc.StatusCode.FAILED_PRECONDITION, errors.TooManyOpenReviews),
-    reasons.REVIEW_EXPIRED: (grpc.StatusCode.FAILED_PRECONDITION, errors.ReviewExpired),
-}
-
-
-def test_every_reason_has_a_class_of_its_own() -> None:
-    # Reasons are the upper-case values of decisionflow.reasons (metadata keys are lower case).
-    declared = {value for name, value in vars(reasons).items() if name.isupper() and str(value).isupper()}
-    assert set(CONTRACT) == declared
-    classes = [cls for _, cls in CONTRACT.values()]
-    assert len(set(classes)) == len(classes)
-    for reason, (code, cls) in CONTRACT.items():
-        assert errors.error_class(code, reason) is cls, reason
+def test_a_class_that_names_a_reason_is_raised_for_it_with_the_declared_status() -> None:
+    assert errors.error_class(grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL) is errors.StaleProposal
+    assert errors.error_class(grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY) is errors.CheckpointIntegrity
+    # The reason under another status than its declared one is that status's failure.
+    assert errors.error_class(grpc.StatusCode.UNAVAILABLE, reasons.STALE_PROPOSAL) is errors.Unavailable
+    for declared in reasons.REFUSALS.values():
+        cls = errors.error_class(grpc.StatusCode[declared.status], declared.reason)
         assert cls.__doc__ and "\n" not in cls.__doc__.strip(), f"{cls.__name__} needs a one-line docstring"
+
+
+def test_a_class_may_name_only_a_declared_reason_and_only_one_class_a_reason() -> None:
+    with pytest.raises(LookupError, match="NOT_DECLARED_ANYWHERE"):
+
+        class Undeclared(errors.PreconditionFailed, reason="NOT_DECLARED_ANYWHERE"):
+            """Names a reason nobody declared."""
+
+    with pytest.raises(TypeError, match="SecondStale and StaleProposal both name STALE_PROPOSAL"):
+
+        class SecondStale(errors.PreconditionFailed, reason=reasons.STALE_PROPOSAL):
+            """Names a reason another class names."""
+
+    assert errors.error_class(grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL) is errors.StaleProposal
+
+
+def test_a_class_that_disagrees_with_the_declaration_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Declared indeterminate, but FAILED_PRECONDITION's class says definite: importing would fail.
+    stale = reasons.refusal(reasons.STALE_PROPOSAL)
+    newly = replace(stale, reason="NEWLY_DECLARED", definite=False)
+    monkeypatch.setattr(reasons, "REFUSALS", {**reasons.REFUSALS, newly.reason: newly})
+
+    with pytest.raises(TypeError, match="NEWLY_DECLARED is declared definite=False, but PreconditionFailed"):
+        errors._check_against_the_declaration()
 
 
 @pytest.mark.parametrize(
@@ -331,7 +328,8 @@ def test_server_refusals_arrive_with_their_metadata_as_typed_attributes(
     table = {**ORCHESTRATOR_STATUS, **RECEIVER_STATUS}
     code = code_for(table, refusal)
     error = errors.map_rpc_error(raw_failure(server, Fail(code, refusal)))
+    declared = reasons.refusal(refusal.reason)
 
-    assert type(error) is CONTRACT[refusal.reason][1]
-    assert (error.code, error.reason, error.metadata) == (CONTRACT[refusal.reason][0], refusal.reason, metadata)
+    assert (error.code.name, error.reason, error.metadata) == (declared.status, refusal.reason, metadata)
+    assert error.definite is declared.definite
     assert {name: getattr(error, name) for name in attributes} == attributes

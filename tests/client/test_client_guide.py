@@ -1,5 +1,6 @@
-"""docs/clients.md's failure table is what the clients do: the Python error classes and retry
-policy, the shared metadata keys, and the TypeScript refusal helper each give every row's answer."""
+"""docs/clients.md's failure table (generated from decisionflow.reasons) is what the clients do: the
+Python error classes and retry policy and the TypeScript refusal helper each give every row's answer,
+and every declared reason has its row with its metadata keys."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from decisionflow.client import errors
 from tests.support.typescript import TypeScriptPackage
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
-ROW = re.compile(r"^\| `([A-Z_]+)` \| (`[A-Z_]+`|—) \| (yes|no) \| (automatic|yes|no) \| (.*) \|$", re.MULTILINE)
+ROW = re.compile(
+    r"^\| (`[A-Z_]+`|any other \(.*?\)) \| (`[A-Z_]+`|—) \| (yes|no) \| (automatic|yes|no) \| (.*) \| `(\w+)` \|$",
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Row:
     definite: bool
     retry: str
     metadata_keys: frozenset[str]
+    raised_as: str
 
 
 def guide_rows() -> list[Row]:
@@ -40,10 +45,14 @@ def guide_rows() -> list[Row]:
             definite == "yes",
             retried,
             frozenset(re.findall(r"`([a-z_]+)`", metadata.split(" (", 1)[0])),  # a parenthesis explains
+            raised_as,
         )
-        for status, reason, definite, retried, metadata in ROW.findall(section)
+        for statuses, reason, definite, retried, metadata, raised_as in ROW.findall(section)
+        # "any other (`UNKNOWN`, `INTERNAL`, …)" is a row for each status it names.
+        for status in re.findall(r"`([A-Z_]+)`", statuses)
     ]
-    assert len(rows) == section.count("\n| `"), "a row of the table does not parse"
+    table_rows = re.findall(r"^\| (?:`|any other)", section, re.MULTILINE)
+    assert len(ROW.findall(section)) == len(table_rows), "a row of the table does not parse"
     return rows
 
 
@@ -53,31 +62,27 @@ def _python_retry(code: grpc.StatusCode, definite: bool) -> str:
     return "no" if definite else "yes"
 
 
-def test_the_table_names_every_reason_once_with_its_metadata_keys() -> None:
+def test_the_table_names_every_declared_reason_once_with_its_metadata_keys() -> None:
     rows = guide_rows()
     named = [row.reason for row in rows if row.reason]
 
-    assert sorted(named) == sorted(reasons.METADATA_KEYS)
+    assert sorted(named) == sorted(reasons.REFUSALS)
     assert len(named) == len(set(named))
     for row in rows:
         if row.reason:
-            assert row.metadata_keys == set(reasons.METADATA_KEYS[row.reason]), row.reason
+            declared = reasons.refusal(row.reason)
+            assert (row.code.name, row.metadata_keys) == (declared.status, frozenset(declared.metadata)), row.reason
         else:
             assert row.metadata_keys == set(), row.code
+    assert {row.code for row in rows if not row.reason} >= {grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED}
 
 
 def test_the_python_client_raises_what_the_table_says() -> None:
-    rows = guide_rows()
-    by_reason = {row.reason: row for row in rows if row.reason}
-
-    for row in rows:
+    for row in guide_rows():
         cls = errors.error_class(row.code, row.reason)
         error = cls(row.code, "", reason=row.reason)
+        assert cls.__name__ == row.raised_as, row
         assert (error.definite, _python_retry(row.code, error.definite)) == (row.definite, row.retry), row
-    # The Python client's own (status, reason) pairs are the guide's.
-    for code, reason in errors._CLASSES:
-        if reason:
-            assert by_reason[reason].code == code, reason
     # A caller-dependent refusal after an indeterminate attempt is not definite.
     assert errors.PermissionDenied(grpc.StatusCode.PERMISSION_DENIED, "", attempts=2, definite=False).definite is False
 
@@ -105,12 +110,8 @@ console.log(JSON.stringify({ reasons: REASONS, answers, repeated }));
         assert set(contract["metadataKeys"]) == named[reason].metadata_keys, reason
     for row, answer in zip(rows, told["answers"], strict=True):
         assert (answer["definite"], answer["retry"]) == (row.definite, row.retry), row
-    caller_dependent = {
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
+    caller_dependent = {grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.caller_dependent}
+    assert grpc.StatusCode.PERMISSION_DENIED in caller_dependent
     for row, definite in zip(rows, told["repeated"], strict=True):
         assert definite == (row.definite and row.code not in caller_dependent), row
 

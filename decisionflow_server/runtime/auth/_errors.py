@@ -8,17 +8,16 @@
         └── PermissionDenied         PERMISSION_DENIED: authenticated, but not allowed
             └── FourEyesViolation    PERMISSION_DENIED, reason FOUR_EYES: the author cannot approve
 
-``AUTH_STATUS`` maps them to status codes; every server merges it into its own ``StatusTable``,
+``AUTH_STATUS`` maps them to the status codes their reasons are declared with; every server merges it
+into its own ``StatusTable``,
 through which ``AuthInterceptor``'s refusals are answered like any other domain error.
 """
 
 from __future__ import annotations
 
-import grpc
-
 from decisionflow import reasons
 from decisionflow_server.foundation.errors import DomainError
-from decisionflow_server.runtime.rpc_errors import StatusTable
+from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 
 
 class AuthError(DomainError):
@@ -34,6 +33,7 @@ class Unauthenticated(AuthError):
 class IdentityProviderUnavailable(AuthError):
     """An OIDC token cannot be checked: the issuer's signing keys (its JWKS) cannot be fetched."""
 
+    # Nothing was decided about the caller: a retry may be admitted once the keys can be fetched.
     reason = reasons.UNAVAILABLE
 
     def __init__(self, jwks_url: str, cause: str) -> None:
@@ -60,9 +60,4 @@ class FourEyesViolation(PermissionDenied):
         self.principal = principal
 
 
-AUTH_STATUS: StatusTable = {
-    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
-    # Nothing was decided about the caller: a retry may be admitted once the keys can be fetched.
-    IdentityProviderUnavailable: grpc.StatusCode.UNAVAILABLE,
-    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
-}
+AUTH_STATUS: StatusTable = status_table(AuthError)

@@ -6,27 +6,33 @@
     ├── NotFound                       NOT_FOUND; operation_id or case_id
     ├── Unauthenticated                UNAUTHENTICATED; no or bad credentials
     ├── PermissionDenied               PERMISSION_DENIED; role missing
-    │   └── FourEyes                   FOUR_EYES: the author cannot decide; principal
+    │   └── FourEyes                   FOUR_EYES: the author cannot decide
     ├── PreconditionFailed             FAILED_PRECONDITION; any reason, including those below
-    │   ├── StaleProposal              STALE_PROPOSAL; operation_id, current_operation_id
-    │   ├── CaseHasOpenProposal        CASE_HAS_OPEN_PROPOSAL; case_id, current_operation_id
-    │   ├── NotRedrivable              NOT_REDRIVABLE; operation_id, state (already settled)
-    │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED; operation_id
-    │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED; operation_id, first_attempted_at, key_retention
-    │   ├── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
-    │   ├── TooManyOpenReviews         TOO_MANY_OPEN_REVIEWS; principal, open_review_limit
-    │   └── ReviewExpired              REVIEW_EXPIRED; operation_id (an operator expired the review)
+    │   ├── StaleProposal              STALE_PROPOSAL
+    │   ├── CaseHasOpenProposal        CASE_HAS_OPEN_PROPOSAL
+    │   ├── NotRedrivable              NOT_REDRIVABLE (already settled)
+    │   ├── IdempotencyKeyReused       IDEMPOTENCY_KEY_REUSED
+    │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED
+    │   ├── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH
+    │   ├── TooManyOpenReviews         TOO_MANY_OPEN_REVIEWS
+    │   └── ReviewExpired              REVIEW_EXPIRED (an operator expired the review)
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED with a reason: a budget of the principal is spent
-    │   ├── CallRateExceeded           CALL_RATE_EXCEEDED; principal, retry_after
-    │   └── ContentBudgetExceeded      CONTENT_BUDGET_EXCEEDED; principal, retry_after, content_bytes
-    ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT; operation_id, recorded_decision
-    ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY; operation_id, checkpoint_id
+    │   ├── CallRateExceeded           CALL_RATE_EXCEEDED
+    │   └── ContentBudgetExceeded      CONTENT_BUDGET_EXCEEDED
+    ├── DecisionConflict               ALREADY_EXISTS, DECISION_CONFLICT
+    ├── CheckpointIntegrity            DATA_LOSS, CHECKPOINT_INTEGRITY
     ├── Unavailable                    UNAVAILABLE or RESOURCE_EXHAUSTED, after the retries ran out
     │   ├── CheckpointSaveFailed       CHECKPOINT_SAVE_FAILED: retry with the same request
-    │   └── ReplyLost                  REPLY_LOST: the effect committed, its reply was withheld; operation_id
+    │   └── ReplyLost                  REPLY_LOST: the effect committed, its reply was withheld
     ├── DeadlineExceeded               DEADLINE_EXCEEDED, after the retries ran out
     └── ServerError                    anything else (INTERNAL, UNKNOWN, CANCELLED, ...)
         └── WorkflowProtocolError      INTERNAL, WORKFLOW_PROTOCOL: the workflow broke an invariant
+
+A class for a reason names it (``reason=reasons.STALE_PROPOSAL``); the status it is raised with, and
+whether it is definite, are the declaration's (``decisionflow.reasons``): the table below is built
+from it, and importing this module fails if a class's ``definite`` disagrees with it. A reason
+declared without a class of its own is raised as its status's class (PreconditionFailed for a
+FAILED_PRECONDITION). docs/clients.md lists each reason's status, definiteness and metadata keys.
 
 ``definite`` is True only when the request certainly had no effect: a refusal with
 INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED or
@@ -34,14 +40,13 @@ NOT_FOUND, a checkpoint refused as tampered (it needs an operator, not a retry),
 (refused before anything ran). Everything else is indeterminate: the server may have acted before
 the reply was lost, so the outcome must be settled by a lookup or a retry with the same operation
 id. ``retry_after`` is the delay the server's RetryInfo asked for (seconds; None when it sent
-none): the retry policy waits at least that long before repeating the call. docs/errors.md lists
-every reason.
+none): the retry policy waits at least that long before repeating the call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import grpc
 
@@ -50,26 +55,18 @@ from decisionflow.client.views import Decision, OperationState
 from decisionflow.reasons import FieldViolation
 from decisionflow.status_details import error_info, retry_delay
 
+# The statuses that are definite refusals, and those that depend on who calls or on state, not on the
+# request's bytes: after an earlier indeterminate attempt of the same call those prove nothing about it.
 DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
-    {
-        grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.FAILED_PRECONDITION,
-        grpc.StatusCode.ALREADY_EXISTS,
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.NOT_FOUND,
-    }
+    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.definite
 )
-# Refusals that depend on who calls or on state, not on the request's bytes. After an
-# earlier indeterminate attempt of the same call they prove nothing about that attempt.
 _CALLER_DEPENDENT_CODES: frozenset[grpc.StatusCode] = frozenset(
-    {
-        grpc.StatusCode.PERMISSION_DENIED,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.NOT_FOUND,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
+    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.caller_dependent
 )
+
+
+# The class raised for each declared reason: each class that names one registers itself (``reason=``).
+_BY_REASON: dict[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {}
 
 
 class DecisionflowError(Exception):
@@ -77,6 +74,15 @@ class DecisionflowError(Exception):
 
     # True for a class whose refusal is definite whatever its status code says (None: by the code).
     always_definite: ClassVar[bool | None] = None
+
+    def __init_subclass__(cls, reason: str = "", **kwargs: Any) -> None:
+        """A class that names a declared reason is the one raised for it, with the status it is declared with."""
+        super().__init_subclass__(**kwargs)
+        if reason:
+            code = grpc.StatusCode[reasons.refusal(reason).status]
+            if (code, reason) in _BY_REASON:
+                raise TypeError(f"{cls.__name__} and {_BY_REASON[code, reason].__name__} both name {reason}")
+            _BY_REASON[code, reason] = cls
 
     def __init__(
         self,
@@ -98,9 +104,7 @@ class DecisionflowError(Exception):
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
         self.attempts = attempts
         self.retry_after = retry_after
-        if definite is None:
-            definite = self.always_definite if self.always_definite is not None else code in DEFINITE_CODES
-        self.definite: bool = definite
+        self.definite: bool = _definite(type(self), code) if definite is None else definite
 
     @property
     def operation_id(self) -> str:
@@ -108,15 +112,20 @@ class DecisionflowError(Exception):
         return self.metadata.get(reasons.OPERATION_ID, "")
 
 
-class InvalidRequest(DecisionflowError):
+def _definite(cls: type[DecisionflowError], code: grpc.StatusCode) -> bool:
+    """Whether an error of cls with code is definite when nothing else is known (the first attempt)."""
+    return cls.always_definite if cls.always_definite is not None else code in DEFINITE_CODES
+
+
+class InvalidRequest(DecisionflowError, reason=reasons.INVALID_ARGUMENT):
     """The request was malformed (violations name the fields); nothing was written."""
 
 
-class DecisionRequired(InvalidRequest):
+class DecisionRequired(InvalidRequest, reason=reasons.DECISION_REQUIRED):
     """The decision was omitted (or unspecified): an omitted decision is never taken as consent."""
 
 
-class NotFound(DecisionflowError):
+class NotFound(DecisionflowError, reason=reasons.NOT_FOUND):
     """The case or operation does not exist; operation_id or case_id names it."""
 
     @property
@@ -125,15 +134,15 @@ class NotFound(DecisionflowError):
         return self.metadata.get(reasons.CASE_ID, "")
 
 
-class Unauthenticated(DecisionflowError):
+class Unauthenticated(DecisionflowError, reason=reasons.UNAUTHENTICATED):
     """The call carried no valid credentials."""
 
 
-class PermissionDenied(DecisionflowError):
+class PermissionDenied(DecisionflowError, reason=reasons.PERMISSION_DENIED):
     """The authenticated principal lacks a role the method requires."""
 
 
-class FourEyes(PermissionDenied):
+class FourEyes(PermissionDenied, reason=reasons.FOUR_EYES):
     """The four-eyes rule: the principal authored the proposal and cannot decide it."""
 
     @property
@@ -146,7 +155,7 @@ class PreconditionFailed(DecisionflowError):
     """The system is not in a state that allows the call; retrying the same request will not help."""
 
 
-class StaleProposal(PreconditionFailed):
+class StaleProposal(PreconditionFailed, reason=reasons.STALE_PROPOSAL):
     """The operation is no longer the case's current proposal; current_operation_id names the current one."""
 
     @property
@@ -155,7 +164,7 @@ class StaleProposal(PreconditionFailed):
         return self.metadata.get(reasons.CURRENT_OPERATION_ID, "")
 
 
-class CaseHasOpenProposal(PreconditionFailed):
+class CaseHasOpenProposal(PreconditionFailed, reason=reasons.CASE_HAS_OPEN_PROPOSAL):
     """The case's undecided current proposal was not named; start again naming current_operation_id to replace it."""
 
     @property
@@ -169,7 +178,7 @@ class CaseHasOpenProposal(PreconditionFailed):
         return self.metadata.get(reasons.CURRENT_OPERATION_ID, "")
 
 
-class NotRedrivable(PreconditionFailed):
+class NotRedrivable(PreconditionFailed, reason=reasons.NOT_REDRIVABLE):
     """The operation is no longer APPROVED or UNKNOWN, so a re-drive has nothing to do: it is settled."""
 
     @property
@@ -179,11 +188,11 @@ class NotRedrivable(PreconditionFailed):
         return OperationState.__members__.get(name, OperationState.UNSPECIFIED)
 
 
-class IdempotencyKeyReused(PreconditionFailed):
+class IdempotencyKeyReused(PreconditionFailed, reason=reasons.IDEMPOTENCY_KEY_REUSED):
     """An effect exists under this operation id with another payload; it was left unchanged."""
 
 
-class KeyRetentionExceeded(PreconditionFailed):
+class KeyRetentionExceeded(PreconditionFailed, reason=reasons.KEY_RETENTION_EXCEEDED):
     """Nothing written: the key is absent and may have been pruned (first attempt beyond the retention); escalate."""
 
     # Definite for this call only: an earlier attempt may have written the effect before its key was
@@ -200,7 +209,7 @@ class KeyRetentionExceeded(PreconditionFailed):
         return self.metadata.get(reasons.KEY_RETENTION, "")
 
 
-class WorkflowVersionMismatch(PreconditionFailed):
+class WorkflowVersionMismatch(PreconditionFailed, reason=reasons.WORKFLOW_VERSION_MISMATCH):
     """The pending review was checkpointed by a workflow graph the server no longer runs."""
 
     @property
@@ -214,7 +223,7 @@ class WorkflowVersionMismatch(PreconditionFailed):
         return self.metadata.get(reasons.RUNNING, "")
 
 
-class TooManyOpenReviews(PreconditionFailed):
+class TooManyOpenReviews(PreconditionFailed, reason=reasons.TOO_MANY_OPEN_REVIEWS):
     """The author already has open_review_limit undecided proposals in the inbox: no more until some are decided."""
 
     @property
@@ -229,7 +238,7 @@ class TooManyOpenReviews(PreconditionFailed):
         return int(value) if value.isdigit() else None
 
 
-class ReviewExpired(PreconditionFailed):
+class ReviewExpired(PreconditionFailed, reason=reasons.REVIEW_EXPIRED):
     """An operator expired the undecided review: it can no longer be decided; edit it to ask for a new review."""
 
 
@@ -245,11 +254,11 @@ class QuotaExceeded(DecisionflowError):
         return self.metadata.get(reasons.PRINCIPAL, "")
 
 
-class CallRateExceeded(QuotaExceeded):
+class CallRateExceeded(QuotaExceeded, reason=reasons.CALL_RATE_EXCEEDED):
     """The principal sent StartReview and EditProposal calls faster than its rate allows."""
 
 
-class ContentBudgetExceeded(QuotaExceeded):
+class ContentBudgetExceeded(QuotaExceeded, reason=reasons.CONTENT_BUDGET_EXCEEDED):
     """The principal sent more bytes of proposal content than its budget allows per minute."""
 
     @property
@@ -259,7 +268,7 @@ class ContentBudgetExceeded(QuotaExceeded):
         return int(value) if value.isdigit() else None
 
 
-class DecisionConflict(DecisionflowError):
+class DecisionConflict(DecisionflowError, reason=reasons.DECISION_CONFLICT):
     """Another decision is already recorded for the operation; decisions are immutable."""
 
     @property
@@ -268,7 +277,7 @@ class DecisionConflict(DecisionflowError):
         return Decision.parse(self.metadata.get(reasons.RECORDED_DECISION, ""))
 
 
-class CheckpointIntegrity(DecisionflowError):
+class CheckpointIntegrity(DecisionflowError, reason=reasons.CHECKPOINT_INTEGRITY):
     """The stored checkpoint failed its integrity check and was refused, never decoded; an operator must act."""
 
     always_definite = True
@@ -279,15 +288,15 @@ class CheckpointIntegrity(DecisionflowError):
         return self.metadata.get(reasons.CHECKPOINT_ID, "")
 
 
-class Unavailable(DecisionflowError):
+class Unavailable(DecisionflowError, reason=reasons.UNAVAILABLE):
     """The server stayed unavailable (or overloaded) through every retry; the outcome is not known."""
 
 
-class CheckpointSaveFailed(Unavailable):
+class CheckpointSaveFailed(Unavailable, reason=reasons.CHECKPOINT_SAVE_FAILED):
     """The orchestrator could not store a checkpoint, so the request was not recorded; retry it as it was."""
 
 
-class ReplyLost(Unavailable):
+class ReplyLost(Unavailable, reason=reasons.REPLY_LOST):
     """The receiver committed the effect but withheld the reply (fault switch); a lookup shows it."""
 
 
@@ -299,44 +308,31 @@ class ServerError(DecisionflowError):
     """Any other failure (internal error, cancelled call, unexpected status)."""
 
 
-class WorkflowProtocolError(ServerError):
+class WorkflowProtocolError(ServerError, reason=reasons.WORKFLOW_PROTOCOL):
     """The orchestrator's workflow broke one of the service's invariants (a server fault)."""
 
 
-# The one mapping from (status, ErrorInfo reason) to class; reason "" matches any reason of that
-# status, so a reason this client does not know still gets its status's class.
+def _declared_class(name: str) -> type[DecisionflowError]:
+    """Return the class of this module decisionflow.reasons names; a name that is none fails the import."""
+    named = globals().get(name)
+    if not (isinstance(named, type) and issubclass(named, DecisionflowError)):
+        raise TypeError(f"decisionflow.reasons names {name!r}, which is no error class of {__name__}")
+    return named
+
+
+# The one mapping from (status, ErrorInfo reason) to class: the classes that name a reason, and the class
+# of each status (decisionflow.reasons.STATUS_RULES). Reason "" matches any reason of that status, so a
+# reason this client does not know, or one declared without a class of its own, gets its status's class.
 _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
-    (grpc.StatusCode.INVALID_ARGUMENT, ""): InvalidRequest,
-    (grpc.StatusCode.INVALID_ARGUMENT, reasons.DECISION_REQUIRED): DecisionRequired,
-    (grpc.StatusCode.NOT_FOUND, ""): NotFound,
-    (grpc.StatusCode.UNAUTHENTICATED, ""): Unauthenticated,
-    (grpc.StatusCode.PERMISSION_DENIED, ""): PermissionDenied,
-    (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES): FourEyes,
-    (grpc.StatusCode.FAILED_PRECONDITION, ""): PreconditionFailed,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.STALE_PROPOSAL): StaleProposal,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.CASE_HAS_OPEN_PROPOSAL): CaseHasOpenProposal,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.NOT_REDRIVABLE): NotRedrivable,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.IDEMPOTENCY_KEY_REUSED): IdempotencyKeyReused,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.KEY_RETENTION_EXCEEDED): KeyRetentionExceeded,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.TOO_MANY_OPEN_REVIEWS): TooManyOpenReviews,
-    (grpc.StatusCode.FAILED_PRECONDITION, reasons.REVIEW_EXPIRED): ReviewExpired,
-    (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT): DecisionConflict,
-    (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY): CheckpointIntegrity,
-    (grpc.StatusCode.UNAVAILABLE, ""): Unavailable,
-    (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED): CheckpointSaveFailed,
-    (grpc.StatusCode.UNAVAILABLE, reasons.REPLY_LOST): ReplyLost,
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, ""): Unavailable,
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, reasons.CALL_RATE_EXCEEDED): CallRateExceeded,
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, reasons.CONTENT_BUDGET_EXCEEDED): ContentBudgetExceeded,
-    (grpc.StatusCode.DEADLINE_EXCEEDED, ""): DeadlineExceeded,
-    (grpc.StatusCode.INTERNAL, reasons.WORKFLOW_PROTOCOL): WorkflowProtocolError,
+    **{(grpc.StatusCode[rule.status], ""): _declared_class(rule.raised_as) for rule in reasons.STATUS_RULES},
+    **_BY_REASON,
 }
+_OTHER_STATUS_CLASS = _declared_class(reasons.OTHER_STATUS_RAISED_AS)
 
 
 def error_class(code: grpc.StatusCode, reason: str) -> type[DecisionflowError]:
     """Return the class a failure with this status code and ErrorInfo reason is raised as."""
-    return _CLASSES.get((code, reason)) or _CLASSES.get((code, ""), ServerError)
+    return _CLASSES.get((code, reason)) or _CLASSES.get((code, ""), _OTHER_STATUS_CLASS)
 
 
 def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError:
@@ -371,3 +367,20 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         definite=definite,
         retry_after=retry_delay(err),
     )
+
+
+def _check_against_the_declaration() -> None:
+    """Each declared reason, and each status without one, is raised as a class as definite as declared."""
+    pairs = [(rule.status, "", rule.definite) for rule in reasons.STATUS_RULES]
+    pairs += [(declared.status, declared.reason, declared.definite) for declared in reasons.REFUSALS.values()]
+    for status, reason, definite in pairs:
+        code = grpc.StatusCode[status]
+        cls = error_class(code, reason)
+        if _definite(cls, code) is not definite:
+            raise TypeError(
+                f"{reason or status} is declared definite={definite}, but {cls.__name__} with {status} says "
+                "otherwise: give it a class of its own (reason=), or correct the declaration"
+            )
+
+
+_check_against_the_declaration()
