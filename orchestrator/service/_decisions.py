@@ -18,6 +18,7 @@ from datetime import datetime
 from decisionflow import tracing
 from decisionflow.auth import check_four_eyes
 from decisionflow.failpoints import Failpoints
+from decisionflow.retry import call_deadline
 from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, EffectRequest, OperationId, OperationState, Outcome
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
@@ -241,8 +242,7 @@ class DecisionService:
         no longer APPROVED or UNKNOWN.
         """
         operation_id = proposal.operation_id
-        if deadline is None:
-            deadline = time.monotonic() + self._budget.seconds
+        deadline = call_deadline(self._budget.seconds, deadline)
         while (flight := self._flights.get(operation_id)) is not None:
             try:
                 led = await asyncio.wait_for(asyncio.shield(flight), max(0.0, deadline - time.monotonic()))
