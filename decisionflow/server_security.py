@@ -21,7 +21,7 @@ from decisionflow.auth import (
     parse_role,
 )
 from decisionflow.exposure import check_exposure
-from decisionflow.settings import Setting, SettingError, SettingValues, non_empty, path, seconds
+from decisionflow.settings import Setting, SettingError, SettingValues, non_empty, part, path, seconds
 from decisionflow.tls import server_credentials
 
 CREDENTIALS_FILE = Setting(
@@ -168,6 +168,11 @@ def from_values(values: SettingValues) -> ServerSecurity:
     if security.tls_client_ca is not None and security.tls_cert is None:
         raise SettingError(f"{TLS_CLIENT_CA.names} needs {TLS_CERT.flag} and {TLS_KEY.flag}")
     return security
+
+
+def from_settings() -> ServerSecurity:
+    """A configuration field (``settings.part``) holding the security a server's settings give."""
+    return part(SETTINGS, from_values)
 
 
 def server_parts(address: str, security: ServerSecurity) -> tuple[AuthInterceptor, grpc.ServerCredentials | None]:

@@ -21,7 +21,7 @@ from decisionflow.connection_guard import ConnectionGuard, ConnectionRules
 from decisionflow.reflection import enable_reflection
 from decisionflow.rpc_errors import StatusTable
 from decisionflow.served_calls import Observers, ServedCalls
-from decisionflow.settings import SettingValues, TransportSettings
+from decisionflow.settings import SettingValues, TransportSettings, part
 
 # A method without a size of its own receives at most this (ids, page tokens, a decision).
 DEFAULT_RECEIVE_BYTES = 64 * 1024
@@ -98,6 +98,11 @@ class TransportLimits:
             values[settings.max_unauthenticated_connections],
             values.required(settings.first_call_timeout_seconds),
         )
+
+    @classmethod
+    def from_settings(cls, settings: TransportSettings) -> TransportLimits:
+        """A configuration field (``settings.part``) holding the limits a server's transport settings give."""
+        return part(settings.all, lambda values: cls.from_values(values, settings))
 
     @property
     def connection_rules(self) -> ConnectionRules:
