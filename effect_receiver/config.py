@@ -1,42 +1,30 @@
-"""The receiver's configuration: each setting from its flag, else its environment variable, else its
-default, parsed by the setting's own parser."""
+"""The receiver's configuration: one declaration per setting (flag, environment variable, default, parser,
+help), and ReceiverConfig, whose fields name them in the order the help and the README list them.
+Each value comes from its flag, else its environment variable, else its default."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from decisionflow_server.foundation import arguments, settings
-from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.settings import Setting, add_settings
 from decisionflow_server.foundation.version import add_version_flag
 from decisionflow_server.runtime import server_security
-from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.faults import FaultPlan
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
 from effect_receiver.service import FAILPOINT_NAMES
 
 
-def _failpoints(value: str) -> str:
-    Failpoints(value, FAILPOINT_NAMES)  # refuse a typo now, not at the first Apply
-    return value
-
-
 def _retention(value: str) -> timedelta:
     return timedelta(seconds=settings.positive_seconds(value))
 
 
-ADDRESS = Setting(
-    "address",
-    "DECISIONFLOW_RECEIVER_ADDRESS",
-    "host:port to listen on (port 0 picks a free one)",
-    "127.0.0.1:50061",
-    parse=settings.target,
-)
 DATABASE_URL = Setting(
     "database_url",
     "DECISIONFLOW_RECEIVER_DATABASE_URL",
@@ -44,8 +32,6 @@ DATABASE_URL = Setting(
     "receiver.db",
     parse=settings.non_empty,
 )
-DATABASE_URL_FILE = settings.database_url_file_setting("RECEIVER")
-MIGRATE = settings.migrate_setting("RECEIVER", "decisionflow-receiver")
 REPLICA_DATABASE_URL = Setting(
     "replica_database_url",
     "DECISIONFLOW_RECEIVER_REPLICA_DATABASE_URL",
@@ -66,13 +52,7 @@ PRUNE_INTERVAL_SECONDS = Setting(
     "3600",
     parse=settings.seconds,
 )
-FAILPOINTS_SETTING = Setting(
-    "failpoints",
-    "DECISIONFLOW_RECEIVER_FAILPOINTS",
-    "fault injection, e.g. receiver.commit_then_lose_reply=raise@1 (names: " + ", ".join(FAILPOINT_NAMES) + ")",
-    "",
-    parse=_failpoints,
-)
+FAILPOINTS_SETTING = failpoints_setting("RECEIVER", FAILPOINT_NAMES, "receiver.commit_then_lose_reply=raise@1")
 FAULTS = Setting(
     "faults",
     "DECISIONFLOW_RECEIVER_FAULTS",
@@ -81,58 +61,37 @@ FAULTS = Setting(
     "",
     parse=FaultPlan.parse,
 )
-TRANSPORT = settings.transport_settings("RECEIVER")
-SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("RECEIVER")
-LOG_LEVEL = settings.log_level_setting("RECEIVER", "info")
-GRPC_LOG_LEVEL = settings.grpc_log_level_setting("RECEIVER")
-METRICS = settings.metrics_settings("RECEIVER", workers=True)
-PORT_FILE = settings.PORT_FILE
-WORKERS = settings.workers_setting("RECEIVER")
-
-SETTINGS: tuple[Setting[Any], ...] = (
-    ADDRESS,
-    DATABASE_URL,
-    DATABASE_URL_FILE,
-    MIGRATE,
-    REPLICA_DATABASE_URL,
-    KEY_RETENTION_SECONDS,
-    PRUNE_INTERVAL_SECONDS,
-    FAILPOINTS_SETTING,
-    FAULTS,
-    SHUTDOWN_GRACE_SECONDS,
-    *server_security.SETTINGS,
-    *TRANSPORT.all,
-    *METRICS.all,
-    WORKERS,
-    LOG_LEVEL,
-    GRPC_LOG_LEVEL,
-    PORT_FILE,
-)
-# What decisionflow-receiver prune-keys reads: the same database and retention as the server.
-HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (DATABASE_URL, DATABASE_URL_FILE, KEY_RETENTION_SECONDS, LOG_LEVEL)
 
 
-@dataclass(frozen=True, slots=True)
+# What every server declares alike: its address, the database URL file, migration, transport limits,
+# metrics, workers, shutdown grace, log levels and the port file.
+SERVER = settings.server_settings("RECEIVER", "decisionflow-receiver", settings.RECEIVER_ADDRESS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReceiverConfig:
-    """Everything the receiver process needs to start."""
+    """Everything the receiver process needs to start: one field per setting."""
 
-    address: str = "127.0.0.1:50061"
-    database_url: str = "receiver.db"
-    migrate_at_start: bool = True
-    replica_database_url: str | None = None
-    key_retention: timedelta | None = None
-    prune_interval_seconds: float = 3600.0
-    failpoints: str = ""
-    faults: FaultPlan = field(default_factory=FaultPlan)
-    shutdown_grace_seconds: float = 10.0
-    log_level: str = "info"
-    grpc_log_level: str = "error"
-    port_file: Path | None = None
-    security: ServerSecurity = field(default_factory=ServerSecurity)
-    transport: TransportLimits = field(default_factory=TransportLimits)
-    metrics_port: int | None = None
-    metrics_address: str = "127.0.0.1"
-    workers: int = 1
+    address: str = settings.value(SERVER.address)
+    database_url: str = settings.value(DATABASE_URL, or_file=SERVER.database_url_file)
+    migrate_at_start: bool = settings.value(SERVER.migrate)
+    replica_database_url: str | None = settings.value_or_none(REPLICA_DATABASE_URL)
+    key_retention: timedelta | None = settings.value_or_none(KEY_RETENTION_SECONDS)
+    prune_interval_seconds: float = settings.value(PRUNE_INTERVAL_SECONDS)
+    failpoints: str = settings.value(FAILPOINTS_SETTING)
+    faults: FaultPlan = settings.value(FAULTS)
+    shutdown_grace_seconds: float = settings.value(SERVER.shutdown_grace)
+    security: ServerSecurity = server_security.from_settings()
+    transport: TransportLimits = TransportLimits.from_settings(SERVER.transport)
+    metrics_port: int | None = settings.value_or_none(SERVER.metrics.port)
+    metrics_address: str = settings.value(SERVER.metrics.address)
+    workers: int = settings.value(SERVER.workers)
+    log_level: str = settings.value(SERVER.logs.level)
+    grpc_log_level: str = settings.value(SERVER.logs.grpc_level)
+    port_file: Path | None = settings.value_or_none(SERVER.port_file)
+
+
+SETTINGS = settings.declared(ReceiverConfig)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -150,27 +109,4 @@ def parser() -> argparse.ArgumentParser:
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReceiverConfig:
     """Return the configuration from argv and environ; a bad value exits with a usage error (status 2)."""
     cli = parser()
-    try:
-        values = parse_settings(cli.parse_args(list(argv)), SETTINGS, environ)
-        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
-        return ReceiverConfig(
-            address=values.required(ADDRESS),
-            database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
-            migrate_at_start=values.required(MIGRATE),
-            replica_database_url=values[REPLICA_DATABASE_URL],
-            key_retention=values[KEY_RETENTION_SECONDS],
-            prune_interval_seconds=values.required(PRUNE_INTERVAL_SECONDS),
-            failpoints=values.required(FAILPOINTS_SETTING),
-            faults=values.required(FAULTS),
-            shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
-            log_level=values.required(LOG_LEVEL),
-            grpc_log_level=values.required(GRPC_LOG_LEVEL),
-            port_file=values[PORT_FILE],
-            security=server_security.from_values(values),
-            transport=TransportLimits.from_values(values, TRANSPORT),
-            metrics_port=values[METRICS.port],
-            metrics_address=values.required(METRICS.address),
-            workers=values.required(WORKERS),
-        )
-    except SettingError as error:
-        cli.error(str(error))
+    return settings.load(ReceiverConfig, cli, cli.parse_args(list(argv)), environ, check=SERVER.check_workers)

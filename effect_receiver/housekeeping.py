@@ -15,12 +15,13 @@ import logging
 import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import logs
-from decisionflow_server.foundation.settings import SettingError, parse_settings
+from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from decisionflow_server.storage import migrating
 from effect_receiver import config as configuration
 from effect_receiver.errors import Unavailable
@@ -34,6 +35,13 @@ COMMAND = "prune-keys"
 DESCRIPTION = (
     "delete the effects (keys and business records) applied longer ago than the key retention; their "
     "operations can no longer be deduplicated, and the reconciler escalates instead of re-driving them"
+)
+# What prune-keys reads: the same database and retention as the server.
+HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
+    configuration.DATABASE_URL,
+    configuration.SERVER.database_url_file,
+    configuration.KEY_RETENTION_SECONDS,
+    configuration.SERVER.logs.level,
 )
 # Rows per transaction: a large prune never holds the write lock (SQLite) or its row locks for long.
 PRUNE_BATCH = 500
@@ -106,15 +114,15 @@ def prune_job(store: EffectStore, retention: timedelta | None, interval: float) 
 
 def main(args: Sequence[str], schema: migrating.Schema) -> int:
     """Run ``decisionflow-receiver prune-keys``; return the exit status (2 for usage, as argparse does)."""
-    cli = housekeeping_commands.parser(PROGRAM, COMMAND, DESCRIPTION, configuration.HOUSEKEEPING_SETTINGS)
+    cli = housekeeping_commands.parser(PROGRAM, COMMAND, DESCRIPTION, HOUSEKEEPING_SETTINGS)
     ns = cli.parse_args(list(args))
     try:
-        values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
+        values = parse_settings(ns, HOUSEKEEPING_SETTINGS, os.environ)
         retention = values.required(configuration.KEY_RETENTION_SECONDS)
-        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
+        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.SERVER.database_url_file)
     except SettingError as error:
         cli.error(str(error))
-    level = values.required(configuration.LOG_LEVEL)
+    level = values.required(configuration.SERVER.logs.level)
     logs.configure(level)
 
     def prune(engine: Engine) -> int:

@@ -21,12 +21,9 @@ from decisionflow_server.runtime.serving import ReceiveLimits
 from decisionflow_server.storage import migrating
 from effect_receiver import housekeeping
 from effect_receiver.config import (
-    ADDRESS,
     DATABASE_URL,
-    DATABASE_URL_FILE,
-    LOG_LEVEL,
-    MIGRATE,
     REPLICA_DATABASE_URL,
+    SERVER,
     ReceiverConfig,
     load,
 )
@@ -40,7 +37,14 @@ from effect_receiver.store import MIGRATIONS, EffectStore
 logger = logging.getLogger("effect_receiver")
 PROGRAM = "decisionflow-receiver"
 SCHEMA = migrating.Schema(
-    PROGRAM, "effect_receiver", MIGRATIONS, VERSION_TABLE, DATABASE_URL, DATABASE_URL_FILE, MIGRATE, LOG_LEVEL
+    PROGRAM,
+    "effect_receiver",
+    MIGRATIONS,
+    VERSION_TABLE,
+    DATABASE_URL,
+    SERVER.database_url_file,
+    SERVER.migrate,
+    SERVER.logs.level,
 )
 
 _SERVICE = "/" + effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name + "/"
@@ -100,7 +104,7 @@ SERVICE: Service[ReceiverConfig] = Service(
     program=PROGRAM,
     logger=logger,
     schema=SCHEMA,
-    address=ADDRESS,
+    address=SERVER.address,
     status_table=STATUS_TABLE,
     receive=RECEIVE_LIMITS,
     create=create_server,

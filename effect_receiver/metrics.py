@@ -14,7 +14,7 @@ from decisionflow_server.runtime.metrics import (
     serve_metrics,
 )
 from decisionflow_server.runtime.served_calls import Observers
-from effect_receiver.config import METRICS
+from effect_receiver.config import SERVER
 from effect_receiver.errors import IdempotencyKeyReused
 
 APPLY_METHOD = "/" + effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name + "/Apply"
@@ -61,4 +61,4 @@ class ReceiverMetrics:
 
     def serve(self, port: int, address: str) -> MetricsServer:
         """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""
-        return serve_metrics(self.registry, port, address, METRICS)
+        return serve_metrics(self.registry, port, address, SERVER.metrics)

@@ -1,18 +1,18 @@
-"""The orchestrator's configuration: each setting from its flag, else its environment variable, else
-its default, parsed by the setting's own parser."""
+"""The orchestrator's configuration: one declaration per setting (flag, environment variable, default,
+parser, help), and OrchestratorConfig, whose fields name them in the order the help and the README
+list them. Each value comes from its flag, else its environment variable, else its default."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from decisionflow_server.foundation import arguments, settings
-from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.settings import Setting, add_settings
 from decisionflow_server.runtime import server_security
-from decisionflow_server.runtime.failpoints import Failpoints
+from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
 from orchestrator.checkpoints import MIN_KEY_BYTES
@@ -20,19 +20,6 @@ from orchestrator.failpoints import FAILPOINTS
 from orchestrator.quotas import AuthorLimits
 from orchestrator.validation import MAX_CONTENT_BYTES
 
-
-def _failpoints(value: str) -> str:
-    Failpoints(value, FAILPOINTS)  # refuse a typo at start-up, not at the first decision
-    return value
-
-
-ADDRESS = Setting(
-    "address",
-    "DECISIONFLOW_ORCHESTRATOR_ADDRESS",
-    "host:port to listen on (port 0 picks a free one)",
-    "127.0.0.1:50051",
-    parse=settings.target,
-)
 DATABASE_URL = Setting(
     "database_url",
     "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL",
@@ -40,29 +27,18 @@ DATABASE_URL = Setting(
     "orchestrator.db",
     parse=settings.non_empty,
 )
-DATABASE_URL_FILE = settings.database_url_file_setting("ORCHESTRATOR")
-MIGRATE = settings.migrate_setting("ORCHESTRATOR", "decisionflow-orchestrator")
-RECEIVER_TARGET = Setting(
-    "receiver_target",
-    "DECISIONFLOW_RECEIVER_TARGET",
-    "host:port of the EffectReceiver",
-    "127.0.0.1:50061",
-    parse=settings.target,
-)
+RECEIVER_TARGET = settings.receiver_target_setting()
 RECEIVER_TOKEN_FILE = Setting(
     "receiver_token_file",
     "DECISIONFLOW_RECEIVER_TOKEN_FILE",
     "file holding the bearer token the orchestrator presents to the receiver (role effect_writer)",
     parse=settings.token_file,
 )
-RECEIVER_CA_FILE = Setting(
-    "receiver_ca_file",
-    "DECISIONFLOW_RECEIVER_CA_FILE",
+RECEIVER_CA_FILE, RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
+    "receiver_",
+    "DECISIONFLOW_RECEIVER_",
     "CA bundle of the receiver's certificate: call the receiver over TLS",
-    parse=settings.readable_file,
-)
-RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
-    "receiver_insecure_cleartext_token", "DECISIONFLOW_RECEIVER_INSECURE_CLEARTEXT_TOKEN", "the receiver"
+    "the receiver",
 )
 RECEIVER_TIMEOUT_SECONDS = Setting(
     "receiver_timeout_seconds",
@@ -76,13 +52,10 @@ CHECKPOINT_KEYS = Setting(
     "checkpoint_keys",
     "DECISIONFLOW_CHECKPOINT_KEYS",
     f"comma-separated HMAC keys (each at least {MIN_KEY_BYTES} bytes); the first seals, all verify",
-    parse=settings.checkpoint_keys(MIN_KEY_BYTES),
+    parse=settings.checkpoint_keys(min_bytes=MIN_KEY_BYTES),
 )
-CHECKPOINT_KEYS_FILE = Setting(
-    "checkpoint_keys_file",
-    "DECISIONFLOW_CHECKPOINT_KEYS_FILE",
-    "file holding the checkpoint keys, in the form of --checkpoint-keys (give one of the two)",
-    parse=settings.from_file(settings.checkpoint_keys(MIN_KEY_BYTES)),
+CHECKPOINT_KEYS_FILE = settings.in_file(
+    CHECKPOINT_KEYS, "file holding the checkpoint keys, in the form of --checkpoint-keys (give one of the two)"
 )
 FOUR_EYES = Setting(
     "four_eyes",
@@ -129,84 +102,49 @@ AUTHOR_OPEN_REVIEWS = Setting(
     "1000",
     parse=settings.integer(0, 100_000_000),
 )
-FAILPOINTS_SETTING = Setting(
-    "failpoints",
-    "DECISIONFLOW_ORCHESTRATOR_FAILPOINTS",
-    "fault injection, e.g. orchestrator.after_decision=exit (names: " + ", ".join(FAILPOINTS) + ")",
-    "",
-    parse=_failpoints,
-)
-TRANSPORT = settings.transport_settings("ORCHESTRATOR")
-SHUTDOWN_GRACE_SECONDS = settings.shutdown_grace_setting("ORCHESTRATOR")
-LOG_LEVEL = settings.log_level_setting("ORCHESTRATOR", "info")
-GRPC_LOG_LEVEL = settings.grpc_log_level_setting("ORCHESTRATOR")
-METRICS = settings.metrics_settings("ORCHESTRATOR", workers=True)
-PORT_FILE = settings.PORT_FILE
-WORKERS = settings.workers_setting("ORCHESTRATOR")
-
-SETTINGS: tuple[Setting[Any], ...] = (
-    ADDRESS,
-    DATABASE_URL,
-    DATABASE_URL_FILE,
-    MIGRATE,
-    RECEIVER_TARGET,
-    RECEIVER_TOKEN_FILE,
-    RECEIVER_CA_FILE,
-    RECEIVER_INSECURE_CLEARTEXT_TOKEN,
-    RECEIVER_TIMEOUT_SECONDS,
-    CHECKPOINT_KEYS,
-    CHECKPOINT_KEYS_FILE,
-    *server_security.SETTINGS,
-    *TRANSPORT.all,
-    *METRICS.all,
-    WORKERS,
-    FOUR_EYES,
-    AUTHOR_CALLS_PER_SECOND,
-    AUTHOR_CALL_BURST,
-    AUTHOR_CONTENT_BYTES_PER_MINUTE,
-    AUTHOR_OPEN_REVIEWS,
-    FAILPOINTS_SETTING,
-    SHUTDOWN_GRACE_SECONDS,
-    LOG_LEVEL,
-    GRPC_LOG_LEVEL,
-    PORT_FILE,
-)
-
-# The housekeeping commands read these, with the same parsers as the server.
-HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
-    DATABASE_URL,
-    DATABASE_URL_FILE,
-    CHECKPOINT_KEYS,
-    CHECKPOINT_KEYS_FILE,
-    LOG_LEVEL,
-)
+FAILPOINTS_SETTING = failpoints_setting("ORCHESTRATOR", FAILPOINTS, "orchestrator.after_decision=exit")
 
 
-@dataclass(frozen=True, slots=True)
+# What every server declares alike: its address, the database URL file, migration, transport limits,
+# metrics, workers, shutdown grace, log levels and the port file.
+SERVER = settings.server_settings("ORCHESTRATOR", "decisionflow-orchestrator", settings.ORCHESTRATOR_ADDRESS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OrchestratorConfig:
-    """Everything the orchestrator process needs to start."""
+    """Everything the orchestrator process needs to start: a field per setting, or per group of them (security,
+    transport, the author budgets); only the checkpoint keys have no default."""
 
-    checkpoint_keys: tuple[bytes, ...]
-    address: str = "127.0.0.1:50051"
-    database_url: str = "orchestrator.db"
-    migrate_at_start: bool = True
-    receiver_target: str = "127.0.0.1:50061"
-    receiver_token: str | None = None
-    receiver_ca_file: Path | None = None
-    receiver_allow_cleartext_token: bool = False
-    receiver_timeout_seconds: float = 5.0
-    security: ServerSecurity = field(default_factory=ServerSecurity)
-    transport: TransportLimits = field(default_factory=TransportLimits)
-    four_eyes: bool = False
-    author_limits: AuthorLimits = field(default_factory=AuthorLimits)
-    failpoints: str = ""
-    shutdown_grace_seconds: float = 10.0
-    log_level: str = "info"
-    grpc_log_level: str = "error"
-    port_file: Path | None = None
-    metrics_port: int | None = None
-    metrics_address: str = "127.0.0.1"
-    workers: int = 1
+    address: str = settings.value(SERVER.address)
+    database_url: str = settings.value(DATABASE_URL, or_file=SERVER.database_url_file)
+    migrate_at_start: bool = settings.value(SERVER.migrate)
+    receiver_target: str = settings.value(RECEIVER_TARGET)
+    receiver_token: str | None = settings.value_or_none(RECEIVER_TOKEN_FILE)
+    receiver_ca_file: Path | None = settings.value_or_none(RECEIVER_CA_FILE)
+    receiver_allow_cleartext_token: bool = settings.value(RECEIVER_INSECURE_CLEARTEXT_TOKEN)
+    receiver_timeout_seconds: float = settings.value(RECEIVER_TIMEOUT_SECONDS)
+    checkpoint_keys: tuple[bytes, ...] = settings.required(CHECKPOINT_KEYS, or_file=CHECKPOINT_KEYS_FILE)
+    security: ServerSecurity = server_security.from_settings()
+    transport: TransportLimits = TransportLimits.from_settings(SERVER.transport)
+    metrics_port: int | None = settings.value_or_none(SERVER.metrics.port)
+    metrics_address: str = settings.value(SERVER.metrics.address)
+    workers: int = settings.value(SERVER.workers)
+    four_eyes: bool = settings.value(FOUR_EYES)
+    author_limits: AuthorLimits = settings.group(
+        AuthorLimits,
+        calls_per_second=AUTHOR_CALLS_PER_SECOND,
+        call_burst=AUTHOR_CALL_BURST,
+        content_bytes_per_minute=AUTHOR_CONTENT_BYTES_PER_MINUTE,
+        open_reviews=AUTHOR_OPEN_REVIEWS,
+    )
+    failpoints: str = settings.value(FAILPOINTS_SETTING)
+    shutdown_grace_seconds: float = settings.value(SERVER.shutdown_grace)
+    log_level: str = settings.value(SERVER.logs.level)
+    grpc_log_level: str = settings.value(SERVER.logs.grpc_level)
+    port_file: Path | None = settings.value_or_none(SERVER.port_file)
+
+
+SETTINGS = settings.declared(OrchestratorConfig)
 
 
 def add_to(cli: argparse.ArgumentParser) -> None:
@@ -218,39 +156,7 @@ def from_namespace(
     cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]
 ) -> OrchestratorConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
-    try:
-        values = parse_settings(ns, SETTINGS, environ)
-        settings.check_workers_address(values.required(WORKERS), values.required(ADDRESS), WORKERS, ADDRESS)
-        return OrchestratorConfig(
-            checkpoint_keys=values.required_one_of(CHECKPOINT_KEYS, CHECKPOINT_KEYS_FILE),
-            address=values.required(ADDRESS),
-            database_url=values.required_one_of(DATABASE_URL, DATABASE_URL_FILE),
-            migrate_at_start=values.required(MIGRATE),
-            receiver_target=values.required(RECEIVER_TARGET),
-            receiver_token=values[RECEIVER_TOKEN_FILE],
-            receiver_ca_file=values[RECEIVER_CA_FILE],
-            receiver_allow_cleartext_token=values.required(RECEIVER_INSECURE_CLEARTEXT_TOKEN),
-            receiver_timeout_seconds=values.required(RECEIVER_TIMEOUT_SECONDS),
-            security=server_security.from_values(values),
-            transport=TransportLimits.from_values(values, TRANSPORT),
-            four_eyes=values.required(FOUR_EYES),
-            author_limits=AuthorLimits(
-                calls_per_second=values.required(AUTHOR_CALLS_PER_SECOND),
-                call_burst=values.required(AUTHOR_CALL_BURST),
-                content_bytes_per_minute=values.required(AUTHOR_CONTENT_BYTES_PER_MINUTE),
-                open_reviews=values.required(AUTHOR_OPEN_REVIEWS),
-            ),
-            failpoints=values.required(FAILPOINTS_SETTING),
-            shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
-            log_level=values.required(LOG_LEVEL),
-            grpc_log_level=values.required(GRPC_LOG_LEVEL),
-            port_file=values[PORT_FILE],
-            metrics_port=values[METRICS.port],
-            metrics_address=values.required(METRICS.address),
-            workers=values.required(WORKERS),
-        )
-    except SettingError as error:
-        cli.error(str(error))
+    return settings.load(OrchestratorConfig, cli, ns, environ, check=SERVER.check_workers)
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> OrchestratorConfig:

@@ -12,7 +12,6 @@ says nothing about the payload: the operation stays open to a re-drive once it i
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import grpc
@@ -20,6 +19,7 @@ import grpc
 from decisionflow import reasons
 from decisionflow.channels import open_aio_channel
 from decisionflow.client import AsyncReceiverClient, DecisionflowError, KeyRetentionExceeded
+from decisionflow.retry import call_deadline
 from decisionflow.vocabulary import EffectRequest, Receipt
 from orchestrator.domain import RetentionRefusal
 from orchestrator.ports import EffectIndeterminate, EffectRefused, KeyRetentionRefused, ReceiverRefusedCaller
@@ -71,10 +71,8 @@ class ReceiverEffects:
         A refusal for the key retention is KeyRetentionRefused (indeterminate): this call wrote nothing,
         but an earlier attempt may have written the effect before its key was pruned.
         """
-        if deadline is None:
-            deadline = time.monotonic() + self._timeout
         try:
-            applied = await self._client.apply(request, deadline=deadline)
+            applied = await self._client.apply(request, deadline=call_deadline(self._timeout, deadline))
         except KeyRetentionExceeded as error:
             logger.warning(
                 "operation %s was first attempted beyond the receiver's key retention; escalate, never re-drive",

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 from sqlalchemy.engine import Engine
@@ -28,7 +29,7 @@ from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import arguments, logs, settings
-from decisionflow_server.foundation.settings import SettingError, parse_settings
+from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from decisionflow_server.foundation.version import add_version_flag
 from decisionflow_server.runtime import startup
 from decisionflow_server.runtime.failpoints import Failpoints
@@ -60,9 +61,17 @@ SCHEMA = migrating.Schema(
     MIGRATIONS,
     VERSION_TABLE,
     configuration.DATABASE_URL,
-    configuration.DATABASE_URL_FILE,
-    configuration.MIGRATE,
-    configuration.LOG_LEVEL,
+    configuration.SERVER.database_url_file,
+    configuration.SERVER.migrate,
+    configuration.SERVER.logs.level,
+)
+# The housekeeping commands read these, with the same parsers as the server.
+HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
+    configuration.DATABASE_URL,
+    configuration.SERVER.database_url_file,
+    configuration.CHECKPOINT_KEYS,
+    configuration.CHECKPOINT_KEYS_FILE,
+    configuration.SERVER.logs.level,
 )
 # What decides whether the receiver channel may carry the token: TLS, or the explicit opt-in.
 RECEIVER_CHANNEL_SETTINGS = (
@@ -225,7 +234,7 @@ SERVICE: Service[OrchestratorConfig] = Service(
     program=PROGRAM,
     logger=logger,
     schema=SCHEMA,
-    address=configuration.ADDRESS,
+    address=configuration.SERVER.address,
     status_table=STATUS_TABLE,
     receive=RECEIVE_LIMITS,
     create=create_server,
@@ -250,7 +259,7 @@ def _retention_days(value: str) -> float:
 
 
 def _housekeeping(command: str, args: list[str]) -> int:
-    cli = housekeeping_commands.parser(PROGRAM, command, HOUSEKEEPING[command], configuration.HOUSEKEEPING_SETTINGS)
+    cli = housekeeping_commands.parser(PROGRAM, command, HOUSEKEEPING[command], HOUSEKEEPING_SETTINGS)
     if command == "prune-checkpoints":
         cli.add_argument(
             "--older-than-days",
@@ -272,14 +281,14 @@ def _housekeeping(command: str, args: list[str]) -> int:
     except ValueError as error:
         cli.error(f"--older-than: {error}")
     try:
-        values = parse_settings(ns, configuration.HOUSEKEEPING_SETTINGS, os.environ)
+        values = parse_settings(ns, HOUSEKEEPING_SETTINGS, os.environ)
         # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
         pick_keys = values.required_one_of if command == "reopen-reviews" else values.one_of
         keys = pick_keys(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE) or ()
-        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.DATABASE_URL_FILE)
+        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.SERVER.database_url_file)
     except SettingError as error:
         cli.error(str(error))
-    level = values.required(configuration.LOG_LEVEL)
+    level = values.required(configuration.SERVER.logs.level)
     configure_logging(level)
 
     def work(engine: Engine) -> int:

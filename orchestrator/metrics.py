@@ -34,7 +34,7 @@ from decisionflow_server.runtime.metrics import (
     serve_metrics,
 )
 from decisionflow_server.runtime.served_calls import Observers
-from orchestrator.config import METRICS
+from orchestrator.config import SERVER
 from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
 
@@ -246,4 +246,4 @@ class OrchestratorMetrics:
 
     def serve(self, port: int, address: str) -> MetricsServer:
         """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""
-        return serve_metrics(self.registry, port, address, METRICS)
+        return serve_metrics(self.registry, port, address, SERVER.metrics)

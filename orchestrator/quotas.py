@@ -38,15 +38,15 @@ MAX_PRINCIPALS = 10_000
 
 @dataclass(frozen=True, slots=True)
 class AuthorLimits:
-    """The per-author budgets; 0 turns a limit off."""
+    """The per-author budgets (the ``--author-*`` settings, orchestrator.config); 0 turns a limit off."""
 
-    calls_per_second: float = 20.0
+    calls_per_second: float
     """StartReview and EditProposal calls per second one principal may sustain, per server process."""
-    call_burst: int = 100
+    call_burst: int
     """Calls one principal may make at once before the rate applies (the call bucket's size)."""
-    content_bytes_per_minute: int = 16 * 1024 * 1024
+    content_bytes_per_minute: int
     """Bytes of proposal content one principal may send per minute, per server process (also the most at once)."""
-    open_reviews: int = 1000
+    open_reviews: int
     """Undecided proposals of one author the reviewers' inbox may hold, counted in the database."""
 
 

@@ -1,5 +1,6 @@
-"""The reconciler's configuration: each setting from its flag, else its environment variable, else its
-default, parsed by the setting's own parser."""
+"""The reconciler's configuration: one declaration per setting (flag, environment variable, default,
+parser, help), and ReconcilerConfig, whose fields name them in the order the help and the README
+list them. Each value comes from its flag, else its environment variable, else its default."""
 
 from __future__ import annotations
 
@@ -11,25 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow_server.foundation import arguments, settings
-from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
 from decisionflow_server.foundation.version import add_version_flag
 
 MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
 
-ORCHESTRATOR_TARGET = Setting(
-    "orchestrator_target",
-    "DECISIONFLOW_ORCHESTRATOR_TARGET",
-    "host:port of the orchestrator (OperationsService)",
-    "127.0.0.1:50051",
-    parse=settings.target,
-)
-RECEIVER_TARGET = Setting(
-    "receiver_target",
-    "DECISIONFLOW_RECEIVER_TARGET",
-    "host:port of the EffectReceiver",
-    "127.0.0.1:50061",
-    parse=settings.target,
-)
+ORCHESTRATOR_TARGET = settings.orchestrator_target_setting(note=" (OperationsService)")
+RECEIVER_TARGET = settings.receiver_target_setting()
 ORCHESTRATOR_TOKEN_FILE = Setting(
     "orchestrator_token_file",
     "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE",
@@ -46,14 +35,11 @@ RECEIVER_TOKEN_FILE = Setting(
 # operator. Still recognised, so that a deployment giving it fails at start with a pointer, not with
 # UNAUTHENTICATED on its first call.
 RETIRED_TOKEN_FILE: Setting[str] = Setting("token_file", "DECISIONFLOW_RECONCILER_TOKEN_FILE", "retired")
-CA_FILE = Setting(
-    "ca_file",
-    "DECISIONFLOW_RECONCILER_CA_FILE",
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
+    "",
+    "DECISIONFLOW_RECONCILER_",
     "CA bundle (PEM): talk TLS to both services, trusting this CA (unset: plaintext, loopback use)",
-    parse=settings.readable_file,
-)
-INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
-    "insecure_cleartext_token", "DECISIONFLOW_RECONCILER_INSECURE_CLEARTEXT_TOKEN", "both services"
+    "both services",
 )
 GRACE_SECONDS = Setting(
     "grace_seconds",
@@ -84,8 +70,6 @@ TIMEOUT_SECONDS = Setting(
     parse=settings.positive_seconds,
 )
 METRICS = settings.metrics_settings("RECONCILER", port_note=", and /healthz (with --interval only)")
-METRICS_PORT = METRICS.port
-METRICS_ADDRESS = METRICS.address
 UNHEALTHY_AFTER_FAILED_PASSES = Setting(
     "unhealthy_after_failed_passes",
     "DECISIONFLOW_RECONCILER_UNHEALTHY_AFTER_FAILED_PASSES",
@@ -93,29 +77,9 @@ UNHEALTHY_AFTER_FAILED_PASSES = Setting(
     "3",
     parse=settings.integer(1, 1_000_000),
 )
-LOG_LEVEL = settings.log_level_setting("RECONCILER", "warning")
-GRPC_LOG_LEVEL = settings.grpc_log_level_setting("RECONCILER")
+LOGS = settings.log_settings("RECONCILER", "warning")
 INTERVAL = Setting(
     "interval", "", "run a pass every SECONDS until SIGTERM or SIGINT", flag_only=True, parse=settings.positive_seconds
-)
-
-SETTINGS: tuple[Setting[Any], ...] = (
-    ORCHESTRATOR_TARGET,
-    RECEIVER_TARGET,
-    ORCHESTRATOR_TOKEN_FILE,
-    RECEIVER_TOKEN_FILE,
-    CA_FILE,
-    INSECURE_CLEARTEXT_TOKEN,
-    GRACE_SECONDS,
-    ALERT_AFTER_SECONDS,
-    BATCH_SIZE,
-    TIMEOUT_SECONDS,
-    METRICS_PORT,
-    METRICS_ADDRESS,
-    UNHEALTHY_AFTER_FAILED_PASSES,
-    LOG_LEVEL,
-    GRPC_LOG_LEVEL,
-    INTERVAL,
 )
 
 # Switches: present or absent, never read from the environment.
@@ -127,29 +91,33 @@ JSON = Setting("json", "", "print each pass's summary as one JSON object", switc
 SWITCHES: tuple[Setting[Any], ...] = (ONCE, NO_REDRIVE, JSON)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReconcilerConfig:
-    """Everything one reconciler process needs."""
+    """Everything one reconciler process needs: one field per setting."""
 
-    once: bool = True
-    interval_seconds: float | None = None
-    orchestrator_target: str = "127.0.0.1:50051"
-    receiver_target: str = "127.0.0.1:50061"
-    orchestrator_token: str | None = None
-    receiver_token: str | None = None
-    ca_file: Path | None = None
-    allow_cleartext_token: bool = False
-    grace_seconds: float = 30.0
-    alert_after_seconds: float = 300.0
-    batch_size: int = 500
-    timeout_seconds: float = 10.0
-    metrics_port: int | None = None
-    metrics_address: str = "127.0.0.1"
-    unhealthy_after_failed_passes: int = 3
-    no_redrive: bool = False
-    json: bool = False
-    log_level: str = "warning"
-    grpc_log_level: str = "error"
+    orchestrator_target: str = settings.value(ORCHESTRATOR_TARGET)
+    receiver_target: str = settings.value(RECEIVER_TARGET)
+    orchestrator_token: str | None = settings.value_or_none(ORCHESTRATOR_TOKEN_FILE)
+    receiver_token: str | None = settings.value_or_none(RECEIVER_TOKEN_FILE)
+    ca_file: Path | None = settings.value_or_none(CA_FILE)
+    allow_cleartext_token: bool = settings.value(INSECURE_CLEARTEXT_TOKEN)
+    grace_seconds: float = settings.value(GRACE_SECONDS)
+    alert_after_seconds: float = settings.value(ALERT_AFTER_SECONDS)
+    batch_size: int = settings.value(BATCH_SIZE)
+    timeout_seconds: float = settings.value(TIMEOUT_SECONDS)
+    metrics_port: int | None = settings.value_or_none(METRICS.port)
+    metrics_address: str = settings.value(METRICS.address)
+    unhealthy_after_failed_passes: int = settings.value(UNHEALTHY_AFTER_FAILED_PASSES)
+    log_level: str = settings.value(LOGS.level)
+    grpc_log_level: str = settings.value(LOGS.grpc_level)
+    interval_seconds: float | None = settings.value_or_none(INTERVAL)
+    no_redrive: bool = settings.value(NO_REDRIVE)
+    json: bool = settings.value(JSON)
+
+    @property
+    def once(self) -> bool:
+        """True for one pass (--once), False for a pass every interval_seconds (--interval)."""
+        return self.interval_seconds is None
 
     @property
     def grace(self) -> timedelta:
@@ -167,6 +135,10 @@ class ReconcilerConfig:
         return timedelta(seconds=self.timeout_seconds)
 
 
+# The README lists the settings, not the switches (command options, never read from the environment).
+SETTINGS = tuple(setting for setting in settings.declared(ReconcilerConfig) if not setting.switch)
+
+
 def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-reconciler."""
     cli = arguments.ArgumentParser(
@@ -180,47 +152,27 @@ def parser() -> argparse.ArgumentParser:
     return cli
 
 
-def _refuse_retired_token_file(ns: argparse.Namespace, environ: Mapping[str, str]) -> None:
+def _refuse_retired_token_file(
+    cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]
+) -> None:
     if getattr(ns, RETIRED_TOKEN_FILE.key, None) is not None or environ.get(RETIRED_TOKEN_FILE.env):
-        raise SettingError(
+        cli.error(
             f"{RETIRED_TOKEN_FILE.names} is retired: give {ORCHESTRATOR_TOKEN_FILE.flag} (role operator) and "
             f"{RECEIVER_TOKEN_FILE.flag} (role effect_reader), one token per service"
         )
+
+
+def _one_mode(values: SettingValues) -> None:
+    if values.required(ONCE) == (values[INTERVAL] is not None):
+        raise SettingError(f"give exactly one of {ONCE.flag} and {INTERVAL.flag} SECONDS")
 
 
 def from_namespace(
     cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]
 ) -> ReconcilerConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
-    try:
-        _refuse_retired_token_file(ns, environ)
-        values = parse_settings(ns, (*SETTINGS, *SWITCHES), environ)
-        once, interval = values.required(ONCE), values[INTERVAL]
-        if once == (interval is not None):
-            raise SettingError(f"give exactly one of {ONCE.flag} and {INTERVAL.flag} SECONDS")
-        return ReconcilerConfig(
-            once=once,
-            interval_seconds=interval,
-            orchestrator_target=values.required(ORCHESTRATOR_TARGET),
-            receiver_target=values.required(RECEIVER_TARGET),
-            orchestrator_token=values[ORCHESTRATOR_TOKEN_FILE],
-            receiver_token=values[RECEIVER_TOKEN_FILE],
-            ca_file=values[CA_FILE],
-            allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
-            grace_seconds=values.required(GRACE_SECONDS),
-            alert_after_seconds=values.required(ALERT_AFTER_SECONDS),
-            batch_size=values.required(BATCH_SIZE),
-            timeout_seconds=values.required(TIMEOUT_SECONDS),
-            metrics_port=values[METRICS_PORT],
-            metrics_address=values.required(METRICS_ADDRESS),
-            unhealthy_after_failed_passes=values.required(UNHEALTHY_AFTER_FAILED_PASSES),
-            no_redrive=values.required(NO_REDRIVE),
-            json=values.required(JSON),
-            log_level=values.required(LOG_LEVEL),
-            grpc_log_level=values.required(GRPC_LOG_LEVEL),
-        )
-    except SettingError as error:
-        cli.error(str(error))
+    _refuse_retired_token_file(cli, ns, environ)
+    return settings.load(ReconcilerConfig, cli, ns, environ, check=_one_mode, also=(ONCE,))
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> ReconcilerConfig:

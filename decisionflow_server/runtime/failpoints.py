@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from decisionflow_server.foundation.settings import Setting
 
 EXIT_STATUS = 86
 
@@ -71,3 +73,20 @@ class Failpoints:
             sys.stderr.flush()
             os._exit(EXIT_STATUS)
         raise FailpointError(name)
+
+
+def failpoints_setting(service: str, names: Sequence[str], example: str) -> Setting[str]:
+    """The ``--failpoints`` setting of a server (``DECISIONFLOW_<SERVICE>_FAILPOINTS``): its spec, refused at
+    start-up when it names a failpoint not among names (a typo would otherwise wait for the first call)."""
+
+    def parse(value: str) -> str:
+        Failpoints(value, names)
+        return value
+
+    return Setting(
+        "failpoints",
+        f"DECISIONFLOW_{service}_FAILPOINTS",
+        f"fault injection, e.g. {example} (names: {', '.join(names)})",
+        "",
+        parse=parse,
+    )

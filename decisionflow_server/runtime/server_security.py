@@ -12,7 +12,7 @@ import grpc
 from decisionflow.addresses import is_loopback
 from decisionflow.tls import server_credentials
 from decisionflow_server.foundation.exposure import check_exposure
-from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, non_empty, path, seconds
+from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, non_empty, part, path, seconds
 from decisionflow_server.runtime.auth import (
     RPC_ROLES,
     AuthInterceptor,
@@ -168,6 +168,11 @@ def from_values(values: SettingValues) -> ServerSecurity:
     if security.tls_client_ca is not None and security.tls_cert is None:
         raise SettingError(f"{TLS_CLIENT_CA.names} needs {TLS_CERT.flag} and {TLS_KEY.flag}")
     return security
+
+
+def from_settings() -> ServerSecurity:
+    """A configuration field (``settings.part``) holding the security a server's settings give."""
+    return part(SETTINGS, from_values)
 
 
 def server_parts(address: str, security: ServerSecurity) -> tuple[AuthInterceptor, grpc.ServerCredentials | None]:

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from decisionflow.channels import MAX_MESSAGE_BYTES
-from decisionflow_server.foundation.settings import SettingValues, TransportSettings
+from decisionflow_server.foundation.settings import SettingValues, TransportSettings, part
 from decisionflow_server.runtime.auth import EXEMPT_METHOD_PREFIXES, AuthInterceptor
 from decisionflow_server.runtime.connection_guard import ConnectionGuard, ConnectionRules
 from decisionflow_server.runtime.reflection import enable_reflection
@@ -98,6 +98,11 @@ class TransportLimits:
             values[settings.max_unauthenticated_connections],
             values.required(settings.first_call_timeout_seconds),
         )
+
+    @classmethod
+    def from_settings(cls, settings: TransportSettings) -> TransportLimits:
+        """A configuration field (``settings.part``) holding the limits a server's transport settings give."""
+        return part(settings.all, lambda values: cls.from_values(values, settings))
 
     @property
     def connection_rules(self) -> ConnectionRules:

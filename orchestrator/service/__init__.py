@@ -22,7 +22,7 @@ from datetime import datetime
 from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
-from orchestrator.quotas import AuthorBudgets, AuthorLimits
+from orchestrator.quotas import AuthorBudgets
 from orchestrator.service._attempts import AttemptBudget
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._operations import OperationService
@@ -40,9 +40,6 @@ __all__ = [
     "StartedReview",
 ]
 
-# Without a configured budget: the default of --receiver-timeout-seconds.
-DEFAULT_ATTEMPT_BUDGET = AttemptBudget()
-
 
 class OrchestratorService:
     """The orchestrator's use cases over one store, the review workflow and the receiver."""
@@ -57,14 +54,13 @@ class OrchestratorService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool = False,
-        attempt_budget: AttemptBudget = DEFAULT_ATTEMPT_BUDGET,
-        author_budgets: AuthorBudgets | None = None,
+        attempt_budget: AttemptBudget,
+        author_budgets: AuthorBudgets,
         on_budget_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
-        budgets = author_budgets or AuthorBudgets(AuthorLimits())
-        self.proposals = ProposalService(async_store, runs, clock, budgets, on_budget_refused)
+        self.proposals = ProposalService(async_store, runs, clock, author_budgets, on_budget_refused)
         self.decisions = DecisionService(
             async_store,
             runs,

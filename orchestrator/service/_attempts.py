@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from decisionflow.retry import call_deadline
+
 # An attempt's lease lasts its Apply budget and this much more, to record the receiver's answer.
 LEASE_MARGIN_SECONDS = 1.0
-# The attempt budget when none is configured (the default of --receiver-timeout-seconds).
-DEFAULT_ATTEMPT_BUDGET_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +43,8 @@ class AttemptBudget:
     """The service's own bound on each attempt, the name its leases are taken under, and which other
     holders it knows have ended."""
 
-    # At most this long for one attempt's Apply, retries included.
-    seconds: float = DEFAULT_ATTEMPT_BUDGET_SECONDS
+    # At most this long for one attempt's Apply, retries included (--receiver-timeout-seconds).
+    seconds: float
     # Who holds the leases this service takes: its process (host:pid:instance), for operators.
     holder: str = "orchestrator"
     # True for a holder known to have ended (a process of this host that is gone, orchestrator.holders):
@@ -54,5 +54,5 @@ class AttemptBudget:
     def start(self, now: datetime, deadline: float | None) -> Attempt:
         """Return an attempt starting at now (wall clock) whose Apply ends by the earlier of the caller's
         deadline (a time.monotonic() instant, None: none) and the end of this budget."""
-        left = self.seconds if deadline is None else min(self.seconds, max(0.0, deadline - time.monotonic()))
+        left = min(self.seconds, max(0.0, call_deadline(self.seconds, deadline) - time.monotonic()))
         return Attempt(time.monotonic() + left, now + timedelta(seconds=left + LEASE_MARGIN_SECONDS))

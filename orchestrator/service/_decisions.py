@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from decisionflow.retry import call_deadline
 from decisionflow.vocabulary import OPEN_STATES, Decision, EffectRequest, OperationId, OperationState, Outcome
 from decisionflow_server.runtime import tracing
 from decisionflow_server.runtime.auth import check_four_eyes
@@ -242,8 +243,7 @@ class DecisionService:
         no longer APPROVED or UNKNOWN.
         """
         operation_id = proposal.operation_id
-        if deadline is None:
-            deadline = time.monotonic() + self._budget.seconds
+        deadline = call_deadline(self._budget.seconds, deadline)
         while (flight := self._flights.get(operation_id)) is not None:
             try:
                 led = await asyncio.wait_for(asyncio.shield(flight), max(0.0, deadline - time.monotonic()))

@@ -213,6 +213,11 @@ def test_async_retrying_follows_the_same_rules() -> None:
     assert all(0.0 <= w <= FAST.window(n) for n, w in enumerate(sleeps.waits, start=1))
 
 
+def test_a_call_without_a_deadline_ends_its_budget_from_now() -> None:
+    assert retry.call_deadline(5.0, None, clock=lambda: 100.0) == 105.0
+    assert retry.call_deadline(5.0, 42.0, clock=lambda: 100.0) == 42.0
+
+
 def test_attempt_timeout_is_the_call_timeout_cut_to_the_deadline() -> None:
     clock = FakeClock()
     assert retry.attempt_timeout(5.0, None, clock=clock) == 5.0

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from effect_receiver.config import METRICS as RECEIVER_METRICS
-from orchestrator.config import METRICS as ORCHESTRATOR_METRICS
+from effect_receiver.config import SERVER as RECEIVER_SERVER
+from orchestrator.config import SERVER as ORCHESTRATOR_SERVER
 from reconciler.config import METRICS as RECONCILER_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +27,8 @@ PROMETHEUS = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
 ALERTS = yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())
 DASHBOARD = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
 METRICS_SETTINGS = {
-    "decisionflow-receiver": RECEIVER_METRICS,
-    "decisionflow-orchestrator": ORCHESTRATOR_METRICS,
+    "decisionflow-receiver": RECEIVER_SERVER.metrics,
+    "decisionflow-orchestrator": ORCHESTRATOR_SERVER.metrics,
     "decisionflow-reconciler": RECONCILER_METRICS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)

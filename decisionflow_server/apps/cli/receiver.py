@@ -25,21 +25,9 @@ __all__ = ["register"]
 
 # The keys of the review commands' connection settings, declared for the receiver: its own target
 # variable (the one the orchestrator and the reconciler read) and help that names it.
-TARGET = Setting(
-    "target",
-    "DECISIONFLOW_RECEIVER_TARGET",
-    "host:port of the EffectReceiver",
-    "127.0.0.1:50061",
-    parse=settings.target,
-)
-CA_FILE = Setting(
-    "ca_file",
-    "DECISIONFLOW_CA_FILE",
-    "CA bundle (PEM) of the receiver's certificate: connect over TLS",
-    parse=settings.readable_file,
-)
-INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
-    "insecure_cleartext_token", "DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN", "the receiver"
+TARGET = settings.receiver_target_setting("target")
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
+    "", "DECISIONFLOW_", "CA bundle (PEM) of the receiver's certificate: connect over TLS", "the receiver"
 )
 CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE, INSECURE_CLEARTEXT_TOKEN)
 

@@ -1,6 +1,7 @@
-"""The console's configuration: each setting from its flag, else its environment variable, else its
-default, parsed by the setting's own parser. Secrets (the client secret, the session key) come from
-files only."""
+"""The console's configuration: one declaration per setting (flag, environment variable, default,
+parser, help), and ConsoleConfig, whose fields name them in the order the help and the README list
+them. Each value comes from its flag, else its environment variable, else its default. Secrets (the
+client secret, the session key) come from files only."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from decisionflow import addresses
+from decisionflow_server.apps.console.connections import ConnectionLimits
 from decisionflow_server.foundation import arguments, settings
-from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
 from decisionflow_server.foundation.version import add_version_flag
 
 PROGRAM = "decisionflow-console"
@@ -71,13 +72,7 @@ PUBLIC_URL = Setting(
     "the sign-in redirect is PUBLIC_URL/auth/callback, and https marks the session cookie Secure",
     parse=public_url,
 )
-ORCHESTRATOR_TARGET = Setting(
-    "orchestrator_target",
-    "DECISIONFLOW_ORCHESTRATOR_TARGET",
-    "host:port of the orchestrator",
-    "127.0.0.1:50051",
-    parse=settings.target,
-)
+ORCHESTRATOR_TARGET = settings.orchestrator_target_setting()
 CA_FILE = Setting(
     "ca_file",
     "DECISIONFLOW_CONSOLE_CA_FILE",
@@ -161,57 +156,35 @@ MAX_CONNECTIONS = Setting(
     parse=settings.integer(1, 1_000_000),
 )
 METRICS = settings.metrics_settings("CONSOLE", port_note=" (the console's own /healthz is on its main port)")
-LOG_LEVEL = settings.log_level_setting("CONSOLE", "info")
-GRPC_LOG_LEVEL = settings.grpc_log_level_setting("CONSOLE")
+LOGS = settings.log_settings("CONSOLE", "info")
 PORT_FILE = settings.PORT_FILE
 
-SETTINGS: tuple[Setting[Any], ...] = (
-    ADDRESS,
-    PUBLIC_URL,
-    ORCHESTRATOR_TARGET,
-    CA_FILE,
-    INSECURE_CLEARTEXT_TOKEN,
-    TIMEOUT_SECONDS,
-    OIDC_ISSUER,
-    OIDC_CLIENT_ID,
-    OIDC_CLIENT_SECRET_FILE,
-    OIDC_SCOPES,
-    OIDC_GROUPS_CLAIM,
-    SESSION_KEY_FILE,
-    SESSION_LIFETIME_SECONDS,
-    HEADER_TIMEOUT_SECONDS,
-    MAX_CONNECTIONS,
-    *METRICS.all,
-    LOG_LEVEL,
-    GRPC_LOG_LEVEL,
-    PORT_FILE,
-)
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsoleConfig:
-    """Everything one console process needs."""
+    """Everything one console process needs: one field per setting."""
 
-    oidc_issuer: str
-    oidc_client_id: str
-    session_key: bytes
-    address: str = "127.0.0.1:8080"
-    public_url: str | None = None
-    orchestrator_target: str = "127.0.0.1:50051"
-    ca_file: Path | None = None
-    allow_cleartext_token: bool = False
-    timeout_seconds: float = 10.0
-    oidc_client_secret: str | None = None
-    oidc_scopes: str = "openid profile email"
-    oidc_groups_claim: str = "groups"
-    session_lifetime_seconds: float = 28800.0
-    header_timeout_seconds: float = 10.0
-    max_connections: int = 512
-    metrics_port: int | None = None
-    metrics_address: str = "127.0.0.1"
-    log_level: str = "info"
-    grpc_log_level: str = "error"
-    port_file: Path | None = None
+    address: str = settings.value(ADDRESS)
+    public_url: str | None = settings.value_or_none(PUBLIC_URL)
+    orchestrator_target: str = settings.value(ORCHESTRATOR_TARGET)
+    ca_file: Path | None = settings.value_or_none(CA_FILE)
+    allow_cleartext_token: bool = settings.value(INSECURE_CLEARTEXT_TOKEN)
+    timeout_seconds: float = settings.value(TIMEOUT_SECONDS)
+    oidc_issuer: str = settings.required(OIDC_ISSUER)
+    oidc_client_id: str = settings.required(OIDC_CLIENT_ID)
+    oidc_client_secret: str | None = settings.value_or_none(OIDC_CLIENT_SECRET_FILE)
+    oidc_scopes: str = settings.value(OIDC_SCOPES)
+    oidc_groups_claim: str = settings.value(OIDC_GROUPS_CLAIM)
+    session_key: bytes = settings.required(SESSION_KEY_FILE)
+    session_lifetime_seconds: float = settings.value(SESSION_LIFETIME_SECONDS)
+    connections: ConnectionLimits = settings.group(
+        ConnectionLimits, header_timeout_seconds=HEADER_TIMEOUT_SECONDS, max_connections=MAX_CONNECTIONS
+    )
+    metrics_port: int | None = settings.value_or_none(METRICS.port)
+    metrics_address: str = settings.value(METRICS.address)
+    log_level: str = settings.value(LOGS.level)
+    grpc_log_level: str = settings.value(LOGS.grpc_level)
+    port_file: Path | None = settings.value_or_none(PORT_FILE)
 
     def __repr__(self) -> str:
         # The session key and the client secret must never reach a log line or a traceback.
@@ -224,6 +197,9 @@ class ConsoleConfig:
         host, _ = addresses.split_host_port(self.address)
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}"
+
+
+SETTINGS = settings.declared(ConsoleConfig)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -239,43 +215,21 @@ def parser() -> argparse.ArgumentParser:
     return cli
 
 
+def _check(values: SettingValues) -> None:
+    scopes = values.required(OIDC_SCOPES)
+    if "openid" not in scopes.split():
+        raise SettingError(f"{OIDC_SCOPES.names}: the scopes must include openid, not {scopes!r}")
+    address = values.required(ADDRESS)
+    if values[PUBLIC_URL] is None and not addresses.is_loopback(address):
+        raise SettingError(
+            f"{PUBLIC_URL.names} is required when listening beyond loopback ({ADDRESS.flag} {address}): "
+            "browsers must reach the console over https"
+        )
+
+
 def from_namespace(cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]) -> ConsoleConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
-    try:
-        values = parse_settings(ns, SETTINGS, environ)
-        scopes = values.required(OIDC_SCOPES)
-        if "openid" not in scopes.split():
-            raise SettingError(f"{OIDC_SCOPES.names}: the scopes must include openid, not {scopes!r}")
-        address, public = values.required(ADDRESS), values[PUBLIC_URL]
-        if public is None and not addresses.is_loopback(address):
-            raise SettingError(
-                f"{PUBLIC_URL.names} is required when listening beyond loopback ({ADDRESS.flag} {address}): "
-                "browsers must reach the console over https"
-            )
-        return ConsoleConfig(
-            oidc_issuer=values.required(OIDC_ISSUER),
-            oidc_client_id=values.required(OIDC_CLIENT_ID),
-            session_key=values.required(SESSION_KEY_FILE),
-            address=address,
-            public_url=public,
-            orchestrator_target=values.required(ORCHESTRATOR_TARGET),
-            ca_file=values[CA_FILE],
-            allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
-            timeout_seconds=values.required(TIMEOUT_SECONDS),
-            oidc_client_secret=values[OIDC_CLIENT_SECRET_FILE],
-            oidc_scopes=scopes,
-            oidc_groups_claim=values.required(OIDC_GROUPS_CLAIM),
-            session_lifetime_seconds=values.required(SESSION_LIFETIME_SECONDS),
-            header_timeout_seconds=values.required(HEADER_TIMEOUT_SECONDS),
-            max_connections=values.required(MAX_CONNECTIONS),
-            metrics_port=values[METRICS.port],
-            metrics_address=values.required(METRICS.address),
-            log_level=values.required(LOG_LEVEL),
-            grpc_log_level=values.required(GRPC_LOG_LEVEL),
-            port_file=values[PORT_FILE],
-        )
-    except SettingError as error:
-        cli.error(str(error))
+    return settings.load(ConsoleConfig, cli, ns, environ, check=_check)
 
 
 def load(argv: Sequence[str], environ: Mapping[str, str]) -> ConsoleConfig:

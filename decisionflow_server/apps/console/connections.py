@@ -17,9 +17,21 @@ the console, a proxy should bound both too (docs/console.md).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The bounds on the console's connections (``--header-timeout-seconds``, ``--max-connections``)."""
+
+    header_timeout_seconds: float
+    """A connection whose request head is not complete this long after it opened, or after its last
+    response, is closed."""
+    max_connections: int
+    """Connections held at once; one more makes room by closing the one that has waited longest for a head."""
 
 
 def bounded_protocol(header_timeout_seconds: float, max_connections: int) -> type[H11Protocol]:
@@ -79,6 +91,7 @@ def bounded_protocol(header_timeout_seconds: float, max_connections: int) -> typ
     return BoundedH11Protocol
 
 
-def uvicorn_limits(header_timeout_seconds: float, max_connections: int) -> dict[str, Any]:
+def uvicorn_limits(limits: ConnectionLimits) -> dict[str, Any]:
     """The uvicorn.Config arguments that bound the console's connections."""
-    return {"http": bounded_protocol(header_timeout_seconds, max_connections), "h11_max_incomplete_event_size": 16384}
+    protocol = bounded_protocol(limits.header_timeout_seconds, limits.max_connections)
+    return {"http": protocol, "h11_max_incomplete_event_size": 16384}

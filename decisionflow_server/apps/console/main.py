@@ -92,7 +92,7 @@ def serve(config: ConsoleConfig) -> None:
                 lifespan="on",
                 server_header=False,
                 proxy_headers=False,
-                **uvicorn_limits(config.header_timeout_seconds, config.max_connections),
+                **uvicorn_limits(config.connections),
             )
         )
         # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handler it found:

@@ -8,15 +8,22 @@ setting's parser; a parser raises ValueError saying what it accepts, and ``parse
 that into a SettingError naming the flag and the environment variable, which each command reports
 as a usage error (exit status 2).
 
+A service's configuration is a dataclass whose fields are its settings (``_fields``): a field
+names its setting, so its default, its option and its row in the README's table all follow from
+the one declaration, and ``load`` fills any configuration the same way.
+
 Parts: ``_setting`` (the declaration, SettingError, the README table), ``_values`` (options,
-resolution and parsing into SettingValues), ``_parsers`` (text to typed values), ``_security``
+resolution and parsing into SettingValues), ``_fields`` (settings as a configuration dataclass's
+fields, and the one loader), ``_parsers`` (text to typed values), ``_security``
 (secrets from files, checkpoint keys, the cleartext opt-in), ``_transport`` (a server's transport
-limits) and ``_service`` (what every server declares alike: log levels, shutdown grace, workers,
-port file, migration, metrics).
+limits), ``_service`` (what every server declares alike: log levels, shutdown grace, workers,
+port file, migration, metrics; ``server_settings`` all of them) and ``_targets`` (where each server
+listens by default, and the one setting per server that tells its clients where to call it).
 """
 
 from __future__ import annotations
 
+from decisionflow_server.foundation.settings._fields import declared, group, load, part, required, value, value_or_none
 from decisionflow_server.foundation.settings._parsers import (
     FALSE_WORDS,
     GRPC_LOG_LEVELS,
@@ -42,25 +49,34 @@ from decisionflow_server.foundation.settings._parsers import (
 from decisionflow_server.foundation.settings._security import (
     checkpoint_keys,
     cleartext_token_setting,
+    client_tls_settings,
     database_url_file_setting,
     from_file,
+    in_file,
     token_file,
 )
 from decisionflow_server.foundation.settings._service import (
     MAX_WORKERS,
     MIGRATE_MODES,
     PORT_FILE,
+    LogSettings,
     MetricsSettings,
-    check_workers_address,
-    grpc_log_level_setting,
-    log_level_setting,
+    ServerSettings,
+    log_settings,
     metrics_settings,
     migrate_mode,
     migrate_setting,
+    server_settings,
     shutdown_grace_setting,
     workers_setting,
 )
 from decisionflow_server.foundation.settings._setting import Setting, SettingError, markdown_table
+from decisionflow_server.foundation.settings._targets import (
+    ORCHESTRATOR_ADDRESS,
+    RECEIVER_ADDRESS,
+    orchestrator_target_setting,
+    receiver_target_setting,
+)
 from decisionflow_server.foundation.settings._transport import TransportSettings, transport_settings
 from decisionflow_server.foundation.settings._values import SettingValues, add_settings, parse_settings, resolve
 
@@ -71,9 +87,13 @@ __all__ = [
     "MAX_AGE",
     "MAX_WORKERS",
     "MIGRATE_MODES",
+    "ORCHESTRATOR_ADDRESS",
     "PORT_FILE",
+    "RECEIVER_ADDRESS",
     "TRUE_WORDS",
+    "LogSettings",
     "MetricsSettings",
+    "ServerSettings",
     "Setting",
     "SettingError",
     "SettingValues",
@@ -81,34 +101,44 @@ __all__ = [
     "add_settings",
     "age",
     "boolean",
-    "check_workers_address",
     "checkpoint_keys",
     "cleartext_token_setting",
+    "client_tls_settings",
     "database_url_file_setting",
+    "declared",
     "from_file",
+    "group",
     "grpc_log_level",
-    "grpc_log_level_setting",
+    "in_file",
     "integer",
+    "load",
     "log_level",
-    "log_level_setting",
+    "log_settings",
     "markdown_table",
     "metrics_settings",
     "migrate_mode",
     "migrate_setting",
     "non_empty",
+    "orchestrator_target_setting",
     "parse_settings",
+    "part",
     "path",
     "port",
     "positive_seconds",
     "rate",
     "readable_file",
+    "receiver_target_setting",
+    "required",
     "resolve",
     "seconds",
+    "server_settings",
     "shutdown_grace_setting",
     "target",
     "text",
     "token_file",
     "transport_settings",
+    "value",
+    "value_or_none",
     "workers_setting",
     "zero_or_integer",
 ]

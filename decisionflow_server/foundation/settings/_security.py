@@ -1,6 +1,6 @@
 """Secrets and the cleartext rule: tokens and URLs read from files (kept out of command lines and
-the environment, never quoted in an error), checkpoint keys named by position, and the opt-in to
-send a bearer token without TLS."""
+the environment, never quoted in an error), checkpoint keys named by position, and a client's TLS:
+the CA bundle it trusts and the opt-in to send a bearer token without TLS."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from decisionflow_server.foundation.settings._parsers import boolean, non_empty
+from decisionflow_server.foundation.settings._parsers import boolean, non_empty, readable_file
 from decisionflow_server.foundation.settings._setting import Setting
 from decisionflow_server.foundation.token_files import read_token_file
 
@@ -39,6 +39,12 @@ def from_file(parse: Callable[[str], T]) -> Callable[[str], T]:
             raise ValueError(f"{value!r}: {exc}") from None
 
     return parse_file
+
+
+def in_file(setting: Setting[T], help: str) -> Setting[T]:
+    """The setting that gives setting's value in a file instead (``--<flag>-file``, ``<ENV>_FILE``): the
+    file's text through setting's own parser, so a secret stays out of command lines and the environment."""
+    return Setting(setting.key + "_file", setting.env + "_FILE", help, parse=from_file(setting.parse))
 
 
 def checkpoint_keys(min_bytes: int) -> Callable[[str], tuple[bytes, ...]]:
@@ -80,3 +86,16 @@ def cleartext_token_setting(key: str, env: str, whom: str) -> Setting[bool]:
         "false",
         parse=boolean,
     )
+
+
+def client_tls_settings(
+    key_prefix: str, env_prefix: str, ca_help: str, whom: str
+) -> tuple[Setting[Path], Setting[bool]]:
+    """How a client reaches whom over TLS: the CA bundle it trusts (``--<prefix>ca-file``, ``<PREFIX>CA_FILE``;
+    unset: no TLS) and the opt-in to send its bearer token without TLS beyond loopback
+    (``--<prefix>insecure-cleartext-token``)."""
+    ca_file = Setting(key_prefix + "ca_file", env_prefix + "CA_FILE", ca_help, parse=readable_file)
+    cleartext = cleartext_token_setting(
+        key_prefix + "insecure_cleartext_token", env_prefix + "INSECURE_CLEARTEXT_TOKEN", whom
+    )
+    return ca_file, cleartext

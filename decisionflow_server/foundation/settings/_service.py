@@ -1,10 +1,12 @@
 """The settings every server (or every service) declares alike, named per service
-(``DECISIONFLOW_<SERVICE>_...``): log level, gRPC core's log level, shutdown grace, worker processes, the port file,
-schema migration at start and the metrics endpoint."""
+(``DECISIONFLOW_<SERVICE>_...``): log levels, shutdown grace, worker processes, the port file,
+schema migration at start and the metrics endpoint; ``server_settings`` declares them all for one gRPC server,
+with the address it listens on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from decisionflow import addresses
@@ -16,28 +18,39 @@ from decisionflow_server.foundation.settings._parsers import (
     path,
     port,
     seconds,
+    target,
 )
+from decisionflow_server.foundation.settings._security import database_url_file_setting
 from decisionflow_server.foundation.settings._setting import Setting, SettingError
+from decisionflow_server.foundation.settings._transport import TransportSettings, transport_settings
+from decisionflow_server.foundation.settings._values import SettingValues
 
 
-def log_level_setting(service: str, default: str) -> Setting[str]:
-    """The ``--log-level`` setting of a service (``DECISIONFLOW_<SERVICE>_LOG_LEVEL``)."""
-    return Setting(
-        "log_level", f"DECISIONFLOW_{service}_LOG_LEVEL", "debug, info, warning or error", default, parse=log_level
-    )
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """A service's log levels: its own, and that of gRPC core's lines in its log (see ``log_settings``)."""
+
+    level: Setting[str]
+    grpc_level: Setting[str]
 
 
-def grpc_log_level_setting(service: str) -> Setting[str]:
-    """The ``--grpc-log-level`` setting of a service (``DECISIONFLOW_<SERVICE>_GRPC_LOG_LEVEL``): which of
-    gRPC core's own lines its log keeps, as JSON lines (decisionflow_server.runtime.grpc_core_logs)."""
-    return Setting(
-        "grpc_log_level",
-        f"DECISIONFLOW_{service}_GRPC_LOG_LEVEL",
-        "gRPC core's own log lines kept in the log, as JSON lines on the logger grpc: off, error, warning or "
-        "info (info adds, for example, a peer's GOAWAY; gRPC's GRPC_TRACE and GRPC_VERBOSITY=debug add its "
-        "traces at info)",
-        "error",
-        parse=grpc_log_level,
+def log_settings(service: str, default: str) -> LogSettings:
+    """The ``--log-level`` (``DECISIONFLOW_<SERVICE>_LOG_LEVEL``, default as given) and ``--grpc-log-level``
+    (``DECISIONFLOW_<SERVICE>_GRPC_LOG_LEVEL``) settings of a service: which of gRPC core's own lines its log
+    keeps, as JSON lines (decisionflow_server.runtime.grpc_core_logs)."""
+    return LogSettings(
+        Setting(
+            "log_level", f"DECISIONFLOW_{service}_LOG_LEVEL", "debug, info, warning or error", default, parse=log_level
+        ),
+        Setting(
+            "grpc_log_level",
+            f"DECISIONFLOW_{service}_GRPC_LOG_LEVEL",
+            "gRPC core's own log lines kept in the log, as JSON lines on the logger grpc: off, error, warning or "
+            "info (info adds, for example, a peer's GOAWAY; gRPC's GRPC_TRACE and GRPC_VERBOSITY=debug add its "
+            "traces at info)",
+            "error",
+            parse=grpc_log_level,
+        ),
     )
 
 
@@ -66,17 +79,6 @@ def workers_setting(service: str) -> Setting[int]:
         "1",
         parse=integer(1, MAX_WORKERS),
     )
-
-
-def check_workers_address(
-    workers: int, address: str, workers_setting: Setting[int], address_setting: Setting[str]
-) -> None:
-    """Refuse several workers on a unix socket: only a TCP port can be shared (SO_REUSEPORT)."""
-    if workers > 1 and address.startswith(addresses.UNIX_SCHEMES):
-        raise SettingError(
-            f"{workers_setting.names}: {workers} workers need a host:port address to share, not {address!r} "
-            f"({address_setting.names})"
-        )
 
 
 PORT_FILE = Setting("port_file", "", "write the bound port to this file once serving", flag_only=True, parse=path)
@@ -137,4 +139,53 @@ def metrics_settings(service: str, *, port_note: str = "", workers: bool = False
             "127.0.0.1",
             parse=non_empty,
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """What every gRPC server declares alike (see ``server_settings``); its configuration names each in the
+    field that holds its value, in the order that server's help and README table list them."""
+
+    address: Setting[str]
+    database_url_file: Setting[str]
+    migrate: Setting[bool]
+    transport: TransportSettings
+    metrics: MetricsSettings
+    workers: Setting[int]
+    shutdown_grace: Setting[float]
+    logs: LogSettings
+    port_file: Setting[Path]
+
+    def check_workers(self, values: SettingValues) -> None:
+        """Refuse several workers on a unix socket: only a TCP port can be shared (SO_REUSEPORT)."""
+        workers, address = values.required(self.workers), values.required(self.address)
+        if workers > 1 and address.startswith(addresses.UNIX_SCHEMES):
+            raise SettingError(
+                f"{self.workers.names}: {workers} workers need a host:port address to share, not {address!r} "
+                f"({self.address.names})"
+            )
+
+
+def server_settings(service: str, program: str, address: str) -> ServerSettings:
+    """The settings every gRPC server declares alike, for service (``DECISIONFLOW_<SERVICE>_...``) run as
+    program: the address it listens on (by default address), the database URL from a file, migration at
+    start, transport limits, the metrics endpoint (one per worker), worker processes, shutdown grace, log
+    levels (info by default) and the port file."""
+    return ServerSettings(
+        Setting(
+            "address",
+            f"DECISIONFLOW_{service}_ADDRESS",
+            "host:port to listen on (port 0 picks a free one)",
+            address,
+            parse=target,
+        ),
+        database_url_file_setting(service),
+        migrate_setting(service, program),
+        transport_settings(service),
+        metrics_settings(service, workers=True),
+        workers_setting(service),
+        shutdown_grace_setting(service),
+        log_settings(service, "info"),
+        PORT_FILE,
     )

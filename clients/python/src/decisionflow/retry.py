@@ -130,6 +130,12 @@ def is_retryable(error: BaseException | None) -> bool:
     return code in RETRYABLE_CODES
 
 
+def call_deadline(budget: float, deadline: float | None, *, clock: Clock = time.monotonic) -> float:
+    """Return the ``clock()`` instant a call must end by: the caller's deadline, or budget seconds from now
+    when the caller set none."""
+    return clock() + budget if deadline is None else deadline
+
+
 def attempt_timeout(timeout: float, deadline: float | None, *, clock: Clock = time.monotonic) -> float:
     """Return the timeout for one attempt: the per-call timeout, cut to what is left before deadline."""
     if deadline is None:

@@ -20,13 +20,7 @@ from decisionflow_server.apps.cli.command import CommandError
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 
-TARGET = Setting(
-    "target",
-    "DECISIONFLOW_ORCHESTRATOR_TARGET",
-    "host:port of the orchestrator",
-    "127.0.0.1:50051",
-    parse=settings.target,
-)
+TARGET = settings.orchestrator_target_setting("target")
 TOKEN_FILE = Setting(
     "token_file", "DECISIONFLOW_TOKEN_FILE", "file holding the bearer token to present", parse=settings.token_file
 )
@@ -37,14 +31,8 @@ TIMEOUT = Setting(
     "10",
     parse=settings.positive_seconds,
 )
-CA_FILE = Setting(
-    "ca_file",
-    "DECISIONFLOW_CA_FILE",
-    "CA bundle (PEM) of the orchestrator's certificate: connect over TLS",
-    parse=settings.readable_file,
-)
-INSECURE_CLEARTEXT_TOKEN = settings.cleartext_token_setting(
-    "insecure_cleartext_token", "DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN", "the orchestrator"
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
+    "", "DECISIONFLOW_", "CA bundle (PEM) of the orchestrator's certificate: connect over TLS", "the orchestrator"
 )
 CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE, INSECURE_CLEARTEXT_TOKEN)
 

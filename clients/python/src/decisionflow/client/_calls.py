@@ -18,6 +18,7 @@ from decisionflow.retry import (
     RetryPolicy,
     async_retrying,
     attempt_timeout,
+    call_deadline,
     retrying,
 )
 
@@ -127,8 +128,7 @@ async def call_async(
     deadline is an absolute ``settings.clock()`` time; without one the policy's total time applies.
     Each retry's log line carries log_context's fields (the operation and case ids of an Apply).
     """
-    if deadline is None:
-        deadline = settings.clock() + settings.policy.max_total_seconds
+    deadline = call_deadline(settings.policy.max_total_seconds, deadline, clock=settings.clock)
     attempts = 0
     retrier = async_retrying(
         settings.policy, sleep=settings.sleep, deadline=deadline, clock=settings.clock, log_context=log_context
