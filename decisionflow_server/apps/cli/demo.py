@@ -102,6 +102,7 @@ def _workers(text: str) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     # Imported here: the review commands share this parser and need not load the demo's machinery.
     from decisionflow_server.apps.demo import DemoError, DemoOptions, run_demo
+    from decisionflow_server.apps.demo.run import EXIT_INTERRUPTED
 
     if args.console:
         return _run_console(args)
@@ -118,6 +119,10 @@ def _run_demo(args: argparse.Namespace) -> int:
         return run_demo(options)
     except DemoError as exc:
         raise CommandError(str(exc), exit_code=exc.exit_code) from exc
+    except KeyboardInterrupt:
+        # A second Ctrl-C or SIGTERM that lands after the demo has stopped its children, as it hands
+        # the signals back, still ends it as interrupted (130), not with a traceback.
+        return EXIT_INTERRUPTED
 
 
 def _run_console(args: argparse.Namespace) -> int:
