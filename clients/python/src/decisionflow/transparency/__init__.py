@@ -15,6 +15,8 @@ proofs and checkpoints", gives every format byte for byte):
   hashes from those stored nodes (``subtree_hashes_of_leaves`` when every leaf hash is at hand);
 - checkpoints: ``Checkpoint``, ``sign_checkpoint`` (the log's side, with a ``NoteSigner``) and
   ``open_checkpoint(message, [NoteVerifier.from_vkey(vkey)], origin=...)`` (the auditor's side);
+- the audit log's entries: ``encode_leaf``/``decode_leaf`` for the six kinds of ``Leaf``, and
+  ``check_proposal`` (a proposal leaf's content yields the operation id it names);
 - signed notes in general: ``sign_note``, ``open_note``, ``parse_note``.
 
 A failure raises a ``TransparencyError`` whose subclass names what does not hold; the tree is in
@@ -66,6 +68,21 @@ from decisionflow.transparency._inclusion import (
     verify_inclusion,
 )
 from decisionflow.transparency._keys import ED25519, NoteSigner, NoteVerifier, key_id
+from decisionflow.transparency._leaves import (
+    LEAF_DOMAIN,
+    DecisionLeaf,
+    EffectLeaf,
+    ExpiryLeaf,
+    Leaf,
+    MalformedLeaf,
+    ProposalLeaf,
+    RejectionLeaf,
+    SettlementLeaf,
+    check_proposal,
+    decode_leaf,
+    encode_leaf,
+    format_time,
+)
 from decisionflow.transparency._note import (
     MAX_SIGNATURES,
     NoteSignature,
@@ -90,15 +107,21 @@ __all__ = [
     "ED25519",
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "LEAF_DOMAIN",
     "MAX_SIGNATURES",
     "MAX_TREE_SIZE",
     "BadSignature",
     "Checkpoint",
     "CompactRange",
+    "DecisionLeaf",
+    "EffectLeaf",
+    "ExpiryLeaf",
     "InvalidTreeRange",
+    "Leaf",
     "MalformedCheckpoint",
     "MalformedHash",
     "MalformedKey",
+    "MalformedLeaf",
     "MalformedNote",
     "NodeReader",
     "NoteError",
@@ -107,6 +130,9 @@ __all__ = [
     "NoteVerifier",
     "OpenedNote",
     "ProofError",
+    "ProposalLeaf",
+    "RejectionLeaf",
+    "SettlementLeaf",
     "SignedNote",
     "StoredNode",
     "SubtreeHash",
@@ -115,9 +141,13 @@ __all__ = [
     "WrongOrigin",
     "WrongProofLength",
     "WrongRoot",
+    "check_proposal",
     "consistency_proof",
     "consistency_proof_length",
     "consistency_ranges",
+    "decode_leaf",
+    "encode_leaf",
+    "format_time",
     "inclusion_proof",
     "inclusion_proof_length",
     "inclusion_ranges",
