@@ -1,7 +1,9 @@
-"""gRPC servicers of the orchestrator: ReviewService and OperationsService.
+"""gRPC servicers of the orchestrator: ReviewService and OperationsService (AuditService's is
+orchestrator.audit.grpc_api).
 
 Proto ↔ domain only. Domain errors become statuses through STATUS_TABLE, the one table of
-this server; the reviewer is the authenticated principal, never a request field.
+this server (the audit log's refusals included); the reviewer is the authenticated principal,
+never a request field.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest
 from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
 from decisionflow_server.runtime.rpc_errors import StatusTable
 from orchestrator import errors
+from orchestrator.audit import errors as audit_errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
 from orchestrator.validation import check_case_id, check_operation_id, pending_page_size, pending_review_filter
@@ -60,6 +63,9 @@ STATUS_TABLE: StatusTable = {
     errors.CheckpointIntegrity: grpc.StatusCode.DATA_LOSS,
     errors.CheckpointSaveFailed: grpc.StatusCode.UNAVAILABLE,
     errors.WorkflowProtocolError: grpc.StatusCode.INTERNAL,
+    audit_errors.CheckpointNotFound: grpc.StatusCode.NOT_FOUND,
+    audit_errors.NotLogged: grpc.StatusCode.NOT_FOUND,
+    audit_errors.BeyondCheckpoint: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it: after

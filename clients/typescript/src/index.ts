@@ -4,6 +4,7 @@
 export * from "./client.js";
 export * from "./refusal.js";
 export * from "./transparency.js";
+export * from "./gen/decisionflow/v1/audit_pb.js";
 export * from "./gen/decisionflow/v1/common_pb.js";
 export * from "./gen/decisionflow/v1/operations_pb.js";
 export * from "./gen/decisionflow/v1/review_pb.js";

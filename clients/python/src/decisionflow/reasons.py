@@ -32,6 +32,7 @@ CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
 CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
 TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
+BEYOND_CHECKPOINT = "BEYOND_CHECKPOINT"
 
 # ErrorInfo metadata keys. An operation is always named by OPERATION_ID; enum values are spelled
 # as the proto spells them (DECISION_APPROVE, OPERATION_STATE_COMMITTED).
@@ -53,14 +54,20 @@ REQUIRED_ROLES = "required_roles"
 RETRY_AFTER = "retry_after"
 CONTENT_BYTES = "content_bytes"
 OPEN_REVIEW_LIMIT = "open_review_limit"
+# The audit log's sizes and indices, in decimal: the tree size a request asked for (or the latest
+# checkpoint's, when it asked for none), a leaf's index, and the latest signed checkpoint's size.
+TREE_SIZE = "tree_size"
+LEAF_INDEX = "leaf_index"
+CHECKPOINT_SIZE = "checkpoint_size"
 
 # The metadata keys each reason's ErrorInfo may carry. A refusal carries a subset when a key does
-# not apply: NOT_FOUND names the operation or the case; PERMISSION_DENIED names the principal and
-# the roles only when the method is in the policy. docs/clients.md lists the same keys.
+# not apply: NOT_FOUND names the operation, the case or the audit log's tree size; PERMISSION_DENIED
+# names the principal and the roles only when the method is in the policy; BEYOND_CHECKPOINT names
+# what was asked. docs/clients.md lists the same keys.
 METADATA_KEYS: Mapping[str, tuple[str, ...]] = {
     INVALID_ARGUMENT: (),
     DECISION_REQUIRED: (),
-    NOT_FOUND: (OPERATION_ID, CASE_ID),
+    NOT_FOUND: (OPERATION_ID, CASE_ID, TREE_SIZE),
     STALE_PROPOSAL: (OPERATION_ID, CURRENT_OPERATION_ID),
     CASE_HAS_OPEN_PROPOSAL: (CASE_ID, CURRENT_OPERATION_ID),
     DECISION_CONFLICT: (OPERATION_ID, RECORDED_DECISION),
@@ -80,6 +87,7 @@ METADATA_KEYS: Mapping[str, tuple[str, ...]] = {
     CONTENT_BUDGET_EXCEEDED: (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES),
     TOO_MANY_OPEN_REVIEWS: (PRINCIPAL, OPEN_REVIEW_LIMIT),
     REVIEW_EXPIRED: (OPERATION_ID,),
+    BEYOND_CHECKPOINT: (CHECKPOINT_SIZE, TREE_SIZE, LEAF_INDEX, OPERATION_ID, CASE_ID),
 }
 
 

@@ -50,6 +50,7 @@ is safe because the decision is bound to the operation id and the server replays
 """
 
 from decisionflow.client.errors import (
+    BeyondCheckpoint,
     CallRateExceeded,
     CaseHasOpenProposal,
     CheckpointIntegrity,
@@ -122,6 +123,7 @@ __all__ = [
     "AsyncReceiverClient",
     "AsyncReviewClient",
     "AttemptLease",
+    "BeyondCheckpoint",
     "CallRateExceeded",
     "Caller",
     "CaseHasOpenProposal",

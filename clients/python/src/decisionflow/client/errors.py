@@ -3,7 +3,7 @@
     DecisionflowError                  base: code, reason, message, metadata, violations, definite, retry_after
     ├── InvalidRequest                 INVALID_ARGUMENT; field violations; nothing was written
     │   └── DecisionRequired           DECISION_REQUIRED: the decision was omitted
-    ├── NotFound                       NOT_FOUND; operation_id or case_id
+    ├── NotFound                       NOT_FOUND; operation_id, case_id, or an audit log's tree_size
     ├── Unauthenticated                UNAUTHENTICATED; no or bad credentials
     ├── PermissionDenied               PERMISSION_DENIED; role missing
     │   └── FourEyes                   FOUR_EYES: the author cannot decide; principal
@@ -15,7 +15,9 @@
     │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED; operation_id, first_attempted_at, key_retention
     │   ├── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH; operation_id, recorded, running
     │   ├── TooManyOpenReviews         TOO_MANY_OPEN_REVIEWS; principal, open_review_limit
-    │   └── ReviewExpired              REVIEW_EXPIRED; operation_id (an operator expired the review)
+    │   ├── ReviewExpired              REVIEW_EXPIRED; operation_id (an operator expired the review)
+    │   └── BeyondCheckpoint           BEYOND_CHECKPOINT; checkpoint_size, tree_size, leaf_index, operation_id
+    │                                  or case_id: the audit log has not signed that far yet
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED with a reason: a budget of the principal is spent
     │   ├── CallRateExceeded           CALL_RATE_EXCEEDED; principal, retry_after
     │   └── ContentBudgetExceeded      CONTENT_BUDGET_EXCEEDED; principal, retry_after, content_bytes
@@ -117,7 +119,8 @@ class DecisionRequired(InvalidRequest):
 
 
 class NotFound(DecisionflowError):
-    """The case or operation does not exist; operation_id or case_id names it."""
+    """The case or operation does not exist (operation_id or case_id names it), or, in the audit log, no
+    leaf of it or no checkpoint at that tree size."""
 
     @property
     def case_id(self) -> str:
@@ -233,6 +236,17 @@ class ReviewExpired(PreconditionFailed):
     """An operator expired the undecided review: it can no longer be decided; edit it to ask for a new review."""
 
 
+class BeyondCheckpoint(PreconditionFailed):
+    """What was asked of the audit log lies beyond the tree size asked, or the latest checkpoint's: ask again
+    once a checkpoint covers it."""
+
+    @property
+    def checkpoint_size(self) -> int | None:
+        """The latest signed checkpoint's size, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.CHECKPOINT_SIZE, "")
+        return int(value) if value.isdigit() else None
+
+
 class QuotaExceeded(DecisionflowError):
     """A budget of the calling principal is spent; nothing was written; the same request may pass after retry_after."""
 
@@ -321,6 +335,7 @@ _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.WORKFLOW_VERSION_MISMATCH): WorkflowVersionMismatch,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.TOO_MANY_OPEN_REVIEWS): TooManyOpenReviews,
     (grpc.StatusCode.FAILED_PRECONDITION, reasons.REVIEW_EXPIRED): ReviewExpired,
+    (grpc.StatusCode.FAILED_PRECONDITION, reasons.BEYOND_CHECKPOINT): BeyondCheckpoint,
     (grpc.StatusCode.ALREADY_EXISTS, reasons.DECISION_CONFLICT): DecisionConflict,
     (grpc.StatusCode.DATA_LOSS, reasons.CHECKPOINT_INTEGRITY): CheckpointIntegrity,
     (grpc.StatusCode.UNAVAILABLE, ""): Unavailable,
