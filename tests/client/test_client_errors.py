@@ -217,6 +217,7 @@ CONTRACT: dict[str, tuple[grpc.StatusCode, type[errors.DecisionflowError]]] = {
     reasons.CONTENT_BUDGET_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ContentBudgetExceeded),
     reasons.TOO_MANY_OPEN_REVIEWS: (grpc.StatusCode.FAILED_PRECONDITION, errors.TooManyOpenReviews),
     reasons.REVIEW_EXPIRED: (grpc.StatusCode.FAILED_PRECONDITION, errors.ReviewExpired),
+    reasons.BEYOND_CHECKPOINT: (grpc.StatusCode.FAILED_PRECONDITION, errors.BeyondCheckpoint),
 }
 
 

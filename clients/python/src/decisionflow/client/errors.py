@@ -119,8 +119,7 @@ class DecisionRequired(InvalidRequest):
 
 
 class NotFound(DecisionflowError):
-    """The case or operation does not exist (operation_id or case_id names it), or, in the audit log, no
-    leaf of it or no checkpoint at that tree size."""
+    """No such case or operation (operation_id or case_id names it), or audit log leaf or checkpoint."""
 
     @property
     def case_id(self) -> str:
@@ -237,8 +236,7 @@ class ReviewExpired(PreconditionFailed):
 
 
 class BeyondCheckpoint(PreconditionFailed):
-    """What was asked of the audit log lies beyond the tree size asked, or the latest checkpoint's: ask again
-    once a checkpoint covers it."""
+    """What was asked of the audit log lies beyond the latest checkpoint (or the tree size asked): ask later."""
 
     @property
     def checkpoint_size(self) -> int | None:

@@ -17,6 +17,9 @@ proofs and checkpoints", gives every format byte for byte):
   ``open_checkpoint(message, [NoteVerifier.from_vkey(vkey)], origin=...)`` (the auditor's side);
 - the audit log's entries: ``encode_leaf``/``decode_leaf`` for the six kinds of ``Leaf``, and
   ``check_proposal`` (a proposal leaf's content yields the operation id it names);
+- a run of leaves read in index order: ``History`` (each decodes, a decision follows its proposal
+  and is the operation's only one, an effect follows an approval), ``HistoryError`` naming the
+  first leaf that does not fit;
 - signed notes in general: ``sign_note``, ``open_note``, ``parse_note``.
 
 A failure raises a ``TransparencyError`` whose subclass names what does not hold; the tree is in
@@ -60,6 +63,7 @@ from decisionflow.transparency._errors import (
     WrongRoot,
 )
 from decisionflow.transparency._hashing import EMPTY_ROOT, HASH_SIZE, leaf_hash, node_hash, tree_hash
+from decisionflow.transparency._history import History, HistoryError, LoggedOperation, NotProven
 from decisionflow.transparency._inclusion import (
     inclusion_proof,
     inclusion_proof_length,
@@ -116,14 +120,18 @@ __all__ = [
     "DecisionLeaf",
     "EffectLeaf",
     "ExpiryLeaf",
+    "History",
+    "HistoryError",
     "InvalidTreeRange",
     "Leaf",
+    "LoggedOperation",
     "MalformedCheckpoint",
     "MalformedHash",
     "MalformedKey",
     "MalformedLeaf",
     "MalformedNote",
     "NodeReader",
+    "NotProven",
     "NoteError",
     "NoteSignature",
     "NoteSigner",

@@ -14,6 +14,13 @@
         ├── BadSignature         name, key_id: a trusted key's signature does not verify
         └── WrongOrigin          expected, found: the checkpoint is of another log
 
+and, for the audit log's leaves (decisionflow.transparency._leaves and ._history):
+
+    TransparencyError
+    ├── MalformedLeaf            the bytes are not a leaf, or a proposal's content does not yield its id
+    ├── HistoryError             index, reason: a leaf that does not decode or fit the leaves before it
+    └── NotProven                the leaves hold, but do not show the proposal or decision asked for
+
 A proof is refused before any hashing when its shape is wrong (range, length, hash sizes), so the
 error says which part of the input to look at; WrongRoot is the one failure that needs the hashes.
 """
