@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +155,23 @@ def test_the_async_client_reads_what_the_sync_client_reads(secure: SecureStack) 
     with insecure_channel(f"127.0.0.1:{secure.stack.orchestrator_port}") as channel:
         sync = AuditClient(channel, timeout=10, policy=NO_RETRY, metadata=secure.as_("audrey"))
         assert sync.get_checkpoint().tree_size == 4
+
+
+def test_the_snippet_of_the_audit_log_page_runs(secure: SecureStack, capsys: pytest.CaptureFixture[str]) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "audit-log.md").read_text(encoding="utf-8")
+    section = page.split("## The AuditService", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert found is not None
+    target = f"127.0.0.1:{secure.stack.orchestrator_port}"
+    snippet = found.group(1).replace('"orchestrator.example:50051", ca_file="ca.pem"', f'"{target}"')
+    assert target in snippet
+    namespace: dict[str, object] = {
+        "log_vkey": secure.stack.audit_log.vkey,
+        "log_origin": ORIGIN,
+        "token": secure.tokens["audrey"],
+        "operation_id": A.operation_id,
+    }
+
+    exec(snippet, namespace)
+
+    assert capsys.readouterr().out == f"{A.body} APPROVE\n"
