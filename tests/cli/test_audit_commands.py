@@ -307,3 +307,24 @@ def test_refusals_and_bad_input(audited: Audited) -> None:
     export(audited, "good.json", "--all")
     bad = run(cli, "verify", str(audited.directory / "good.json"), "--public-key", str(bad_key))
     assert bad[0] == 2 and "is not a verifier key" in bad[2]
+
+
+def test_a_decision_the_latest_checkpoint_does_not_cover_is_told_at_export_and_refused_at_verify(
+    audited: Audited,
+) -> None:
+    # The pending operation is decided now: the orchestrator records it, no checkpoint covers its leaf yet.
+    assert audited.cli("decline", audited.pending).exit_code == 0
+    path = audited.directory / "pending.json"
+
+    exported = run(audited.cli, "export", "--operation", audited.pending, "--out", str(path), principal="audrey")
+    checked = verify(audited, path)
+
+    assert exported[0] == 0
+    assert (
+        f"note: the orchestrator records a decision of {audited.pending} that checkpoint 6 does not cover"
+        in exported[2]
+    )
+    assert checked[0] == 1
+    assert checked[2].startswith(
+        f"decisionflow audit: record of {audited.pending} does not hold: the orchestrator records"
+    )

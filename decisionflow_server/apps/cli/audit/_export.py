@@ -64,6 +64,8 @@ def _scope(args: argparse.Namespace) -> dict[str, str | bool]:
 
 
 def _whole_log(audit: AuditClient, checkpoint: SignedCheckpoint) -> list[BundleLeaf]:
+    if checkpoint.tree_size == 0:
+        return []  # the empty tree; asking for size 0 would mean the latest, which may have grown since
     leaves = list(audit.list_leaves(checkpoint.tree_size))
     hashes = [leaf_hash(leaf.data) for leaf in leaves]
     subtree = subtree_hashes_of_leaves(hashes)
