@@ -1,7 +1,9 @@
-"""gRPC servicers of the orchestrator: ReviewService and OperationsService.
+"""gRPC servicers of the orchestrator: ReviewService and OperationsService (AuditService's is
+orchestrator.audit.grpc_api).
 
 Proto ↔ domain only. Domain errors become statuses through STATUS_TABLE, the one table of
-this server; the reviewer is the authenticated principal, never a request field.
+this server (the audit log's refusals included); the reviewer is the authenticated principal,
+never a request field.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest
 from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
 from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from orchestrator import errors
+from orchestrator.audit import errors as audit_errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
 from orchestrator.validation import check_case_id, check_operation_id, pending_page_size, pending_review_filter
@@ -43,7 +46,10 @@ from orchestrator.wire import (
 )
 
 # Every refusal of this server: the shared ones and the orchestrator's own (orchestrator.errors).
-STATUS_TABLE: StatusTable = {**AUTH_STATUS, **status_table(InvalidRequest, Unavailable, errors.OrchestratorError)}
+STATUS_TABLE: StatusTable = {
+    **AUTH_STATUS,
+    **status_table(InvalidRequest, Unavailable, errors.OrchestratorError, audit_errors.AuditLogError),
+}
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it: after
 # the last Apply attempt the orchestrator still reads the operation, logs, and sends the answer,

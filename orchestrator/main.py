@@ -26,7 +26,15 @@ import grpc
 from sqlalchemy.engine import Engine
 
 from decisionflow.channels import MAX_MESSAGE_BYTES, check_cleartext_token
-from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
+from decisionflow.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
+    common_pb2,
+    operations_pb2,
+    operations_pb2_grpc,
+    review_pb2,
+    review_pb2_grpc,
+)
 from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import arguments, logs, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
@@ -37,6 +45,10 @@ from decisionflow_server.runtime.host import Host, Service, Wiring, command_line
 from decisionflow_server.runtime.serving import ReceiveLimits
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
+from orchestrator.audit.grpc_api import AuditServicer
+from orchestrator.audit.ports import AuditLogReader
+from orchestrator.audit.service import AuditLog
+from orchestrator.audit.wiring import audit_log_of
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
@@ -172,16 +184,23 @@ def connect_receiver(host: Host, config: OrchestratorConfig) -> ReceiverEffects:
     return receiver
 
 
-def register(review: ReviewServicer, operations: OperationsServicer) -> Callable[[grpc.aio.Server], list[str]]:
-    """Return what adds ReviewService and OperationsService to a server and names them."""
+def register(
+    review: ReviewServicer, operations: OperationsServicer, audit: AuditServicer | None = None
+) -> Callable[[grpc.aio.Server], list[str]]:
+    """Return what adds ReviewService, OperationsService and (given a servicer) AuditService to a server
+    and names them."""
 
     def add(server: grpc.aio.Server) -> list[str]:
         review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
-        return [
+        names = [
             review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
             operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
         ]
+        if audit is not None:
+            audit_pb2_grpc.add_AuditServiceServicer_to_server(audit, server)
+            names.append(audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name)
+        return names
 
     return add
 
@@ -193,10 +212,11 @@ async def create_server(
     effects: EffectPort | None = None,
     clock: Callable[[], datetime] = utc_now,
     monotonic: Callable[[], float] = time.monotonic,
+    audit_log: AuditLogReader | None = None,
 ) -> Host:
-    """Migrate the database and serve ReviewService and OperationsService on config.address (the steps of
-    decisionflow_server.runtime.host);
-    workflow and effects replace the real ones, monotonic the clock the author budgets
+    """Migrate the database and serve ReviewService, OperationsService and, when the store reads the audit
+    log (audit_log_of), AuditService on config.address (the steps of decisionflow_server.runtime.host);
+    workflow, effects and audit_log replace the real ones, monotonic the clock the author budgets
     refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
     naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
     metrics = OrchestratorMetrics()
@@ -224,7 +244,9 @@ async def create_server(
             author_budgets=AuthorBudgets(config.author_limits, monotonic=monotonic),
             on_budget_refused=metrics.count_quota_refusal,
         )
-        return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock)))
+        reader = audit_log if audit_log is not None else audit_log_of(store)
+        audit = None if reader is None else AuditServicer(AuditLog(reader))
+        return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock), audit))
 
     return await Host.start(SERVICE, config, metrics, build, check=check)
 

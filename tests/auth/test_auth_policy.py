@@ -26,11 +26,12 @@ EXPECTED_ROLES: dict[str, set[str]] = {
     "/decisionflow.v1.ReviewService/StartReview": {"author"},
     "/decisionflow.v1.ReviewService/EditProposal": {"author"},
     "/decisionflow.v1.ReviewService/GetProposal": {"reviewer", "author", "operator"},
-    "/decisionflow.v1.ReviewService/GetOperation": {"reviewer", "author", "operator"},
+    # An auditor reads the orchestrator's record of the operations it audits.
+    "/decisionflow.v1.ReviewService/GetOperation": {"reviewer", "author", "operator", "auditor"},
     "/decisionflow.v1.ReviewService/ListPendingReviews": {"reviewer", "author", "operator"},
     "/decisionflow.v1.ReviewService/Approve": {"reviewer"},
     # Whoever holds a role of the orchestrator may ask who they are.
-    "/decisionflow.v1.ReviewService/GetCaller": {"reviewer", "author", "operator"},
+    "/decisionflow.v1.ReviewService/GetCaller": {"reviewer", "author", "operator", "auditor"},
     "/decisionflow.v1.OperationsService/ListOperations": {"operator"},
     "/decisionflow.v1.OperationsService/SettleOperation": {"operator"},
     "/decisionflow.v1.OperationsService/BatchSettleOperations": {"operator"},
@@ -39,13 +40,18 @@ EXPECTED_ROLES: dict[str, set[str]] = {
     "/decisionflow.v1.EffectReceiverService/Lookup": {"effect_reader"},
     "/decisionflow.v1.EffectReceiverService/BatchLookup": {"effect_reader"},
     "/decisionflow.v1.EffectReceiverService/ListEffects": {"effect_reader"},
+    # The audit log: read by auditors and operators; nothing in it changes anything.
+    "/decisionflow.v1.AuditService/GetCheckpoint": {"auditor", "operator"},
+    "/decisionflow.v1.AuditService/GetInclusionProof": {"auditor", "operator"},
+    "/decisionflow.v1.AuditService/GetConsistencyProof": {"auditor", "operator"},
+    "/decisionflow.v1.AuditService/ListLeaves": {"auditor", "operator"},
 }
 
 
 def test_rpc_roles_names_exactly_the_rpcs_of_the_contract() -> None:
     assert policy_gaps(RPC_ROLES) == ([], [])
     assert sorted(RPC_ROLES) == all_rpc_methods()
-    assert len(all_rpc_methods()) == 15
+    assert len(all_rpc_methods()) == 19
 
 
 def test_policy_gaps_reports_missing_and_unknown_methods() -> None:

@@ -1,5 +1,5 @@
 """The light client distribution (clients/python) on its own: built into a fresh virtual environment,
-it brings only its five pinned dependencies, none of the servers' packages, and runs the async
+it brings only its six pinned dependencies, none of the servers' packages, and runs the async
 example against real services."""
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def _pins(pyproject: Path) -> dict[str, str]:
 def test_the_light_client_pins_what_the_server_pins() -> None:
     client, server = _pins(CLIENT / "pyproject.toml"), _pins(ROOT / "pyproject.toml")
 
-    assert sorted(client) == ["googleapis-common-protos", "grpcio", "grpcio-status", "protobuf", "tenacity"]
+    assert sorted(client) == [
+        "cryptography", "googleapis-common-protos", "grpcio", "grpcio-status", "protobuf", "tenacity"
+    ]  # fmt: skip
     assert {name: server[name] for name in client} == client
     assert server["decisionflow-client"] == tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
 

@@ -19,12 +19,16 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from google.protobuf.message import Message
 
 import decisionflow.v1
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
+from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
 from tests.support.payloads import sample_payload
 from tests.support.stack import T1042_BODY, policy, start_request
 
 RECEIVER_SERVICE = "decisionflow.v1.EffectReceiverService"
-ORCHESTRATOR_SERVICES = ("decisionflow.v1.ReviewService", "decisionflow.v1.OperationsService")
+ORCHESTRATOR_SERVICES = (
+    "decisionflow.v1.ReviewService",
+    "decisionflow.v1.OperationsService",
+    "decisionflow.v1.AuditService",
+)
 
 
 def _contract_modules() -> list[Any]:
@@ -128,6 +132,12 @@ def valid_requests(operation_id: str) -> dict[str, Message]:
         "/decisionflow.v1.EffectReceiverService/ListEffects": effect_receiver_pb2.ListEffectsRequest(
             case_id="T-1042", page_size=10
         ),
+        "/decisionflow.v1.AuditService/GetCheckpoint": audit_pb2.GetCheckpointRequest(),
+        "/decisionflow.v1.AuditService/GetInclusionProof": audit_pb2.GetInclusionProofRequest(
+            operation_id=operation_id
+        ),
+        "/decisionflow.v1.AuditService/GetConsistencyProof": audit_pb2.GetConsistencyProofRequest(old_size=1),
+        "/decisionflow.v1.AuditService/ListLeaves": audit_pb2.ListLeavesRequest(page_size=10),
     }
     return requests
 

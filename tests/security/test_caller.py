@@ -32,6 +32,7 @@ ADMITTED = {
     "arthur": frozenset({Role.AUTHOR}),
     "olga": frozenset({Role.OPERATOR}),
     "sam": frozenset({Role.REVIEWER, Role.AUTHOR}),
+    "audrey": frozenset({Role.AUDITOR}),
 }
 
 

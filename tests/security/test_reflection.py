@@ -27,7 +27,11 @@ from tests.support.secure import SecureStack, start_secure_stack
 BUF = Path(sys.executable).with_name("buf")
 V1 = "grpc.reflection.v1"
 SERVICES = {
-    "orchestrator": {"decisionflow.v1.ReviewService", "decisionflow.v1.OperationsService"},
+    "orchestrator": {
+        "decisionflow.v1.ReviewService",
+        "decisionflow.v1.OperationsService",
+        "decisionflow.v1.AuditService",
+    },
     "receiver": {"decisionflow.v1.EffectReceiverService"},
 }
 ANNOUNCED_BY_BOTH = {"grpc.health.v1.Health", f"{V1}.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}

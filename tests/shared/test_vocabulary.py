@@ -89,7 +89,14 @@ def test_every_role_round_trips_and_a_role_this_side_does_not_know_grants_nothin
     newer = max(common_pb2.Role.values()) + 1
     assert wire.roles_from_pb([common_pb2.ROLE_UNSPECIFIED, newer, common_pb2.ROLE_AUTHOR]) == {Role.AUTHOR}
     # The value is the spelling of credentials files and role maps.
-    assert [role.value for role in Role] == ["reviewer", "author", "operator", "effect_writer", "effect_reader"]
+    assert [role.value for role in Role] == [
+        "reviewer",
+        "author",
+        "operator",
+        "effect_writer",
+        "effect_reader",
+        "auditor",
+    ]
 
 
 def test_receipt_and_effect_request_round_trip_through_the_wire() -> None:

@@ -33,6 +33,7 @@ TOKENS: Mapping[str, str] = {
     "olga": "olga-operator-token",
     "walter": "walter-effect-writer-token",
     "edna": "edna-effect-reader-token",
+    "audrey": "audrey-auditor-token",
     "sam": "sam-reviewer-and-author-token",
 }
 ROLES: Mapping[str, frozenset[Role]] = {
@@ -41,6 +42,7 @@ ROLES: Mapping[str, frozenset[Role]] = {
     "olga": frozenset({Role.OPERATOR}),
     "walter": frozenset({Role.EFFECT_WRITER}),
     "edna": frozenset({Role.EFFECT_READER}),
+    "audrey": frozenset({Role.AUDITOR}),
     "sam": frozenset({Role.REVIEWER, Role.AUTHOR}),
 }
 CERTIFICATE_PRINCIPALS: Mapping[str, frozenset[Role]] = {"review-console": frozenset({Role.REVIEWER})}

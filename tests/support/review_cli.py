@@ -20,6 +20,7 @@ PRINCIPALS = {
     "ava": (Role.AUTHOR,),
     "rita": (Role.REVIEWER,),
     "ops": (Role.OPERATOR, Role.EFFECT_READER),
+    "audrey": (Role.AUDITOR,),
 }
 
 

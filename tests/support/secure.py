@@ -24,7 +24,7 @@ from tests.support.stack import Stack
 
 # The auth tests' principals: one per role, and sam holding two.
 PRINCIPALS: Mapping[str, frozenset[Role]] = ROLES
-SINGLE_ROLE_PRINCIPALS = ("rita", "arthur", "olga", "walter", "edna")
+SINGLE_ROLE_PRINCIPALS = ("rita", "arthur", "olga", "walter", "edna", "audrey")
 
 
 @dataclass

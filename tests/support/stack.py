@@ -25,8 +25,11 @@ from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
+from orchestrator.audit.wiring import exposes_audit_log
 from orchestrator.config import OrchestratorConfig
 from orchestrator.main import create_server as create_orchestrator
+from orchestrator.store import OrchestratorStore
+from tests.support.audit_log import InMemoryAuditLog
 from tests.support.servers import LoopThread
 
 CHECKPOINT_KEY = "k" * 32
@@ -107,6 +110,9 @@ class Stack:
     receiver_server: Any = None
     # Seconds a stopped server drains calls in flight (0: cut them, as a crash would).
     stop_grace: float = 1.0
+    # What the orchestrators of this stack serve as the audit log while the store reads none of its
+    # own: a fake at that seam (tests.support.audit_log), empty unless a test appends to it.
+    audit_log: InMemoryAuditLog = field(default_factory=InMemoryAuditLog)
 
     def review(self) -> review_pb2_grpc.ReviewServiceStub:
         """A ReviewService stub on a fresh channel to the orchestrator."""
@@ -142,7 +148,13 @@ class Stack:
             database_url=self.orchestrator_url,
             receiver_target=f"127.0.0.1:{self.receiver_port}",
         )
-        kwargs = {k: overrides.pop(k) for k in ("workflow", "effects", "clock", "monotonic") if k in overrides}
+        kwargs: dict[str, Any] = {
+            k: overrides.pop(k) for k in ("workflow", "effects", "clock", "monotonic") if k in overrides
+        }
+        if not exposes_audit_log(OrchestratorStore):
+            # Until the store reads the log it writes, the AuditService is served over the stack's
+            # in-memory log, so that every RPC of the contract has a server in these tests.
+            kwargs["audit_log"] = self.audit_log
         server = self.loop.run(create_orchestrator(replace(config, **overrides), **kwargs))
         self.servers.append(server)
         self.orchestrator_port = server.port

@@ -1,9 +1,10 @@
-// Clients of the orchestrator's ReviewService and OperationsService over gRPC (HTTP/2), with a
-// deadline on every call and the same transient-failure retries as the Python client.
+// Clients of the orchestrator's ReviewService, OperationsService and AuditService over gRPC (HTTP/2),
+// with a deadline on every call and the same transient-failure retries as the Python client.
 
 import { type Client, Code, type Interceptor, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
+import { AuditService } from "./gen/decisionflow/v1/audit_pb.js";
 import { OperationsService } from "./gen/decisionflow/v1/operations_pb.js";
 import { ReviewService } from "./gen/decisionflow/v1/review_pb.js";
 import { refusalOf } from "./refusal.js";
@@ -57,6 +58,12 @@ export function reviewClient(target: string, options: ConnectOptions = {}): Clie
 /** An OperationsService client (the operator API): ListOperations, SettleOperation, RedriveOperation. */
 export function operationsClient(target: string, options: ConnectOptions = {}): Client<typeof OperationsService> {
   return createClient(OperationsService, transport(target, options));
+}
+
+/** An AuditService client (auditors and operators): GetCheckpoint, GetInclusionProof, GetConsistencyProof,
+ * ListLeaves. Check what it answers with verifyInclusion against a checkpoint you opened yourself. */
+export function auditClient(target: string, options: ConnectOptions = {}): Client<typeof AuditService> {
+  return createClient(AuditService, transport(target, options));
 }
 
 /** How transient failures are retried: jittered exponential waits, bounded attempts and total time. */

@@ -1,7 +1,10 @@
-// The decisionflow TypeScript client: generated messages and services, clients, refusals.
+// The decisionflow TypeScript client: generated messages and services, clients, refusals, and the
+// audit log's inclusion proofs checked offline.
 
 export * from "./client.js";
 export * from "./refusal.js";
+export * from "./transparency.js";
+export * from "./gen/decisionflow/v1/audit_pb.js";
 export * from "./gen/decisionflow/v1/common_pb.js";
 export * from "./gen/decisionflow/v1/operations_pb.js";
 export * from "./gen/decisionflow/v1/review_pb.js";

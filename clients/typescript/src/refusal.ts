@@ -31,7 +31,7 @@ export interface ReasonContract {
 export const REASONS: Readonly<Record<string, ReasonContract>> = {
   INVALID_ARGUMENT: { code: Code.InvalidArgument, metadataKeys: [] },
   DECISION_REQUIRED: { code: Code.InvalidArgument, metadataKeys: [] },
-  NOT_FOUND: { code: Code.NotFound, metadataKeys: ["operation_id", "case_id"] },
+  NOT_FOUND: { code: Code.NotFound, metadataKeys: ["operation_id", "case_id", "tree_size"] },
   STALE_PROPOSAL: { code: Code.FailedPrecondition, metadataKeys: ["operation_id", "current_operation_id"] },
   CASE_HAS_OPEN_PROPOSAL: { code: Code.FailedPrecondition, metadataKeys: ["case_id", "current_operation_id"] },
   DECISION_CONFLICT: { code: Code.AlreadyExists, metadataKeys: ["operation_id", "recorded_decision"] },
@@ -57,6 +57,10 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   },
   TOO_MANY_OPEN_REVIEWS: { code: Code.FailedPrecondition, metadataKeys: ["principal", "open_review_limit"] },
   REVIEW_EXPIRED: { code: Code.FailedPrecondition, metadataKeys: ["operation_id"] },
+  BEYOND_CHECKPOINT: {
+    code: Code.FailedPrecondition,
+    metadataKeys: ["checkpoint_size", "tree_size", "leaf_index", "operation_id", "case_id"],
+  },
 };
 
 // Refusals: the request certainly had no effect.

@@ -48,6 +48,7 @@ COMMANDS: Mapping[str, str] = {
     "status": _REVIEW,
     "pending": _REVIEW,
     "ops": "decisionflow_server.apps.cli.ops",
+    "audit": "decisionflow_server.apps.cli.audit",
     "receiver": "decisionflow_server.apps.cli.receiver",
     "demo": "decisionflow_server.apps.cli.demo",
 }

@@ -6,25 +6,31 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
-from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
+from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
 from decisionflow_server.runtime.auth._errors import FourEyesViolation
 from decisionflow_server.runtime.auth._roles import Role
 
 _REVIEW = "/decisionflow.v1.ReviewService/"
 _OPERATIONS = "/decisionflow.v1.OperationsService/"
 _RECEIVER = "/decisionflow.v1.EffectReceiverService/"
+_AUDIT = "/decisionflow.v1.AuditService/"
 
 _READERS_OF_REVIEWS = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
+# An auditor exports an operation's leaves together with the orchestrator's record of its decision
+# (decisionflow audit export), so it reads operations too; it changes nothing anywhere.
+_READERS_OF_OPERATIONS = _READERS_OF_REVIEWS | {Role.AUDITOR}
+# The log is read by auditors, and by operators who answer for the service that writes it.
+_READERS_OF_THE_LOG = frozenset({Role.AUDITOR, Role.OPERATOR})
 # Every role the orchestrator serves: whoever holds one may ask who they are. A principal holding
 # only receiver roles (the orchestrator's own effect_writer token) has no business here.
-_ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
+_ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR, Role.AUDITOR})
 
 RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
     {
         _REVIEW + "StartReview": frozenset({Role.AUTHOR}),
         _REVIEW + "EditProposal": frozenset({Role.AUTHOR}),
         _REVIEW + "GetProposal": _READERS_OF_REVIEWS,
-        _REVIEW + "GetOperation": _READERS_OF_REVIEWS,
+        _REVIEW + "GetOperation": _READERS_OF_OPERATIONS,
         _REVIEW + "ListPendingReviews": _READERS_OF_REVIEWS,
         _REVIEW + "GetCaller": _ORCHESTRATOR_ROLES,
         _REVIEW + "Approve": frozenset({Role.REVIEWER}),
@@ -38,10 +44,14 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
         _RECEIVER + "Lookup": frozenset({Role.EFFECT_READER}),
         _RECEIVER + "BatchLookup": frozenset({Role.EFFECT_READER}),
         _RECEIVER + "ListEffects": frozenset({Role.EFFECT_READER}),
+        _AUDIT + "GetCheckpoint": _READERS_OF_THE_LOG,
+        _AUDIT + "GetInclusionProof": _READERS_OF_THE_LOG,
+        _AUDIT + "GetConsistencyProof": _READERS_OF_THE_LOG,
+        _AUDIT + "ListLeaves": _READERS_OF_THE_LOG,
     }
 )
 
-_CONTRACT_MODULES = (common_pb2, review_pb2, operations_pb2, effect_receiver_pb2)
+_CONTRACT_MODULES = (common_pb2, review_pb2, operations_pb2, effect_receiver_pb2, audit_pb2)
 
 
 def all_rpc_methods() -> list[str]:

@@ -95,6 +95,10 @@ REQUIRED_ROLES = _key("required_roles", "the roles the method allows, comma-sepa
 RETRY_AFTER = _key("retry_after", "when the same request fits the budget, as a duration (`0.250s`), as `RetryInfo`")
 CONTENT_BYTES = _key("content_bytes", "the refused request's bytes of proposal text (body, evidence, policy)")
 OPEN_REVIEW_LIMIT = _key("open_review_limit", "the most undecided proposals one author may have in the inbox")
+# The audit log's sizes and indices, in decimal.
+TREE_SIZE = _key("tree_size", "the audit log's tree size the request asked for (or the latest checkpoint's)")
+LEAF_INDEX = _key("leaf_index", "the audit log leaf index the request asked for")
+CHECKPOINT_SIZE = _key("checkpoint_size", "the size of the audit log's latest signed checkpoint")
 METADATA_KEY_MEANINGS: Mapping[str, str] = MappingProxyType(_MEANINGS)
 
 # The reasons, in the order the guides list them.
@@ -120,6 +124,7 @@ CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
 CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
 TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
+BEYOND_CHECKPOINT = "BEYOND_CHECKPOINT"
 
 
 def _declared(*refusals: Refusal) -> Mapping[str, Refusal]:
@@ -141,7 +146,7 @@ def _declared(*refusals: Refusal) -> Mapping[str, Refusal]:
 REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(INVALID_ARGUMENT, "INVALID_ARGUMENT", True, ()),
     Refusal(DECISION_REQUIRED, "INVALID_ARGUMENT", True, ()),
-    Refusal(NOT_FOUND, "NOT_FOUND", True, (OPERATION_ID, CASE_ID)),
+    Refusal(NOT_FOUND, "NOT_FOUND", True, (OPERATION_ID, CASE_ID, TREE_SIZE)),
     Refusal(STALE_PROPOSAL, "FAILED_PRECONDITION", True, (OPERATION_ID, CURRENT_OPERATION_ID)),
     Refusal(CASE_HAS_OPEN_PROPOSAL, "FAILED_PRECONDITION", True, (CASE_ID, CURRENT_OPERATION_ID)),
     Refusal(DECISION_CONFLICT, "ALREADY_EXISTS", True, (OPERATION_ID, RECORDED_DECISION)),
@@ -161,6 +166,9 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(CONTENT_BUDGET_EXCEEDED, "RESOURCE_EXHAUSTED", True, (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES)),
     Refusal(TOO_MANY_OPEN_REVIEWS, "FAILED_PRECONDITION", True, (PRINCIPAL, OPEN_REVIEW_LIMIT)),
     Refusal(REVIEW_EXPIRED, "FAILED_PRECONDITION", True, (OPERATION_ID,)),
+    Refusal(
+        BEYOND_CHECKPOINT, "FAILED_PRECONDITION", True, (CHECKPOINT_SIZE, TREE_SIZE, LEAF_INDEX, OPERATION_ID, CASE_ID)
+    ),
 )
 
 # A status that comes without one of the reasons above: a call refused before it reached a handler
@@ -195,9 +203,11 @@ GUIDE: Mapping[str, Guide] = {
         "is not consent",
     ),
     NOT_FOUND: Guide(
-        "GetProposal, GetOperation, EditProposal, Approve, SettleOperation, BatchSettleOperations, RedriveOperation",
+        "GetProposal, GetOperation, EditProposal, Approve, SettleOperation, BatchSettleOperations, RedriveOperation, "
+        "GetCheckpoint, GetInclusionProof",
         when="no such operation, proposal, pending review or case; the refusal names the one that was missing, an "
-        "operation by `operation_id`, a case by `case_id`",
+        "operation by `operation_id`, a case by `case_id`; for the audit log, no leaf of that operation or case, or no "
+        "checkpoint signed at `tree_size`",
     ),
     STALE_PROPOSAL: Guide(
         "StartReview, EditProposal, Approve",
@@ -303,6 +313,12 @@ GUIDE: Mapping[str, Guide] = {
         when="an operator expired the undecided review (`decisionflow-orchestrator expire-reviews`, "
         "[docs/operations.md](docs/operations.md#expiring-abandoned-reviews)); the operation is `EXPIRED` and can no "
         "longer be decided; an edit of it starts a new review",
+    ),
+    BEYOND_CHECKPOINT: Guide(
+        "GetCheckpoint, GetInclusionProof, GetConsistencyProof, ListLeaves",
+        when="the audit log was asked for a leaf, size or proof beyond its latest signed checkpoint "
+        "(`checkpoint_size`) or beyond the tree size asked; ask again once a newer checkpoint covers it "
+        "([docs/audit-log.md](docs/audit-log.md))",
     ),
 }
 if GUIDE.keys() != REFUSALS.keys():

@@ -153,6 +153,7 @@ class Role(enum.Enum):
     OPERATOR = "operator"
     EFFECT_WRITER = "effect_writer"
     EFFECT_READER = "effect_reader"
+    AUDITOR = "auditor"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,13 @@ call is a CLIENT span whose W3C ``traceparent`` reaches the server, once the app
 an OpenTelemetry SDK (``trace.set_tracer_provider``); the orchestrator's spans then join the
 application's trace (docs/observability.md). Without an SDK nothing is added to a call.
 
-``AsyncReviewClient``, ``AsyncOperationsClient`` and ``AsyncReceiverClient`` are the same clients on
-a ``grpc.aio`` channel (``decisionflow.channels.open_aio_channel``); examples/approve_async.py drives
-one with tenacity's ``AsyncRetrying``.
+``AuditClient`` reads the orchestrator's audit log (roles auditor or operator), and
+``verify_operation`` checks that the log holds an operation against a checkpoint the caller opened
+with the log's verifier key (docs/audit-log.md, "The AuditService").
+
+``AsyncReviewClient``, ``AsyncOperationsClient``, ``AsyncReceiverClient`` and ``AsyncAuditClient`` are
+the same clients on a ``grpc.aio`` channel (``decisionflow.channels.open_aio_channel``);
+examples/approve_async.py drives one with tenacity's ``AsyncRetrying``.
 
 Approving against a running orchestrator; retrying the approval, by hand or with tenacity,
 is safe because the decision is bound to the operation id and the server replays it::
@@ -49,7 +53,18 @@ is safe because the decision is bound to the operation id and the server replays
         channel.close()
 """
 
+from decisionflow.client.audit import AsyncAuditClient, AuditClient
+from decisionflow.client.audit_views import (
+    AuditLeaf,
+    ConsistencyProof,
+    InclusionProofs,
+    LeafInclusion,
+    LoggedOperation,
+    SignedCheckpoint,
+    verify_operation,
+)
 from decisionflow.client.errors import (
+    BeyondCheckpoint,
     CallRateExceeded,
     CaseHasOpenProposal,
     CheckpointIntegrity,
@@ -118,10 +133,14 @@ __all__ = [
     "AppliedEffect",
     "ApplyResult",
     "ApproveResult",
+    "AsyncAuditClient",
     "AsyncOperationsClient",
     "AsyncReceiverClient",
     "AsyncReviewClient",
     "AttemptLease",
+    "AuditClient",
+    "AuditLeaf",
+    "BeyondCheckpoint",
     "CallRateExceeded",
     "Caller",
     "CaseHasOpenProposal",
@@ -129,6 +148,7 @@ __all__ = [
     "CheckpointIntegrity",
     "CheckpointSaveFailed",
     "Consistency",
+    "ConsistencyProof",
     "ContentBudgetExceeded",
     "DeadlineExceeded",
     "Decision",
@@ -141,8 +161,11 @@ __all__ = [
     "EvidenceItem",
     "FourEyes",
     "IdempotencyKeyReused",
+    "InclusionProofs",
     "InvalidRequest",
     "KeyRetentionExceeded",
+    "LeafInclusion",
+    "LoggedOperation",
     "LookupAnswer",
     "LookupBatch",
     "LookupNote",
@@ -173,6 +196,7 @@ __all__ = [
     "ServerError",
     "SettleResult",
     "Settlement",
+    "SignedCheckpoint",
     "StaleProposal",
     "StartedReview",
     "TooManyOpenReviews",
@@ -181,4 +205,5 @@ __all__ = [
     "WorkflowProtocolError",
     "WorkflowVersionMismatch",
     "map_rpc_error",
+    "verify_operation",
 ]

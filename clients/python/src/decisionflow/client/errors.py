@@ -3,7 +3,7 @@
     DecisionflowError                  base: code, reason, message, metadata, violations, definite, retry_after
     ├── InvalidRequest                 INVALID_ARGUMENT; field violations; nothing was written
     │   └── DecisionRequired           DECISION_REQUIRED: the decision was omitted
-    ├── NotFound                       NOT_FOUND; operation_id or case_id
+    ├── NotFound                       NOT_FOUND; operation_id, case_id, or an audit log's tree_size
     ├── Unauthenticated                UNAUTHENTICATED; no or bad credentials
     ├── PermissionDenied               PERMISSION_DENIED; role missing
     │   └── FourEyes                   FOUR_EYES: the author cannot decide
@@ -15,7 +15,8 @@
     │   ├── KeyRetentionExceeded       KEY_RETENTION_EXCEEDED
     │   ├── WorkflowVersionMismatch    WORKFLOW_VERSION_MISMATCH
     │   ├── TooManyOpenReviews         TOO_MANY_OPEN_REVIEWS
-    │   └── ReviewExpired              REVIEW_EXPIRED (an operator expired the review)
+    │   ├── ReviewExpired              REVIEW_EXPIRED (an operator expired the review)
+    │   └── BeyondCheckpoint           BEYOND_CHECKPOINT: the audit log has not signed that far yet
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED with a reason: a budget of the principal is spent
     │   ├── CallRateExceeded           CALL_RATE_EXCEEDED
     │   └── ContentBudgetExceeded      CONTENT_BUDGET_EXCEEDED
@@ -240,6 +241,16 @@ class TooManyOpenReviews(PreconditionFailed, reason=reasons.TOO_MANY_OPEN_REVIEW
 
 class ReviewExpired(PreconditionFailed, reason=reasons.REVIEW_EXPIRED):
     """An operator expired the undecided review: it can no longer be decided; edit it to ask for a new review."""
+
+
+class BeyondCheckpoint(PreconditionFailed, reason=reasons.BEYOND_CHECKPOINT):
+    """What was asked of the audit log lies beyond the latest checkpoint (or the tree size asked): ask later."""
+
+    @property
+    def checkpoint_size(self) -> int | None:
+        """The latest signed checkpoint's size, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.CHECKPOINT_SIZE, "")
+        return int(value) if value.isdigit() else None
 
 
 class QuotaExceeded(DecisionflowError):

@@ -200,6 +200,10 @@ class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType],
     """Writes effects at the receiver (Apply); the orchestrator's own role there."""
     ROLE_EFFECT_READER: _Role.ValueType  # 5
     """Reads effects at the receiver (Lookup, BatchLookup, ListEffects)."""
+    ROLE_AUDITOR: _Role.ValueType  # 6
+    """Reads the audit log (AuditService) and the operations its leaves name
+    (GetOperation); changes nothing.
+    """
 
 class Role(_Role, metaclass=_RoleEnumTypeWrapper):
     """What a principal may do. Each RPC admits the principals holding one of the
@@ -220,6 +224,10 @@ ROLE_EFFECT_WRITER: Role.ValueType  # 4
 """Writes effects at the receiver (Apply); the orchestrator's own role there."""
 ROLE_EFFECT_READER: Role.ValueType  # 5
 """Reads effects at the receiver (Lookup, BatchLookup, ListEffects)."""
+ROLE_AUDITOR: Role.ValueType  # 6
+"""Reads the audit log (AuditService) and the operations its leaves name
+(GetOperation); changes nothing.
+"""
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
 @_typing.final

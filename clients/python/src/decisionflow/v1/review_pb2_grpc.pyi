@@ -120,7 +120,7 @@ class ReviewServiceStub:
       NOT_FOUND                 NOT_FOUND            operation_id
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author, operator or auditor)
     """
     ListPendingReviews: _grpc.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]
     """Lists the reviewer's inbox: every case's current proposal that is still
@@ -139,7 +139,7 @@ class ReviewServiceStub:
     """Returns the authenticated caller: its principal and the roles granted to it,
     as the orchestrator's authorization policy sees them (a token's groups mapped
     to roles, a credentials file's entry). Any principal holding one of the
-    orchestrator's roles (reviewer, author or operator) may call it. A user
+    orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
     interface reads it to show only what those roles allow; every other RPC
     still checks its own roles on each call. See docs/security.md#roles.
 
@@ -148,7 +148,7 @@ class ReviewServiceStub:
       INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
       UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author, operator or auditor)
     """
 
 @_typing.type_check_only
@@ -243,7 +243,7 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
       NOT_FOUND                 NOT_FOUND            operation_id
       UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author, operator or auditor)
     """
     ListPendingReviews: _aio.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]  # type: ignore[assignment]
     """Lists the reviewer's inbox: every case's current proposal that is still
@@ -262,7 +262,7 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
     """Returns the authenticated caller: its principal and the roles granted to it,
     as the orchestrator's authorization policy sees them (a token's groups mapped
     to roles, a credentials file's entry). Any principal holding one of the
-    orchestrator's roles (reviewer, author or operator) may call it. A user
+    orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
     interface reads it to show only what those roles allow; every other RPC
     still checks its own roles on each call. See docs/security.md#roles.
 
@@ -271,7 +271,7 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
       INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
       UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
       UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+      PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author, operator or auditor)
     """
 
 class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -393,7 +393,7 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
           NOT_FOUND                 NOT_FOUND            operation_id
           UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
           UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author, operator or auditor)
         """
 
     @_abc_1.abstractmethod
@@ -424,7 +424,7 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         """Returns the authenticated caller: its principal and the roles granted to it,
         as the orchestrator's authorization policy sees them (a token's groups mapped
         to roles, a credentials file's entry). Any principal holding one of the
-        orchestrator's roles (reviewer, author or operator) may call it. A user
+        orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
         interface reads it to show only what those roles allow; every other RPC
         still checks its own roles on each call. See docs/security.md#roles.
 
@@ -433,7 +433,7 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
           INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
           UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
           UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-          PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+          PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author, operator or auditor)
         """
 
 def add_ReviewServiceServicer_to_server(servicer: ReviewServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -980,7 +980,7 @@ export const ReviewService: GenService<{
    *   NOT_FOUND                 NOT_FOUND            operation_id
    *   UNAVAILABLE               UNAVAILABLE          database down or shutting down; retry with the same request
    *   UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-   *   PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
+   *   PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author, operator or auditor)
    *
    * @generated from rpc decisionflow.v1.ReviewService.GetOperation
    */
@@ -1013,7 +1013,7 @@ export const ReviewService: GenService<{
    * Returns the authenticated caller: its principal and the roles granted to it,
    * as the orchestrator's authorization policy sees them (a token's groups mapped
    * to roles, a credentials file's entry). Any principal holding one of the
-   * orchestrator's roles (reviewer, author or operator) may call it. A user
+   * orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
    * interface reads it to show only what those roles allow; every other RPC
    * still checks its own roles on each call. See docs/security.md#roles.
    *
@@ -1022,7 +1022,7 @@ export const ReviewService: GenService<{
    *   INVALID_ARGUMENT          INVALID_ARGUMENT     the bytes are not a GetCallerRequest
    *   UNAVAILABLE               UNAVAILABLE          shutting down, or an OIDC token's signing keys cannot be fetched; retry
    *   UNAUTHENTICATED           UNAUTHENTICATED      no or unknown credentials
-   *   PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author or operator)
+   *   PERMISSION_DENIED         PERMISSION_DENIED    the principal holds none of the orchestrator's roles (reviewer, author, operator or auditor)
    *
    * @generated from rpc decisionflow.v1.ReviewService.GetCaller
    */

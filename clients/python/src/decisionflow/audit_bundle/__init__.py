@@ -1,0 +1,40 @@
+"""Audit bundles: what ``decisionflow audit export`` writes and ``decisionflow audit verify`` checks, offline.
+
+A bundle is one JSON file (``_format``): the log's origin, a signed checkpoint, leaves (index, base64
+bytes, inclusion proof at the checkpoint's size), optionally an older checkpoint with the
+consistency proof to this one, and the orchestrator's records of the operations those leaves
+name. ``verify_bundle`` needs nothing but the bundle and the log's verifier key; it returns what
+the bundle proved, or raises ``BundleRefused`` naming the first checkpoint, leaf or record that
+does not hold (docs/audit-log.md, "Exporting and verifying a bundle")::
+
+    from decisionflow.audit_bundle import load_bundle, verify_bundle
+    from decisionflow.transparency import NoteVerifier
+
+    proof = verify_bundle(load_bundle(text), NoteVerifier.from_vkey(log_vkey))
+"""
+
+from decisionflow.audit_bundle._format import (
+    FORMAT,
+    Bundle,
+    BundleLeaf,
+    MalformedBundle,
+    Record,
+    Since,
+    dump_bundle,
+    load_bundle,
+)
+from decisionflow.audit_bundle._verify import BundleProof, BundleRefused, verify_bundle
+
+__all__ = [
+    "FORMAT",
+    "Bundle",
+    "BundleLeaf",
+    "BundleProof",
+    "BundleRefused",
+    "MalformedBundle",
+    "Record",
+    "Since",
+    "dump_bundle",
+    "load_bundle",
+    "verify_bundle",
+]

@@ -1,0 +1,115 @@
+"""What a run of the audit log's leaves must say, read in index order: the rules an auditor checks.
+
+    every leaf          decodes canonically (decode_leaf)
+    proposal            its content yields the operation id it names (check_proposal)
+    any other leaf      names an operation whose proposal leaf came earlier
+    decision            the operation's first and only decision: decisions never change
+    effect, rejection,  follow an approval of the operation: only an approved operation's
+    settlement          effect is written, refused or settled
+
+The leaves read need not be the whole log (the leaves of one operation or of one case are enough),
+but each operation's leaves must all be there: a decision whose proposal is left out is refused,
+which is how a log rewritten to drop a proposal shows. A failure raises HistoryError naming the
+first leaf, by index, that does not hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from decisionflow.transparency._errors import TransparencyError
+from decisionflow.transparency._leaves import (
+    DecisionLeaf,
+    EffectLeaf,
+    ExpiryLeaf,
+    Leaf,
+    MalformedLeaf,
+    ProposalLeaf,
+    RejectionLeaf,
+    SettlementLeaf,
+    check_proposal,
+    decode_leaf,
+)
+from decisionflow.vocabulary import OperationId
+
+DECISIONS = ("APPROVE", "DECLINE")
+
+
+class HistoryError(TransparencyError):
+    """The leaf at index does not decode, or does not fit the leaves before it; reason says why."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"leaf {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+class NotProven(TransparencyError):
+    """Every leaf holds, but together they do not show what was to be shown (a proposal, a decision)."""
+
+
+@dataclass
+class LoggedOperation:
+    """One operation as the leaves read tell it: its proposal, its decision (if any) and every leaf, by index."""
+
+    operation_id: OperationId
+    proposal: ProposalLeaf
+    decision: DecisionLeaf | None = None
+    decision_index: int | None = None
+    leaves: dict[int, Leaf] = field(default_factory=dict)
+
+    @property
+    def effects(self) -> tuple[EffectLeaf, ...]:
+        """The receipts logged for the operation, in index order."""
+        return tuple(leaf for _, leaf in sorted(self.leaves.items()) if isinstance(leaf, EffectLeaf))
+
+
+class History:
+    """Leaves read one at a time in index order, checked against the rules above."""
+
+    def __init__(self) -> None:
+        self.operations: dict[OperationId, LoggedOperation] = {}
+        self.kinds: dict[str, int] = {}
+        self._last: int | None = None
+
+    def read(self, index: int, data: bytes) -> Leaf:
+        """Check the leaf at index (after every leaf read before it); return it decoded."""
+        if self._last is not None and index <= self._last:
+            raise HistoryError(index, f"comes after leaf {self._last}: leaves are read in index order")
+        self._last = index
+        try:
+            leaf = decode_leaf(data)
+            if isinstance(leaf, ProposalLeaf):
+                check_proposal(leaf)
+        except MalformedLeaf as malformed:
+            raise HistoryError(index, str(malformed)) from malformed
+        self._admit(index, leaf)
+        kind = type(leaf).__name__.removesuffix("Leaf").lower()
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        return leaf
+
+    def _admit(self, index: int, leaf: Leaf) -> None:
+        operation = self.operations.get(leaf.operation_id)
+        if isinstance(leaf, ProposalLeaf):
+            if operation is None:
+                self.operations[leaf.operation_id] = LoggedOperation(leaf.operation_id, leaf, leaves={index: leaf})
+            else:
+                operation.leaves[index] = leaf
+            return
+        kind = type(leaf).__name__.removesuffix("Leaf").lower()
+        if operation is None:
+            raise HistoryError(index, f"a {kind} of {leaf.operation_id}, whose proposal is not among the leaves before")
+        if isinstance(leaf, DecisionLeaf):
+            if leaf.decision not in DECISIONS:
+                raise HistoryError(index, f"decision {leaf.decision!r} is neither APPROVE nor DECLINE")
+            if operation.decision is not None:
+                raise HistoryError(
+                    index, f"a second decision of {leaf.operation_id} (leaf {operation.decision_index} decided it)"
+                )
+            operation.decision, operation.decision_index = leaf, index
+        elif isinstance(leaf, EffectLeaf | RejectionLeaf | SettlementLeaf):
+            if operation.decision is None or operation.decision.decision != "APPROVE":
+                raise HistoryError(index, f"a {kind} of {leaf.operation_id}, which no leaf before approved")
+        else:
+            assert isinstance(leaf, ExpiryLeaf)
+        operation.leaves[index] = leaf

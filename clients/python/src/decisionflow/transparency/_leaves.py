@@ -1,0 +1,259 @@
+"""The audit log's entries: one leaf per event that changes what a case means (docs/audit-log.md, "Leaves").
+
+A leaf is a list of text fields framed as identities frame theirs (docs/identities.md: each field's
+UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian length):
+
+    "decisionflow.audit.leaf.v1", kind, recorded_at, then the kind's fields in the order below
+
+``recorded_at`` is UTC, RFC 3339 with microseconds (``2026-12-04T08:30:00.123456Z``). Kinds:
+
+    proposal    event (started|edited|replaced), principal, case_id, operation_id,
+                previous_operation_id ("" for started), action, body,
+                number of sources, then source_id, version, quotation for each (sorted by source_id as framed),
+                policy name, version_label, allowance_units, number of rules, then key, value for each
+                (sorted by key as framed)
+    decision    operation_id, decision (APPROVE|DECLINE), principal (the reviewer)
+    effect      operation_id, receipt_id, applied_at ("" when the receiver left it out)
+    rejection   operation_id, reason (the receiver refused the effect for good)
+    settlement  operation_id, state (the state an operator settled it to), principal (the operator)
+    expiry      operation_id (an abandoned review, moved to EXPIRED)
+
+A proposal leaf carries the whole content its operation id is computed from, so an auditor
+recomputes the id from the leaf alone (``check_proposal``) and never trusts the id written beside
+it. Decoding refuses anything another encoder would not have written: an unknown version or kind,
+a field count that does not match, bytes left over, a non-canonical number.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, frame, identities, normalise
+from decisionflow.transparency._errors import TransparencyError
+from decisionflow.vocabulary import CaseId, OperationId
+
+LEAF_DOMAIN = "decisionflow.audit.leaf.v1"
+_LENGTH = struct.Struct(">I")
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+PROPOSAL_EVENTS = ("started", "edited", "replaced")
+
+
+class MalformedLeaf(TransparencyError):
+    """The bytes are not a leaf of this log, or a proposal leaf's content does not yield its operation id."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalLeaf:
+    """A proposal started, edited or replaced, with all the content its operation id is computed from."""
+
+    recorded_at: datetime
+    event: str
+    principal: str
+    case_id: CaseId
+    operation_id: OperationId
+    previous_operation_id: OperationId | None
+    action: str
+    body: str
+    evidence: tuple[EvidenceItem, ...]
+    policy: PolicyRef
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionLeaf:
+    """A reviewer's decision on one operation."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    decision: str
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectLeaf:
+    """The receiver's receipt: the effect of the operation was written."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    receipt_id: str
+    applied_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RejectionLeaf:
+    """The receiver refused the operation's effect for good."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementLeaf:
+    """An operator settled an open operation to a final state."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    state: str
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryLeaf:
+    """An abandoned review moved to EXPIRED."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+
+
+Leaf = ProposalLeaf | DecisionLeaf | EffectLeaf | RejectionLeaf | SettlementLeaf | ExpiryLeaf
+
+
+def format_time(moment: datetime) -> str:
+    """Return moment as the leaf writes it: UTC, RFC 3339, six fraction digits, ``Z``."""
+    if moment.tzinfo is None:
+        raise ValueError("a leaf's time must be timezone-aware")
+    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise MalformedLeaf(f"time {text!r} is not RFC 3339 UTC with microseconds") from exc
+    if format_time(moment) != text:
+        raise MalformedLeaf(f"time {text!r} is not written canonically")
+    return moment
+
+
+def _fields(leaf: Leaf) -> list[str]:
+    match leaf:
+        case ProposalLeaf():
+            return _proposal_fields(leaf)
+        case DecisionLeaf():
+            return ["decision", leaf.operation_id, leaf.decision, leaf.principal]
+        case EffectLeaf():
+            applied = "" if leaf.applied_at is None else format_time(leaf.applied_at)
+            return ["effect", leaf.operation_id, leaf.receipt_id, applied]
+        case RejectionLeaf():
+            return ["rejection", leaf.operation_id, leaf.reason]
+        case SettlementLeaf():
+            return ["settlement", leaf.operation_id, leaf.state, leaf.principal]
+        case ExpiryLeaf():
+            return ["expiry", leaf.operation_id]
+
+
+def _proposal_fields(leaf: ProposalLeaf) -> list[str]:
+    if leaf.event not in PROPOSAL_EVENTS:
+        raise ValueError(f"proposal event {leaf.event!r} is not one of {', '.join(PROPOSAL_EVENTS)}")
+    fields = ["proposal", leaf.event, leaf.principal, leaf.case_id, leaf.operation_id]
+    fields += [leaf.previous_operation_id or "", leaf.action, leaf.body, str(len(leaf.evidence))]
+    for item in sorted(leaf.evidence, key=lambda item: normalise(item.source_id)):
+        fields += [item.source_id, str(item.version), item.quotation]
+    policy = leaf.policy
+    fields += [policy.name, policy.version_label, str(policy.allowance_units), str(len(policy.rules))]
+    for key in sorted(policy.rules, key=normalise):
+        fields += [key, policy.rules[key]]
+    return fields
+
+
+def encode_leaf(leaf: Leaf) -> bytes:
+    """Return the leaf's canonical bytes: what the log hashes and what an auditor decodes."""
+    kind, *rest = _fields(leaf)
+    return frame([LEAF_DOMAIN, kind, format_time(leaf.recorded_at), *rest])
+
+
+def _split(data: bytes) -> list[str]:
+    fields, offset = [], 0
+    while offset < len(data):
+        if offset + 4 > len(data):
+            raise MalformedLeaf("a field's length prefix is cut short")
+        (length,) = _LENGTH.unpack_from(data, offset)
+        offset += 4
+        if offset + length > len(data):
+            raise MalformedLeaf("a field is longer than the bytes left")
+        try:
+            fields.append(data[offset : offset + length].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise MalformedLeaf("a field is not UTF-8") from exc
+        offset += length
+    return fields
+
+
+class _Fields:
+    """The fields after the kind, taken in order; running out or leaving some over is refused."""
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self._rest: Iterator[str] = iter(fields)
+        self._count = len(fields)
+
+    def take(self) -> str:
+        try:
+            return next(self._rest)
+        except StopIteration:
+            raise MalformedLeaf("the leaf has fewer fields than its kind calls for") from None
+
+    def number(self) -> int:
+        text = self.take()
+        if not text.isascii() or not text.isdigit() or str(int(text)) != text:
+            raise MalformedLeaf(f"{text!r} is not a canonical non-negative decimal")
+        return int(text)
+
+    def done(self) -> None:
+        if next(self._rest, None) is not None:
+            raise MalformedLeaf("the leaf has more fields than its kind calls for")
+
+
+def decode_leaf(data: bytes) -> Leaf:
+    """Return the leaf data encodes; MalformedLeaf when it is not exactly what ``encode_leaf`` writes."""
+    fields = _split(data)
+    if len(fields) < 3 or fields[0] != LEAF_DOMAIN:
+        raise MalformedLeaf(f"not a {LEAF_DOMAIN} leaf")
+    kind, at, rest = fields[1], _parse_time(fields[2]), _Fields(fields[3:])
+    leaf = _decode_kind(kind, at, rest)
+    rest.done()
+    if encode_leaf(leaf) != data:
+        raise MalformedLeaf("the leaf is not written canonically (order or line endings)")
+    return leaf
+
+
+def _decode_kind(kind: str, at: datetime, rest: _Fields) -> Leaf:
+    if kind == "proposal":
+        return _decode_proposal(at, rest)
+    if kind == "decision":
+        return DecisionLeaf(at, OperationId(rest.take()), rest.take(), rest.take())
+    if kind == "effect":
+        operation_id, receipt_id, applied = OperationId(rest.take()), rest.take(), rest.take()
+        return EffectLeaf(at, operation_id, receipt_id, _parse_time(applied) if applied else None)
+    if kind == "rejection":
+        return RejectionLeaf(at, OperationId(rest.take()), rest.take())
+    if kind == "settlement":
+        return SettlementLeaf(at, OperationId(rest.take()), rest.take(), rest.take())
+    if kind == "expiry":
+        return ExpiryLeaf(at, OperationId(rest.take()))
+    raise MalformedLeaf(f"unknown leaf kind {kind!r}")
+
+
+def _decode_proposal(at: datetime, rest: _Fields) -> ProposalLeaf:
+    event, principal, case_id, operation_id = rest.take(), rest.take(), CaseId(rest.take()), OperationId(rest.take())
+    if event not in PROPOSAL_EVENTS:
+        raise MalformedLeaf(f"unknown proposal event {event!r}")
+    previous, action, body = rest.take(), rest.take(), rest.take()
+    evidence = tuple(EvidenceItem(rest.take(), rest.number(), rest.take()) for _ in range(rest.number()))
+    name, label, allowance = rest.take(), rest.take(), rest.number()
+    rules = {rest.take(): rest.take() for _ in range(rest.number())}
+    policy = PolicyRef(name, label, allowance, rules)
+    previous_id = OperationId(previous) if previous else None
+    return ProposalLeaf(at, event, principal, case_id, operation_id, previous_id, action, body, evidence, policy)
+
+
+def check_proposal(leaf: ProposalLeaf) -> None:
+    """Raise MalformedLeaf unless the leaf's content yields exactly the operation id it names."""
+    try:
+        computed = identities(leaf.case_id, leaf.action, leaf.body, leaf.evidence, leaf.policy).operation_id
+    except IdentityError as exc:
+        raise MalformedLeaf(f"the proposal of {leaf.operation_id} has no identity: {exc}") from exc
+    if computed != leaf.operation_id:
+        raise MalformedLeaf(f"the proposal leaf names {leaf.operation_id} but its content yields {computed}")

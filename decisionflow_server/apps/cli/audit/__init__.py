@@ -1,0 +1,87 @@
+"""``decisionflow audit export|verify``: take the audit log's proofs away, and check them without any service.
+
+``export`` asks the orchestrator's AuditService (role auditor or operator) for the latest checkpoint and
+the leaves of an operation, a case or the whole log with their inclusion proofs (and, with
+``--since``, the consistency proof from an older checkpoint), asks GetOperation for the
+orchestrator's record of each operation those leaves name, and writes one JSON bundle. ``verify``
+reads the bundle and the log's verifier key, needs no service, and prints what the bundle proved, or
+the first checkpoint, leaf or record that does not hold. See docs/audit-log.md.
+
+Exit status:
+  export   0 written; 3 refused (not found, beyond the latest checkpoint, permission denied,
+           unauthenticated); 1 error (unavailable after retries, deadline, internal); 2 bad usage or input
+  verify   0 everything holds; 1 a leaf or a record does not hold (tampered, missing, out of order,
+           not decoding, against the log's rules, or a record edited since); 4 a checkpoint does not hold
+           (not signed by the key, another log, inconsistent with --since); 2 bad usage or input (a file
+           that cannot be read, not a bundle, not a verifier key)
+"""
+
+from __future__ import annotations
+
+from decisionflow_server.apps.cli.audit._export import run_export
+from decisionflow_server.apps.cli.audit._verify import run_verify
+from decisionflow_server.apps.cli.command import Subparsers
+from decisionflow_server.apps.cli.review._connection import CONNECTION_SETTINGS
+from decisionflow_server.foundation.settings import add_settings
+
+__all__ = ["register"]
+
+EXPORT_EXIT_CODES = (
+    "exit status: 0 written; 3 refused (not found, beyond the latest checkpoint, permission denied, "
+    "unauthenticated); 1 error (unavailable after retries, deadline, internal); 2 bad usage or input. "
+    "See docs/audit-log.md"
+)
+VERIFY_EXIT_CODES = (
+    "exit status: 0 everything holds; 1 a leaf or a record does not hold (tampered, missing, out of order, "
+    "against the log's rules, a record edited since); 4 a checkpoint does not hold (not signed by the key, "
+    "another log, inconsistent with --since); 2 bad usage or input. See docs/audit-log.md"
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add ``audit`` with its subcommands ``export`` and ``verify``."""
+    audit = subparsers.add_parser(
+        "audit",
+        help="export the audit log's proofs to a bundle, and verify a bundle offline (auditor)",
+        description="Export signed proofs from the orchestrator's audit log (role auditor or operator), and "
+        "verify them with nothing but the log's verifier key. See docs/audit-log.md.",
+    )
+    commands = audit.add_subparsers(dest="audit_command", metavar="AUDIT_COMMAND", required=True)
+
+    export = commands.add_parser(
+        "export",
+        help="write a bundle: the latest checkpoint, leaves with inclusion proofs, the orchestrator's records",
+        description="Write a bundle of the latest signed checkpoint, the leaves of an operation, a case or the "
+        "whole log with their inclusion proofs, and the orchestrator's records of the operations they name.",
+        epilog=EXPORT_EXIT_CODES,
+    )
+    add_settings(export, CONNECTION_SETTINGS)
+    chosen = export.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--operation", dest="operation_id", metavar="OPERATION_ID", help="every leaf of one operation")
+    chosen.add_argument("--case", dest="case_id", metavar="CASE_ID", help="every leaf of every operation of a case")
+    chosen.add_argument("--all", action="store_true", help="every leaf of the log (verify recomputes the root)")
+    export.add_argument("--out", required=True, metavar="BUNDLE", help="the bundle file to write (JSON)")
+    export.add_argument(
+        "--since",
+        metavar="CHECKPOINT_FILE",
+        help="an older signed checkpoint (as a bundle or GetCheckpoint gave it): add the consistency proof from it",
+    )
+    export.set_defaults(func=run_export)
+
+    verify = commands.add_parser(
+        "verify",
+        help="check a bundle offline with the log's verifier key",
+        description="Check a bundle without any service: the checkpoint's signature, each leaf's inclusion "
+        "proof (for a whole-log bundle, the root of all leaves), the consistency from an older checkpoint, "
+        "that each leaf decodes and fits the log's rules, and that the orchestrator's records match the leaves.",
+        epilog=VERIFY_EXIT_CODES,
+    )
+    verify.add_argument("bundle", metavar="BUNDLE", help="the bundle file (- for standard input)")
+    verify.add_argument(
+        "--public-key", required=True, metavar="FILE", help="file holding the log's verifier key (name+keyid+key)"
+    )
+    verify.add_argument(
+        "--since", metavar="CHECKPOINT_FILE", help="an older signed checkpoint you kept: prove the log only grew since"
+    )
+    verify.add_argument("--json", action="store_true", help="print one JSON object instead of text for people")
+    verify.set_defaults(func=run_verify)
