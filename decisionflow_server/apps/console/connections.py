@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,9 @@ class ConnectionLimits:
 
 def bounded_protocol(header_timeout_seconds: float, max_connections: int) -> type[H11Protocol]:
     """Return uvicorn's h11 protocol with a head timer and a cap on the connections held at once."""
+    # Imported here: ConnectionLimits is part of the console's configuration, which is read without the
+    # console extra installed (the configuration reference, the tests' plugins under every Python).
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class BoundedH11Protocol(H11Protocol):
         """uvicorn's h11 protocol; a request head must be complete in time, and the connections are capped."""
