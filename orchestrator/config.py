@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decisionflow.transparency import NoteSigner
 from decisionflow_server.foundation import arguments, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
 from decisionflow_server.runtime import server_security
 from decisionflow_server.runtime.failpoints import Failpoints
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
+from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, origin, signing_key
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.quotas import AuthorLimits
@@ -83,6 +85,29 @@ CHECKPOINT_KEYS_FILE = Setting(
     "DECISIONFLOW_CHECKPOINT_KEYS_FILE",
     "file holding the checkpoint keys, in the form of --checkpoint-keys (give one of the two)",
     parse=settings.from_file(settings.checkpoint_keys(MIN_KEY_BYTES)),
+)
+AUDIT_SIGNING_KEY_FILE = Setting(
+    "audit_signing_key_file",
+    "DECISIONFLOW_AUDIT_SIGNING_KEY_FILE",
+    "file holding the audit log's Ed25519 signing key (PRIVATE+KEY+<name>+<key id>+<key>, made by "
+    "decisionflow-orchestrator audit-keygen; never the checkpoint keys); unset: the log is written and "
+    "sequenced but no checkpoint is signed",
+    parse=settings.from_file(signing_key),
+)
+AUDIT_ORIGIN = Setting(
+    "audit_origin",
+    "DECISIONFLOW_AUDIT_ORIGIN",
+    "the audit log's name, the first line of its checkpoints (by convention its signing key's name too)",
+    DEFAULT_ORIGIN,
+    parse=origin,
+)
+AUDIT_INTERVAL_SECONDS = Setting(
+    "audit_interval_seconds",
+    "DECISIONFLOW_AUDIT_INTERVAL_SECONDS",
+    "how often the server sequences the audit log's new entries and signs a checkpoint of it (one replica at a "
+    "time); 0: never in the server (run decisionflow-orchestrator audit-checkpoint instead)",
+    "10",
+    parse=settings.seconds,
 )
 FOUR_EYES = Setting(
     "four_eyes",
@@ -156,6 +181,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     RECEIVER_TIMEOUT_SECONDS,
     CHECKPOINT_KEYS,
     CHECKPOINT_KEYS_FILE,
+    AUDIT_SIGNING_KEY_FILE,
+    AUDIT_ORIGIN,
+    AUDIT_INTERVAL_SECONDS,
     *server_security.SETTINGS,
     *TRANSPORT.all,
     *METRICS.all,
@@ -181,6 +209,15 @@ HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
     LOG_LEVEL,
 )
 
+# decisionflow-orchestrator audit-checkpoint reads these, with the same parsers as the server.
+AUDIT_SETTINGS: tuple[Setting[Any], ...] = (
+    DATABASE_URL,
+    DATABASE_URL_FILE,
+    AUDIT_SIGNING_KEY_FILE,
+    AUDIT_ORIGIN,
+    LOG_LEVEL,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class OrchestratorConfig:
@@ -199,6 +236,8 @@ class OrchestratorConfig:
     transport: TransportLimits = field(default_factory=TransportLimits)
     four_eyes: bool = False
     author_limits: AuthorLimits = field(default_factory=AuthorLimits)
+    audit_signer: CheckpointSigner | None = None
+    audit_interval_seconds: float = 10.0
     failpoints: str = ""
     shutdown_grace_seconds: float = 10.0
     log_level: str = "info"
@@ -207,6 +246,11 @@ class OrchestratorConfig:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     workers: int = 1
+
+
+def audit_signer(key: NoteSigner | None, log_origin: str) -> CheckpointSigner | None:
+    """The audit log's checkpoint signer, None without a signing key."""
+    return None if key is None else CheckpointSigner(log_origin, key)
 
 
 def add_to(cli: argparse.ArgumentParser) -> None:
@@ -240,6 +284,8 @@ def from_namespace(
                 content_bytes_per_minute=values.required(AUTHOR_CONTENT_BYTES_PER_MINUTE),
                 open_reviews=values.required(AUTHOR_OPEN_REVIEWS),
             ),
+            audit_signer=audit_signer(values[AUDIT_SIGNING_KEY_FILE], values.required(AUDIT_ORIGIN)),
+            audit_interval_seconds=values.required(AUDIT_INTERVAL_SECONDS),
             failpoints=values.required(FAILPOINTS_SETTING),
             shutdown_grace_seconds=values.required(SHUTDOWN_GRACE_SECONDS),
             log_level=values.required(LOG_LEVEL),
