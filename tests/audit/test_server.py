@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from decisionflow.transparency import DecisionLeaf, EffectLeaf, ProposalLeaf, decode_leaf
 from decisionflow.v1 import common_pb2
+from decisionflow.vocabulary import OperationId
 from decisionflow_server.storage import db
 from orchestrator.audit.progress import AuditStatus
 from orchestrator.metrics import AuditCollector
@@ -50,7 +51,7 @@ def test_an_approval_is_logged_sequenced_and_signed_by_the_running_server(make_s
         assert check_log(store, [latest], SIGNER.vkey, ORIGIN) == 3
         kinds = [type(decode_leaf(leaf.data)) for leaf in store.leaves(0, 10)]
         assert kinds == [ProposalLeaf, DecisionLeaf, EffectLeaf]
-        assert store.leaf_indices(operation_id=op) == [0, 1, 2]
+        assert store.leaf_indices(operation_id=OperationId(op)) == [0, 1, 2]
     finally:
         engine.dispose()
 
