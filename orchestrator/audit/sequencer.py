@@ -107,7 +107,7 @@ def audit_job(
     """Return the server's sequencer job, None when the interval is 0 (``audit-checkpoint`` runs it instead);
     say once, at start, when no checkpoint will be signed."""
     if signer is None:
-        logger.warning(
+        logger.info(
             "audit log: no --audit-signing-key-file, so its entries are written and sequenced but no checkpoint "
             "is signed (docs/audit-log.md)",
             extra={"service": "orchestrator"},
