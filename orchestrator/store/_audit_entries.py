@@ -12,7 +12,9 @@ import sqlalchemy as sa
 from orchestrator.audit.events import AuditEntry
 from orchestrator.schema import audit_entries
 
-_INSERT_ENTRY = audit_entries.insert()  # built once (see orchestrator.store._statements)
+# Built once (see orchestrator.store._statements). No RETURNING of the new entry id, which nothing reads:
+# on PostgreSQL it is a result set more to fetch for each leaf.
+_INSERT_ENTRY = audit_entries.insert().inline()
 
 
 def _values(entry: AuditEntry) -> dict[str, object]:

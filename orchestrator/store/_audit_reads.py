@@ -28,6 +28,7 @@ from orchestrator.audit.progress import AuditStatus
 from orchestrator.schema import audit_checkpoints, audit_entries
 from orchestrator.store._audit_tree import NodeLookup, nodes_txn, size_txn
 
+# Named in every query on the sequenced entries: the partial indexes that serve them hold no other.
 _SEQUENCED = audit_entries.c.leaf_index.is_not(None)
 _CHECKPOINTS: sa.Select[Any] = sa.select(
     audit_checkpoints.c.size,
@@ -62,7 +63,7 @@ def leaves_txn(conn: sa.Connection, start: int, limit: int) -> list[LoggedLeaf]:
         raise InvalidTreeRange(f"no leaves from index {start}, {limit} at most")
     rows = conn.execute(
         sa.select(audit_entries.c.leaf_index, audit_entries.c.leaf)
-        .where(audit_entries.c.leaf_index >= start, audit_entries.c.leaf_index < start + limit)
+        .where(_SEQUENCED, audit_entries.c.leaf_index >= start, audit_entries.c.leaf_index < start + limit)
         .order_by(audit_entries.c.leaf_index)
     )
     return [LoggedLeaf(int(row.leaf_index), bytes(row.leaf)) for row in rows]
@@ -114,7 +115,7 @@ def status_txn(conn: sa.Connection) -> AuditStatus:
     newest = latest_checkpoint_txn(conn)
     covered = 0 if newest is None else newest.size
     oldest_unsigned = conn.execute(
-        sa.select(audit_entries.c.recorded_at).where(audit_entries.c.leaf_index == covered)
+        sa.select(audit_entries.c.recorded_at).where(_SEQUENCED, audit_entries.c.leaf_index == covered)
     ).scalar_one_or_none()
     return AuditStatus(
         unsequenced=int(backlog[0]),

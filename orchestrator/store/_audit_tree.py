@@ -44,7 +44,10 @@ def lock_txn(conn: sa.Connection) -> None:
 
 def size_txn(conn: sa.Connection) -> int:
     """The number of sequenced leaves: one more than the highest index (indices have no gap)."""
-    highest = conn.execute(sa.select(sa.func.max(audit_entries.c.leaf_index))).scalar_one_or_none()
+    # The condition names the partial index's own: only sequenced entries are in it.
+    highest = conn.execute(
+        sa.select(sa.func.max(audit_entries.c.leaf_index)).where(audit_entries.c.leaf_index.is_not(None))
+    ).scalar_one_or_none()
     return 0 if highest is None else int(highest) + 1
 
 

@@ -25,7 +25,6 @@ class AuditMethods(StoreBase):
         indices, oldest entry first, with the perfect subtrees they complete; then, when signer is given
         and fewer than limit were waiting (the backlog is done), sign the sequenced size unless that key
         signed it already."""
-
         with self.transactions.write() as conn:
             _audit_tree.lock_txn(conn)
             tree, sequenced = _audit_tree.sequence_txn(conn, limit)
@@ -35,7 +34,7 @@ class AuditMethods(StoreBase):
         return SequencingPass(sequenced, tree.size, checkpoint)
 
     def audit_status(self) -> AuditStatus:
-        """The sequencer's backlog and its age, the log's size and its newest checkpoint, from one read."""
+        """The sequencer's backlog and its age, the log's size and its newest checkpoint, read together."""
         with self.transactions.read() as conn:
             return _audit_reads.status_txn(conn)
 

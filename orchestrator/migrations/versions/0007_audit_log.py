@@ -23,6 +23,7 @@ depends_on = None
 compatibility = Expand(oldest="0006")
 
 _UNSEQUENCED = sa.text("leaf_index IS NULL")
+_SEQUENCED = sa.text("leaf_index IS NOT NULL")
 
 
 def upgrade() -> None:
@@ -39,9 +40,7 @@ def upgrade() -> None:
         sa.Column("leaf_index", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("entry_id"),
     )
-    op.create_index(op.f("ix_audit_entries_operation_id"), "audit_entries", ["operation_id"], unique=False)
-    op.create_index(op.f("ix_audit_entries_case_id"), "audit_entries", ["case_id"], unique=False)
-    op.create_index("ix_audit_entries_leaf_index", "audit_entries", ["leaf_index"], unique=True)
+    # Only the queue's index holds unsequenced entries: an event's insert updates no other (schema.py).
     op.create_index(
         "ix_audit_entries_unsequenced",
         "audit_entries",
@@ -50,6 +49,14 @@ def upgrade() -> None:
         sqlite_where=_UNSEQUENCED,
         postgresql_where=_UNSEQUENCED,
     )
+    for name, column, unique in (
+        ("ix_audit_entries_leaf_index", "leaf_index", True),
+        ("ix_audit_entries_operation_id", "operation_id", False),
+        ("ix_audit_entries_case_id", "case_id", False),
+    ):
+        op.create_index(
+            name, "audit_entries", [column], unique=unique, sqlite_where=_SEQUENCED, postgresql_where=_SEQUENCED
+        )
     op.create_table(
         "audit_nodes",
         sa.Column("level", sa.SmallInteger(), autoincrement=False, nullable=False),
@@ -72,8 +79,11 @@ def downgrade() -> None:
     """Revert this revision (the log is dropped with its checkpoints: auditors keep what they fetched)."""
     op.drop_table("audit_checkpoints")
     op.drop_table("audit_nodes")
-    op.drop_index("ix_audit_entries_unsequenced", table_name="audit_entries")
-    op.drop_index("ix_audit_entries_leaf_index", table_name="audit_entries")
-    op.drop_index(op.f("ix_audit_entries_case_id"), table_name="audit_entries")
-    op.drop_index(op.f("ix_audit_entries_operation_id"), table_name="audit_entries")
+    for name in (
+        "ix_audit_entries_case_id",
+        "ix_audit_entries_operation_id",
+        "ix_audit_entries_leaf_index",
+        "ix_audit_entries_unsequenced",
+    ):
+        op.drop_index(name, table_name="audit_entries")
     op.drop_table("audit_entries")
