@@ -8,13 +8,16 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from decisionflow.transparency import NoteSigner
 from decisionflow_server.foundation import arguments, settings
-from decisionflow_server.foundation.settings import Setting, add_settings
+from decisionflow_server.foundation.settings import Setting, SettingValues, add_settings
 from decisionflow_server.runtime import server_security
 from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
+from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, origin, signing_key
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.quotas import AuthorLimits
@@ -56,6 +59,29 @@ CHECKPOINT_KEYS = Setting(
 )
 CHECKPOINT_KEYS_FILE = settings.in_file(
     CHECKPOINT_KEYS, "file holding the checkpoint keys, in the form of --checkpoint-keys (give one of the two)"
+)
+AUDIT_SIGNING_KEY_FILE = Setting(
+    "audit_signing_key_file",
+    "DECISIONFLOW_AUDIT_SIGNING_KEY_FILE",
+    "file holding the audit log's Ed25519 signing key (PRIVATE+KEY+<name>+<key id>+<key>, made by "
+    "decisionflow-orchestrator audit-keygen; never the checkpoint keys); unset: the log is written and "
+    "sequenced but no checkpoint is signed",
+    parse=settings.from_file(signing_key),
+)
+AUDIT_ORIGIN = Setting(
+    "audit_origin",
+    "DECISIONFLOW_AUDIT_ORIGIN",
+    "the audit log's name, the first line of its checkpoints (by convention its signing key's name too)",
+    DEFAULT_ORIGIN,
+    parse=origin,
+)
+AUDIT_INTERVAL_SECONDS = Setting(
+    "audit_interval_seconds",
+    "DECISIONFLOW_AUDIT_INTERVAL_SECONDS",
+    "how often the server sequences the audit log's new entries and signs a checkpoint of it (one replica at a "
+    "time); 0: never in the server (run decisionflow-orchestrator audit-checkpoint instead)",
+    "10",
+    parse=settings.seconds,
 )
 FOUR_EYES = Setting(
     "four_eyes",
@@ -109,6 +135,21 @@ FAILPOINTS_SETTING = failpoints_setting("ORCHESTRATOR", FAILPOINTS, "orchestrato
 # metrics, workers, shutdown grace, log levels and the port file.
 SERVER = settings.server_settings("ORCHESTRATOR", "decisionflow-orchestrator", settings.ORCHESTRATOR_ADDRESS)
 
+# decisionflow-orchestrator audit-checkpoint reads these, with the same parsers as the server.
+AUDIT_SETTINGS: tuple[Setting[Any], ...] = (
+    DATABASE_URL,
+    SERVER.database_url_file,
+    AUDIT_SIGNING_KEY_FILE,
+    AUDIT_ORIGIN,
+    SERVER.logs.level,
+)
+
+
+def audit_signer(values: SettingValues) -> CheckpointSigner | None:
+    """The audit log's checkpoint signer, None without a signing key."""
+    key: NoteSigner | None = values[AUDIT_SIGNING_KEY_FILE]
+    return None if key is None else CheckpointSigner(values.required(AUDIT_ORIGIN), key)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrchestratorConfig:
@@ -137,6 +178,8 @@ class OrchestratorConfig:
         content_bytes_per_minute=AUTHOR_CONTENT_BYTES_PER_MINUTE,
         open_reviews=AUTHOR_OPEN_REVIEWS,
     )
+    audit_signer: CheckpointSigner | None = settings.part((AUDIT_SIGNING_KEY_FILE, AUDIT_ORIGIN), audit_signer)
+    audit_interval_seconds: float = settings.value(AUDIT_INTERVAL_SECONDS)
     failpoints: str = settings.value(FAILPOINTS_SETTING)
     shutdown_grace_seconds: float = settings.value(SERVER.shutdown_grace)
     log_level: str = settings.value(SERVER.logs.level)

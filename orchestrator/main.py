@@ -2,7 +2,8 @@
 
 The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
 server; ``migrate`` upgrades the schema (decisionflow_server.storage.migrating); ``prune-checkpoints``,
-``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping commands.
+``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping commands; ``audit-checkpoint``
+and ``audit-keygen`` are the audit log's (orchestrator.audit.commands).
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ from decisionflow_server.foundation.settings import Setting, SettingError, parse
 from decisionflow_server.foundation.version import add_version_flag
 from decisionflow_server.runtime import startup
 from decisionflow_server.runtime.failpoints import Failpoints
-from decisionflow_server.runtime.host import Host, Service, Wiring, command_line
+from decisionflow_server.runtime.host import Command, Host, Service, Wiring, command_line
 from decisionflow_server.runtime.serving import ReceiveLimits
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
+from orchestrator.audit import commands as audit_commands
 from orchestrator.audit.grpc_api import AuditServicer
 from orchestrator.audit.ports import AuditLogReader
+from orchestrator.audit.sequencer import audit_job
 from orchestrator.audit.service import AuditLog
 from orchestrator.audit.wiring import audit_log_of
 from orchestrator.checkpoints import CheckpointSealer
@@ -232,6 +235,7 @@ async def create_server(
             warn_unreadable_checkpoints(await asyncio.to_thread(check_checkpoint_keys, store, sealer))
         receiver = connect_receiver(host, config) if effects is None else effects
         metrics.watch(store.tally, clock)
+        metrics.watch_audit(store.audit_status, clock, signing=config.audit_signer is not None)
         service = OrchestratorService(
             store,
             workflow or ReviewWorkflow(),
@@ -246,7 +250,11 @@ async def create_server(
         )
         reader = audit_log if audit_log is not None else audit_log_of(store)
         audit = None if reader is None else AuditServicer(AuditLog(reader))
-        return Wiring(register(ReviewServicer(service), OperationsServicer(service, clock), audit))
+        sequencer = audit_job(store, config.audit_signer, config.audit_interval_seconds, clock)
+        return Wiring(
+            register(ReviewServicer(service), OperationsServicer(service, clock), audit),
+            jobs=() if sequencer is None else (sequencer,),
+        )
 
     return await Host.start(SERVICE, config, metrics, build, check=check)
 
@@ -370,7 +378,8 @@ def load(args: list[str]) -> OrchestratorConfig:
         prog="decisionflow-orchestrator",
         description="Orchestrator: proposals, reviews and decisions; writes each approved effect once. "
         "Schema: decisionflow-orchestrator migrate --help. "
-        "Housekeeping: decisionflow-orchestrator {prune-checkpoints,expire-reviews,reopen-reviews} --help",
+        "Housekeeping: decisionflow-orchestrator {prune-checkpoints,expire-reviews,reopen-reviews} --help. "
+        "Audit log: decisionflow-orchestrator {audit-checkpoint,audit-keygen} --help",
     )
     configuration.add_to(cli)
     add_version_flag(cli)
@@ -379,8 +388,10 @@ def load(args: list[str]) -> OrchestratorConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-orchestrator command (``serve``, the default, ``migrate``, ``prune-checkpoints``,
-    ``expire-reviews`` or ``reopen-reviews``); returns the process exit status."""
-    commands = {command: functools.partial(_housekeeping, command) for command in HOUSEKEEPING}
+    ``expire-reviews``, ``reopen-reviews``, ``audit-checkpoint`` or ``audit-keygen``); returns the process exit
+    status."""
+    commands: dict[str, Command] = {command: functools.partial(_housekeeping, command) for command in HOUSEKEEPING}
+    commands.update(audit_commands.commands(SCHEMA))
     return command_line(SERVICE, sys.argv[1:] if argv is None else argv, os.environ, load, commands)
 
 

@@ -7,7 +7,8 @@ sealed checkpoints written; the latency of each Apply sent to the receiver and t
 by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orchestrator itself), with the
 time of the last such refusal and of the last Apply the receiver accepted (an alert compares them, so it
 fires from a refusal until an Apply succeeds, however long no approval comes in); and the calls refused
-because a per-author budget was spent, by reason (orchestrator.quotas). The service code
+because a per-author budget was spent, by reason (orchestrator.quotas); and the audit log's sequencer
+lag and newest checkpoint, read from the database when scraped as the operations are. The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
 """
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -34,11 +36,13 @@ from decisionflow_server.runtime.metrics import (
     serve_metrics,
 )
 from decisionflow_server.runtime.served_calls import Observers
+from orchestrator.audit.progress import AuditStatus
 from orchestrator.config import SERVER
 from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
 
 logger = logging.getLogger("decisionflow.orchestrator")
+T = TypeVar("T")
 
 APPROVE_METHOD = "/" + review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name + "/Approve"
 # The outcome label takes the names of the Approve response's enum: committed, declined, rejected, unknown.
@@ -66,6 +70,32 @@ RECEIVER_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 TALLY_CACHE_SECONDS = 2.0
 
 
+class CachedRead(Generic[T]):
+    """A read of the database for the gauges, made at most once per cache period however many scrapes
+    come; None when the database cannot be read (the gauges are then absent from that scrape)."""
+
+    def __init__(self, read: Callable[[], T], what: str, cache_seconds: float, monotonic: Callable[[], float]) -> None:
+        self._read = read
+        self._what = what
+        self._cache_seconds = cache_seconds
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._cached: tuple[float, T] | None = None
+
+    def __call__(self) -> T | None:
+        with self._lock:  # concurrent scrapes wait for one read instead of each making their own
+            now = self._monotonic()
+            if self._cached is not None and now - self._cached[0] < self._cache_seconds:
+                return self._cached[1]
+            try:
+                value = self._read()
+            except Exception:  # a scrape must still answer; the absent series say the database did not
+                logger.warning("cannot read the %s for metrics", self._what, exc_info=True)
+                return None
+            self._cached = (now, value)
+            return value
+
+
 class OperationsCollector(Collector):
     """``decisionflow_operations{state}`` and ``decisionflow_oldest_unknown_age_seconds``, computed
     at scrape time by one aggregate read of the store, cached for a couple of seconds."""
@@ -78,25 +108,8 @@ class OperationsCollector(Collector):
         cache_seconds: float = TALLY_CACHE_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._tally = tally
+        self._current = CachedRead(tally, "operations", cache_seconds, monotonic)
         self._clock = clock
-        self._cache_seconds = cache_seconds
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._cached: tuple[float, OperationTally] | None = None
-
-    def _current(self) -> OperationTally | None:
-        with self._lock:  # concurrent scrapes wait for one read instead of each making their own
-            now = self._monotonic()
-            if self._cached is not None and now - self._cached[0] < self._cache_seconds:
-                return self._cached[1]
-            try:
-                tally = self._tally()
-            except Exception:  # a scrape must still answer; the absent series say the database did not
-                logger.warning("cannot read the operations for metrics", exc_info=True)
-                return None
-            self._cached = (now, tally)
-            return tally
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the two gauges (nothing when the database cannot be read)."""
@@ -119,6 +132,66 @@ class OperationsCollector(Collector):
             "(APPROVED or UNKNOWN); 0 when there is none",
             value=age,
         )
+
+
+def _age(clock: Callable[[], datetime], since: datetime | None) -> float:
+    return 0.0 if since is None else max(0.0, (clock() - since).total_seconds())
+
+
+class AuditCollector(Collector):
+    """The audit log's gauges (docs/metrics.md), read from the orchestrator's database at scrape time by
+    one read of the store, cached as the operations gauges are. ``signing``: this process signs
+    checkpoints, and so reports how long sequenced leaves have waited for one."""
+
+    def __init__(
+        self,
+        status: Callable[[], AuditStatus],
+        clock: Callable[[], datetime],
+        *,
+        signing: bool,
+        cache_seconds: float = TALLY_CACHE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._current = CachedRead(status, "audit log", cache_seconds, monotonic)
+        self._clock = clock
+        self._signing = signing
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the audit log's gauges (nothing when the database cannot be read)."""
+        status = self._current()
+        if status is None:
+            return
+        yield GaugeMetricFamily(
+            "decisionflow_audit_unsequenced_entries",
+            "Audit log entries written with their events but not yet sequenced (given an index)",
+            value=status.unsequenced,
+        )
+        yield GaugeMetricFamily(
+            "decisionflow_audit_oldest_unsequenced_age_seconds",
+            "Seconds since the event of the oldest audit log entry not yet sequenced; 0 when there is none",
+            value=_age(self._clock, status.oldest_unsequenced_at),
+        )
+        yield GaugeMetricFamily(
+            "decisionflow_audit_sequenced_leaves", "Leaves in the audit log: its size", value=status.size
+        )
+        yield GaugeMetricFamily(
+            "decisionflow_audit_checkpoint_size",
+            "The size of the audit log's newest signed checkpoint; 0 before the first",
+            value=status.checkpoint_size,
+        )
+        if status.checkpoint_signed_at is not None:
+            yield GaugeMetricFamily(
+                "decisionflow_audit_checkpoint_age_seconds",
+                "Seconds since the audit log's newest checkpoint was signed (absent before the first)",
+                value=_age(self._clock, status.checkpoint_signed_at),
+            )
+        if self._signing:
+            yield GaugeMetricFamily(
+                "decisionflow_audit_unsigned_age_seconds",
+                "Seconds since the event of the first sequenced leaf no signed checkpoint covers; 0 when the "
+                "newest covers every one (only from orchestrators with a signing key)",
+                value=_age(self._clock, status.oldest_unsigned_at),
+            )
 
 
 class TimedEffects:
@@ -243,6 +316,10 @@ class OrchestratorMetrics:
     def watch(self, tally: Callable[[], OperationTally], clock: Callable[[], datetime]) -> None:
         """Report the operations gauges from tally (the store's) at scrape time."""
         self.registry.register(OperationsCollector(tally, clock))
+
+    def watch_audit(self, status: Callable[[], AuditStatus], clock: Callable[[], datetime], *, signing: bool) -> None:
+        """Report the audit log's gauges from status (the store's) at scrape time."""
+        self.registry.register(AuditCollector(status, clock, signing=signing))
 
     def serve(self, port: int, address: str) -> MetricsServer:
         """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""

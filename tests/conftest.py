@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.support.typescript",
     "tests.support.kubernetes",
     "tests.support.console",
+    "tests.support.audit",
 ]
 
 

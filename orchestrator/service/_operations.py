@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, OperationId, OperationState
+from decisionflow_server.runtime.auth import current_principal
 from orchestrator.domain import DecisionResult, Operation, Settlement
 from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
@@ -45,8 +46,11 @@ class OperationService:
         return result
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
-        """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted."""
-        return await self._store.settle(settlements)
+        """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted.
+
+        The audit log's settlement leaves name the call's authenticated principal (outside a call:
+        Unauthenticated, before anything is written)."""
+        return await self._store.settle(settlements, settled_by=current_principal().name)
 
     async def list_operations(
         self,

@@ -10,9 +10,11 @@ winner in the same transaction.
 Transactions (write turn, Unavailable) are ``decisionflow_server.storage.transactions``, shared with the
 receiver. Parts: ``_statements`` (prebuilt statements),
 ``_rows`` (row → domain), ``_proposals``, ``_inbox`` (the pending reviews' listing), ``_ledger``
-(decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table), ``_migrations``,
-``_housekeeping``, ``_store`` (the sync store, whose public methods come from ``_store_proposals``,
-``_store_ledger`` and ``_store_operations`` on ``_store_base``) and ``_async`` (its async facade).
+(decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table),
+``_audit_entries`` (the audit log's entries, written with each event), ``_audit_tree`` (sequencing
+and signing), ``_audit_reads`` (leaves, proofs, checkpoints), ``_migrations``, ``_housekeeping``,
+``_store`` (the sync store, whose public methods come from ``_store_proposals``, ``_store_ledger``,
+``_store_operations`` and ``_store_audit`` on ``_store_base``) and ``_async`` (its async facade).
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.vocabulary import OperationState
+from decisionflow.vocabulary import CaseId, OperationId, OperationState
 from decisionflow_server.storage.transactions import Transactions
+from orchestrator.audit.events import expiry_entry
 from orchestrator.domain import PendingReview, SealedCheckpoint
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
+from orchestrator.store import _audit_entries
 from orchestrator.store._checkpoints import CheckpointTable, checkpoint_columns
 from orchestrator.store._columns import state_text, states_text
 from orchestrator.store._rows import review_from, sealed_checkpoint_from
@@ -89,13 +91,17 @@ class Housekeeping:
         with self._transactions.write() as conn:
             if dry_run:
                 return int(conn.execute(sa.select(sa.func.count()).select_from(abandoned.subquery())).scalar_one())
-            return int(
-                conn.execute(
-                    operations.update()
-                    .where(operations.c.operation_id.in_(abandoned), operations.c.state == _PENDING)
-                    .values(state=state_text(OperationState.EXPIRED), state_changed_at=now)
-                ).rowcount
-            )
+            rows = conn.execute(
+                operations.update()
+                .where(operations.c.operation_id.in_(abandoned), operations.c.state == _PENDING)
+                .values(state=state_text(OperationState.EXPIRED), state_changed_at=now)
+                .returning(operations.c.operation_id, operations.c.case_id)
+            ).all()
+            # In operation id order: the same expiries write their leaves in the same order on every database.
+            expired = sorted(rows, key=lambda row: str(row.operation_id))
+            entries = (expiry_entry(OperationId(row.operation_id), CaseId(row.case_id), now) for row in expired)
+            _audit_entries.append_txn(conn, *entries)
+            return len(expired)
 
     def reviews_outside(self, name: str, version: str, graph_signature: str) -> list[PendingReview]:
         """Return undecided pending reviews recorded under another workflow name, version or graph."""

@@ -8,9 +8,11 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, LookupStatus, OperationId, OperationState
+from orchestrator.audit.events import settlement_entry
 from orchestrator.domain import Operation, OperationTally, Settlement
 from orchestrator.errors import NotFound
 from orchestrator.schema import cases, decisions, operations
+from orchestrator.store import _audit_entries
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import consistency_text, lookup_text, state_of, state_text, states_text
 from orchestrator.store._rows import operation_from
@@ -66,8 +68,11 @@ def list_operations_txn(
     return [operation_from(row) for row in conn.execute(query)]
 
 
-def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
-    """Record lookups: APPLIED with a receipt commits an open operation; every lookup is noted.
+def settle_txn(
+    conn: sa.Connection, settlements: Sequence[Settlement], settled_by: str
+) -> list[tuple[Operation | None, bool]]:
+    """Record lookups: APPLIED with a receipt commits an open operation (one settlement leaf each, naming
+    settled_by, the caller); every lookup is noted.
 
     Returns, per settlement, the operation as it now stands (None if unknown) and whether it settled.
     """
@@ -110,6 +115,8 @@ def settle_txn(conn: sa.Connection, settlements: Sequence[Settlement]) -> list[t
         conn.execute(q.NOTE_LOOKUP, notes)
     rows = conn.execute(q.OPERATIONS.where(operations.c.operation_id.in_(ids))).all()
     by_id = {operation.operation_id: operation for operation in map(operation_from, rows)}
+    committed = [by_id[s.operation_id] for s, flag in zip(settlements, settled_flags, strict=True) if flag]
+    _audit_entries.append_txn(conn, *(settlement_entry(operation, settled_by) for operation in committed))
     return [(by_id.get(s.operation_id), flag) for s, flag in zip(settlements, settled_flags, strict=True)]
 
 

@@ -10,10 +10,11 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, OperationId, OperationState, Receipt
+from orchestrator.audit.events import decision_entry, effect_entry, rejection_entry
 from orchestrator.domain import DecisionInputs, FirstAttempt, Operation, RecordedDecision, SealedCheckpoint
 from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import operations
-from orchestrator.store import _ledger, _operations, _proposals
+from orchestrator.store import _audit_entries, _ledger, _operations, _proposals
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import state_text
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
@@ -95,8 +96,10 @@ class LedgerMethods(StoreBase):
                 # Only a pending review is decided, and only expire-reviews moves an undecided one on: it
                 # committed first (on PostgreSQL this update waited for it and then found the row moved on).
                 raise ReviewExpired(decided.operation_id)
+            operation = operation_from(row)
+            _audit_entries.append_txn(conn, decision_entry(decided, operation.case_id))
             self.checkpoints.insert_txn(conn, saved)
-            return operation_from(row)
+            return operation
 
         operation = self.transactions.batched(work)
         self._wrote(saved)
@@ -171,8 +174,12 @@ class LedgerMethods(StoreBase):
                     "b_applied_at": receipt.applied_at,
                 },
             ).first()
-            # No row: the operation was settled already (or is unknown); report it as it stands.
-            return operation_from(row) if row is not None else _operations.operation_txn(conn, operation_id)
+            if row is None:
+                # The operation was settled already (or is unknown): nothing changed; report it as it stands.
+                return _operations.operation_txn(conn, operation_id)
+            operation = operation_from(row)
+            _audit_entries.append_txn(conn, effect_entry(operation))
+            return operation
 
         return self.transactions.batched(work)
 
@@ -180,7 +187,7 @@ class LedgerMethods(StoreBase):
         """Move an open operation to REJECTED: the receiver definitely refused the effect."""
 
         def work(conn: sa.Connection) -> Operation:
-            conn.execute(
+            rejected = conn.execute(
                 operations.update()
                 .where(operations.c.operation_id == operation_id, operations.c.state.in_(q.OPEN))
                 .values(
@@ -190,7 +197,10 @@ class LedgerMethods(StoreBase):
                     attempt_lease_until=None,
                     attempt_lease_holder=None,
                 )
-            )
-            return _operations.operation_txn(conn, operation_id)
+            ).rowcount
+            operation = _operations.operation_txn(conn, operation_id)
+            if rejected:
+                _audit_entries.append_txn(conn, rejection_entry(operation))
+            return operation
 
         return self.transactions.batched(work)

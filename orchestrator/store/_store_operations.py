@@ -38,8 +38,9 @@ class OperationMethods(StoreBase):
         with self.transactions.read() as conn:
             return _operations.tally_txn(conn)
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
-        """Record lookups in one transaction: APPLIED with a receipt commits an open operation; every
-        lookup is noted. Returns, per settlement, the operation (None if unknown) and whether it settled."""
+    def settle(self, settlements: Sequence[Settlement], *, settled_by: str) -> list[tuple[Operation | None, bool]]:
+        """Record lookups in one transaction: APPLIED with a receipt commits an open operation (its
+        settlement leaf names settled_by, the caller); every lookup is noted. Returns, per settlement, the
+        operation (None if unknown) and whether it settled."""
         with self.transactions.write() as conn:
-            return _operations.settle_txn(conn, settlements)
+            return _operations.settle_txn(conn, settlements, settled_by)

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.vocabulary import CaseId, OperationId
+from orchestrator.audit.events import EDITED, REPLACED, STARTED, proposal_entry
 from orchestrator.domain import (
     PendingReview,
     PendingReviewEntry,
@@ -19,7 +20,7 @@ from orchestrator.domain import (
     SealedCheckpoint,
 )
 from orchestrator.errors import CaseHasOpenProposal, StaleProposal
-from orchestrator.store import _inbox, _operations, _proposals
+from orchestrator.store import _audit_entries, _inbox, _operations, _proposals
 from orchestrator.store._store_base import StoreBase
 
 
@@ -62,6 +63,9 @@ class ProposalMethods(StoreBase):
             _proposals.insert_operation_and_review_txn(conn, stored, review)
             self.checkpoints.insert_txn(conn, saved)
             self._take_case_txn(conn, stored, expected_operation_id)
+            event = STARTED if expected_operation_id is None else REPLACED
+            entry = proposal_entry(stored, event, stored.created_by, stored.created_at, expected_operation_id)
+            _audit_entries.append_txn(conn, entry)
             return stored, True
 
         stored, created = self.transactions.batched(work)
@@ -159,6 +163,10 @@ class ProposalMethods(StoreBase):
                 current = _proposals.current_txn(conn, proposal.case_id)
                 raise StaleProposal(expected_operation_id, current or "")
             stored = _proposals.proposal_txn(conn, proposal.operation_id)
+            # Edited back to a proposal that exists, the case means that proposal again: its leaf names
+            # the editor and the time of this edit, which its own row (created earlier) does not hold.
+            entry = proposal_entry(stored, EDITED, proposal.created_by, proposal.created_at, expected_operation_id)
+            _audit_entries.append_txn(conn, entry)
         if written:
             self._wrote(saved)
         return stored

@@ -67,7 +67,9 @@ def _operation(cli: Cli, operation_id: str) -> tuple[review_pb2.Proposal, review
 
 @pytest.fixture
 def audited(make_cli: Callable[..., Cli], tmp_path: Path) -> Audited:
-    cli = make_cli()
+    # The servicer serves a log of the leaves of these real operations, appended below (a fake at its
+    # seam): the bundle's checks then meet exactly the leaves each test tampers with.
+    cli = make_cli(audit_log=InMemoryAuditLog())
     ids = []
     for case_id in ("T-1", "T-2", "T-3"):
         run_ = cli("start", str(proposal_file(tmp_path, case_id)), principal="ava")
@@ -76,7 +78,7 @@ def audited(make_cli: Callable[..., Cli], tmp_path: Path) -> Audited:
     approved, declined, pending = ids
     assert cli("approve", approved).exit_code == 0
     assert cli("decline", declined).exit_code == 0
-    log = cli.stack.audit_log
+    log = cli.stack.fake_audit_log()
     (p1, o1), (p2, o2), (p3, _) = (_operation(cli, operation_id) for operation_id in ids)
     for leaf in (proposal_leaf(p1), decision_leaf(o1), effect_leaf(o1), proposal_leaf(p2)):
         log.append(leaf)
@@ -127,7 +129,7 @@ def test_an_operations_bundle_verifies_and_says_what_it_proved(audited: Audited)
         }
     ]
     lines = out.splitlines()
-    assert lines[0].startswith(f"verified checkpoint 6 of {audited.cli.stack.audit_log.origin}, root ")
+    assert lines[0].startswith(f"verified checkpoint 6 of {audited.cli.stack.fake_audit_log().origin}, root ")
     assert lines[1:] == [
         "3 leaves, each proven included",
         "1 decision, 1 effect, 1 proposal; 1 operation(s), each proposal yields its id, decisions follow them",
@@ -189,7 +191,7 @@ def _forged_log(
     audited: Audited, bundle: dict[str, Any], keep: int, signer_label: str | None = None
 ) -> InMemoryAuditLog:
     """A log holding the bundle's first keep leaves and then others up to the same size."""
-    real = audited.cli.stack.audit_log
+    real = audited.cli.stack.fake_audit_log()
     signer = real.signer if signer_label is None else signer_for(real.origin, signer_label)
     forged = InMemoryAuditLog(real.origin, signer)
     for leaf in bundle["leaves"][:keep]:
@@ -251,7 +253,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_named_with_exit_4(audited: Audited
     other_log["checkpoint"] = rebuilt.latest_checkpoint().signed_note  # type: ignore[union-attr]
     resigned = copy.deepcopy(bundle)
     text = bundle["checkpoint"][: bundle["checkpoint"].index("\n\n") + 1]
-    stated = Checkpoint(audited.cli.stack.audit_log.origin, 6, base64.b64decode(text.splitlines()[2]))
+    stated = Checkpoint(audited.cli.stack.fake_audit_log().origin, 6, base64.b64decode(text.splitlines()[2]))
     resigned["checkpoint"] = sign_checkpoint(stated, signer_for(stated.origin, "unknown key"))
     altered = copy.deepcopy(bundle)
     altered["checkpoint"] = bundle["checkpoint"].replace("\n6\n", "\n7\n", 1)

@@ -37,7 +37,7 @@ from decisionflow.transparency import (
     open_checkpoint,
     verify_consistency,
 )
-from tests.support.audit_log import AT, ORIGIN, sample_proposal
+from tests.support.audit_log import AT, ORIGIN, InMemoryAuditLog, sample_proposal
 from tests.support.secure import SecureStack, start_secure_stack
 
 A = sample_proposal("T-1", "Known issue; update to 4.2.1.")
@@ -47,8 +47,8 @@ B = sample_proposal("T-1", "Known issue; update to 4.2.2.")
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     """A log: 0 proposal A, 1 decision A (checkpoint 2), 2 proposal B, 3 effect A (checkpoint 4)."""
-    stack = start_secure_stack(tmp_path_factory.mktemp("audit-client"))
-    log = stack.stack.audit_log
+    log = InMemoryAuditLog()
+    stack = start_secure_stack(tmp_path_factory.mktemp("audit-client"), audit_log=log)
     log.append(A)
     log.append(DecisionLeaf(AT, A.operation_id, "APPROVE", "rita"))
     log.sign()
@@ -68,7 +68,7 @@ def _client(secure: SecureStack, principal: str | None = "audrey") -> AuditClien
 
 def _trusted(secure: SecureStack, proofs: InclusionProofs) -> Checkpoint:
     assert proofs.checkpoint is not None
-    key = NoteVerifier.from_vkey(secure.stack.audit_log.vkey)
+    key = NoteVerifier.from_vkey(secure.stack.fake_audit_log().vkey)
     return open_checkpoint(proofs.checkpoint.signed_note, [key], origin=ORIGIN)
 
 
@@ -118,7 +118,7 @@ def test_pages_of_a_case_and_of_the_leaves_are_gathered(secure: SecureStack) -> 
 
     assert (case.tree_size, [proof.leaf.index for proof in case.proofs]) == (4, [0, 1, 2, 3])
     assert [(leaf.index, leaf.data) for leaf in leaves] == [
-        (leaf.index, leaf.data) for leaf in secure.stack.audit_log.leaves(0, 4)
+        (leaf.index, leaf.data) for leaf in secure.stack.fake_audit_log().leaves(0, 4)
     ]
     assert consistency.checkpoint is not None
     verify_consistency(2, 4, consistency.hashes, client.get_checkpoint(2).root_hash, consistency.checkpoint.root_hash)
@@ -166,7 +166,7 @@ def test_the_snippet_of_the_audit_log_page_runs(secure: SecureStack, capsys: pyt
     snippet = found.group(1).replace('"orchestrator.example:50051", ca_file="ca.pem"', f'"{target}"')
     assert target in snippet
     namespace: dict[str, object] = {
-        "log_vkey": secure.stack.audit_log.vkey,
+        "log_vkey": secure.stack.fake_audit_log().vkey,
         "log_origin": ORIGIN,
         "token": secure.tokens["audrey"],
         "operation_id": A.operation_id,

@@ -97,6 +97,8 @@ def test_alert_rules_are_well_formed() -> None:
         "DecisionflowReceiverErrors",
         "DecisionflowReceiverRefusesOrchestrator",
         "DecisionflowApproveSlow",
+        "DecisionflowAuditLogLagging",
+        "DecisionflowAuditCheckpointStale",
     } <= set(names)
     for rule in rules:
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
@@ -185,6 +187,74 @@ def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_appr
     tests.write_text(
         REFUSED_THEN_SILENT.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases))
     )
+
+    done = subprocess.run(
+        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Two orchestrator processes' audit gauges, a value a minute from time 0. At a:9101 the sequencer stops at
+# 3 min (the oldest entry's age then grows by a minute each minute) and runs again at 12 min; b:9101 reads
+# the same database a minute later. Checkpoints stop at 3 min too: the first leaf no checkpoint covers was
+# recorded 10 minutes before, then signing resumes at 9 min. b:9101 has no signing key (no unsigned series).
+AUDIT_STOPPED = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{{job="orchestrator",instance="a:9101"}}'
+        values: '0 0 0 60 120 180 240 300 360 420 480 540 0 0'
+      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{{job="orchestrator",instance="b:9101"}}'
+        values: '0 0 0 0 60 120 180 240 300 360 420 480 540 0'
+      - series: 'decisionflow_audit_unsigned_age_seconds{{job="orchestrator",instance="a:9101"}}'
+        values: '0 0 0 0 600 840 960 1020 1080 0 0 0 0 0'
+    alert_rule_test:
+{cases}
+"""
+AUDIT_FIRING = """      - eval_time: {minute}m
+        alertname: {alert}
+        exp_alerts:
+          - exp_labels: {{severity: ticket}}
+            exp_annotations:
+              summary: {summary}
+              description: {description}
+"""
+AUDIT_QUIET = """      - eval_time: {minute}m
+        alertname: {alert}
+        exp_alerts: []
+"""
+
+
+def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigned(tmp_path: Path) -> None:
+    rules = {r["alert"]: r for r in _rules() if r["alert"].startswith("DecisionflowAudit")}
+    assert set(rules) == {"DecisionflowAuditLogLagging", "DecisionflowAuditCheckpointStale"}
+
+    def firing(alert: str, minute: int, value: str) -> str:
+        summary = rules[alert]["annotations"]["summary"].replace("{{ $value | humanizeDuration }}", value)
+        description = rules[alert]["annotations"]["description"]
+        return AUDIT_FIRING.format(
+            minute=minute, alert=alert, summary=json.dumps(summary), description=json.dumps(description)
+        )
+
+    lagging, stale = "DecisionflowAuditLogLagging", "DecisionflowAuditCheckpointStale"
+    cases = [
+        AUDIT_QUIET.format(minute=2, alert=lagging),
+        AUDIT_QUIET.format(minute=7, alert=lagging),  # 300 s is the threshold, not past it
+        AUDIT_QUIET.format(minute=8, alert=lagging),  # past it for less than a minute
+        firing(lagging, 9, "7m 0s"),
+        firing(lagging, 12, "9m 0s"),  # b:9101 still sees the backlog it reads a minute later
+        AUDIT_QUIET.format(minute=13, alert=lagging),
+        AUDIT_QUIET.format(minute=5, alert=stale),
+        AUDIT_QUIET.format(minute=6, alert=stale),
+        firing(stale, 7, "17m 0s"),
+        firing(stale, 8, "18m 0s"),
+        AUDIT_QUIET.format(minute=9, alert=stale),
+    ]
+    tests = tmp_path / "audit-alert-test.yml"
+    tests.write_text(AUDIT_STOPPED.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
 
     done = subprocess.run(
         [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False

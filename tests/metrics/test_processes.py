@@ -18,6 +18,7 @@ from decisionflow.v1 import common_pb2, review_pb2_grpc
 from decisionflow_server.apps.stack import ProcessStack
 from decisionflow_server.foundation.processes import child_environment, free_port
 from decisionflow_server.foundation.version import installed_version
+from orchestrator.audit.signing import DEFAULT_ORIGIN, write_new_key
 from tests.metrics.scrape import Scrape, scrape, scrape_settled, wait_until
 from tests.support.reconciling import ROOT, reconciler_command
 from tests.support.stack import CHECKPOINT_KEY, approve, decline, start_request
@@ -64,7 +65,12 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     reconciler = None
     try:
         stack.start_receiver(args=["--metrics-port", str(ports["receiver"])])
-        orchestrator = stack.start_orchestrator(args=["--metrics-port", str(ports["orchestrator"])])
+        # With an audit signing key: only a signer exports what the checkpoint alert reads.
+        key_file = workdir / "audit.key"
+        write_new_key(key_file, DEFAULT_ORIGIN)
+        orchestrator = stack.start_orchestrator(
+            args=["--metrics-port", str(ports["orchestrator"]), "--audit-signing-key-file", str(key_file)]
+        )
         with grpc.insecure_channel(orchestrator.target) as channel:
             review = review_pb2_grpc.ReviewServiceStub(channel)
             op = review.StartReview(start_request(), timeout=10).proposal.operation_id

@@ -46,8 +46,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     0 proposal A (T-1)   1 proposal B (T-1)   2 decision A   3 proposal C (T-2)   4 effect A
     5 decision C         6, 7, 8: 300 KiB each (not leaves any writer makes)      9 proposal D (T-3)
     """
-    stack = start_secure_stack(tmp_path_factory.mktemp("audit"))
-    log = stack.stack.audit_log
+    log = InMemoryAuditLog()
+    stack = start_secure_stack(tmp_path_factory.mktemp("audit"), audit_log=log)
     for leaf in (
         A,
         B,
@@ -84,7 +84,7 @@ def _refusal(secure: SecureStack, method: str, request: Any, principal: str | No
 
 
 def _log(secure: SecureStack) -> InMemoryAuditLog:
-    return secure.stack.audit_log
+    return secure.stack.fake_audit_log()
 
 
 def test_checkpoints_open_with_the_log_key_latest_and_at_a_size(secure: SecureStack) -> None:

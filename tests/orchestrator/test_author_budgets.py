@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -43,7 +44,7 @@ def secure_stacks(tmp_path: Path) -> Iterator[Callable[..., SecureStack]]:
     """Start secure stacks with OrchestratorConfig overrides (a metrics endpoint each); close them after."""
     started: list[SecureStack] = []
 
-    def start(orchestrator_url: str | None = None, **overrides: object) -> SecureStack:
+    def start(orchestrator_url: str | None = None, **overrides: Any) -> SecureStack:
         directory = tmp_path / f"stack-{len(started)}"
         directory.mkdir()
         secure = start_secure_stack(directory, orchestrator_url=orchestrator_url, metrics_port=0, **overrides)

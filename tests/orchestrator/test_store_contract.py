@@ -388,7 +388,8 @@ def test_settle_commits_open_operations_and_notes_every_lookup(store: Orchestrat
                 declined.operation_id, LookupStatus.APPLIED, Receipt("rcpt-3", OperationId(declined.operation_id), T0)
             ),
             lookup(unknown, LookupStatus.NOT_FOUND),
-        ]
+        ],
+        settled_by="reconciler",
     )
     assert [settled for _, settled in results] == [True, False, False, False]
     committed, noted, still_declined, absent = (operation for operation, _ in results)

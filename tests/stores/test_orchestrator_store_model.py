@@ -324,7 +324,9 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         settlements.append(
             Settlement(OperationId("op-v1-" + "0" * 64), LookupStatus.NOT_FOUND, Consistency.STRONG, None, "", at)
         )
-        self.both(lambda: self.store.settle(settlements), lambda: self.model.settle(settlements))
+        self.both(
+            lambda: self.store.settle(settlements, settled_by="reconciler"), lambda: self.model.settle(settlements)
+        )
         for op in ops:
             self.fresh(op)
 

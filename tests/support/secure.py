@@ -18,6 +18,7 @@ import trustme
 from decisionflow_server.foundation.processes import ServiceProcess
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
+from tests.support.audit_log import InMemoryAuditLog
 from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack
@@ -54,8 +55,14 @@ class SecureStack:
         self.stack.close()
 
 
-def start_secure_stack(directory: Path, orchestrator_url: str | None = None, **orchestrator: Any) -> SecureStack:
-    """Issue the principals' tokens into the credentials file and start both servers with it."""
+def start_secure_stack(
+    directory: Path,
+    orchestrator_url: str | None = None,
+    audit_log: InMemoryAuditLog | None = None,
+    **orchestrator: Any,
+) -> SecureStack:
+    """Issue the principals' tokens into the credentials file and start both servers with it (the
+    orchestrator serving audit_log, a fake at the AuditService's seam, when one is given)."""
     credentials = directory / "credentials.json"
     tokens = {name: issue_token(credentials, name, roles) for name, roles in PRINCIPALS.items()}
     security = ServerSecurity(credentials_file=credentials)
@@ -63,6 +70,7 @@ def start_secure_stack(directory: Path, orchestrator_url: str | None = None, **o
         f"sqlite:///{directory / 'receiver.db'}",
         orchestrator_url or f"sqlite:///{directory / 'orchestrator.db'}",
         LoopThread(),
+        audit_log=audit_log,
     )
     secure = SecureStack(stack, credentials, tokens)
     try:

@@ -25,10 +25,8 @@ from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.storage import db
 from effect_receiver.config import ReceiverConfig
 from effect_receiver.main import create_server as create_receiver
-from orchestrator.audit.wiring import exposes_audit_log
 from orchestrator.config import OrchestratorConfig
 from orchestrator.main import create_server as create_orchestrator
-from orchestrator.store import OrchestratorStore
 from tests.support.audit_log import InMemoryAuditLog
 from tests.support.servers import LoopThread
 
@@ -110,9 +108,14 @@ class Stack:
     receiver_server: Any = None
     # Seconds a stopped server drains calls in flight (0: cut them, as a crash would).
     stop_grace: float = 1.0
-    # What the orchestrators of this stack serve as the audit log while the store reads none of its
-    # own: a fake at that seam (tests.support.audit_log), empty unless a test appends to it.
-    audit_log: InMemoryAuditLog = field(default_factory=InMemoryAuditLog)
+    # A fake at the AuditService's seam (tests.support.audit_log), for the servicer's own tests: its
+    # orchestrators serve it instead of the store's log. None: the store's real log.
+    audit_log: InMemoryAuditLog | None = None
+
+    def fake_audit_log(self) -> InMemoryAuditLog:
+        """The fake log this stack's orchestrators serve (the stack must have been given one)."""
+        assert self.audit_log is not None, "this stack serves its store's real audit log"
+        return self.audit_log
 
     def review(self) -> review_pb2_grpc.ReviewServiceStub:
         """A ReviewService stub on a fresh channel to the orchestrator."""
@@ -147,13 +150,14 @@ class Stack:
             address="127.0.0.1:0",
             database_url=self.orchestrator_url,
             receiver_target=f"127.0.0.1:{self.receiver_port}",
+            # No audit sequencer beside the calls unless a test asks for one (audit_interval_seconds=...):
+            # its own reads of the database would join the log lines and counts other tests assert.
+            audit_interval_seconds=0,
         )
         kwargs: dict[str, Any] = {
             k: overrides.pop(k) for k in ("workflow", "effects", "clock", "monotonic") if k in overrides
         }
-        if not exposes_audit_log(OrchestratorStore):
-            # Until the store reads the log it writes, the AuditService is served over the stack's
-            # in-memory log, so that every RPC of the contract has a server in these tests.
+        if self.audit_log is not None:
             kwargs["audit_log"] = self.audit_log
         server = self.loop.run(create_orchestrator(replace(config, **overrides), **kwargs))
         self.servers.append(server)
@@ -187,7 +191,7 @@ class Stack:
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     """Build in-process stacks: make_stack(orchestrator_url=..., receiver_url=..., receiver_failpoints=...,
-    receiver={ReceiverConfig overrides}, **OrchestratorConfig overrides)."""
+    receiver={ReceiverConfig overrides}, audit_log=a fake log to serve, **OrchestratorConfig overrides)."""
     stacks: list[Stack] = []
 
     def make(
@@ -196,12 +200,14 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         *,
         receiver_url: str | None = None,
         receiver: dict[str, Any] | None = None,
+        audit_log: InMemoryAuditLog | None = None,
         **orchestrator: Any,
     ) -> Stack:
         stack = Stack(
             receiver_url or f"sqlite:///{tmp_path / 'receiver.db'}",
             orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}",
             LoopThread(),
+            audit_log=audit_log,
         )
         stacks.append(stack)
         stack.start_receiver(receiver_failpoints, **(receiver or {}))

@@ -1,0 +1,36 @@
+"""How far the sequencer has come: what one pass did, and how far the log lags the events written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.audit.ports import PublishedCheckpoint
+
+
+@dataclass(frozen=True, slots=True)
+class SequencingPass:
+    """One transaction of the sequencer: the entries it gave indices, the log's size after it, and the
+    checkpoint it signed (None: none was due, or no key is set)."""
+
+    sequenced: int
+    size: int
+    checkpoint: PublishedCheckpoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditStatus:
+    """The log as the metrics report it, read together (on PostgreSQL each figure by its own statement)."""
+
+    unsequenced: int
+    """Entries written but not yet given an index."""
+    oldest_unsequenced_at: datetime | None
+    """The recorded time of the oldest of them (None when there is none)."""
+    size: int
+    """Leaves sequenced: the log's size."""
+    checkpoint_size: int
+    """The size of the newest signed checkpoint (0 before the first)."""
+    checkpoint_signed_at: datetime | None
+    """When the newest checkpoint was signed (None before the first)."""
+    oldest_unsigned_at: datetime | None
+    """The recorded time of the first sequenced leaf no checkpoint covers (None when every one is)."""
