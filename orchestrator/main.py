@@ -51,7 +51,6 @@ from orchestrator.audit.grpc_api import AuditServicer
 from orchestrator.audit.ports import AuditLogReader
 from orchestrator.audit.sequencer import audit_job
 from orchestrator.audit.service import AuditLog
-from orchestrator.audit.wiring import audit_log_of
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
@@ -188,22 +187,19 @@ def connect_receiver(host: Host, config: OrchestratorConfig) -> ReceiverEffects:
 
 
 def register(
-    review: ReviewServicer, operations: OperationsServicer, audit: AuditServicer | None = None
+    review: ReviewServicer, operations: OperationsServicer, audit: AuditServicer
 ) -> Callable[[grpc.aio.Server], list[str]]:
-    """Return what adds ReviewService, OperationsService and (given a servicer) AuditService to a server
-    and names them."""
+    """Return what adds ReviewService, OperationsService and AuditService to a server and names them."""
 
     def add(server: grpc.aio.Server) -> list[str]:
         review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
-        names = [
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(audit, server)
+        return [
             review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
             operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
+            audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         ]
-        if audit is not None:
-            audit_pb2_grpc.add_AuditServiceServicer_to_server(audit, server)
-            names.append(audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name)
-        return names
 
     return add
 
@@ -217,8 +213,8 @@ async def create_server(
     monotonic: Callable[[], float] = time.monotonic,
     audit_log: AuditLogReader | None = None,
 ) -> Host:
-    """Migrate the database and serve ReviewService, OperationsService and, when the store reads the audit
-    log (audit_log_of), AuditService on config.address (the steps of decisionflow_server.runtime.host);
+    """Migrate the database and serve ReviewService, OperationsService and AuditService (over the store's
+    audit log) on config.address (the steps of decisionflow_server.runtime.host);
     workflow, effects and audit_log replace the real ones, monotonic the clock the author budgets
     refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
     naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
@@ -248,8 +244,8 @@ async def create_server(
             author_budgets=AuthorBudgets(config.author_limits, monotonic=monotonic),
             on_budget_refused=metrics.count_quota_refusal,
         )
-        reader = audit_log if audit_log is not None else audit_log_of(store)
-        audit = None if reader is None else AuditServicer(AuditLog(reader))
+        reader: AuditLogReader = store if audit_log is None else audit_log
+        audit = AuditServicer(AuditLog(reader))
         sequencer = audit_job(store, config.audit_signer, config.audit_interval_seconds, clock)
         return Wiring(
             register(ReviewServicer(service), OperationsServicer(service, clock), audit),

@@ -26,7 +26,6 @@ from decisionflow.transparency import (
 )
 from decisionflow.v1 import audit_pb2, audit_pb2_grpc
 from decisionflow.vocabulary import OperationId
-from orchestrator.audit.wiring import exposes_audit_log
 from tests.support.audit_log import AT, ORIGIN, InMemoryAuditLog, sample_proposal
 from tests.support.secure import SecureStack, start_secure_stack
 
@@ -282,8 +281,3 @@ def test_auditors_and_operators_read_the_log_and_nobody_else(secure: SecureStack
         reason, metadata, _ = error_info(error)
         assert (reason, metadata[reasons.RPC]) == (reasons.PERMISSION_DENIED, f"/decisionflow.v1.AuditService/{method}")
     assert _refusal(secure, method, request_, None).code() == grpc.StatusCode.UNAUTHENTICATED
-
-
-def test_a_reader_is_anything_with_the_six_reads_of_the_port() -> None:
-    assert exposes_audit_log(InMemoryAuditLog())
-    assert not exposes_audit_log(object())
