@@ -3,8 +3,9 @@ whole log with their inclusion proofs, an optional consistency proof from an old
 orchestrator's records of the operations those leaves name (GetOperation: decision, reviewer, receipt).
 
 The exporter believes nothing it is sent and checks nothing: ``decisionflow audit verify`` does, offline.
-For the whole log the proofs are computed here from the leaves themselves (so that verify can name the
-first leaf that does not lead to the signed root), rather than asked for one leaf at a time.
+For the whole log the proofs are computed here from the leaves themselves rather than asked for one
+leaf at a time: one tampered leaf then makes every proof miss the signed root, and verify names the
+first leaf; a bundle of one operation or case carries the log's own proofs and names the leaf itself.
 """
 
 from __future__ import annotations
