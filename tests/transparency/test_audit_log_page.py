@@ -5,6 +5,7 @@ its Python snippet runs."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from pathlib import Path
 
@@ -28,9 +29,12 @@ def test_every_hash_on_the_page_is_a_published_one_or_the_examples_key() -> None
     seed = bytes.fromhex(re.findall(r"Ed25519\nseed `([0-9a-f]{64})`", PAGE)[0])
     key = note_reference.public_key(seed).hex()
 
-    on_page = set(re.findall(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])", PAGE))
+    # The "Leaves" section's vector: a leaf's bytes as printed, and its hash computed here.
+    leaf_block = _block("0000001a")
+    leaf_vector = hashlib.sha256(b"\x00" + bytes.fromhex("".join(leaf_block.split()))).hexdigest()
+    on_page = set(re.findall(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])", PAGE.replace(leaf_block, "")))
 
-    assert on_page - published == {seed.hex(), key}
+    assert on_page - published == {seed.hex(), key, leaf_vector}
     rows = re.findall(r"^\| (\d) \| (?:`([0-9a-f]+)`|\(none\)) \| `([0-9a-f]{64})` \|$", PAGE, re.MULTILINE)
     assert [(int(i), data, hashed) for i, data, hashed in rows] == [
         (i, data, hashed) for i, (data, hashed) in enumerate(zip(TREE["leaves"], TREE["node_hashes"][0], strict=True))
