@@ -326,8 +326,9 @@ class StoreModel:
                 flags.append(False)
                 continue
             stored.last_lookup = LookupNote(s.looked_up_at, s.status, s.consistency, s.error)
-            settled = s.status is LookupStatus.APPLIED and s.receipt is not None and stored.state in OPEN_STATES
-            if settled:
+            receipt = s.receipt if s.status is LookupStatus.APPLIED else None
+            settled = receipt is not None and stored.state in OPEN_STATES
+            if receipt is not None and settled:
                 stored.state, stored.state_changed_at, stored.receipt = (
                     OperationState.COMMITTED,
                     s.looked_up_at,
@@ -335,7 +336,14 @@ class StoreModel:
                 )
                 stored.lease_until, stored.lease_holder = None, None
                 self.leaves.append(
-                    SettlementLeaf(s.looked_up_at, s.operation_id, OperationState.COMMITTED.value, settled_by)
+                    SettlementLeaf(
+                        s.looked_up_at,
+                        s.operation_id,
+                        OperationState.COMMITTED.value,
+                        settled_by,
+                        receipt.receipt_id,
+                        receipt.applied_at,
+                    )
                 )
             flags.append(settled)
         return [
