@@ -221,7 +221,8 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
         case RejectionLeaf():
             return "", f"refused by the receiver: {leaf.reason}", ""
         case SettlementLeaf():
-            return leaf.principal, f"settled to {leaf.state}", ""
+            applied = f", applied {when(leaf.applied_at)}" if leaf.applied_at else ""
+            return leaf.principal, f"settled to {leaf.state} by a lookup: receipt {leaf.receipt_id}{applied}", ""
         case ExpiryLeaf():
             return "", "review expired", ""
 
