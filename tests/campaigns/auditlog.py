@@ -187,13 +187,17 @@ def read_snapshot(engine: sa.Engine, key_id: str) -> Snapshot:
 @dataclass
 class LogAuditor:
     """Checks one orchestrator database's audit log after each run, keeping what it saw between runs:
-    the latest checkpoint it opened and how many leaves it has proved included."""
+    the latest checkpoint it opened, how many leaves it has proved included, and the failures it has
+    reported (each is reported once, by the first check that finds it: a campaign that checks after
+    every crash gathers every check's failures, and a leaf missing since the first crash would otherwise
+    be named again under each later one)."""
 
     url: str
     signer: CheckpointSigner = SIGNER
     kept: Checkpoint | None = None
     proved: int = 0
     checks: list[AuditCheck] = field(default_factory=list)
+    reported: set[str] = field(default_factory=set)
 
     def check(self) -> AuditCheck:
         """Publish once, then check the log against itself, its checkpoints and the orchestrator's tables."""
@@ -214,6 +218,7 @@ class LogAuditor:
         finally:
             engine.dispose()
         sequenced = snapshot.sequenced if snapshot else []
+        named = [f"audit log: {failure}" for failure in failures]
         result = AuditCheck(
             leaves=len(sequenced),
             decisions=sum(1 for e in sequenced if e.kind == "decision"),
@@ -221,8 +226,9 @@ class LogAuditor:
             checkpoints=len(snapshot.checkpoints) if snapshot else 0,
             proofs=proofs,
             seconds=round(time.monotonic() - started, 2),
-            failures=[f"audit log: {failure}" for failure in failures],
+            failures=[failure for failure in named if failure not in self.reported],
         )
+        self.reported.update(result.failures)
         self.checks.append(result)
         return result
 

@@ -143,3 +143,17 @@ def test_a_stored_subtree_hash_that_is_not_its_leaves_is_named(audit_store: Orch
 
     # No leaf is new, so no inclusion proof is asked for: the stored hashes are checked all the same.
     assert failures == ["audit log: 1 stored subtree hashes wrong: level 1 index 1"]
+
+
+def test_a_failure_is_reported_once_by_the_first_check_that_finds_it(audit_store: OrchestratorStore) -> None:
+    ops = _events(audit_store, range(3))
+    _delete_entry(audit_store, ops[0], "decision")
+    auditor = LogAuditor(_url(audit_store))
+    first = auditor.check()
+    _events(audit_store, range(3, 4))
+
+    second = auditor.check()
+
+    assert len(first.failures) == 1 and ops[0] in first.failures[0]
+    assert second.failures == []
+    assert auditor.figures()["audit_violations"] == 1
