@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS
+from tests.campaigns.auditlog import LogAuditor
 from tests.campaigns.processes import Child, Launcher
 from tests.support.stack import CHECKPOINT_KEY
 
@@ -86,11 +87,13 @@ class ReconcilerRun:
 
 @dataclass
 class Cluster:
-    """One receiver, any number of orchestrators and an optional reconciler loop, as processes."""
+    """One receiver, any number of orchestrators and an optional reconciler loop, as processes; and the
+    auditor of the orchestrators' audit log, on their database."""
 
     launcher: Launcher
     receiver: Server
     orchestrators: list[Server]
+    audit: LogAuditor
     reconciler_runs: int = 0
     loop: Child | None = None
     loop_starts: int = 0
@@ -111,7 +114,7 @@ class Cluster:
         launcher = Launcher(workdir)
         per_server = ["--workers", str(workers)]
         receiver = Server(launcher, "receiver", "effect_receiver.main", ["--database-url", receiver_url, *per_server])
-        cluster = cls(launcher, receiver, [])
+        cluster = cls(launcher, receiver, [], LogAuditor(orchestrator_url))
         for i in range(orchestrators):
             cluster.orchestrators.append(
                 Server(

@@ -163,6 +163,7 @@ def test_crash_matrix(
             "decisions_changed": settled.result.decisions_changed,
             "violations": len(failures),
             "seconds": round(time.monotonic() - started, 1),
+            **cluster.audit.figures(),
         },
     )
     assert not failures, "\n".join(failures)

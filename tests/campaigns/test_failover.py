@@ -237,6 +237,7 @@ def test_database_failover_under_load_loses_nothing(
             "unknown_left": settled.run.summary.get("still_unknown"),
             "settled_by_reconciler": settled.run.summary.get("settled"),
             "rows_per_node": ";".join(f"{k}={'/'.join(map(str, v))}" for k, v in counts.items()),
+            **services.audit.figures(),
         },
     )
     if not cluster.synchronous:

@@ -181,6 +181,7 @@ def test_full_disk_refuses_writes_clearly_keeps_reads_and_recovers(
         "duplicates_found": settled.result.duplicates,
         "apply_while_full": apply_code,
         "seconds": round(time.monotonic() - started, 1),
+        **cluster.audit.figures(),
     }
     publish("full_disk", figures)
     assert not settled.failures(), "\n".join(settled.failures()[:30])

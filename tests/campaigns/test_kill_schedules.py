@@ -185,6 +185,7 @@ def _campaign(
             "unknown_left": settled.run.summary.get("still_unknown"),
             "failed_schedules": failed,
             "seconds": round(time.monotonic() - started, 1),
+            **cluster.audit.figures(),
         },
     )
     assert not failures, "\n".join(failures)

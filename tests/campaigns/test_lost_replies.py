@@ -136,6 +136,7 @@ def test_lost_replies_and_deadlines_at_twenty_percent(
             "decisions_lost": settled.result.decisions_lost,
             "unknown_left": settled.run.summary.get("still_unknown"),
             "seconds": round(time.monotonic() - started, 1),
+            **cluster.audit.figures(),
         },
     )
     hint = replay_hint(request.node.nodeid, seed)

@@ -250,6 +250,7 @@ def _report(
             "decisions_lost": settled.result.decisions_lost,
             "decisions_changed": settled.result.decisions_changed,
             **{k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in more.items()},
+            **stack.cluster.audit.figures(),
         },
     )
 

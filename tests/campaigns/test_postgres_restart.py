@@ -145,6 +145,7 @@ def test_postgres_restarted_under_load_services_recover_without_restart(
             "decisions_lost": settled.result.decisions_lost,
             "decisions_changed": settled.result.decisions_changed,
             "unknown_left": settled.run.summary.get("still_unknown"),
+            **cluster.audit.figures(),
         },
     )
     assert all(alive.values()) and set(starts.values()) == {1}, ("a service died or was restarted", alive, starts)

@@ -122,6 +122,7 @@ def _campaign(
             "decisions_lost": settled.result.decisions_lost,
             "violations": len(problems),
             "seconds": round(time.monotonic() - started, 1),
+            **cluster.audit.figures(),
         },
     )
     assert not problems, "\n".join(problems[:30]) + "\n" + replay_hint(request.node.nodeid, seed)

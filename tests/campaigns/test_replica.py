@@ -159,6 +159,7 @@ def test_lagging_replica_never_redrives_and_one_pass_settles_after_catch_up(
             "duplicates_found": settled.result.duplicates,
             "effects": len(settled.observed.effects),
             "seconds": round(time.monotonic() - began, 1),
+            **cluster.audit.figures(),
         },
     )
     assert not settled.failures(), "\n".join(settled.failures())

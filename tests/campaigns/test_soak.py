@@ -263,6 +263,7 @@ def test_soak_mixed_traffic_with_kills_and_prunes(
             "decisions_lost": settled.result.decisions_lost,
             "decisions_changed": settled.result.decisions_changed,
             "unknown_left": settled.run.summary.get("still_unknown"),
+            **cluster.audit.figures(),
         },
     )
     assert not settled.failures(), "\n".join(settled.failures()[:30])

@@ -26,6 +26,7 @@ from decisionflow.client import (
 )
 from decisionflow.identity import identities, normalise
 from decisionflow.retry import RetryPolicy
+from tests.campaigns.auditlog import AuditCheck
 from tests.campaigns.cluster import Cluster, ReconcilerRun
 from tests.campaigns.history import CheckResult, History, check, load
 
@@ -235,24 +236,27 @@ class Settled:
     result: CheckResult
     states: list[str]
     observed: Observed
+    audit: AuditCheck
 
     def failures(self) -> list[str]:
-        """Everything that is wrong: the pass's exit status, history violations, state violations."""
+        """Everything that is wrong: the pass's exit status, history violations, state violations, and
+        what the audit log's check found."""
         problems = []
         if self.run.exitcode != 0 or self.run.summary.get("still_unknown") != 0:
             problems.append("the reconciler pass did not settle everything: " + self.run.describe())
-        return problems + self.result.violations + self.states
+        return problems + self.result.violations + self.states + self.audit.failures
 
 
 def settle_and_check(
     cluster: Cluster, history: History, cases: Iterable[str] | None = None, connect: Connect = channel
 ) -> Settled:
-    """Run one reconciler pass, then check the history (of cases) and the operations' states."""
+    """Run one reconciler pass, then check the history (of cases) and the operations' states, and the whole
+    audit log of the orchestrators' database (tests.campaigns.auditlog)."""
     run = cluster.reconcile_once()
     result, observed = check_history(
         history, cluster.receiver.target, cluster.orchestrators[0].target, cases=cases, connect=connect
     )
-    return Settled(run, result, state_violations(observed, settled=True), observed)
+    return Settled(run, result, state_violations(observed, settled=True), observed, cluster.audit.check())
 
 
 def review_until(reviewer: Reviewer, stop: threading.Event) -> None:
