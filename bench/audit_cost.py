@@ -2,11 +2,18 @@
 its leaves and without them, measured in alternating rounds in one run.
 
 Two orchestrators run side by side against one receiver, each on its own fresh database: the real one, and
-the same program with its leaves left out (``bench/_without_leaves.py``: no entry built, none inserted). Each
-round drives StartReviews and then their first Approves at 16 in flight through one and then the other (the
-order alternates between rounds, so a drift in the machine's load falls on both), and reads each
-orchestrator's CPU from /proc. The report is the CPU per call of each, summed over the rounds, and the share
-of a call's CPU the leaves take: (with - without) / with.
+the same program with its leaves left out (``bench/_without_leaves.py``: no entry built, none inserted).
+Both run without the sequencer in the server (``--audit-interval-seconds 0``): it works off the request path,
+and is measured on its own afterwards. Each round drives StartReviews and then their first Approves at 16 in
+flight through one and then the other (the order alternates between rounds, so a drift in the machine's load
+falls on both), and reads each orchestrator's CPU from /proc. The report is the CPU per call of each, summed
+over the rounds, the share of a call's CPU the leaves take, (with - without) / with, and that share's median
+over the rounds. The servers' CPU moves with everything else on the machine; so, to see the leaves alone,
+the store's two writes of a first Approve (the decision with its first attempt, the receipt) then run in this
+process, with and without leaves in alternating rounds (``bench/_store_leaves.py``), and their difference is
+set against the real orchestrator's CPU per first Approve. Last, the sequencer runs once over the real
+orchestrator's whole backlog in this process (``orchestrator.audit.sequencer.publish``, signing one
+checkpoint), and its CPU per leaf is reported.
 
     python -m bench.audit_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
 
@@ -20,27 +27,35 @@ import asyncio
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench import _calls
+from bench import _calls, _store_leaves
 from bench._cpu import CpuMeter
 from bench._databases import fresh_databases
 from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
+from decisionflow.transparency import NoteSigner
 from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS, ProcessStack, orchestrator_args
 from decisionflow_server.storage import db
+from orchestrator.audit.sequencer import publish
+from orchestrator.audit.signing import CheckpointSigner
 from orchestrator.schema import audit_entries
+from orchestrator.store import OrchestratorStore
 
 IN_FLIGHT = 16
 WARMUP_CALLS = 32
 WITH = "with leaves"
 WITHOUT = "without leaves"
 MEASURES = ("StartReview", "first Approve")
+# No sequencer in the servers: its work is off the request path, measured on its own at the end.
+SERVER_ARGS = (*UNLIMITED_AUTHORS, "--audit-interval-seconds", "0")
 
 
 @dataclass
@@ -119,6 +134,44 @@ def _shares(tallies: dict[str, Tally], measure: str) -> list[float]:
     return [(with_ - without) / with_ for with_, without in pairs if with_]
 
 
+def _sequencing(url: str, tally: Tally) -> str:
+    engine = db.create_engine(url)
+    try:
+        signer = CheckpointSigner("bench.local/audit", NoteSigner.from_seed("bench.local/audit", bytes(32)))
+        started = time.process_time()
+        done = publish(OrchestratorStore(engine), signer, lambda: datetime.now(UTC))
+        cpu = time.process_time() - started
+    finally:
+        engine.dispose()
+    per_leaf = 1e6 * cpu / done.sequenced if done.sequenced else 0.0
+    reviews = tally.calls["first Approve"]
+    # A review writes three leaves: its proposal, its decision and its effect.
+    per_review = 3 * per_leaf
+    first = tally.ms_per_call("StartReview") + tally.ms_per_call("first Approve")
+    share = per_review / (1000 * first) if first else 0.0
+    return (
+        f"  sequencing off the request path: {done.sequenced} entries in {1000 * cpu:.0f} ms of CPU, "
+        f"{per_leaf:.0f} µs per leaf, {per_review:.0f} µs per review of 3 leaves "
+        f"({100 * share:.1f}% of a StartReview and first Approve's CPU; {reviews} reviews measured)"
+    )
+
+
+def render_store(store: _store_leaves.StoreCost, tally: Tally) -> str:
+    """The store's writes of a first Approve with and without leaves, and the leaves' share of the server's
+    CPU per first Approve (with leaves)."""
+    without = statistics.median(store.without_leaves)
+    with_ = statistics.median(store.with_leaves)
+    pairs = [w - wo for w, wo in zip(store.with_leaves, store.without_leaves, strict=True)]
+    leaves = statistics.median(pairs)
+    server = 1000 * tally.ms_per_call("first Approve")
+    share = leaves / server if server else 0.0
+    return (
+        f"  a first Approve's store writes in process (median of {len(pairs)} rounds): {without:.0f} µs without "
+        f"leaves, {with_:.0f} µs with; the two leaves {leaves:.0f} µs (rounds {min(pairs):.0f} to "
+        f"{max(pairs):.0f}) = {100 * share:.1f}% of the orchestrator's {server / 1000:.3f} ms per first Approve"
+    )
+
+
 def render(tallies: dict[str, Tally], database: str, rounds: int, calls: int) -> str:
     """The table of CPU per call with and without leaves, the leaves' share of the total, and the median and
     quartiles of each round's share (a load burst moves one round, not the median)."""
@@ -164,10 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.callback(processes.close)
         _progress(f"starting a receiver and two orchestrators ({databases[WITH].kind}) in {work}")
         receiver = processes.start_receiver("receiver")
-        orchestrators = {WITH: processes.start_orchestrator("orchestrator-with-leaves", args=UNLIMITED_AUTHORS)}
+        orchestrators = {WITH: processes.start_orchestrator("orchestrator-with-leaves", args=SERVER_ARGS)}
         baseline = spawn(
             "bench._without_leaves",
-            orchestrator_args(databases[WITHOUT].orchestrator_url, receiver.target, extra=UNLIMITED_AUTHORS),
+            orchestrator_args(databases[WITHOUT].orchestrator_url, receiver.target, extra=SERVER_ARGS),
             work,
             "orchestrator-without-leaves",
             env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
@@ -178,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         entries = {name: _entries(databases[name].orchestrator_url) for name in (WITH, WITHOUT)}
         print(render(tallies, databases[WITH].kind, rounds, calls))
         print(f"  audit entries written: {entries[WITH]} {WITH}, {entries[WITHOUT]} {WITHOUT}")
+        store = _store_leaves.measure(databases[WITH].orchestrator_url, rounds, calls, _progress)
+        print(render_store(store, tallies[WITH]))
+        _progress("sequencing and signing the log's backlog once")
+        print(_sequencing(databases[WITH].orchestrator_url, tallies[WITH]))
     return 1 if any(t.failures for t in tallies.values()) else 0
 
 
