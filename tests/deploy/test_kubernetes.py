@@ -35,12 +35,14 @@ from tests.deploy.made import (
 )
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.databases import create_postgres_database, drop_postgres_database
-from tests.support.kubernetes import Rendered, render_production, validate
+from tests.support.kubernetes import KUBERNETES, PRODUCTION, Rendered, render_production, validate
 from tests.support.servers import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.console.yml").read_text())
 DOCS = ROOT / "docs" / "kubernetes.md"
+# The one kustomization that sets the image, a component both production steps include.
+RELEASE = PRODUCTION / "release" / "kustomization.yaml"
 NAMESPACE = "decisionflow"
 SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
@@ -108,22 +110,71 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 # --- The renders are what the supported Kubernetes takes --------------------------------------------
 
 
-def test_both_steps_render_and_only_the_first_migrates(rendered: Rendered) -> None:
-    assert {o["kind"] for o in rendered.migrate} >= {"Job", "Secret", "Namespace", "NetworkPolicy"}
+def test_the_three_steps_render_and_only_the_second_migrates(rendered: Rendered) -> None:
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in rendered.common) == [
+        ("Namespace", NAMESPACE),
+        ("Secret", "orchestrator-database"),
+        ("Secret", "receiver-database"),
+    ]
+    assert {o["kind"] for o in rendered.migrate} == {"Job", "ServiceAccount", "NetworkPolicy"}
     migrating = {name for name, t in _all_workloads(rendered).items() if "migrate" in _container(t)["command"]}
     assert migrating == {"orchestrator-migrate", "receiver-migrate"}
     assert not [o for o in rendered.services if o["kind"] == "Job"], "a migration Job in the services' step"
-    assert {
-        o["metadata"].get("namespace") for o in rendered.services + rendered.migrate if o["kind"] != "Namespace"
-    } == {NAMESPACE}
-    for template in _workloads(rendered.services).values():
+    assert {o["metadata"].get("namespace") for o in rendered.every if o["kind"] != "Namespace"} == {NAMESPACE}
+    for template in _all_workloads(rendered).values():
         image = _container(template)["image"]
         assert image == "decisionflow:0.1.0" == COMPOSE["x-decisionflow"]["image"], image
 
 
+def test_deleting_the_migration_step_deletes_only_the_migration_objects(rendered: Rendered) -> None:
+    """`kubectl delete -k` deletes what the step renders: the migration step renders its Jobs, their
+    ServiceAccount and NetworkPolicy and nothing else (no Namespace, no Secret the services mount),
+    and the services' step no Namespace (deleting it leaves the databases and the Jobs alone)."""
+    for o in rendered.migrate:
+        assert o["metadata"]["labels"]["app.kubernetes.io/component"] == "migrate", (o["kind"], o["metadata"]["name"])
+    assert not {"Namespace", "Secret", "ConfigMap"} & {o["kind"] for o in rendered.migrate}
+    assert "Namespace" not in {o["kind"] for o in rendered.services}
+    # What the Jobs mount is step 1's, under names that carry no hash, so step 2 names them unrendered.
+    mounted = {
+        volume["secret"]["secretName"]
+        for template in _workloads(rendered.migrate).values()
+        for volume in template["spec"]["volumes"]
+    }
+    assert mounted == {o["metadata"]["name"] for o in rendered.common if o["kind"] == "Secret"}
+
+
+def test_the_image_is_set_in_one_place_that_both_steps_take_it_from(kustomize: str) -> None:
+    """The file docs/kubernetes.md names for the image is the only kustomization that sets one, and an
+    image set there is the image of every workload of both steps."""
+    setting = sorted(
+        str(file.relative_to(KUBERNETES))
+        for file in KUBERNETES.rglob("kustomization.yaml")
+        if "images" in (yaml.safe_load(file.read_text()) or {})
+    )
+    assert setting == [str(RELEASE.relative_to(KUBERNETES))]
+    docs = DOCS.read_text()
+    assert f"`{RELEASE.relative_to(KUBERNETES)}`" in docs
+    assert "`overlays/production/kustomization.yaml` and your registry in its `images:`" not in docs
+    for directory in world_traversable_directory():
+        clone = run_documented_line_in_a_copy(directory, docs_make_secrets_line())
+        release = clone / RELEASE.relative_to(ROOT)
+        text = release.read_text()
+        assert text.count("newName: decisionflow\n") == text.count("newTag: 0.1.0\n") == 1
+        release.write_text(
+            text.replace("newName: decisionflow\n", "newName: registry.example.com/decisionflow\n").replace(
+                "newTag: 0.1.0\n", "newTag: 0.2.0\n"
+            )
+        )
+        again = render_production(kustomize, clone)
+        images = {name: _container(t)["image"] for name, t in _all_workloads(again).items()}
+        assert set(images) >= {"orchestrator", "receiver", "reconciler", "console", "orchestrator-migrate"}
+        assert set(images.values()) == {"registry.example.com/decisionflow:0.2.0"}, images
+
+
 @pytest.mark.parametrize("version", ["1.25.0", "1.37.0"])
 def test_every_object_validates_strictly_against_the_api_schemas(rendered: Rendered, version: str) -> None:
-    for step, text in (("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml)):
+    steps = (("common", rendered.common_yaml), ("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml))
+    for step, text in steps:
         file = rendered.secrets.parent / f"{step}.yaml"
         file.write_text(text)
         checked = validate(file, version)
@@ -134,7 +185,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
     folder = rendered.secrets.parent / "checkov"
     folder.mkdir()
     file = folder / "rendered.yaml"
-    file.write_text(rendered.migrate_yaml + "---\n" + rendered.services_yaml)
+    file.write_text(rendered.common_yaml + "---\n" + rendered.migrate_yaml + "---\n" + rendered.services_yaml)
     done = subprocess.run(
         [checkov, "-f", str(file), "--framework", "kubernetes", "--skip-download", "-o", "json"],
         capture_output=True,
@@ -152,7 +203,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
         f"{o['kind']}.{o['metadata'].get('namespace', 'default')}.{o['metadata']['name']}": o["metadata"].get(
             "annotations", {}
         )
-        for o in rendered.migrate + rendered.services
+        for o in rendered.every
     }
     for skipped in report["results"]["skipped_checks"]:
         reasons = [v for k, v in annotations[skipped["resource"]].items() if k.startswith("checkov.io/skip")]
@@ -164,7 +215,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
 
 def _secret_files(rendered: Rendered, template: dict[str, Any]) -> dict[str, bytes]:
     """Return each file a pod template's volumes put in its container, by mounted path, with its content."""
-    objects = {(o["kind"], o["metadata"]["name"]): o for o in rendered.services + rendered.migrate}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in rendered.every}
     volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
     files: dict[str, bytes] = {}
     for mount in _container(template).get("volumeMounts", []):
