@@ -171,6 +171,16 @@ def test_the_image_is_set_in_one_place_that_both_steps_take_it_from(kustomize: s
         assert set(images.values()) == {"registry.example.com/decisionflow:0.2.0"}, images
 
 
+def test_every_container_runs_a_pinned_tag_pulled_only_when_the_node_lacks_it(rendered: Rendered) -> None:
+    """IfNotPresent, so an image loaded into the node by hand (kind load docker-image, minikube image
+    load: no registry) runs as shipped; Always would make the kubelet pull a tag no registry holds."""
+    for name, template in _all_workloads(rendered).items():
+        for container in template["spec"]["containers"]:
+            assert container["imagePullPolicy"] == "IfNotPresent", name
+            tag = container["image"].rpartition("@")[0] or container["image"]
+            assert ":" in tag.rsplit("/", 1)[-1] and not tag.endswith(":latest"), (name, container["image"])
+
+
 @pytest.mark.parametrize("version", ["1.25.0", "1.37.0"])
 def test_every_object_validates_strictly_against_the_api_schemas(rendered: Rendered, version: str) -> None:
     steps = (("common", rendered.common_yaml), ("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml))
