@@ -355,12 +355,34 @@ def test_the_replicas_autoscaler_and_disruption_budgets(rendered: Rendered) -> N
     assert metric["resource"]["name"] == "cpu"
     # The autoscaler owns the orchestrators' count: a count in the Deployment would reset it at each apply.
     assert "replicas" not in rendered.one("Deployment", "orchestrator")["spec"]
-    assert rendered.one("Deployment", "receiver")["spec"]["replicas"] == 2
     assert rendered.one("Deployment", "console")["spec"]["replicas"] == 1
     for name in ("orchestrator", "receiver"):
         budget = rendered.one("PodDisruptionBudget", name)
         labels = _workloads(rendered.services)[name]["metadata"]["labels"]
         assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_the_receivers_scale_with_the_orchestrators_and_keep_headroom_at_their_bound(rendered: Rendered) -> None:
+    """docs/kubernetes.md's figure: a third to a half of a receiver core per orchestrator core. With
+    every orchestrator the autoscaler may run at its CPU limit, the receivers it may run hold more
+    than half as many cores."""
+    assert "a third to a half of a core follows one orchestrator core" in DOCS.read_text()
+    hpa = rendered.one("HorizontalPodAutoscaler", "receiver")
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["spec"]["minReplicas"] >= 2
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "receiver"}
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    # The autoscaler owns the count: a count in the Deployment would reset it at each apply.
+    assert "replicas" not in rendered.one("Deployment", "receiver")["spec"]
+    most = {}
+    for name in ("orchestrator", "receiver"):
+        limit = _container(_workloads(rendered.services)[name])["resources"]["limits"]["cpu"]
+        most[name] = rendered.one("HorizontalPodAutoscaler", name)["spec"]["maxReplicas"] * _cores(limit)
+    assert most["receiver"] > most["orchestrator"] / 2, most
 
 
 @pytest.mark.parametrize("name", sorted(COMPOSE_SERVICE))
