@@ -8,6 +8,7 @@ the settings and the commands."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import shutil
@@ -473,9 +474,19 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return wanted.items() <= labels.items()
 
 
-def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:
-    namespace, labels = pod
-    assert "ipBlock" not in peer
+def _peer(peer: dict[str, Any], policy_namespace: str, other: Pod | str) -> bool:
+    """Whether a policy peer selects other: a pod (by its namespace's and its own labels) or an IP
+    address beyond the cluster's pods (by an ipBlock)."""
+    if isinstance(other, str):
+        block = peer.get("ipBlock")
+        if block is None:
+            return False
+        address = ipaddress.ip_address(other)
+        inside = address in ipaddress.ip_network(block["cidr"])
+        return inside and not any(address in ipaddress.ip_network(e) for e in block.get("except", []))
+    if "ipBlock" in peer:
+        return False
+    namespace, labels = other
     if "namespaceSelector" in peer:
         in_namespace = _matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
     else:
@@ -483,11 +494,13 @@ def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:
     return in_namespace and _matches(peer.get("podSelector", {}), labels)
 
 
-def _port(rule: dict[str, Any], port: int) -> bool:
-    return "ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == "TCP" for p in rule["ports"])
+def _port(rule: dict[str, Any], port: int, protocol: str = "TCP") -> bool:
+    return "ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in rule["ports"])
 
 
-def _allowed(policies: list[dict[str, Any]], direction: str, subject: Pod, other: Pod, port: int) -> bool:
+def _allowed(
+    policies: list[dict[str, Any]], direction: str, subject: Pod, other: Pod | str, port: int, protocol: str = "TCP"
+) -> bool:
     """Whether the policies selecting subject let traffic on port flow from other (Ingress) or to it (Egress)."""
     namespace, labels = subject
     selecting = [
@@ -501,7 +514,7 @@ def _allowed(policies: list[dict[str, Any]], direction: str, subject: Pod, other
         return True  # not isolated in this direction
     key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
     return any(
-        _port(rule, port) and (peers not in rule or any(_peer(q, namespace, other) for q in rule[peers]))
+        _port(rule, port, protocol) and (peers not in rule or any(_peer(q, namespace, other) for q in rule[peers]))
         for policy in selecting
         for rule in policy["spec"].get(key, [])
     )
@@ -543,26 +556,129 @@ def test_only_the_ingress_reaches_the_console(rendered: Rendered) -> None:
     assert _callers(rendered, "console", "http") == {"ingress"}
 
 
-def test_every_decisionflow_pod_reaches_out_only_where_it_must(rendered: Rendered) -> None:
+KUBE_DNS: Pod = ("kube-system", {"k8s-app": "kube-dns"})
+NODE_LOCAL_DNS = "169.254.20.10"
+OUTSIDE = "203.0.113.7"  # an address beyond the cluster's pods: a managed database, a provider, a collector
+ELSEWHERE: Pod = ("elsewhere", {"app": "something"})
+KEYCLOAK: Pod = ("keycloak", {"app.kubernetes.io/name": "keycloak"})
+PGBOUNCER: Pod = (NAMESPACE, {"app.kubernetes.io/name": "pgbouncer"})
+# Where a pod might send: each destination, and each port and protocol, tried from every workload.
+DESTINATIONS = ("kube-dns", "nodelocal-dns", "outside", "elsewhere", "orchestrator", "receiver", "console")
+PROBED_PORTS = (
+    (53, "UDP"),
+    (53, "TCP"),
+    *((port, "TCP") for port in (80, 443, 4317, 5432, 6432, 8080, 8443, 9100, 50051, 50061)),
+)
+
+
+def _destination(pods: dict[str, Pod], name: str) -> Pod | str:
+    fixed: dict[str, Pod | str] = {
+        "kube-dns": KUBE_DNS,
+        "nodelocal-dns": NODE_LOCAL_DNS,
+        "outside": OUTSIDE,
+        "elsewhere": ELSEWHERE,
+    }
+    return fixed[name] if name in fixed else pods[name]
+
+
+Egress = set[tuple[str, str, int, str]]  # workload, destination, port, protocol
+
+
+def _egress(policies: list[dict[str, Any]], pods: dict[str, Pod], workloads: list[str]) -> Egress:
+    """Every (workload, destination, port, protocol) of the probes that the policies let out of the pod."""
+    return {
+        (name, destination, port, protocol)
+        for name in workloads
+        for destination in DESTINATIONS
+        for port, protocol in PROBED_PORTS
+        if _allowed(policies, "Egress", pods[name], _destination(pods, destination), port, protocol)
+    }
+
+
+def _documented_egress(workloads: list[str]) -> Egress:
+    """The same set, as docs/kubernetes.md's table of what each pod may reach declares it."""
+    section = DOCS.read_text().split("## Network policies", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| from | to | port | why |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:-1] for line in table.strip().splitlines()[1:]]
+    assert rows, "no row in the egress table"
+    declared: Egress = set()
+    for source, cell, ports, _why in rows:
+        sources: list[str] = []
+        for word in source.strip().split(", "):
+            if word == "every decisionflow pod":
+                sources += workloads
+            elif word == "migration Jobs":
+                sources += ["orchestrator-migrate", "receiver-migrate"]
+            else:
+                assert word in workloads, word
+                sources.append(word)
+        target = cell.strip()
+        if target.startswith("kube-dns "):
+            targets = ["kube-dns"]
+        elif target.startswith("NodeLocal DNSCache ") and f"`{NODE_LOCAL_DNS}`" in target:
+            targets = ["nodelocal-dns"]
+        elif target == "any address":
+            targets = list(DESTINATIONS)
+        else:
+            assert target.endswith(" pods") and target[: -len(" pods")] in workloads, target
+            targets = [target[: -len(" pods")]]
+        for entry in ports.strip().split(", "):
+            port, _, protocol = entry.partition(" ")
+            declared |= {(s, t, int(port), protocol or "TCP") for s in sources for t in targets}
+    return declared
+
+
+def test_every_decisionflow_pod_reaches_out_only_where_the_docs_say(rendered: Rendered) -> None:
+    """Egress, evaluated from every workload to DNS (kube-dns and NodeLocal DNSCache), an address beyond
+    the cluster, a pod elsewhere and the peers, on every port a pod of ours or of a site might use:
+    exactly docs/kubernetes.md's table."""
     policies = [o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"]
     pods = _pods(rendered)
-    anywhere: Pod = ("elsewhere", {})
-    database, provider, dns = 5432, 443, 53
-    kube_dns: Pod = ("kube-system", {"k8s-app": "kube-dns"})
-    wanted = {
-        "orchestrator": {database, provider},
-        "receiver": {database},
-        "console": {provider},
-        "reconciler": set(),
-        "orchestrator-migrate": {database},
-        "receiver-migrate": {database},
-    }
-    for name, ports in wanted.items():
-        reached = {
-            p for p in (database, provider, 80, 50051, 50061) if _allowed(policies, "Egress", pods[name], anywhere, p)
-        }
-        assert reached == ports, name
-        assert _allowed(policies, "Egress", pods[name], kube_dns, dns), name
+    workloads = sorted(_all_workloads(rendered))
+    allowed = _egress(policies, pods, workloads)
+    assert allowed == _documented_egress(workloads)
+    # What the issue found blocked: traces to a collector, and the node's DNS cache.
+    for name in ("orchestrator", "receiver"):
+        assert (name, "outside", 4317, "TCP") in allowed
+    for name in workloads:
+        assert (name, "nodelocal-dns", 53, "UDP") in allowed and (name, "kube-dns", 53, "UDP") in allowed
+    # The migration step alone (applied before the services' policies exist) lets its Jobs resolve names.
+    alone = [o for o in rendered.migrate if o["kind"] == "NetworkPolicy"]
+    for job in ("orchestrator-migrate", "receiver-migrate"):
+        assert _egress(alone, pods, [job]) == {e for e in allowed if e[0] == job}
+
+
+def test_a_site_component_opens_its_provider_and_pooler_to_the_pods_that_need_them(
+    kustomize: str, rendered: Rendered
+) -> None:
+    """deploy/kubernetes/components/site-egress, listed in both steps as docs/kubernetes.md shows, opens
+    an in-cluster provider on 8443 to the orchestrators and the console and a pooler on 6432 to what
+    opens database connections, and nothing else; without it neither is reachable."""
+    docs = DOCS.read_text()
+    lines = {"services": "  - ../../components/site-egress\n", "migrate": "  - ../../../components/site-egress\n"}
+    assert all(line in docs for line in lines.values())
+    for directory in world_traversable_directory():
+        clone = run_documented_line_in_a_copy(directory, docs_make_secrets_line())
+        for step, overlay in (("services", PRODUCTION), ("migrate", PRODUCTION / "migrate")):
+            file = clone / overlay.relative_to(ROOT) / "kustomization.yaml"
+            text = file.read_text()
+            assert text.count("\ncomponents:\n") == 1
+            file.write_text(text.replace("\ncomponents:\n", "\ncomponents:\n" + lines[step]))
+        opened = render_production(kustomize, clone)
+    workloads = sorted(_all_workloads(rendered))
+    pods = _pods(rendered)
+
+    def reaching(render: Rendered, target: Pod, port: int) -> set[str]:
+        policies = [o for o in render.services + render.migrate if o["kind"] == "NetworkPolicy"]
+        return {name for name in workloads if _allowed(policies, "Egress", pods[name], target, port)}
+
+    assert reaching(rendered, KEYCLOAK, 8443) == reaching(rendered, PGBOUNCER, 6432) == set()
+    assert reaching(opened, KEYCLOAK, 8443) == {"orchestrator", "console"}
+    assert reaching(opened, PGBOUNCER, 6432) == {"orchestrator", "receiver", "orchestrator-migrate", "receiver-migrate"}
+    before = _egress([o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"], pods, workloads)
+    after = _egress([o for o in opened.services + opened.migrate if o["kind"] == "NetworkPolicy"], pods, workloads)
+    assert after == before, "the component opened more than its two rules"
+    assert {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in opened.migrate} == {"migrate"}
 
 
 # --- The pods' own environment and files, run as the pods' user ------------------------------------
