@@ -11,6 +11,7 @@ import base64
 import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -454,6 +455,28 @@ def test_the_pods_are_scraped_on_their_metrics_port(rendered: Rendered) -> None:
         assert int(annotations["prometheus.io/port"]) == ports["metrics"]
     rules = rendered.one("ConfigMap", "decisionflow-alert-rules")
     assert yaml.safe_load(rules["data"]["alerts.yml"])["groups"], "no alert rules"
+
+
+def test_the_reconciler_cronjob_rules_name_the_rendered_namespace_and_cronjob(rendered: Rendered) -> None:
+    """The alert rules the ConfigMap ships read kube-state-metrics' series of the CronJob this render
+    makes, in the namespace it makes it in (a rule naming another would never fire)."""
+    rules = yaml.safe_load(rendered.one("ConfigMap", "decisionflow-alert-rules")["data"]["alerts.yml"])
+    [group] = [g for g in rules["groups"] if g["name"] == "decisionflow-kubernetes"]
+    cronjob = rendered.one("CronJob", "reconciler")
+    expressions = [rule["expr"] for rule in group["rules"]]
+    assert len(expressions) == 4 and all("kube_" in e for e in expressions)
+    for expr in expressions:
+        for selector in re.findall(r"kube_\w+\{([^}]*)\}", expr):
+            matchers = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', selector))
+            assert matchers["namespace"] == cronjob["metadata"]["namespace"], expr
+            named = {matchers.get("cronjob"), matchers.get("owner_name")} - {None}
+            assert named <= {cronjob["metadata"]["name"]}, expr
+    assert {m for e in expressions for m in re.findall(r'owner_kind="(\w+)"', e)} == {"CronJob"}
+    # The Jobs the CronJob makes are the ones its alert tells to read the logs of.
+    labels = cronjob["spec"]["jobTemplate"]["metadata"]["labels"]
+    [failed] = [rule for rule in group["rules"] if rule["alert"] == "DecisionflowReconcilerJobFailed"]
+    selector = f"app.kubernetes.io/component={labels['app.kubernetes.io/component']}"
+    assert selector in failed["annotations"]["description"]
 
 
 # --- NetworkPolicies, evaluated against the pods' labels --------------------------------------------
