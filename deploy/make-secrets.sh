@@ -3,7 +3,8 @@
 #   ca/ca.key, ca/ca.pem      the private CA; ca/ is never mounted anywhere
 #   ca.pem                    the CA certificate clients verify servers with
 #   SERVICE.pem, SERVICE.key  a server certificate (serverAuth) per service name:
-#                             receiver, orchestrator-1, orchestrator-2 (compose), and orchestrator,
+#                             receiver, orchestrator-1, orchestrator-2 (compose; each also names
+#                             the alias orchestrator both replicas answer to), and orchestrator,
 #                             the one the orchestrator replicas share on Kubernetes; receiver and
 #                             orchestrator also name their Kubernetes Service DNS names in the
 #                             namespace DECISIONFLOW_KUBERNETES_NAMESPACE (default decisionflow)
@@ -106,8 +107,10 @@ service_certificate() {
   server_certificate "$1" "$1.$namespace" "$1.$namespace.svc" "$1.$namespace.svc.cluster.local"
 }
 service_certificate receiver
+# Compose's orchestrator replicas: each its own name, and the network alias "orchestrator" both answer
+# to, which the reconciler and the console dial (docker-compose.yml).
 for service in orchestrator-1 orchestrator-2; do
-  server_certificate "$service"
+  server_certificate "$service" orchestrator
 done
 service_certificate orchestrator
 
