@@ -339,13 +339,19 @@ def test_the_console_mounts_its_two_secrets_and_nothing_else() -> None:
     assert {entry["source"] for entry in CONSOLE["secrets"]} == {"console_client_secret", "console_session_key"}
     files = {CONSOLE_COMPOSE["secrets"][entry["source"]]["file"] for entry in CONSOLE["secrets"]}
     assert files == {"./deploy/secrets/console-client-secret", "./deploy/secrets/console-session.key"}
-    # The CA certificate is public: a config, read to verify the orchestrator's TLS.
-    [config] = CONSOLE["configs"]
-    assert CONSOLE_COMPOSE["configs"][config["source"]]["file"] == "./deploy/secrets/ca.pem"
+    # The CA certificate and the audit log's verifier key are public: configs, read to verify the
+    # orchestrator's TLS and the log's checkpoints.
+    configs = {CONSOLE_COMPOSE["configs"][config["source"]]["file"]: config["target"] for config in CONSOLE["configs"]}
+    assert configs == {
+        "./deploy/secrets/ca.pem": "/etc/decisionflow/ca.pem",
+        "./deploy/secrets/audit-log.vkey": "/etc/decisionflow/audit-log.vkey",
+    }
     assert "volumes" not in CONSOLE and "env_file" not in CONSOLE
     environment = CONSOLE["environment"]
-    assert not [k for k in environment if re.search("DATABASE|CREDENTIALS|TOKEN|CHECKPOINT", k)], environment
-    mounted = {_mount_path(entry) for entry in CONSOLE["secrets"]} | {config["target"]}
+    private = re.compile("DATABASE|CREDENTIALS|TOKEN|CHECKPOINT|SIGNING")
+    assert not [k for k in environment if private.search(k)], environment
+    assert environment["DECISIONFLOW_CONSOLE_AUDIT_LOG_KEY_FILE"] == "/etc/decisionflow/audit-log.vkey"
+    mounted = {_mount_path(entry) for entry in CONSOLE["secrets"]} | set(configs.values())
     named = {v for v in environment.values() if isinstance(v, str) and v.startswith(("/run/", "/etc/"))}
     assert named == mounted
     assert environment["DECISIONFLOW_CONSOLE_OIDC_CLIENT_SECRET_FILE"] == "/run/secrets/console-client-secret"
