@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit pythons bench scale-plan hpack-bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench audit-cost-bench scale-plan hpack-bench clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,11 @@ pythons: setup
 
 bench: setup
 	$(PY) -m bench $(if $(QUICK),--quick,) $(BENCH_ARGS)
+
+# The audit log's leaves' share of the orchestrator's CPU per StartReview and first Approve: the orchestrator with
+# and without its leaves in alternating rounds (bench/audit_cost.py); AUDIT_COST_ARGS="--postgres-url …", QUICK=1.
+audit-cost-bench: setup
+	$(PY) -m bench.audit_cost $(if $(QUICK),--quick,) $(AUDIT_COST_ARGS)
 
 # Statements and commits per call on PostgreSQL, what one primary sustains (pgbench) and the orchestrator
 # replicas it serves; SCALE_ARGS="--postgres-url …" for another server, QUICK=1 in about two minutes.

@@ -283,7 +283,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         now = self._clock()
         # Every settlement is checked before any is recorded: one bad item refuses the whole call.
         settlements = [_settlement(field, m, now) for field, m in zip(fields, messages, strict=True)]
-        results = await self._operations.settle(settlements)
+        results = await self._operations.settle(settlements, current_principal().name)
         out = []
         for settlement, (operation, settled) in zip(settlements, results, strict=True):
             if operation is None:

@@ -94,8 +94,17 @@ def rejection_entry(operation: Operation) -> AuditEntry:
 
 
 def settlement_entry(operation: Operation, principal: str) -> AuditEntry:
-    """An operation that principal's call settled, in the state and at the time its row now holds."""
-    leaf = SettlementLeaf(operation.state_changed_at, operation.operation_id, operation.state.value, principal)
+    """An operation that principal's call settled, in the state, at the time and with the receipt its row now
+    holds."""
+    receipt = _stored(operation.receipt, operation, "a receipt")
+    leaf = SettlementLeaf(
+        operation.state_changed_at,
+        operation.operation_id,
+        operation.state.value,
+        principal,
+        receipt.receipt_id,
+        receipt.applied_at,
+    )
     return AuditEntry.of(leaf, "settlement", operation.case_id)
 
 

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, OperationId, OperationState
-from decisionflow_server.runtime.auth import current_principal
 from orchestrator.domain import DecisionResult, Operation, Settlement
 from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
@@ -45,12 +44,11 @@ class OperationService:
             raise KeyRetentionExceeded(operation_id, refusal.first_attempted_at, refusal.key_retention)
         return result
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
+    async def settle(self, settlements: Sequence[Settlement], settled_by: str) -> list[tuple[Operation | None, bool]]:
         """Record what lookups showed: APPLIED with a receipt commits an open operation; all are noted.
 
-        The audit log's settlement leaves name the call's authenticated principal (outside a call:
-        Unauthenticated, before anything is written)."""
-        return await self._store.settle(settlements, settled_by=current_principal().name)
+        The audit log's settlement leaves name settled_by, the principal whose call settled them."""
+        return await self._store.settle(settlements, settled_by=settled_by)
 
     async def list_operations(
         self,

@@ -190,7 +190,14 @@ def test_a_settlement_leaf_names_the_caller_for_each_operation_the_lookup_commit
 
     operation = audit_store.get_operation(applied.operation_id)
     [row] = [row for row in entries(audit_store) if row.kind == "settlement"]
-    assert row.leaf == SettlementLeaf(operation.state_changed_at, applied.operation_id, "COMMITTED", "reconciler-1")
+    assert row.leaf == SettlementLeaf(
+        operation.state_changed_at,
+        applied.operation_id,
+        "COMMITTED",
+        "reconciler-1",
+        receipt.receipt_id,
+        receipt.applied_at,
+    )
     assert (operation.state, operation.state_changed_at, row.case_id) == (OperationState.COMMITTED, looked, "T-1")
     assert len(entries(audit_store)) == 5
 

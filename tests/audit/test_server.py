@@ -12,15 +12,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from decisionflow.transparency import DecisionLeaf, EffectLeaf, ProposalLeaf, decode_leaf
-from decisionflow.v1 import common_pb2
+from decisionflow.transparency import DecisionLeaf, EffectLeaf, ProposalLeaf, SettlementLeaf, decode_leaf
+from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2
 from decisionflow.vocabulary import OperationId
 from decisionflow_server.storage import db
 from orchestrator.audit.progress import AuditStatus
 from orchestrator.metrics import AuditCollector
 from orchestrator.store import OrchestratorStore
 from tests.metrics.scrape import scrape
-from tests.support.audit import ORIGIN, SIGNER, check_log
+from tests.support.audit import ORIGIN, SIGNER, check_log, entries
 from tests.support.stack import Stack, approve, start_request
 
 
@@ -64,6 +64,32 @@ def test_an_approval_is_logged_sequenced_and_signed_by_the_running_server(make_s
     assert seen.value("decisionflow_audit_oldest_unsequenced_age_seconds") == 0
     assert seen.value("decisionflow_audit_unsigned_age_seconds") == 0
     assert 0 <= seen.value("decisionflow_audit_checkpoint_age_seconds") < 60
+
+
+def test_a_settlement_through_grpc_is_logged_with_the_calling_principal(make_stack: Callable[..., Stack]) -> None:
+    # Every Apply commits and loses its reply: the Approve ends UNKNOWN, and a lookup settles it.
+    stack = make_stack(receiver_failpoints="receiver.commit_then_lose_reply=raise", receiver_timeout_seconds=1.0)
+    review = stack.review()
+    op = review.StartReview(start_request(), timeout=10).proposal.operation_id
+    assert review.Approve(approve(op), timeout=10).outcome == common_pb2.OUTCOME_UNKNOWN
+    found = stack.receiver().Lookup(effect_receiver_pb2.LookupRequest(operation_id=op), timeout=5).result
+    assert found.status == common_pb2.LOOKUP_STATUS_APPLIED
+    settlement = operations_pb2.Settlement(
+        operation_id=op, status=found.status, consistency=found.consistency, receipt=found.receipt
+    )
+    settled = stack.operations().SettleOperation(operations_pb2.SettleOperationRequest(settlement=settlement))
+    assert settled.settled and settled.operation.state == common_pb2.OPERATION_STATE_COMMITTED
+
+    engine = db.create_engine(stack.orchestrator_url, pool_size=1)
+    try:
+        leaves = [row.leaf for row in entries(OrchestratorStore(engine))]
+    finally:
+        engine.dispose()
+    assert [type(leaf) for leaf in leaves] == [ProposalLeaf, DecisionLeaf, SettlementLeaf]
+    settled_leaf = leaves[-1]
+    assert isinstance(settled_leaf, SettlementLeaf)
+    # No credentials on this stack: every caller is the anonymous principal, and the leaf says so.
+    assert (settled_leaf.operation_id, settled_leaf.state, settled_leaf.principal) == (op, "COMMITTED", "anonymous")
 
 
 def test_without_a_key_the_server_sequences_signs_nothing_and_says_so_once(

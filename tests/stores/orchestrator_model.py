@@ -3,8 +3,10 @@
 The rules are written from the store's contract (its docstrings and the design), not from its SQL:
 a proposal per operation id, the case's current pointer moved by the rules of start, replace and
 edit, one decision per operation, attempts under a lease, receipts and rejections only on open
-operations, lookups noted and settled, checkpoints pruned when settled or superseded. Each method
-returns what the store must answer, or raises the refusal it must raise; a refusal changes nothing.
+operations, lookups noted and settled, checkpoints pruned when settled or superseded, and the audit
+log's leaves: one per event that changes what a case means, none for a write that changes nothing
+(docs/audit-log.md, "What is logged"). Each method returns what the store must answer, or raises the
+refusal it must raise; a refusal changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from decisionflow.transparency import (
+    DecisionLeaf,
+    EffectLeaf,
+    Leaf,
+    ProposalLeaf,
+    RejectionLeaf,
+    SettlementLeaf,
+)
 from decisionflow.vocabulary import OPEN_STATES, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     LookupNote,
@@ -70,6 +80,8 @@ class StoreModel:
     cases: dict[str, tuple[str, datetime]] = field(default_factory=dict)
     # checkpoint id -> operation id
     checkpoints: dict[str, str] = field(default_factory=dict)
+    # The audit log's leaves, in the order their events were recorded.
+    leaves: list[Leaf] = field(default_factory=list)
 
     # Reads.
 
@@ -156,6 +168,8 @@ class StoreModel:
             raise Refused("CaseHasOpenProposal", case_id, current)
         stored = self._insert(proposal, review, saved)
         self.cases[case_id] = (proposal.operation_id, proposal.created_at)
+        event = "started" if expected is None else "replaced"
+        self._proposal_leaf(stored, event, stored.created_by, stored.created_at, expected)
         return stored, True
 
     def create_edit(self, proposal: Proposal, expected: str, review: PendingReview, saved: Sequence[str]) -> Proposal:
@@ -178,7 +192,27 @@ class StoreModel:
             )
             self.checkpoints.update(dict.fromkeys(saved, proposal.operation_id))
         self.cases[case_id] = (proposal.operation_id, proposal.created_at)
-        return self.proposals[proposal.operation_id]
+        # Edited back to content that exists, the leaf holds that proposal with this edit's editor and time.
+        stored = self.proposals[proposal.operation_id]
+        self._proposal_leaf(stored, "edited", proposal.created_by, proposal.created_at, expected)
+        return stored
+
+    def _proposal_leaf(self, stored: Proposal, event: str, principal: str, at: datetime, previous: str | None) -> None:
+        content = stored.content
+        self.leaves.append(
+            ProposalLeaf(
+                at,
+                event,
+                principal,
+                content.case_id,
+                stored.operation_id,
+                None if previous is None else OperationId(previous),
+                content.action,
+                content.body,
+                content.evidence,
+                content.policy,
+            )
+        )
 
     def _insert(self, proposal: Proposal, review: PendingReview, saved: Sequence[str]) -> Proposal:
         parent = None if proposal.parent_operation_id is None else self.proposals.get(proposal.parent_operation_id)
@@ -208,6 +242,7 @@ class StoreModel:
         if current != op:
             raise Refused("StaleProposal", op, current or "")
         self.decisions[op] = decided
+        self.leaves.append(DecisionLeaf(decided.decided_at, op, decided.decision.value, decided.reviewer))
         stored.state_changed_at = decided.decided_at
         if attempt is None:
             approve = decided.decision is Decision.APPROVE
@@ -266,6 +301,7 @@ class StoreModel:
         if stored.state in OPEN_STATES:
             stored.state, stored.state_changed_at, stored.receipt = OperationState.COMMITTED, now, receipt
             stored.lease_until, stored.lease_holder = None, None
+            self.leaves.append(EffectLeaf(now, OperationId(operation_id), receipt.receipt_id, receipt.applied_at))
         return self.operation(operation_id)
 
     def record_rejection(self, operation_id: str, reason: str, now: datetime) -> Operation:
@@ -275,12 +311,14 @@ class StoreModel:
             stored.state, stored.state_changed_at = OperationState.REJECTED, now
             stored.rejection_reason = reason[:MAX_REJECTION_REASON_CHARS]
             stored.lease_until, stored.lease_holder = None, None
+            self.leaves.append(RejectionLeaf(now, OperationId(operation_id), stored.rejection_reason))
         return self.operation(operation_id)
 
     # Settling and housekeeping.
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[tuple[Operation | None, bool]]:
-        """Every lookup is noted; APPLIED with a receipt commits an open operation (distinct operations)."""
+    def settle(self, settlements: Sequence[Settlement], settled_by: str) -> list[tuple[Operation | None, bool]]:
+        """Every lookup is noted; APPLIED with a receipt commits an open operation (distinct operations), with a
+        settlement leaf naming settled_by."""
         flags: list[bool] = []
         for s in settlements:
             stored = self.operations.get(s.operation_id)
@@ -288,14 +326,25 @@ class StoreModel:
                 flags.append(False)
                 continue
             stored.last_lookup = LookupNote(s.looked_up_at, s.status, s.consistency, s.error)
-            settled = s.status is LookupStatus.APPLIED and s.receipt is not None and stored.state in OPEN_STATES
-            if settled:
+            receipt = s.receipt if s.status is LookupStatus.APPLIED else None
+            settled = receipt is not None and stored.state in OPEN_STATES
+            if receipt is not None and settled:
                 stored.state, stored.state_changed_at, stored.receipt = (
                     OperationState.COMMITTED,
                     s.looked_up_at,
                     s.receipt,
                 )
                 stored.lease_until, stored.lease_holder = None, None
+                self.leaves.append(
+                    SettlementLeaf(
+                        s.looked_up_at,
+                        s.operation_id,
+                        OperationState.COMMITTED.value,
+                        settled_by,
+                        receipt.receipt_id,
+                        receipt.applied_at,
+                    )
+                )
             flags.append(settled)
         return [
             (self.operation(s.operation_id) if s.operation_id in self.operations else None, flag)

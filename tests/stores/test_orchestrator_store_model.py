@@ -4,8 +4,9 @@ Hypothesis drives random sequences of start, replace, edit, approve, decline (wi
 first attempt), attempt, re-drive by another holder, release, receipt, rejection, lookup notes,
 settling and pruning across several cases, authors and reviewers, on a database that already holds
 decided operations of other cases. After every step each row the store returned must equal the
-model's answer and a fresh read; after every step the whole table of operations, the tally and the
-reviewer's inbox must equal the model's. Every statement the run executed is then compiled for both
+model's answer and a fresh read; after every step the whole table of operations, the tally, the
+reviewer's inbox and the audit log's entries (each decoded, with the ids it is found by) must equal
+the model's. Every statement the run executed is then compiled for both
 dialects and checked for a subquery column without its table (tests/support/sql_scopes.py).
 """
 
@@ -30,6 +31,16 @@ from hypothesis.stateful import (
 )
 
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
+from decisionflow.transparency import (
+    DecisionLeaf,
+    EffectLeaf,
+    ProposalLeaf,
+    RejectionLeaf,
+    SettlementLeaf,
+    decode_leaf,
+    encode_leaf,
+    leaf_hash,
+)
 from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     FirstAttempt,
@@ -41,7 +52,7 @@ from orchestrator.domain import (
     Settlement,
     proposal_content,
 )
-from orchestrator.schema import metadata
+from orchestrator.schema import audit_entries, metadata
 from orchestrator.store import OrchestratorStore, migrate
 from orchestrator.store import _statements as q
 from tests.stores.orchestrator_model import Refused, StoreModel
@@ -58,6 +69,14 @@ HOLDERS = ("host-a:101:i1", "host-b:202:i2")
 POLICY = PolicyRef("support-replies", "2026-10", 9, {"max_refund_eur": "200"})
 ACTION = "record_support_review"
 STATES = tuple(OperationState)
+# The kind column each leaf is stored with.
+KINDS = {
+    ProposalLeaf: "proposal",
+    DecisionLeaf: "decision",
+    EffectLeaf: "effect",
+    RejectionLeaf: "rejection",
+    SettlementLeaf: "settlement",
+}
 
 
 def proposal(case_id: str, body: str, author: str, at: datetime, parent: str | None, edited: bool) -> Proposal:
@@ -325,7 +344,8 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
             Settlement(OperationId("op-v1-" + "0" * 64), LookupStatus.NOT_FOUND, Consistency.STRONG, None, "", at)
         )
         self.both(
-            lambda: self.store.settle(settlements, settled_by="reconciler"), lambda: self.model.settle(settlements)
+            lambda: self.store.settle(settlements, settled_by="reconciler"),
+            lambda: self.model.settle(settlements, "reconciler"),
         )
         for op in ops:
             self.fresh(op)
@@ -348,6 +368,18 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
         assert self.store.list_pending_reviews(PendingReviewFilter(), 10_000, None) == self.model.pending_reviews()
         for case in CASES:
             assert self.store.current_operation_id(CaseId(case)) == self.model.current(case)
+
+    @invariant()
+    def audit_log_matches(self) -> None:
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(sa.select(audit_entries).order_by(audit_entries.c.entry_id)).all()
+        assert [decode_leaf(bytes(row.leaf)) for row in rows] == self.model.leaves
+        assert [bytes(row.leaf_hash) for row in rows] == [leaf_hash(encode_leaf(leaf)) for leaf in self.model.leaves]
+        kinds = [KINDS[type(leaf)] for leaf in self.model.leaves]
+        assert [row.kind for row in rows] == kinds
+        assert [row.operation_id for row in rows] == [leaf.operation_id for leaf in self.model.leaves]
+        cases = [self.model.operations[leaf.operation_id].case_id for leaf in self.model.leaves]
+        assert [row.case_id for row in rows] == cases
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -29,6 +29,7 @@ ROLE_MAP: tuple[tuple[str, frozenset[Role]], ...] = (
     ("reviewers", frozenset({Role.REVIEWER})),
     ("authors", frozenset({Role.AUTHOR})),
     ("operators", frozenset({Role.OPERATOR})),
+    ("auditors", frozenset({Role.AUDITOR})),
 )
 USERS: dict[str, list[str]] = {
     "rita": ["reviewers"],

@@ -37,7 +37,7 @@ def test_an_honest_history_of_every_kind_passes() -> None:
         B,
         DecisionLeaf(AT, A.operation_id, "APPROVE", "rita"),
         EffectLeaf(AT, A.operation_id, "r-1", AT),
-        SettlementLeaf(AT, A.operation_id, "COMMITTED", "olga"),
+        SettlementLeaf(AT, A.operation_id, "COMMITTED", "olga", "rcpt-a", AT),
         ExpiryLeaf(AT, B.operation_id),
     )
     assert history.kinds == {"proposal": 2, "decision": 1, "effect": 1, "settlement": 1, "expiry": 1}

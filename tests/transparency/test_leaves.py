@@ -63,7 +63,8 @@ LEAVES: list[Leaf] = [
     EffectLeaf(AT, OPERATION, "rcpt-1", AT),
     EffectLeaf(AT, OPERATION, "rcpt-1", None),
     RejectionLeaf(AT, OPERATION, "IDEMPOTENCY_KEY_REUSED"),
-    SettlementLeaf(AT, OPERATION, "COMMITTED", "operator-1"),
+    SettlementLeaf(AT, OPERATION, "COMMITTED", "operator-1", "rcpt-2", AT),
+    SettlementLeaf(AT, OPERATION, "COMMITTED", "reconciler", "rcpt-2", None),
     ExpiryLeaf(AT, OPERATION),
 ]
 

@@ -14,6 +14,7 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from decisionflow_server.apps.console.audit_pages import AuditPages
 from decisionflow_server.apps.console.config import ConsoleConfig
 from decisionflow_server.apps.console.navigation import CallerRoles
 from decisionflow_server.apps.console.operator_pages import OperatorPages
@@ -68,6 +69,7 @@ def create_app(
     sign_in = SignIn(config, store, pages, origin)
     review = ReviewPages(orchestrator, pages)
     operator = OperatorPages(orchestrator, pages)
+    audit = AuditPages(orchestrator, pages, config.audit_log_key)
     routes: list[Any] = [
         Route(HEALTH_PATH, healthz),
         Route("/", review.inbox),
@@ -87,6 +89,9 @@ def create_app(
         Route("/operations/{operation_id}/redrive", operator.redrive, methods=["POST"]),
         Route("/operations/{operation_id}/settle", operator.settle_form),
         Route("/operations/{operation_id}/settle", operator.settle, methods=["POST"]),
+        Route("/audit", audit.lookup),
+        Route("/audit/{operation_id}", audit.trail),
+        Route("/audit/{operation_id}/bundle", audit.bundle),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

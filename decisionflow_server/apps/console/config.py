@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from decisionflow import addresses
+from decisionflow.transparency import NoteVerifier
 from decisionflow_server.apps.console.connections import ConnectionLimits
 from decisionflow_server.foundation import arguments, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
@@ -34,6 +35,10 @@ def _session_key(value: str) -> bytes:
         # A secret: say how long it must be, never what it is.
         raise ValueError(f"the session key must be at least {MIN_SESSION_KEY_BYTES} bytes")
     return key
+
+
+def _verifier_key(value: str) -> NoteVerifier:
+    return NoteVerifier.from_vkey(value)  # a TransparencyError is a ValueError: the setting's error says which
 
 
 def public_url(value: str) -> str:
@@ -140,6 +145,14 @@ SESSION_LIFETIME_SECONDS = Setting(
     "28800",
     parse=settings.positive_seconds,
 )
+AUDIT_LOG_KEY_FILE = Setting(
+    "audit_log_key_file",
+    "DECISIONFLOW_CONSOLE_AUDIT_LOG_KEY_FILE",
+    "file holding the audit log's verifier key (name+keyid+key, as decisionflow-orchestrator audit-keygen prints "
+    "it): the audit page checks each leaf's inclusion proof against the latest checkpoint signed with it "
+    "(unset: the page shows the leaves and says they are not verified)",
+    parse=settings.from_file(_verifier_key),
+)
 HEADER_TIMEOUT_SECONDS = Setting(
     "header_timeout_seconds",
     "DECISIONFLOW_CONSOLE_HEADER_TIMEOUT_SECONDS",
@@ -177,6 +190,7 @@ class ConsoleConfig:
     oidc_groups_claim: str = settings.value(OIDC_GROUPS_CLAIM)
     session_key: bytes = settings.required(SESSION_KEY_FILE)
     session_lifetime_seconds: float = settings.value(SESSION_LIFETIME_SECONDS)
+    audit_log_key: NoteVerifier | None = settings.value_or_none(AUDIT_LOG_KEY_FILE)
     connections: ConnectionLimits = settings.group(
         ConnectionLimits, header_timeout_seconds=HEADER_TIMEOUT_SECONDS, max_connections=MAX_CONNECTIONS
     )
@@ -206,9 +220,10 @@ def parser() -> argparse.ArgumentParser:
     """Return the command-line parser of decisionflow-console."""
     cli = arguments.ArgumentParser(
         prog=PROGRAM,
-        description="The review console: reviewers read, edit and decide proposals, and operators settle "
-        "operations, in a browser, signed in with OpenID Connect. Every call goes to the orchestrator with "
-        "the person's own access token; the orchestrator decides. See docs/console.md.",
+        description="The review console: reviewers read, edit and decide proposals, operators settle "
+        "operations, and auditors check an operation's audit trail, in a browser, signed in with OpenID "
+        "Connect. Every call goes to the orchestrator with the person's own access token; the orchestrator "
+        "decides. See docs/console.md.",
     )
     add_settings(cli, SETTINGS)
     add_version_flag(cli)

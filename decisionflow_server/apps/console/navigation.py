@@ -10,6 +10,7 @@ whose link is left out still answers with the orchestrator's refusal when opened
     reviewer, author or operator       Inbox
     author                             Start a case
     operator                           Operator desk
+    auditor or operator                Audit log
     none of them (PERMISSION_DENIED)   none
     not read yet (the call failed)     none; read again on the next request
 """
@@ -35,10 +36,13 @@ class NavLink:
     rpc: str
 
 
+# Also the link an operation's page gives to its audit trail, to the same roles.
+AUDIT_LOG = NavLink("/audit", "Audit log", "nav-audit", "/decisionflow.v1.AuditService/GetInclusionProof")
 NAVIGATION: tuple[NavLink, ...] = (
     NavLink("/", "Inbox", "nav-inbox", "/decisionflow.v1.ReviewService/ListPendingReviews"),
     NavLink("/start", "Start a case", "nav-start", "/decisionflow.v1.ReviewService/StartReview"),
     NavLink("/operations", "Operator desk", "nav-desk", "/decisionflow.v1.OperationsService/ListOperations"),
+    AUDIT_LOG,
 )
 # Looked up once, at import: a link naming a call the policy does not know fails here, not on a page.
 _ALLOWED: dict[NavLink, frozenset[Role]] = {link: RPC_ROLES[link.rpc] for link in NAVIGATION}
@@ -46,9 +50,12 @@ _ALLOWED: dict[NavLink, frozenset[Role]] = {link: RPC_ROLES[link.rpc] for link i
 
 def links_for(roles: frozenset[Role] | None) -> tuple[NavLink, ...]:
     """Return the links whose page's call the policy admits one of roles to; none while roles are unknown."""
-    if roles is None:
-        return ()
-    return tuple(link for link in NAVIGATION if not roles.isdisjoint(_ALLOWED[link]))
+    return tuple(link for link in NAVIGATION if admits(roles, link))
+
+
+def admits(roles: frozenset[Role] | None, link: NavLink) -> bool:
+    """Whether the policy admits one of roles to the call link's page makes (never while roles are unknown)."""
+    return roles is not None and not roles.isdisjoint(_ALLOWED[link])
 
 
 async def read_roles(orchestrator: Orchestrator, access_token: str) -> frozenset[Role] | None:

@@ -1,6 +1,6 @@
 """The operator's desk (role operator, as for ``decisionflow ops``): open operations with their age,
-Unknown first, then APPROVED ones oldest first; one operation's every field; a re-drive and a
-recorded lookup, each behind a confirmation page."""
+Unknown first, then APPROVED ones oldest first; one operation's every field (with a link to its audit
+trail for those who may read the log); a re-drive and a recorded lookup, each behind a confirmation page."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from decisionflow.client import (
     Settlement,
 )
 from decisionflow.vocabulary import OperationId
+from decisionflow_server.apps.console.navigation import AUDIT_LOG, admits
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
 from decisionflow_server.apps.console.refusals import explain
@@ -79,7 +80,13 @@ class OperatorPages:
             operation = await self._orchestrator.review(_token(session)).get_operation(operation_id)
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing="read this operation", role="operator"))
-        return self._pages.render(request, "operation.html", operation=operation, now=datetime.now(UTC))
+        return self._pages.render(
+            request,
+            "operation.html",
+            operation=operation,
+            audit_trail=admits(session.roles, AUDIT_LOG),
+            now=datetime.now(UTC),
+        )
 
     async def confirm_redrive(self, request: Request) -> Response:
         """Ask before a re-drive: say what it does (to an operator; anyone else is refused, as the POST is)."""

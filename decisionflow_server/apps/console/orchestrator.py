@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from decisionflow.channels import check_cleartext_token, open_aio_channel
-from decisionflow.client import AsyncOperationsClient, AsyncReviewClient, Caller
+from decisionflow.client import AsyncAuditClient, AsyncOperationsClient, AsyncReviewClient, Caller
 from decisionflow.retry import CLIENT_DEFAULT, NO_RETRY
 
 # Stands for any person's token in the start-up check: a token that could not travel safely is refused.
@@ -53,6 +53,12 @@ class Orchestrator:
     def operations(self, access_token: str) -> AsyncOperationsClient:
         """Return an OperationsService client that calls as the holder of access_token."""
         return AsyncOperationsClient(
+            self._open(), timeout=self._timeout, policy=CLIENT_DEFAULT, metadata=_bearer(access_token)
+        )
+
+    def audit(self, access_token: str) -> AsyncAuditClient:
+        """Return an AuditService client that calls as the holder of access_token."""
+        return AsyncAuditClient(
             self._open(), timeout=self._timeout, policy=CLIENT_DEFAULT, metadata=_bearer(access_token)
         )
 

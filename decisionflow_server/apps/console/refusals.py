@@ -9,6 +9,7 @@ act on: what happened, what it means for the decision, and where to go next.
     KeyRetentionExceeded                 never re-drive; escalate                            409
     ReviewExpired                        an operator expired it; edit it to ask again         409
     TooManyOpenReviews                   you have the most open proposals one author may      409
+    BeyondCheckpoint                     no signed checkpoint covers it yet; try again soon   409
     PreconditionFailed (other reasons)   the orchestrator's message                          409
     QuotaExceeded                        too many or too large, too fast; try again in … s   429
     FourEyes                             you created this proposal (or one it came from)     403
@@ -34,6 +35,7 @@ import grpc
 
 from decisionflow import reasons
 from decisionflow.client import (
+    BeyondCheckpoint,
     CaseHasOpenProposal,
     DeadlineExceeded,
     DecisionConflict,
@@ -140,6 +142,17 @@ def _open_reviews(error: TooManyOpenReviews, asked: _Asked) -> Refusal:
         "changed. Try again once reviewers have decided some of them."
     )
     return Refusal(409, "Too many proposals waiting for review", words)
+
+
+@_words.register
+def _beyond_checkpoint(error: BeyondCheckpoint, asked: _Asked) -> Refusal:
+    size = error.checkpoint_size
+    latest = f"its latest covers {size} leaves" if size else "none is signed yet"
+    words = (
+        f"No checkpoint the audit log signed covers this yet ({latest}). The orchestrator signs one within an "
+        "interval of its sequencer; try again in a moment."
+    )
+    return Refusal(409, "Not in a signed checkpoint yet", words)
 
 
 @_words.register

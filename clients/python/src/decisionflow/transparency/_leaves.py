@@ -15,7 +15,8 @@ UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian l
     decision    operation_id, decision (APPROVE|DECLINE), principal (the reviewer)
     effect      operation_id, receipt_id, applied_at ("" when the receiver left it out)
     rejection   operation_id, reason (the receiver refused the effect for good)
-    settlement  operation_id, state (the state an operator settled it to), principal (the operator)
+    settlement  operation_id, state (the state a lookup settled it to), principal (who settled it),
+                receipt_id, applied_at ("" when the receiver left it out): the receipt the lookup found
     expiry      operation_id (an abandoned review, moved to EXPIRED)
 
 A proposal leaf carries the whole content its operation id is computed from, so an auditor
@@ -92,12 +93,15 @@ class RejectionLeaf:
 
 @dataclass(frozen=True, slots=True)
 class SettlementLeaf:
-    """An operator settled an open operation to a final state."""
+    """A lookup settled an open operation to a final state: the receiver's receipt it found, and who settled it
+    (the reconciler or an operator)."""
 
     recorded_at: datetime
     operation_id: OperationId
     state: str
     principal: str
+    receipt_id: str
+    applied_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,8 @@ def _fields(leaf: Leaf) -> list[str]:
         case RejectionLeaf():
             return ["rejection", leaf.operation_id, leaf.reason]
         case SettlementLeaf():
-            return ["settlement", leaf.operation_id, leaf.state, leaf.principal]
+            applied = "" if leaf.applied_at is None else format_time(leaf.applied_at)
+            return ["settlement", leaf.operation_id, leaf.state, leaf.principal, leaf.receipt_id, applied]
         case ExpiryLeaf():
             return ["expiry", leaf.operation_id]
 
@@ -230,7 +235,9 @@ def _decode_kind(kind: str, at: datetime, rest: _Fields) -> Leaf:
     if kind == "rejection":
         return RejectionLeaf(at, OperationId(rest.take()), rest.take())
     if kind == "settlement":
-        return SettlementLeaf(at, OperationId(rest.take()), rest.take(), rest.take())
+        operation_id, state, principal, receipt_id = OperationId(rest.take()), rest.take(), rest.take(), rest.take()
+        applied = rest.take()
+        return SettlementLeaf(at, operation_id, state, principal, receipt_id, _parse_time(applied) if applied else None)
     if kind == "expiry":
         return ExpiryLeaf(at, OperationId(rest.take()))
     raise MalformedLeaf(f"unknown leaf kind {kind!r}")

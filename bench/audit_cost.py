@@ -1,0 +1,185 @@
+"""What the audit log's leaves cost a StartReview and a first Approve: the orchestrator's CPU per call with
+its leaves and without them, measured in alternating rounds in one run.
+
+Two orchestrators run side by side against one receiver, each on its own fresh database: the real one, and
+the same program with its leaves left out (``bench/_without_leaves.py``: no entry built, none inserted). Each
+round drives StartReviews and then their first Approves at 16 in flight through one and then the other (the
+order alternates between rounds, so a drift in the machine's load falls on both), and reads each
+orchestrator's CPU from /proc. The report is the CPU per call of each, summed over the rounds, and the share
+of a call's CPU the leaves take: (with - without) / with.
+
+    python -m bench.audit_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
+
+Prints figures and asserts nothing: ``tests/bench/test_audit_cost.py`` only checks that it runs and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench import _calls
+from bench._cpu import CpuMeter
+from bench._databases import fresh_databases
+from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
+from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS, ProcessStack, orchestrator_args
+from decisionflow_server.storage import db
+from orchestrator.schema import audit_entries
+
+IN_FLIGHT = 16
+WARMUP_CALLS = 32
+WITH = "with leaves"
+WITHOUT = "without leaves"
+MEASURES = ("StartReview", "first Approve")
+
+
+@dataclass
+class Tally:
+    """One orchestrator's CPU seconds and completed calls per measure, summed over the rounds."""
+
+    cpu_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEASURES, 0.0))
+    calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MEASURES, 0))
+    failures: int = 0
+    # Each round's CPU milliseconds per call, per measure, in round order.
+    per_round: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in MEASURES})
+
+    def ms_per_call(self, measure: str) -> float:
+        """CPU milliseconds per completed call of measure."""
+        calls = self.calls[measure]
+        return 1000 * self.cpu_seconds[measure] / calls if calls else 0.0
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"audit-cost: {message}\n")
+    sys.stderr.flush()
+
+
+async def _round(clients: _calls.Clients, meter: CpuMeter, tally: Tally, calls: int, tag: str) -> None:
+    tags = [f"{tag}-{i:05d}" for i in range(calls)]
+    before = meter.snapshot()["orchestrator"]
+    sample, operation_ids = await _calls.start_reviews(clients, tags, IN_FLIGHT)
+    middle = meter.snapshot()["orchestrator"]
+    approved = await _calls.approvals(clients, operation_ids, IN_FLIGHT, replay=False)
+    after = meter.snapshot()["orchestrator"]
+    for measure, seconds, done in (
+        ("StartReview", middle - before, sample.calls),
+        ("first Approve", after - middle, approved.calls),
+    ):
+        tally.cpu_seconds[measure] += seconds
+        tally.calls[measure] += done
+        tally.per_round[measure].append(1000 * seconds / done if done else 0.0)
+    tally.failures += sample.failures + approved.failures
+
+
+async def _measure(
+    orchestrators: dict[str, ServerProcess], receiver: ServerProcess, rounds: int, calls: int
+) -> dict[str, Tally]:
+    clients = {name: _calls.Clients(o.target, receiver.target, receiver.target) for name, o in orchestrators.items()}
+    meters = {name: CpuMeter({"orchestrator": o.pid}) for name, o in orchestrators.items()}
+    tallies = {name: Tally() for name in orchestrators}
+    run_id = uuid.uuid4().hex[:8]
+    try:
+        for name in orchestrators:
+            _progress(f"warming up the orchestrator {name} ({WARMUP_CALLS} reviews, not measured)")
+            await _round(clients[name], meters[name], Tally(), WARMUP_CALLS, f"{run_id}-warm-{len(name)}")
+        for number in range(1, rounds + 1):
+            order = list(orchestrators) if number % 2 else list(reversed(orchestrators))
+            for name in order:
+                _progress(f"round {number}/{rounds}: {calls} StartReviews and first Approves {name}")
+                tag = f"{run_id}-r{number}-{len(name)}"
+                await _round(clients[name], meters[name], tallies[name], calls, tag)
+    finally:
+        for client in clients.values():
+            await client.close()
+    return tallies
+
+
+def _entries(url: str) -> int:
+    engine = db.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(audit_entries)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _shares(tallies: dict[str, Tally], measure: str) -> list[float]:
+    # Each round's share, from the two orchestrators' runs back to back in that round.
+    pairs = zip(tallies[WITH].per_round[measure], tallies[WITHOUT].per_round[measure], strict=True)
+    return [(with_ - without) / with_ for with_, without in pairs if with_]
+
+
+def render(tallies: dict[str, Tally], database: str, rounds: int, calls: int) -> str:
+    """The table of CPU per call with and without leaves, the leaves' share of the total, and the median and
+    quartiles of each round's share (a load burst moves one round, not the median)."""
+    lines = [
+        f"audit leaves' cost ({database}, {rounds} alternating rounds of {calls} calls each at {IN_FLIGHT} in flight;"
+        " orchestrator CPU per call)",
+        f"  {'':<14}{WITHOUT:>15}{WITH:>15}{'leaves':>10}{'share':>8}   per-round share: median [quartiles]",
+    ]
+    for measure in MEASURES:
+        without = tallies[WITHOUT].ms_per_call(measure)
+        with_ = tallies[WITH].ms_per_call(measure)
+        share = (with_ - without) / with_ if with_ else 0.0
+        shares = _shares(tallies, measure)
+        quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else shares * 3
+        lines.append(
+            f"  {measure:<14}{without:>12.3f} ms{with_:>12.3f} ms{1000 * (with_ - without):>7.0f} µs"
+            f"{100 * share:>7.1f}%   {100 * statistics.median(shares):.1f}%"
+            f" [{100 * quartiles[0]:.1f}%, {100 * quartiles[2]:.1f}%]"
+        )
+    failed = sum(t.failures for t in tallies.values())
+    lines.append(f"  failed calls: {failed}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the measurement once and print its table."""
+    cli = argparse.ArgumentParser(prog="python -m bench.audit_cost", description=__doc__.split("\n\n")[0])
+    cli.add_argument("--quick", action="store_true", help="2 rounds of 48 calls (default: 16 rounds of 200)")
+    cli.add_argument("--postgres-url", help="run on fresh PostgreSQL databases made next to this one")
+    cli.add_argument("--rounds", type=int, help="alternating rounds")
+    cli.add_argument("--calls", type=int, help="StartReviews (and as many first Approves) per round per orchestrator")
+    ns = cli.parse_args(argv)
+    rounds = max(1, ns.rounds if ns.rounds is not None else (2 if ns.quick else 16))
+    calls = max(1, ns.calls if ns.calls is not None else (48 if ns.quick else 200))
+    with tempfile.TemporaryDirectory(prefix="decisionflow-audit-cost-") as scratch, ExitStack() as stack:
+        work = Path(scratch)
+        databases = {}
+        for name in (WITH, WITHOUT):
+            where = work / ("with" if name == WITH else "without")
+            where.mkdir()
+            databases[name] = stack.enter_context(fresh_databases(where, ns.postgres_url))
+        processes = ProcessStack(work, databases[WITH].receiver_url, databases[WITH].orchestrator_url, CHECKPOINT_KEY)
+        stack.callback(processes.close)
+        _progress(f"starting a receiver and two orchestrators ({databases[WITH].kind}) in {work}")
+        receiver = processes.start_receiver("receiver")
+        orchestrators = {WITH: processes.start_orchestrator("orchestrator-with-leaves", args=UNLIMITED_AUTHORS)}
+        baseline = spawn(
+            "bench._without_leaves",
+            orchestrator_args(databases[WITHOUT].orchestrator_url, receiver.target, extra=UNLIMITED_AUTHORS),
+            work,
+            "orchestrator-without-leaves",
+            env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY},
+        )
+        stack.callback(baseline.stop)
+        orchestrators[WITHOUT] = baseline
+        tallies = asyncio.run(_measure(orchestrators, receiver, rounds, calls))
+        entries = {name: _entries(databases[name].orchestrator_url) for name in (WITH, WITHOUT)}
+        print(render(tallies, databases[WITH].kind, rounds, calls))
+        print(f"  audit entries written: {entries[WITH]} {WITH}, {entries[WITHOUT]} {WITHOUT}")
+    return 1 if any(t.failures for t in tallies.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
