@@ -3,7 +3,8 @@
 #   ca/ca.key, ca/ca.pem      the private CA; ca/ is never mounted anywhere
 #   ca.pem                    the CA certificate clients verify servers with
 #   SERVICE.pem, SERVICE.key  a server certificate (serverAuth) per service name:
-#                             receiver, orchestrator-1, orchestrator-2 (compose), and orchestrator,
+#                             receiver, orchestrator-1, orchestrator-2 (compose; each also names
+#                             the alias orchestrator both replicas answer to), and orchestrator,
 #                             the one the orchestrator replicas share on Kubernetes; receiver and
 #                             orchestrator also name their Kubernetes Service DNS names in the
 #                             namespace DECISIONFLOW_KUBERNETES_NAMESPACE (default decisionflow)
@@ -17,6 +18,10 @@
 #   author.token, reviewer.token   for people using the decisionflow command; mounted nowhere
 # One token per caller and service: a service never receives a token the other service accepts.
 #   checkpoint.keys           the orchestrators' checkpoint HMAC key
+#   audit-signing.key         the orchestrators' Ed25519 key that signs the audit log's checkpoints
+#                             (docs/audit-log.md), named after DECISIONFLOW_AUDIT_ORIGIN (default
+#                             decisionflow.local/audit)
+#   audit-log.vkey            its verifier key (public): give it to auditors; the console reads it
 #   postgres.password         the PostgreSQL superuser's password
 #   {orchestrator,receiver}-database.password   each service's PostgreSQL role password
 #   {orchestrator,receiver}-database.url        the URL each service connects with
@@ -30,7 +35,7 @@
 #   deploy/make-secrets.sh [OUT_DIR]        (default: the deploy/secrets folder beside this script)
 # For Kubernetes: deploy/make-secrets.sh deploy/kubernetes/overlays/production/common/secrets
 # Needs openssl and the project's virtual environment (make setup); DECISIONFLOW=/path/to/decisionflow
-# overrides the command used.
+# and DECISIONFLOW_ORCHESTRATOR=/path/to/decisionflow-orchestrator override the commands used.
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -55,6 +60,19 @@ elif command -v decisionflow >/dev/null; then
   decisionflow=(decisionflow)
 else
   echo "make-secrets: no decisionflow command: run 'make setup' in $root first (or set DECISIONFLOW)" >&2
+  exit 1
+fi
+if [ -n "${DECISIONFLOW_ORCHESTRATOR:-}" ]; then
+  orchestrator=("$DECISIONFLOW_ORCHESTRATOR")
+elif [ -x "$root/.venv/bin/decisionflow-orchestrator" ]; then
+  orchestrator=("$root/.venv/bin/decisionflow-orchestrator")
+elif [ -x "$root/.venv/bin/python" ]; then
+  orchestrator=("$root/.venv/bin/python" -m orchestrator.main)
+elif command -v decisionflow-orchestrator >/dev/null; then
+  orchestrator=(decisionflow-orchestrator)
+else
+  echo "make-secrets: no decisionflow-orchestrator command: run 'make setup' in $root first" \
+    "(or set DECISIONFLOW_ORCHESTRATOR)" >&2
   exit 1
 fi
 command -v openssl >/dev/null || { echo "make-secrets: openssl is needed" >&2; exit 1; }
@@ -106,8 +124,10 @@ service_certificate() {
   server_certificate "$1" "$1.$namespace" "$1.$namespace.svc" "$1.$namespace.svc.cluster.local"
 }
 service_certificate receiver
+# Compose's orchestrator replicas: each its own name, and the network alias "orchestrator" both answer
+# to, which the reconciler and the console dial (docker-compose.yml).
 for service in orchestrator-1 orchestrator-2; do
-  server_certificate "$service"
+  server_certificate "$service" orchestrator
 done
 service_certificate orchestrator
 
@@ -123,6 +143,11 @@ token orchestrator --principal author --role author >author.token
 token orchestrator --principal reviewer --role reviewer >reviewer.token
 
 openssl rand -hex 32 >checkpoint.keys
+# The audit log's signing key; the command prints its verifier key in one JSON line.
+"${orchestrator[@]}" audit-keygen --out audit-signing.key 2>/dev/null >audit-keygen.json
+sed -n 's/.*"vkey": "\([^"]*\)".*/\1/p' audit-keygen.json >audit-log.vkey
+rm -f -- audit-keygen.json
+[ -s audit-log.vkey ] || { echo "make-secrets: audit-keygen printed no verifier key" >&2; exit 1; }
 openssl rand -hex 32 >console-session.key
 : >console-client-secret
 openssl rand -hex 24 >postgres.password
@@ -149,7 +174,8 @@ touch "$env_file"
 grep -v '^DECISIONFLOW_SECRETS_GID=' "$env_file" >"$env_file.tmp" || true
 printf 'DECISIONFLOW_SECRETS_GID=%s\n' "$(id -g)" >>"$env_file.tmp"
 mv -- "$env_file.tmp" "$env_file"
-echo "make-secrets: wrote the CA, server certificates, tokens, checkpoint key and database passwords to $out"
+echo "make-secrets: wrote the CA, server certificates, tokens, checkpoint key, audit log key and database passwords to $out"
+echo "make-secrets: the audit log's verifier key, for auditors: $(cat "$out/audit-log.vkey")"
 echo "make-secrets: set DECISIONFLOW_SECRETS_GID=$(id -g) in $env_file"
 echo "make-secrets: for the review console, write the client secret your OpenID provider issued into" \
   "$out/console-client-secret (left empty; see docs/deployment.md#the-review-console)"

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 import yaml
 
+from decisionflow.addresses import check_address, split_host_port
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
@@ -37,6 +38,7 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-reconciler": RECONCILER_SETTINGS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
+_ORCHESTRATOR = "decisionflow-orchestrator"
 
 
 # The Compose Specification's top-level elements, as Compose v2 reads them (x- extensions aside);
@@ -254,6 +256,53 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
         assert receiver.stop() == 0
 
 
+def _answers_to(service: dict[str, Any], name: str) -> set[str]:
+    """The names a compose service answers to on the default network: its own and its aliases there."""
+    networks = service.get("networks", {"default": {}})
+    assert isinstance(networks, dict) and "default" in networks, "on the default network"
+    return {name, *((networks["default"] or {}).get("aliases", []))}
+
+
+def _orchestrator_target(service: dict[str, Any]) -> tuple[str, int]:
+    target = str(service["environment"]["DECISIONFLOW_ORCHESTRATOR_TARGET"])
+    return split_host_port(check_address(target))
+
+
+@pytest.mark.parametrize("caller", ["reconciler", "console"])
+def test_the_reconciler_and_the_console_call_both_orchestrators_through_one_name(caller: str) -> None:
+    """Their target's name resolves to every orchestrator (a network alias both carry), so the client's
+    round_robin keeps a connection to each and calls the one that is up: the second orchestrator is
+    their failover. (That the project's clients spread calls over a name's addresses:
+    tests/client/test_client_channels.py.)"""
+    service = CONSOLE if caller == "console" else COMPOSE["services"][caller]
+    host, port = _orchestrator_target(service)
+    orchestrators = {name: s for name, s in COMPOSE["services"].items() if s.get("command", [""])[0] == _ORCHESTRATOR}
+    assert set(orchestrators) == {"orchestrator-1", "orchestrator-2"}
+    answering = {name for name, s in COMPOSE["services"].items() if host in _answers_to(s, name)}
+    assert answering == set(orchestrators), f"{caller} calls {host}, which only {sorted(answering)} answer to"
+    for name, orchestrator in orchestrators.items():
+        assert orchestrator["environment"]["DECISIONFLOW_ORCHESTRATOR_ADDRESS"] == f"0.0.0.0:{port}", name
+    assert "networks" not in service, "the caller is on the default network"
+    assert set(service["depends_on"]) == set(orchestrators)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make the secrets")
+def test_both_orchestrator_certificates_name_the_host_their_callers_dial() -> None:
+    host, _ = _orchestrator_target(COMPOSE["services"]["reconciler"])
+    for directory in world_traversable_directory():
+        made = make_secrets_as_documented(directory)
+        for name in ("orchestrator-1", "orchestrator-2"):
+            mounted = made.mounts(name)
+            certificate, ca = mounted["/run/secrets/server.pem"], mounted["/run/secrets/ca.pem"]
+            argv = ["openssl", "verify", "-CAfile", str(ca), "-purpose", "sslserver", "-verify_hostname", host]
+            verified = _run([*argv, str(certificate)])
+            assert verified.returncode == 0, (name, verified.stdout, verified.stderr)
+        receiver = made.mounts("receiver")["/run/secrets/server.pem"]
+        argv = ["openssl", "verify", "-CAfile", str(made.folder / "ca.pem"), "-verify_hostname", host, str(receiver)]
+        assert _run(argv).returncode != 0
+
+
 # docker-compose.console.yml: the review console, added on top of docker-compose.yml only when named.
 CONSOLE_FILE = ROOT / "docker-compose.console.yml"
 CONSOLE_COMPOSE = yaml.safe_load(CONSOLE_FILE.read_text())
@@ -290,13 +339,19 @@ def test_the_console_mounts_its_two_secrets_and_nothing_else() -> None:
     assert {entry["source"] for entry in CONSOLE["secrets"]} == {"console_client_secret", "console_session_key"}
     files = {CONSOLE_COMPOSE["secrets"][entry["source"]]["file"] for entry in CONSOLE["secrets"]}
     assert files == {"./deploy/secrets/console-client-secret", "./deploy/secrets/console-session.key"}
-    # The CA certificate is public: a config, read to verify the orchestrator's TLS.
-    [config] = CONSOLE["configs"]
-    assert CONSOLE_COMPOSE["configs"][config["source"]]["file"] == "./deploy/secrets/ca.pem"
+    # The CA certificate and the audit log's verifier key are public: configs, read to verify the
+    # orchestrator's TLS and the log's checkpoints.
+    configs = {CONSOLE_COMPOSE["configs"][config["source"]]["file"]: config["target"] for config in CONSOLE["configs"]}
+    assert configs == {
+        "./deploy/secrets/ca.pem": "/etc/decisionflow/ca.pem",
+        "./deploy/secrets/audit-log.vkey": "/etc/decisionflow/audit-log.vkey",
+    }
     assert "volumes" not in CONSOLE and "env_file" not in CONSOLE
     environment = CONSOLE["environment"]
-    assert not [k for k in environment if re.search("DATABASE|CREDENTIALS|TOKEN|CHECKPOINT", k)], environment
-    mounted = {_mount_path(entry) for entry in CONSOLE["secrets"]} | {config["target"]}
+    private = re.compile("DATABASE|CREDENTIALS|TOKEN|CHECKPOINT|SIGNING")
+    assert not [k for k in environment if private.search(k)], environment
+    assert environment["DECISIONFLOW_CONSOLE_AUDIT_LOG_KEY_FILE"] == "/etc/decisionflow/audit-log.vkey"
+    mounted = {_mount_path(entry) for entry in CONSOLE["secrets"]} | set(configs.values())
     named = {v for v in environment.values() if isinstance(v, str) and v.startswith(("/run/", "/etc/"))}
     assert named == mounted
     assert environment["DECISIONFLOW_CONSOLE_OIDC_CLIENT_SECRET_FILE"] == "/run/secrets/console-client-secret"
@@ -380,3 +435,16 @@ def test_the_console_starts_from_its_compose_files_alone_and_its_healthcheck_pas
             assert checked.returncode == 0, checked.stderr
         finally:
             assert console.stop() == 0
+
+
+HARDENING = {"read_only": True, "cap_drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("name", [*OURS, "console"])
+def test_every_decisionflow_container_runs_as_its_pod_does(name: str) -> None:
+    """A read-only root, no capabilities, no privilege escalation, as the Kubernetes pods'
+    securityContext; no writable path (no volume), as nothing in them writes a file."""
+    service = CONSOLE if name == "console" else COMPOSE["services"][name]
+    assert {key: service.get(key) for key in HARDENING} == HARDENING, name
+    assert "no-new-privileges:true" in service.get("security_opt", []), name
+    assert "volumes" not in service and "privileged" not in service and "cap_add" not in service, name

@@ -8,8 +8,10 @@ the settings and the commands."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,12 +37,14 @@ from tests.deploy.made import (
 )
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.databases import create_postgres_database, drop_postgres_database
-from tests.support.kubernetes import Rendered, render_production, validate
+from tests.support.kubernetes import KUBERNETES, PRODUCTION, Rendered, render_production, validate
 from tests.support.servers import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE_COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.console.yml").read_text())
 DOCS = ROOT / "docs" / "kubernetes.md"
+# The one kustomization that sets the image, a component both production steps include.
+RELEASE = PRODUCTION / "release" / "kustomization.yaml"
 NAMESPACE = "decisionflow"
 SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
@@ -108,22 +112,81 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 # --- The renders are what the supported Kubernetes takes --------------------------------------------
 
 
-def test_both_steps_render_and_only_the_first_migrates(rendered: Rendered) -> None:
-    assert {o["kind"] for o in rendered.migrate} >= {"Job", "Secret", "Namespace", "NetworkPolicy"}
+def test_the_three_steps_render_and_only_the_second_migrates(rendered: Rendered) -> None:
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in rendered.common) == [
+        ("Namespace", NAMESPACE),
+        ("Secret", "orchestrator-database"),
+        ("Secret", "receiver-database"),
+    ]
+    assert {o["kind"] for o in rendered.migrate} == {"Job", "ServiceAccount", "NetworkPolicy"}
     migrating = {name for name, t in _all_workloads(rendered).items() if "migrate" in _container(t)["command"]}
     assert migrating == {"orchestrator-migrate", "receiver-migrate"}
     assert not [o for o in rendered.services if o["kind"] == "Job"], "a migration Job in the services' step"
-    assert {
-        o["metadata"].get("namespace") for o in rendered.services + rendered.migrate if o["kind"] != "Namespace"
-    } == {NAMESPACE}
-    for template in _workloads(rendered.services).values():
+    assert {o["metadata"].get("namespace") for o in rendered.every if o["kind"] != "Namespace"} == {NAMESPACE}
+    for template in _all_workloads(rendered).values():
         image = _container(template)["image"]
         assert image == "decisionflow:0.1.0" == COMPOSE["x-decisionflow"]["image"], image
 
 
+def test_deleting_the_migration_step_deletes_only_the_migration_objects(rendered: Rendered) -> None:
+    """`kubectl delete -k` deletes what the step renders: the migration step renders its Jobs, their
+    ServiceAccount and NetworkPolicy and nothing else (no Namespace, no Secret the services mount),
+    and the services' step no Namespace (deleting it leaves the databases and the Jobs alone)."""
+    for o in rendered.migrate:
+        assert o["metadata"]["labels"]["app.kubernetes.io/component"] == "migrate", (o["kind"], o["metadata"]["name"])
+    assert not {"Namespace", "Secret", "ConfigMap"} & {o["kind"] for o in rendered.migrate}
+    assert "Namespace" not in {o["kind"] for o in rendered.services}
+    # What the Jobs mount is step 1's, under names that carry no hash, so step 2 names them unrendered.
+    mounted = {
+        volume["secret"]["secretName"]
+        for template in _workloads(rendered.migrate).values()
+        for volume in template["spec"]["volumes"]
+    }
+    assert mounted == {o["metadata"]["name"] for o in rendered.common if o["kind"] == "Secret"}
+
+
+def test_the_image_is_set_in_one_place_that_both_steps_take_it_from(kustomize: str) -> None:
+    """The file docs/kubernetes.md names for the image is the only kustomization that sets one, and an
+    image set there is the image of every workload of both steps."""
+    setting = sorted(
+        str(file.relative_to(KUBERNETES))
+        for file in KUBERNETES.rglob("kustomization.yaml")
+        if "images" in (yaml.safe_load(file.read_text()) or {})
+    )
+    assert setting == [str(RELEASE.relative_to(KUBERNETES))]
+    docs = DOCS.read_text()
+    assert f"`{RELEASE.relative_to(KUBERNETES)}`" in docs
+    assert "`overlays/production/kustomization.yaml` and your registry in its `images:`" not in docs
+    for directory in world_traversable_directory():
+        clone = run_documented_line_in_a_copy(directory, docs_make_secrets_line())
+        release = clone / RELEASE.relative_to(ROOT)
+        text = release.read_text()
+        assert text.count("newName: decisionflow\n") == text.count("newTag: 0.1.0\n") == 1
+        release.write_text(
+            text.replace("newName: decisionflow\n", "newName: registry.example.com/decisionflow\n").replace(
+                "newTag: 0.1.0\n", "newTag: 0.2.0\n"
+            )
+        )
+        again = render_production(kustomize, clone)
+        images = {name: _container(t)["image"] for name, t in _all_workloads(again).items()}
+        assert set(images) >= {"orchestrator", "receiver", "reconciler", "console", "orchestrator-migrate"}
+        assert set(images.values()) == {"registry.example.com/decisionflow:0.2.0"}, images
+
+
+def test_every_container_runs_a_pinned_tag_pulled_only_when_the_node_lacks_it(rendered: Rendered) -> None:
+    """IfNotPresent, so an image loaded into the node by hand (kind load docker-image, minikube image
+    load: no registry) runs as shipped; Always would make the kubelet pull a tag no registry holds."""
+    for name, template in _all_workloads(rendered).items():
+        for container in template["spec"]["containers"]:
+            assert container["imagePullPolicy"] == "IfNotPresent", name
+            tag = container["image"].rpartition("@")[0] or container["image"]
+            assert ":" in tag.rsplit("/", 1)[-1] and not tag.endswith(":latest"), (name, container["image"])
+
+
 @pytest.mark.parametrize("version", ["1.25.0", "1.37.0"])
 def test_every_object_validates_strictly_against_the_api_schemas(rendered: Rendered, version: str) -> None:
-    for step, text in (("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml)):
+    steps = (("common", rendered.common_yaml), ("migrate", rendered.migrate_yaml), ("services", rendered.services_yaml))
+    for step, text in steps:
         file = rendered.secrets.parent / f"{step}.yaml"
         file.write_text(text)
         checked = validate(file, version)
@@ -134,7 +197,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
     folder = rendered.secrets.parent / "checkov"
     folder.mkdir()
     file = folder / "rendered.yaml"
-    file.write_text(rendered.migrate_yaml + "---\n" + rendered.services_yaml)
+    file.write_text(rendered.common_yaml + "---\n" + rendered.migrate_yaml + "---\n" + rendered.services_yaml)
     done = subprocess.run(
         [checkov, "-f", str(file), "--framework", "kubernetes", "--skip-download", "-o", "json"],
         capture_output=True,
@@ -152,7 +215,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
         f"{o['kind']}.{o['metadata'].get('namespace', 'default')}.{o['metadata']['name']}": o["metadata"].get(
             "annotations", {}
         )
-        for o in rendered.migrate + rendered.services
+        for o in rendered.every
     }
     for skipped in report["results"]["skipped_checks"]:
         reasons = [v for k, v in annotations[skipped["resource"]].items() if k.startswith("checkov.io/skip")]
@@ -164,7 +227,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified(rendered: Ren
 
 def _secret_files(rendered: Rendered, template: dict[str, Any]) -> dict[str, bytes]:
     """Return each file a pod template's volumes put in its container, by mounted path, with its content."""
-    objects = {(o["kind"], o["metadata"]["name"]): o for o in rendered.services + rendered.migrate}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in rendered.every}
     volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
     files: dict[str, bytes] = {}
     for mount in _container(template).get("volumeMounts", []):
@@ -294,12 +357,34 @@ def test_the_replicas_autoscaler_and_disruption_budgets(rendered: Rendered) -> N
     assert metric["resource"]["name"] == "cpu"
     # The autoscaler owns the orchestrators' count: a count in the Deployment would reset it at each apply.
     assert "replicas" not in rendered.one("Deployment", "orchestrator")["spec"]
-    assert rendered.one("Deployment", "receiver")["spec"]["replicas"] == 2
     assert rendered.one("Deployment", "console")["spec"]["replicas"] == 1
     for name in ("orchestrator", "receiver"):
         budget = rendered.one("PodDisruptionBudget", name)
         labels = _workloads(rendered.services)[name]["metadata"]["labels"]
         assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_the_receivers_scale_with_the_orchestrators_and_keep_headroom_at_their_bound(rendered: Rendered) -> None:
+    """docs/kubernetes.md's figure: a third to a half of a receiver core per orchestrator core. With
+    every orchestrator the autoscaler may run at its CPU limit, the receivers it may run hold more
+    than half as many cores."""
+    assert "a third to a half of a core follows one orchestrator core" in DOCS.read_text()
+    hpa = rendered.one("HorizontalPodAutoscaler", "receiver")
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["spec"]["minReplicas"] >= 2
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "receiver"}
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    # The autoscaler owns the count: a count in the Deployment would reset it at each apply.
+    assert "replicas" not in rendered.one("Deployment", "receiver")["spec"]
+    most = {}
+    for name in ("orchestrator", "receiver"):
+        limit = _container(_workloads(rendered.services)[name])["resources"]["limits"]["cpu"]
+        most[name] = rendered.one("HorizontalPodAutoscaler", name)["spec"]["maxReplicas"] * _cores(limit)
+    assert most["receiver"] > most["orchestrator"] / 2, most
 
 
 @pytest.mark.parametrize("name", sorted(COMPOSE_SERVICE))
@@ -372,6 +457,28 @@ def test_the_pods_are_scraped_on_their_metrics_port(rendered: Rendered) -> None:
     assert yaml.safe_load(rules["data"]["alerts.yml"])["groups"], "no alert rules"
 
 
+def test_the_reconciler_cronjob_rules_name_the_rendered_namespace_and_cronjob(rendered: Rendered) -> None:
+    """The alert rules the ConfigMap ships read kube-state-metrics' series of the CronJob this render
+    makes, in the namespace it makes it in (a rule naming another would never fire)."""
+    rules = yaml.safe_load(rendered.one("ConfigMap", "decisionflow-alert-rules")["data"]["alerts.yml"])
+    [group] = [g for g in rules["groups"] if g["name"] == "decisionflow-kubernetes"]
+    cronjob = rendered.one("CronJob", "reconciler")
+    expressions = [rule["expr"] for rule in group["rules"]]
+    assert len(expressions) == 4 and all("kube_" in e for e in expressions)
+    for expr in expressions:
+        for selector in re.findall(r"kube_\w+\{([^}]*)\}", expr):
+            matchers = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', selector))
+            assert matchers["namespace"] == cronjob["metadata"]["namespace"], expr
+            named = {matchers.get("cronjob"), matchers.get("owner_name")} - {None}
+            assert named <= {cronjob["metadata"]["name"]}, expr
+    assert {m for e in expressions for m in re.findall(r'owner_kind="(\w+)"', e)} == {"CronJob"}
+    # The Jobs the CronJob makes are the ones its alert tells to read the logs of.
+    labels = cronjob["spec"]["jobTemplate"]["metadata"]["labels"]
+    [failed] = [rule for rule in group["rules"] if rule["alert"] == "DecisionflowReconcilerJobFailed"]
+    selector = f"app.kubernetes.io/component={labels['app.kubernetes.io/component']}"
+    assert selector in failed["annotations"]["description"]
+
+
 # --- NetworkPolicies, evaluated against the pods' labels --------------------------------------------
 
 Pod = tuple[str, dict[str, str]]  # namespace, labels
@@ -390,9 +497,19 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return wanted.items() <= labels.items()
 
 
-def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:
-    namespace, labels = pod
-    assert "ipBlock" not in peer
+def _peer(peer: dict[str, Any], policy_namespace: str, other: Pod | str) -> bool:
+    """Whether a policy peer selects other: a pod (by its namespace's and its own labels) or an IP
+    address beyond the cluster's pods (by an ipBlock)."""
+    if isinstance(other, str):
+        block = peer.get("ipBlock")
+        if block is None:
+            return False
+        address = ipaddress.ip_address(other)
+        inside = address in ipaddress.ip_network(block["cidr"])
+        return inside and not any(address in ipaddress.ip_network(e) for e in block.get("except", []))
+    if "ipBlock" in peer:
+        return False
+    namespace, labels = other
     if "namespaceSelector" in peer:
         in_namespace = _matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": namespace})
     else:
@@ -400,11 +517,13 @@ def _peer(peer: dict[str, Any], policy_namespace: str, pod: Pod) -> bool:
     return in_namespace and _matches(peer.get("podSelector", {}), labels)
 
 
-def _port(rule: dict[str, Any], port: int) -> bool:
-    return "ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == "TCP" for p in rule["ports"])
+def _port(rule: dict[str, Any], port: int, protocol: str = "TCP") -> bool:
+    return "ports" not in rule or any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in rule["ports"])
 
 
-def _allowed(policies: list[dict[str, Any]], direction: str, subject: Pod, other: Pod, port: int) -> bool:
+def _allowed(
+    policies: list[dict[str, Any]], direction: str, subject: Pod, other: Pod | str, port: int, protocol: str = "TCP"
+) -> bool:
     """Whether the policies selecting subject let traffic on port flow from other (Ingress) or to it (Egress)."""
     namespace, labels = subject
     selecting = [
@@ -418,7 +537,7 @@ def _allowed(policies: list[dict[str, Any]], direction: str, subject: Pod, other
         return True  # not isolated in this direction
     key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
     return any(
-        _port(rule, port) and (peers not in rule or any(_peer(q, namespace, other) for q in rule[peers]))
+        _port(rule, port, protocol) and (peers not in rule or any(_peer(q, namespace, other) for q in rule[peers]))
         for policy in selecting
         for rule in policy["spec"].get(key, [])
     )
@@ -460,26 +579,129 @@ def test_only_the_ingress_reaches_the_console(rendered: Rendered) -> None:
     assert _callers(rendered, "console", "http") == {"ingress"}
 
 
-def test_every_decisionflow_pod_reaches_out_only_where_it_must(rendered: Rendered) -> None:
+KUBE_DNS: Pod = ("kube-system", {"k8s-app": "kube-dns"})
+NODE_LOCAL_DNS = "169.254.20.10"
+OUTSIDE = "203.0.113.7"  # an address beyond the cluster's pods: a managed database, a provider, a collector
+ELSEWHERE: Pod = ("elsewhere", {"app": "something"})
+KEYCLOAK: Pod = ("keycloak", {"app.kubernetes.io/name": "keycloak"})
+PGBOUNCER: Pod = (NAMESPACE, {"app.kubernetes.io/name": "pgbouncer"})
+# Where a pod might send: each destination, and each port and protocol, tried from every workload.
+DESTINATIONS = ("kube-dns", "nodelocal-dns", "outside", "elsewhere", "orchestrator", "receiver", "console")
+PROBED_PORTS = (
+    (53, "UDP"),
+    (53, "TCP"),
+    *((port, "TCP") for port in (80, 443, 4317, 5432, 6432, 8080, 8443, 9100, 50051, 50061)),
+)
+
+
+def _destination(pods: dict[str, Pod], name: str) -> Pod | str:
+    fixed: dict[str, Pod | str] = {
+        "kube-dns": KUBE_DNS,
+        "nodelocal-dns": NODE_LOCAL_DNS,
+        "outside": OUTSIDE,
+        "elsewhere": ELSEWHERE,
+    }
+    return fixed[name] if name in fixed else pods[name]
+
+
+Egress = set[tuple[str, str, int, str]]  # workload, destination, port, protocol
+
+
+def _egress(policies: list[dict[str, Any]], pods: dict[str, Pod], workloads: list[str]) -> Egress:
+    """Every (workload, destination, port, protocol) of the probes that the policies let out of the pod."""
+    return {
+        (name, destination, port, protocol)
+        for name in workloads
+        for destination in DESTINATIONS
+        for port, protocol in PROBED_PORTS
+        if _allowed(policies, "Egress", pods[name], _destination(pods, destination), port, protocol)
+    }
+
+
+def _documented_egress(workloads: list[str]) -> Egress:
+    """The same set, as docs/kubernetes.md's table of what each pod may reach declares it."""
+    section = DOCS.read_text().split("## Network policies", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| from | to | port | why |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:-1] for line in table.strip().splitlines()[1:]]
+    assert rows, "no row in the egress table"
+    declared: Egress = set()
+    for source, cell, ports, _why in rows:
+        sources: list[str] = []
+        for word in source.strip().split(", "):
+            if word == "every decisionflow pod":
+                sources += workloads
+            elif word == "migration Jobs":
+                sources += ["orchestrator-migrate", "receiver-migrate"]
+            else:
+                assert word in workloads, word
+                sources.append(word)
+        target = cell.strip()
+        if target.startswith("kube-dns "):
+            targets = ["kube-dns"]
+        elif target.startswith("NodeLocal DNSCache ") and f"`{NODE_LOCAL_DNS}`" in target:
+            targets = ["nodelocal-dns"]
+        elif target == "any address":
+            targets = list(DESTINATIONS)
+        else:
+            assert target.endswith(" pods") and target[: -len(" pods")] in workloads, target
+            targets = [target[: -len(" pods")]]
+        for entry in ports.strip().split(", "):
+            port, _, protocol = entry.partition(" ")
+            declared |= {(s, t, int(port), protocol or "TCP") for s in sources for t in targets}
+    return declared
+
+
+def test_every_decisionflow_pod_reaches_out_only_where_the_docs_say(rendered: Rendered) -> None:
+    """Egress, evaluated from every workload to DNS (kube-dns and NodeLocal DNSCache), an address beyond
+    the cluster, a pod elsewhere and the peers, on every port a pod of ours or of a site might use:
+    exactly docs/kubernetes.md's table."""
     policies = [o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"]
     pods = _pods(rendered)
-    anywhere: Pod = ("elsewhere", {})
-    database, provider, dns = 5432, 443, 53
-    kube_dns: Pod = ("kube-system", {"k8s-app": "kube-dns"})
-    wanted = {
-        "orchestrator": {database, provider},
-        "receiver": {database},
-        "console": {provider},
-        "reconciler": set(),
-        "orchestrator-migrate": {database},
-        "receiver-migrate": {database},
-    }
-    for name, ports in wanted.items():
-        reached = {
-            p for p in (database, provider, 80, 50051, 50061) if _allowed(policies, "Egress", pods[name], anywhere, p)
-        }
-        assert reached == ports, name
-        assert _allowed(policies, "Egress", pods[name], kube_dns, dns), name
+    workloads = sorted(_all_workloads(rendered))
+    allowed = _egress(policies, pods, workloads)
+    assert allowed == _documented_egress(workloads)
+    # What the issue found blocked: traces to a collector, and the node's DNS cache.
+    for name in ("orchestrator", "receiver"):
+        assert (name, "outside", 4317, "TCP") in allowed
+    for name in workloads:
+        assert (name, "nodelocal-dns", 53, "UDP") in allowed and (name, "kube-dns", 53, "UDP") in allowed
+    # The migration step alone (applied before the services' policies exist) lets its Jobs resolve names.
+    alone = [o for o in rendered.migrate if o["kind"] == "NetworkPolicy"]
+    for job in ("orchestrator-migrate", "receiver-migrate"):
+        assert _egress(alone, pods, [job]) == {e for e in allowed if e[0] == job}
+
+
+def test_a_site_component_opens_its_provider_and_pooler_to_the_pods_that_need_them(
+    kustomize: str, rendered: Rendered
+) -> None:
+    """deploy/kubernetes/components/site-egress, listed in both steps as docs/kubernetes.md shows, opens
+    an in-cluster provider on 8443 to the orchestrators and the console and a pooler on 6432 to what
+    opens database connections, and nothing else; without it neither is reachable."""
+    docs = DOCS.read_text()
+    lines = {"services": "  - ../../components/site-egress\n", "migrate": "  - ../../../components/site-egress\n"}
+    assert all(line in docs for line in lines.values())
+    for directory in world_traversable_directory():
+        clone = run_documented_line_in_a_copy(directory, docs_make_secrets_line())
+        for step, overlay in (("services", PRODUCTION), ("migrate", PRODUCTION / "migrate")):
+            file = clone / overlay.relative_to(ROOT) / "kustomization.yaml"
+            text = file.read_text()
+            assert text.count("\ncomponents:\n") == 1
+            file.write_text(text.replace("\ncomponents:\n", "\ncomponents:\n" + lines[step]))
+        opened = render_production(kustomize, clone)
+    workloads = sorted(_all_workloads(rendered))
+    pods = _pods(rendered)
+
+    def reaching(render: Rendered, target: Pod, port: int) -> set[str]:
+        policies = [o for o in render.services + render.migrate if o["kind"] == "NetworkPolicy"]
+        return {name for name in workloads if _allowed(policies, "Egress", pods[name], target, port)}
+
+    assert reaching(rendered, KEYCLOAK, 8443) == reaching(rendered, PGBOUNCER, 6432) == set()
+    assert reaching(opened, KEYCLOAK, 8443) == {"orchestrator", "console"}
+    assert reaching(opened, PGBOUNCER, 6432) == {"orchestrator", "receiver", "orchestrator-migrate", "receiver-migrate"}
+    before = _egress([o for o in rendered.services + rendered.migrate if o["kind"] == "NetworkPolicy"], pods, workloads)
+    after = _egress([o for o in opened.services + opened.migrate if o["kind"] == "NetworkPolicy"], pods, workloads)
+    assert after == before, "the component opened more than its two rules"
+    assert {o["metadata"]["labels"]["app.kubernetes.io/component"] for o in opened.migrate} == {"migrate"}
 
 
 # --- The pods' own environment and files, run as the pods' user ------------------------------------

@@ -17,7 +17,9 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from decisionflow.transparency import NoteVerifier, open_checkpoint
 from decisionflow_server.runtime.auth import load_credentials, token_sha256
+from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, signing_key
 from tests.deploy.made import (
     COMPOSE,
     MadeSecrets,
@@ -71,7 +73,17 @@ def test_least_privilege_mounts(made: MadeSecrets) -> None:
         assert {f for f in mounted[name] if f.endswith(".token")} == {"orchestrator.token"}
     assert mounted["reconciler"] == {"ca.pem", "reconciler-orchestrator.token", "reconciler-receiver.token"}
     assert all("checkpoint.keys" not in mounted[name] for name in ("receiver", "reconciler", "postgres"))
+    # The audit log's signing key is the orchestrators' alone.
+    assert {name for name in mounted if "audit-signing.key" in mounted[name]} == {"orchestrator-1", "orchestrator-2"}
     assert (made.folder / "ca" / "ca.key").is_file()
+
+
+def test_the_audit_log_key_signs_checkpoints_its_verifier_key_opens(made: MadeSecrets) -> None:
+    signer = CheckpointSigner(DEFAULT_ORIGIN, signing_key((made.folder / "audit-signing.key").read_text().strip()))
+    vkey = (made.folder / "audit-log.vkey").read_text().strip()
+    assert vkey == signer.vkey and vkey.startswith(f"{DEFAULT_ORIGIN}+")
+    checkpoint = open_checkpoint(signer.sign(3, bytes(32)), [NoteVerifier.from_vkey(vkey)], origin=DEFAULT_ORIGIN)
+    assert (checkpoint.size, checkpoint.root_hash) == (3, bytes(32))
 
 
 def test_tokens_carry_only_the_roles_each_caller_needs(made: MadeSecrets) -> None:
@@ -99,8 +111,11 @@ def test_each_service_has_its_own_server_certificate(made: MadeSecrets, name: st
     assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH]
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert name in names.get_values_for_type(x509.DNSName)
-    others = {"receiver", "orchestrator-1", "orchestrator-2", "orchestrator"} - {name}
+    # Compose's replicas also answer to the alias "orchestrator" they share (docker-compose.yml).
+    shared = {"orchestrator"} if name.startswith("orchestrator-") else set()
+    others = {"receiver", "orchestrator-1", "orchestrator-2", "orchestrator"} - {name} - shared
     assert others.isdisjoint(names.get_values_for_type(x509.DNSName))
+    assert shared <= set(names.get_values_for_type(x509.DNSName))
     constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert constraints.ca is False
 

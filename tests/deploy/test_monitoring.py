@@ -7,9 +7,7 @@ files use is exposed by a running service: tests/metrics/test_processes.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import yaml
 from effect_receiver.config import SERVER as RECEIVER_SERVER
 from orchestrator.config import SERVER as ORCHESTRATOR_SERVER
 from reconciler.config import METRICS as RECONCILER_METRICS
+from tests.support.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -124,16 +123,6 @@ def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
     assert rule["labels"]["severity"] == "page"
 
 
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is not None:
-        return found
-    reason = "promtool not installed (apt-get install prometheus)"
-    if os.environ.get("DECISIONFLOW_REQUIRE_PROMTOOL") == "1" or os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; required here (CI=true or DECISIONFLOW_REQUIRE_PROMTOOL=1)")
-    pytest.skip(reason)
-
-
 # One orchestrator process's gauges, a value a minute from time 0: its Apply refused for the
 # credentials at 1 min, no approval for 40 min, then one accepted at 45 min, and refused again at 60 min.
 # A second process never refused.
@@ -189,7 +178,7 @@ def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_appr
     )
 
     done = subprocess.run(
-        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -257,7 +246,7 @@ def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigne
     tests.write_text(AUDIT_STOPPED.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
 
     done = subprocess.run(
-        [_promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
     )
 
     assert done.returncode == 0, done.stdout + done.stderr

@@ -107,17 +107,25 @@ def checkov(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @dataclass(frozen=True)
 class Rendered:
-    """The two production renders: the migration step and the services, as parsed objects."""
+    """The three production renders as parsed objects: the migration step, the services and the
+    first step (common: the namespace and the Secrets the migration Jobs mount)."""
 
     migrate: list[dict[str, Any]]
     services: list[dict[str, Any]]
     migrate_yaml: str
     services_yaml: str
     secrets: Path
+    common: list[dict[str, Any]]
+    common_yaml: str
+
+    @property
+    def every(self) -> list[dict[str, Any]]:
+        """Every object of the three steps."""
+        return self.common + self.migrate + self.services
 
     def one(self, kind: str, name: str, *, step: str = "services") -> dict[str, Any]:
         """Return the one object of kind and name in a step's render."""
-        objects = self.migrate if step == "migrate" else self.services
+        objects = {"migrate": self.migrate, "common": self.common}.get(step, self.services)
         [found] = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
         return found
 
@@ -135,12 +143,19 @@ def parse(rendered: str) -> list[dict[str, Any]]:
 
 
 def render_production(kustomize: str, clone: Path) -> Rendered:
-    """Render both production steps of the repository copy at clone (its secrets folder filled)."""
+    """Render the three production steps of the repository copy at clone (its secrets folder filled)."""
     overlay = clone / PRODUCTION.relative_to(ROOT)
+    common_yaml = render(kustomize, overlay / "common")
     migrate_yaml = render(kustomize, overlay / "migrate")
     services_yaml = render(kustomize, overlay)
     return Rendered(
-        parse(migrate_yaml), parse(services_yaml), migrate_yaml, services_yaml, clone / SECRETS.relative_to(ROOT)
+        parse(migrate_yaml),
+        parse(services_yaml),
+        migrate_yaml,
+        services_yaml,
+        clone / SECRETS.relative_to(ROOT),
+        parse(common_yaml),
+        common_yaml,
     )
 
 
