@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+import venv
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -260,6 +261,56 @@ def image(base_image: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
     with machine_lock("build"):
         built, _ = build_image(base_image.reference, folder, "localhost/decisionflow:test")
     return built
+
+
+POSTGRES_CONTEXT = ROOT / "tests" / "containers" / "postgres"
+PROMETHEUS_CONTEXT = ROOT / "tests" / "containers" / "prometheus"
+PODMAN_COMPOSE_REQUIREMENTS = ROOT / "tools" / "podman-compose" / "requirements.txt"
+PODMAN_COMPOSE_VENV = ROOT / ".venvs" / "podman-compose"
+
+
+def build_context(context: Path, base: str, tag: str) -> Built:
+    """Build the Containerfile of context on base (one build at a time on this machine)."""
+    started = time.monotonic()
+    with machine_lock("build"):
+        arguments = ["build", *ULIMITS, "--network", "host", "--pull=never", "--build-arg", f"BASE={base}"]
+        done = podman(*arguments, "--tag", tag, str(context), timeout=900)
+    assert done.returncode == 0, f"building {context.relative_to(ROOT)} failed:\n{(done.stdout + done.stderr)[-6000:]}"
+    reference = done.stdout.strip().splitlines()[-1]
+    cached = len(re.findall(r"^--> Using cache ", done.stdout, flags=re.MULTILINE))
+    return Built(reference, time.monotonic() - started, f"{cached} steps from podman's cache")
+
+
+@pytest.fixture(scope="session")
+def postgres_image(base_image: Built) -> Built:
+    """PostgreSQL 15 from Debian's packages on the same base, standing in for compose's postgres:15."""
+    return build_context(POSTGRES_CONTEXT, base_image.reference, "localhost/decisionflow-postgres:test")
+
+
+@pytest.fixture(scope="session")
+def prometheus_image(base_image: Built) -> Built:
+    """Prometheus from Debian's package on the same base, standing in for compose's prom/prometheus."""
+    return build_context(PROMETHEUS_CONTEXT, base_image.reference, "localhost/decisionflow-prometheus:test")
+
+
+@pytest.fixture(scope="session")
+def podman_compose(podman_ready: None) -> str:
+    """The pinned podman-compose, installed into .venvs/podman-compose on first use."""
+    wanted = hashlib.sha256(PODMAN_COMPOSE_REQUIREMENTS.read_bytes()).hexdigest()
+    stamp = PODMAN_COMPOSE_VENV / ".installed"
+    with machine_lock("podman-compose"):
+        if not stamp.is_file() or stamp.read_text() != wanted:
+            shutil.rmtree(PODMAN_COMPOSE_VENV, ignore_errors=True)
+            venv.create(PODMAN_COMPOSE_VENV, with_pip=True)
+            pip = [str(PODMAN_COMPOSE_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+            done = subprocess.run(
+                [*pip, "-r", str(PODMAN_COMPOSE_REQUIREMENTS)], capture_output=True, text=True, timeout=600, check=False
+            )
+            if done.returncode != 0:
+                shutil.rmtree(PODMAN_COMPOSE_VENV, ignore_errors=True)
+                unavailable(f"podman-compose could not be installed: {done.stderr.strip().splitlines()[-1:]}")
+            stamp.write_text(wanted)
+    return str(PODMAN_COMPOSE_VENV / "bin" / "podman-compose")
 
 
 def record_figure(record_property: Any, text: str) -> None:
