@@ -86,7 +86,8 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 def _why_podman_cannot_run() -> str | None:
     missing = [tool for tool in ("podman", "runc", "mmdebstrap") if shutil.which(tool) is None]
     if missing:
-        return f"the image is built and run with {', '.join(missing)} (Debian: apt-get install {' '.join(missing)})"
+        names = " ".join(missing)
+        return f"the container tests need {names}, missing here (Debian: apt-get install {names})"
     if os.geteuid() != 0:
         return "the container tests run rootful podman and mmdebstrap: they need root"
     info = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", timeout=60)
