@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.support.kubernetes",
     "tests.support.console",
     "tests.support.audit",
+    "tests.support.containers",
 ]
 
 

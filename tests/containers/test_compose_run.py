@@ -1,0 +1,250 @@
+"""docker-compose.yml (with docker-compose.console.yml on top) brought up by a real compose engine:
+podman-compose (pinned in tools/podman-compose/requirements.txt) on this machine's podman, in a copy of
+the repository where the README's make-secrets line ran. The images compose would build (``build: .``)
+are the one built from the checkout; those it would pull are stand-ins built on the same Debian base
+from Debian's packages (CI reaches no container registry): PostgreSQL 15 (tests/containers/postgres)
+for ``postgres:15`` and Prometheus 2.42 (tests/containers/prometheus) for ``prom/prometheus``.
+
+Every service's own healthcheck passes; an approval started through orchestrator-1's published port and
+approved through orchestrator-2's commits with exactly one effect in the receiver's database; Prometheus
+loads the alert rules without an error and scrapes every target of deploy/prometheus.yml; on ``stop``
+every container ends by itself (exit status 0).
+
+What the engine here does not do, said by a test that skips with the reason when it applies:
+- wait for ``condition: service_healthy``: podman-compose needs podman 4.6 for it and Debian 12 has
+  4.3, so the services start in dependency order without waiting; one that comes up before the
+  database answers exits and is restarted (``restart: unless-stopped``) until it does;
+- run the healthchecks on a timer: podman schedules them with systemd, which CI does not run; the test
+  runs each container's healthcheck itself (``podman healthcheck run``) until it passes.
+And ``configs:``, which podman-compose 1.6 ignores: the test's override file mounts each file config
+read-only at its target, which is what Compose v2 does with one.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.made import environment_without_venv, make_secrets_as_documented, world_traversable_directory
+from tests.support.containers import ULIMITS, Built, machine_lock, podman, record_figure
+
+pytestmark = [pytest.mark.slow, pytest.mark.containers]
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ("docker-compose.yml", "docker-compose.console.yml")
+OVERRIDE = "compose.ci.yml"
+# What docs/deployment.md#the-review-console exports before compose up.
+CONSOLE = {
+    "DECISIONFLOW_CONSOLE_OIDC_ISSUER": "https://id.example.com/realms/support",
+    "DECISIONFLOW_CONSOLE_OIDC_CLIENT_ID": "decisionflow-console",
+    "DECISIONFLOW_OIDC_AUDIENCE": "decisionflow",
+    "DECISIONFLOW_OIDC_ROLE_MAP": "reviewers=reviewer,authors=author,operators=operator",
+}
+PROMETHEUS = "http://127.0.0.1:9090"
+HEALTHY_WITHIN = 180.0
+# The first scrape of a target comes within one scrape interval (15 s in deploy/prometheus.yml).
+SCRAPED_WITHIN = 60.0
+PROPOSAL = {
+    "case_id": "T-9",
+    "action": "record_support_review",
+    "body": "Known firmware issue.",
+    "evidence": [{"source_id": "HOLD-9", "version": 4, "quotation": "Firmware 4.2.0 may hold."}],
+    "policy": {"name": "support-replies", "version_label": "2026-10", "allowance_units": 9, "rules": {}},
+}
+
+
+def _top_level(key: str) -> dict[str, dict[str, Any]]:
+    """A top-level section (services, configs) of the compose files, merged in their order."""
+    merged: dict[str, dict[str, Any]] = {}
+    for name in FILES:
+        for entry, definition in (yaml.safe_load((ROOT / name).read_text()).get(key) or {}).items():
+            merged.setdefault(entry, {}).update(definition)
+    return merged
+
+
+def _override(images: dict[str, Built]) -> dict[str, Any]:
+    """The images built here in place of those compose would build or pull (by repository: "build" for
+    ``build: .``), and each file config mounted read-only at its target, as Compose v2 mounts it."""
+    configs = _top_level("configs")
+    services: dict[str, dict[str, Any]] = {}
+    for name, service in _top_level("services").items():
+        repository = "build" if "build" in service else service["image"].rsplit(":", 1)[0]
+        assert repository in images, f"{name}: no image is built here for {repository}"
+        services[name] = {"image": images[repository].reference}
+        for entry in service.get("configs", []):
+            source = entry if isinstance(entry, str) else entry["source"]
+            target = f"/{source}" if isinstance(entry, str) else entry.get("target", f"/{source}")
+            services[name].setdefault("volumes", []).append(f"{configs[source]['file']}:{target}:ro")
+    return {"services": services}
+
+
+@dataclass(frozen=True)
+class Compose:
+    """podman-compose on the project's files and the override, in a copy of the repository."""
+
+    executable: str
+    project: str
+    folder: Path
+
+    def __call__(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run one podman-compose command (with the runtime and limits this machine needs)."""
+        files = [argument for name in (*FILES, OVERRIDE) for argument in ("--file", name)]
+        # No pod: each service in its own network namespace, as Compose runs them.
+        options = ["--project-name", self.project, "--in-pod", "false", "--podman-args", "--runtime runc"]
+        options += ["--podman-run-args", " ".join(ULIMITS), *files]
+        return subprocess.run(
+            [self.executable, *options, *argv],
+            cwd=self.folder,
+            env=environment_without_venv() | CONSOLE,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def test_what_the_engine_here_does_not_do_is_named(podman_compose: str) -> None:
+    waits = [
+        f"{name} on {dependency}"
+        for name, service in _top_level("services").items()
+        if isinstance(service.get("depends_on"), dict)
+        for dependency, condition in service["depends_on"].items()
+        if condition.get("condition") == "service_healthy"
+    ]
+    version = podman("version", "--format", "{{.Client.Version}}").stdout.strip()
+    missing = []
+    if tuple(int(part) for part in version.split(".")[:2]) < (4, 6) and waits:
+        missing.append(
+            f"podman {version} cannot wait for condition: service_healthy (podman-compose needs 4.6), so "
+            f"{len(waits)} such waits ({', '.join(waits[:3])}, ...) are not honoured: services start in order "
+            "and restart until what they need answers"
+        )
+    if not Path("/run/systemd/system").is_dir():
+        missing.append("no systemd runs podman's healthcheck timers here: the test runs each healthcheck itself")
+    if missing:
+        pytest.skip("; ".join(missing))
+
+
+def _containers(project: str) -> dict[str, str]:
+    """The project's containers by service name."""
+    listed = podman("ps", "--all", "--filter", f"label=io.podman.compose.project={project}", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    return {c["Labels"]["com.docker.compose.service"]: c["Names"][0] for c in json.loads(listed.stdout or "[]")}
+
+
+def _until_healthy(containers: dict[str, str]) -> dict[str, float]:
+    """Run each container's own healthcheck (the engine's timer, played here) until it passes; return when."""
+    started = time.monotonic()
+    healthy: dict[str, float] = {}
+    said: dict[str, str] = {}
+    while len(healthy) < len(containers) and time.monotonic() - started < HEALTHY_WITHIN:
+        for service, name in containers.items():
+            if service not in healthy:
+                checked = podman("healthcheck", "run", name, timeout=60)
+                if checked.returncode == 0:
+                    healthy[service] = time.monotonic() - started
+                said[service] = (checked.stdout + checked.stderr).strip()[-300:]
+        time.sleep(1)
+    unhealthy = {s: said.get(s) for s in containers if s not in healthy}
+    logs = {s: podman("logs", "--tail", "20", containers[s]).stderr[-1500:] for s in unhealthy}
+    assert not unhealthy, f"not healthy within {HEALTHY_WITHIN:.0f} s: {unhealthy}\n{logs}"
+    return healthy
+
+
+def _decisionflow(*argv: str) -> subprocess.CompletedProcess[str]:
+    client = str(Path(sys.executable).with_name("decisionflow"))
+    return subprocess.run(
+        [client, *argv], capture_output=True, text=True, timeout=60, check=False, env=environment_without_venv()
+    )
+
+
+def _prometheus(path: str) -> Any:
+    with urllib.request.urlopen(f"{PROMETHEUS}{path}", timeout=10) as answer:
+        return json.load(answer)["data"]
+
+
+def _until_scraped() -> dict[str, str]:
+    """Every target's health once each has been scraped (or the last seen, when one never was)."""
+    started = time.monotonic()
+    while True:
+        targets = {t["scrapeUrl"]: t["health"] for t in _prometheus("/api/v1/targets")["activeTargets"]}
+        if (targets and "unknown" not in targets.values()) or time.monotonic() - started > SCRAPED_WITHIN:
+            return targets
+        time.sleep(1)
+
+
+def test_docker_compose_yml_runs_an_approval_under_podman_compose(
+    image: Built, postgres_image: Built, prometheus_image: Built, podman_compose: str, record_property: Any
+) -> None:
+    images = {"build": image, "postgres": postgres_image, "prom/prometheus": prometheus_image}
+    figures = [
+        f"stand-ins: PostgreSQL {postgres_image.size() / 1e6:.0f} MB, Prometheus {prometheus_image.size() / 1e6:.0f} MB"
+    ]
+    for directory in world_traversable_directory():
+        made = make_secrets_as_documented(directory)
+        # What docs/deployment.md#the-review-console asks for first.
+        (made.folder / "console-client-secret").write_text("issued-by-the-provider\n")
+        (made.clone / OVERRIDE).write_text(yaml.safe_dump(_override(images)))
+        compose = Compose(podman_compose, f"dftest{secrets.token_hex(4)}", made.clone)
+        with machine_lock("host-ports"):
+            try:
+                figures += _run(compose, made.folder, directory)
+            finally:
+                down = compose("down", "--volumes", timeout=600)
+                assert down.returncode == 0, down.stderr[-3000:]
+    record_figure(record_property, "; ".join(figures))
+
+
+def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
+    """Bring every service up, approve through both orchestrators, check Prometheus, stop; return the figures."""
+    clock = time.monotonic()
+    up = compose("up", "--detach", "--no-build")
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    containers = _containers(compose.project)
+    assert sorted(containers) == sorted(_top_level("services")), sorted(containers)
+    healthy = _until_healthy(containers)
+    figures = [f"up and healthy in {time.monotonic() - clock:.1f} s (slowest: {max(healthy, key=healthy.__getitem__)})"]
+
+    # Started through orchestrator-1's published port, approved through orchestrator-2's.
+    proposal = directory / "proposal.json"
+    proposal.write_text(json.dumps(PROPOSAL))
+    ca = ["--ca-file", str(secrets_folder / "ca.pem")]
+    author, reviewer = secrets_folder / "author.token", secrets_folder / "reviewer.token"
+    started = _decisionflow("start", str(proposal), "--target", "localhost:50051", *ca, "--token-file", str(author))
+    assert started.returncode == 0, started.stderr
+    operation_id = json.loads(started.stdout)["operation_id"]
+    approved = _decisionflow("approve", operation_id, "--target", "localhost:50052", *ca, "--token-file", str(reviewer))
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["state"] == "COMMITTED", approved.stdout
+    query = f"SELECT count(*) FROM effects WHERE operation_id = '{operation_id}'"
+    psql = ["psql", "--no-psqlrc", "-U", "postgres", "-d", "receiver", "-Atc", query]
+    counted = podman("exec", containers["postgres"], *psql)
+    assert counted.returncode == 0 and counted.stdout.strip() == "1", counted
+
+    # Prometheus: the rules load without an error and every target of deploy/prometheus.yml is scraped.
+    groups = _prometheus("/api/v1/rules")["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert rules and not [r["name"] for r in rules if r.get("health") == "err"], rules
+    clock = time.monotonic()
+    targets = _until_scraped()
+    assert targets and set(targets.values()) == {"up"}, targets
+    figures.append(f"{len(rules)} rules, {len(targets)} targets up after {time.monotonic() - clock:.1f} s")
+
+    clock = time.monotonic()
+    stopped = compose("stop", timeout=600)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    figures.append(f"stopped in {time.monotonic() - clock:.1f} s")
+    states = {s: json.loads(podman("inspect", "--format", "{{json .State}}", n).stdout) for s, n in containers.items()}
+    ended = {service: state["ExitCode"] for service, state in states.items()}
+    assert set(ended.values()) == {0}, f"exit statuses on stop (137: SIGKILL once the stop timeout was over): {ended}"
+    return figures

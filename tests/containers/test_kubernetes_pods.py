@@ -1,0 +1,231 @@
+"""Every workload of the production overlays, started from the render as a kubelet would start it
+(tests/containers/kubelet.py), in the image built from this checkout (tests/support/containers.py).
+
+In a copy of the repository, the secrets are made with docs/kubernetes.md's command line and filled as
+the page says (the database URLs, the console's client secret); both steps are rendered by the pinned
+kustomize (what ``kubectl apply -k`` applies). Then, on the machine's PostgreSQL (a fresh database per
+service for this run, reached through the database host name the made URLs carry): the migration
+Jobs run to completion, then the receiver, the orchestrator and the console start and every probe of
+theirs answers, a person's StartReview and Approve sent through the orchestrator Service's name (from
+a client pod of the namespace) commit with exactly one effect in the receiver's database, the
+reconciler's pass succeeds, each server runs as uid 10001 with no capability, no new privileges,
+seccomp and a read-only root, and each ends on SIGTERM (after its preStop hook) with exit status 0
+within its terminationGracePeriodSeconds. The pods share the host's network here, so one replica runs
+per workload (see the kubelet's module docstring for what else differs from a cluster).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from tests.containers.kubelet import Namespace, Pod, Workload, workloads
+from tests.deploy.made import documented_make_secrets_line, run_documented_line_in_a_copy, world_traversable_directory
+from tests.support.containers import Built, machine_lock, record_figure
+from tests.support.databases import create_postgres_database, drop_postgres_database
+from tests.support.kubernetes import ROOT, SECRETS, render_production
+
+pytestmark = [pytest.mark.slow, pytest.mark.containers, pytest.mark.postgres]
+
+DOCS = ROOT / "docs" / "kubernetes.md"
+UID = "10001"
+# The servers first: the orchestrator calls the receiver, the console the orchestrator.
+FIRST = ("receiver", "orchestrator")
+PROPOSAL = {
+    "case_id": "T-8",
+    "action": "record_support_review",
+    "body": "Known firmware issue.",
+    "evidence": [{"source_id": "HOLD-8", "version": 4, "quotation": "Firmware 4.2.0 may hold."}],
+    "policy": {"name": "support-replies", "version_label": "2026-10", "allowance_units": 9, "rules": {}},
+}
+
+
+def _fill_secrets_as_documented(secrets: Path, databases: dict[str, str]) -> dict[str, str]:
+    """Write each service's database URL (the made host name kept, so the pods resolve it; this run's
+    database behind it) and the console's client secret; return the database host's address."""
+    hosts = {}
+    for service, url in databases.items():
+        file = secrets / f"{service}-database.url"
+        made, ours = urlsplit(file.read_text().strip()), urlsplit(url)
+        assert made.hostname and ours.hostname, (made, ours)
+        user = f"{ours.username}:{ours.password}@" if ours.password else f"{ours.username}@"
+        file.write_text(urlunsplit((ours.scheme, f"{user}{made.hostname}:{ours.port or 5432}", ours.path, "", "")))
+        hosts[made.hostname] = socket.gethostbyname(ours.hostname)
+    (secrets / "console-client-secret").write_text("issued-by-the-provider\n")
+    return hosts
+
+
+def _client(services: Namespace, secrets: Path, name: str, argv: list[str], token: str) -> Workload:
+    """A pod of the namespace labelled as the orchestrator's client, running one decisionflow command
+    with a person's token, hardened as the orchestrator's pod is."""
+    orchestrator = workloads(services.objects)["orchestrator"]
+    files = {"ca.pem": secrets / "ca.pem", "token": secrets / token}
+    services.objects += [
+        {
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": services.namespace},
+            "data": {k: base64.b64encode(v.read_bytes()).decode() for k, v in files.items()},
+        },
+        {
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": services.namespace},
+            "data": {"proposal.json": json.dumps(PROPOSAL)},
+        },
+    ]
+    [service] = [s for s in services.services() if s["metadata"]["name"] == "orchestrator"]
+    target = f"orchestrator:{service['spec']['ports'][0]['port']}"
+    command = ["decisionflow", *argv, "--target", target, "--ca-file", "/run/secrets/ca.pem"]
+    template = {
+        "metadata": {"labels": {"decisionflow.io/client": "true"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": orchestrator.spec["securityContext"],
+            "containers": [
+                {
+                    "name": "client",
+                    "command": [*command, "--token-file", "/run/secrets/token"],
+                    "securityContext": orchestrator.container["securityContext"],
+                    "resources": orchestrator.container["resources"],
+                    "volumeMounts": [
+                        {"name": "secrets", "mountPath": "/run/secrets", "readOnly": True},
+                        {"name": "proposal", "mountPath": "/etc/proposal", "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "secrets", "secret": {"secretName": name, "defaultMode": 0o440}},
+                {"name": "proposal", "configMap": {"name": name, "defaultMode": 0o444}},
+            ],
+        },
+    }
+    return Workload(name, "Job", template)
+
+
+def _ready(pod: Pod) -> list[str]:
+    """Run the pod's probes in a kubelet's order; return what each said."""
+    said = []
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if kind in pod.workload.container:
+            probed = pod.probe(kind)
+            assert probed.passed, f"{pod.workload.name}'s {kind} failed after {probed.attempts}: {probed.said}"
+            said.append(f"{kind} after {probed.attempts}")
+    return said
+
+
+def _hardened(pod: Pod) -> None:
+    """The pod's main process runs as uid and gid 10001 with no capability, no new privileges and seccomp,
+    and its root cannot be written."""
+    status = pod.status()
+    name = pod.workload.name
+    assert status["Uid"].split() == [UID] * 4 and status["Gid"].split() == [UID] * 4, (name, status)
+    assert UID in status["Groups"].split(), (name, status["Groups"])
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[capabilities], 16) == 0, (name, capabilities, status[capabilities])
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2", (name, status)
+    for path in ("/opt/decisionflow/written", "/tmp/written"):
+        written = pod.exec(["touch", path])
+        assert written.returncode != 0 and "Read-only file system" in written.stderr, (name, path, written)
+
+
+def _effects(url: str, operation_id: str) -> int:
+    with psycopg.connect(url) as connection:
+        row = connection.execute("SELECT count(*) FROM effects WHERE operation_id = %s", (operation_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_every_workload_runs_from_the_rendered_manifests_as_a_kubelet_would(
+    image: Built, kustomize: str, record_property: Any
+) -> None:
+    started = time.monotonic()
+    databases = {service: create_postgres_database() for service in FIRST}
+    figures: list[str] = []
+    namespaces: list[Namespace] = []
+    for directory in world_traversable_directory():
+        try:
+            clone = run_documented_line_in_a_copy(directory, documented_make_secrets_line(DOCS))
+            secrets = clone / SECRETS.relative_to(ROOT)
+            hosts = _fill_secrets_as_documented(secrets, databases)
+            rendered = render_production(kustomize, clone)
+            prefix = f"dftest-{directory.name.rsplit('-', 1)[-1].lower()}"
+            pods_root = directory / "pods"
+            migrate = Namespace(rendered.migrate, image.reference, pods_root / "migrate", prefix, hosts)
+            services = Namespace(rendered.services, image.reference, pods_root / "services", prefix, hosts)
+            namespaces += [migrate, services]
+            services.check_services_keep_their_ports()
+            with machine_lock("host-ports"):
+                _run_the_topology(migrate, services, secrets, databases, figures)
+        finally:
+            for namespace in namespaces:
+                namespace.remove_all()
+            for url in databases.values():
+                drop_postgres_database(url)
+    figures.append(f"whole run {time.monotonic() - started:.1f} s")
+    record_figure(record_property, "; ".join(figures))
+
+
+def _run_the_topology(
+    migrate: Namespace, services: Namespace, secrets: Path, databases: dict[str, str], figures: list[str]
+) -> None:
+    # Step 1 of 2: the migration Jobs, each to completion.
+    jobs = workloads(migrate.objects)
+    assert {w.kind for w in jobs.values()} == {"Job"} and len(jobs) == 2, sorted(jobs)
+    for job in jobs.values():
+        clock = time.monotonic()
+        done = migrate.complete(job)
+        assert done.returncode == 0, f"{job.name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        figures.append(f"{job.name} {time.monotonic() - clock:.1f} s")
+
+    # Step 2 of 2: the servers, each ready before the next starts, then the rest.
+    deployments = {n: w for n, w in workloads(services.objects).items() if w.kind == "Deployment"}
+    assert set(FIRST) <= set(deployments), sorted(deployments)
+    pods: dict[str, Pod] = {}
+    for name in [*FIRST, *sorted(set(deployments) - set(FIRST))]:
+        clock = time.monotonic()
+        pods[name] = services.start(deployments[name])
+        said = _ready(pods[name])
+        figures.append(f"{name} ready in {time.monotonic() - clock:.1f} s ({', '.join(said)})")
+
+    # A person's StartReview and Approve through the orchestrator Service's name.
+    clock = time.monotonic()
+    start = services.complete(
+        _client(services, secrets, "client-start", ["start", "/etc/proposal/proposal.json"], "author.token")
+    )
+    assert start.returncode == 0, start.stdout + start.stderr
+    operation_id = json.loads(start.stdout)["operation_id"]
+    approve = services.complete(
+        _client(services, secrets, "client-approve", ["approve", operation_id], "reviewer.token")
+    )
+    assert approve.returncode == 0, approve.stdout + approve.stderr
+    assert json.loads(approve.stdout)["state"] == "COMMITTED", approve.stdout
+    assert _effects(databases["receiver"], operation_id) == 1
+    figures.append(f"StartReview + Approve {time.monotonic() - clock:.1f} s")
+
+    # The reconciler's CronJob: one pass, to completion, with nothing left unknown.
+    [cronjob] = [w for w in workloads(services.objects).values() if w.kind == "CronJob"]
+    passed = services.complete(cronjob)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    summary = json.loads(passed.stdout.splitlines()[-1])
+    assert summary["completed"] is True and summary["still_unknown"] == summary["lookup_failures"] == 0, summary
+
+    for pod in pods.values():
+        assert pod.running(), f"{pod.workload.name} ended:\n{pod.logs()}"
+        _hardened(pod)
+
+    # SIGTERM: each pod at once, as a node drain does; each ends by itself within its grace period.
+    with ThreadPoolExecutor(len(pods)) as pool:
+        ended = dict(zip(pods, pool.map(Pod.terminate, pods.values()), strict=True))
+    for name, how in ended.items():
+        grace = pods[name].workload.grace
+        # SIGKILL (exit 137) would have come only once the grace period was over.
+        assert not how.killed and how.exit_code == 0, f"{name} ({grace:.0f} s grace): {how}\n{pods[name].logs()}"
+    figures.append("stopped in " + ", ".join(f"{n} {h.seconds:.1f} s" for n, h in ended.items()))
