@@ -158,8 +158,14 @@ def test_every_workload_runs_from_the_rendered_manifests_as_a_kubelet_would(
             rendered = render_production(kustomize, clone)
             prefix = f"dftest-{directory.name.rsplit('-', 1)[-1].lower()}"
             pods_root = directory / "pods"
-            migrate = Namespace(rendered.migrate, image.reference, pods_root / "migrate", prefix, hosts)
-            services = Namespace(rendered.services, image.reference, pods_root / "services", prefix, hosts)
+            # Step 1 (common) holds the namespace and the Secrets the migration Jobs mount: applied first,
+            # its objects are in the namespace both later steps run in.
+            migrate = Namespace(
+                [*rendered.common, *rendered.migrate], image.reference, pods_root / "migrate", prefix, hosts
+            )
+            services = Namespace(
+                [*rendered.common, *rendered.services], image.reference, pods_root / "services", prefix, hosts
+            )
             namespaces += [migrate, services]
             services.check_services_keep_their_ports()
             with machine_lock("host-ports"):
@@ -176,7 +182,7 @@ def test_every_workload_runs_from_the_rendered_manifests_as_a_kubelet_would(
 def _run_the_topology(
     migrate: Namespace, services: Namespace, secrets: Path, databases: dict[str, str], figures: list[str]
 ) -> None:
-    # Step 1 of 2: the migration Jobs, each to completion.
+    # Step 2 of 3 (after step 1's Secrets): the migration Jobs, each to completion.
     jobs = workloads(migrate.objects)
     assert {w.kind for w in jobs.values()} == {"Job"} and len(jobs) == 2, sorted(jobs)
     for job in jobs.values():
@@ -185,7 +191,7 @@ def _run_the_topology(
         assert done.returncode == 0, f"{job.name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
         figures.append(f"{job.name} {time.monotonic() - clock:.1f} s")
 
-    # Step 2 of 2: the servers, each ready before the next starts, then the rest.
+    # Step 3 of 3: the servers, each ready before the next starts, then the rest.
     deployments = {n: w for n, w in workloads(services.objects).items() if w.kind == "Deployment"}
     assert set(FIRST) <= set(deployments), sorted(deployments)
     pods: dict[str, Pod] = {}
