@@ -137,8 +137,26 @@ def create_engine(url: str, *, pool_size: int = 10) -> Engine:
 
         return engine
     engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    event.listen(engine, "connect", _refuse_other_encodings, insert=True)
     _ping_after_idle(engine, PING_AFTER_IDLE_SECONDS)
     return engine
+
+
+class UnsupportedDatabase(Exception):
+    """The database cannot hold what the services store as they store it."""
+
+
+def _refuse_other_encodings(dbapi_connection: Any, _record: Any) -> None:
+    # A database created without a UTF-8 locale (SQL_ASCII, LATIN1, ...) would store text the services
+    # never read back as written; under SQL_ASCII the driver even returns text as bytes. Refused on the
+    # first connection, before any statement, with what to do.
+    encoding = dbapi_connection.info.parameter_status("server_encoding")
+    if encoding != "UTF8":
+        name = dbapi_connection.info.dbname
+        raise UnsupportedDatabase(
+            f"the PostgreSQL database {name!r} is encoded {encoding}, not UTF8: create it with ENCODING 'UTF8' "
+            "(CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or a cluster initialised with a UTF-8 locale)"
+        )
 
 
 def _ping_after_idle(engine: Engine, idle_seconds: float) -> None:

@@ -298,11 +298,15 @@ def database_engine(url: str, setting: Setting[Any]) -> Engine:
 @contextmanager
 def opening_database(setting: Setting[Any]) -> Iterator[None]:
     """Turn a database error inside (connection refused, no such database, not a database file) into a
-    runtime StartupError naming setting."""
+    runtime StartupError naming setting; a database the services cannot use (not UTF8) into a configuration
+    one."""
     from sqlalchemy.exc import DBAPIError
 
     try:
         yield
+    except db.UnsupportedDatabase as exc:
+        # A database the services cannot use as it was created: no retry helps, as with a bad setting.
+        raise configuration_error("cannot use the database", (setting,), describe(exc)) from exc
     except DBAPIError as exc:
         # The driver's own message, without SQLAlchemy's wrapper and its link to a help page.
         raise runtime_error("cannot open the database", (setting,), describe(exc.orig or exc)) from exc

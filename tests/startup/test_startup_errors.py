@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from decisionflow_server.foundation.processes import child_environment, free_port
+from tests.support.databases import create_postgres_database, drop_postgres_database
 
 BIN = Path(sys.executable).parent
 KEY = "k" * 32
@@ -48,11 +50,12 @@ class Failure:
     stdout: str
 
 
-def start(server: Server, directory: Path, *args: str) -> Failure:
-    """Run the server's console script with a fresh SQLite file in directory unless args name another."""
+def start(server: Server, directory: Path, *args: str, command: tuple[str, ...] = ()) -> Failure:
+    """Run the server's console script (its command, serve when none) with a fresh SQLite file in directory
+    unless args name another."""
     database = ["--database-url", str(directory / "service.db")]
     done = subprocess.run(
-        [str(BIN / server.script), *database, *args],
+        [str(BIN / server.script), *command, *database, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -105,6 +108,37 @@ def test_a_database_that_refuses_connections_is_a_runtime_failure(name: str, tmp
         f"{server.script}: cannot open the database (--database-url / {server.prefix}_DATABASE_URL)"
     )
     assert "Connection refused" in message
+
+
+@pytest.fixture
+def ascii_database() -> Iterator[str]:
+    """A PostgreSQL database created without a UTF-8 locale (SQL_ASCII), as some old clusters make them."""
+    url = create_postgres_database(encoding="SQL_ASCII")
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", SERVERS)
+@pytest.mark.parametrize("command", [(), ("migrate",)], ids=["serve", "migrate"])
+def test_a_database_not_encoded_utf8_is_refused_before_anything_is_written(
+    name: str, command: tuple[str, ...], tmp_path: Path, ascii_database: str
+) -> None:
+    server = SERVERS[name]
+    serving = () if command else ("--address", "127.0.0.1:0")
+    failure = start(server, tmp_path, *serving, "--database-url", ascii_database, command=command)
+    assert failure.returncode == 2
+    assert_one_line(failure)
+    prog = " ".join([server.script, *command])
+    assert failure.entry["message"].startswith(
+        f"{prog}: cannot use the database (--database-url / {server.prefix}_DATABASE_URL): "
+        f"the PostgreSQL database '{ascii_database.rsplit('/', 1)[1]}' is encoded SQL_ASCII, not UTF8: "
+    )
+    with psycopg.connect(ascii_database) as conn:
+        tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()
+    assert tables == (0,)
 
 
 @pytest.mark.parametrize("name", SERVERS)

@@ -33,8 +33,9 @@ def _replace_database(url: str, name: str) -> str:
     return url.rsplit("/", 1)[0] + "/" + name
 
 
-def create_postgres_database() -> str:
-    """Create an empty PostgreSQL database and return its URL (skips or fails when unreachable)."""
+def create_postgres_database(*, encoding: str = "") -> str:
+    """Create an empty PostgreSQL database (in encoding, from template0 with the C locale, when given) and
+    return its URL (skips or fails when unreachable)."""
     base = _postgres_base_url()
     try:
         admin = psycopg.connect(base, autocommit=True, connect_timeout=3)
@@ -44,7 +45,8 @@ def create_postgres_database() -> str:
         pytest.skip(f"PostgreSQL unreachable at {base} (set DECISIONFLOW_TEST_POSTGRES_URL): {exc}")
     name = "dftest_" + uuid.uuid4().hex[:12]
     with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        encoded = f" ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'" if encoding else ""
+        admin.execute(f'CREATE DATABASE "{name}"{encoded}')
     return _replace_database(base, name)
 
 
