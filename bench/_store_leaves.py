@@ -43,8 +43,9 @@ class StoreCost:
 
 @contextmanager
 def leaves_left_out() -> Iterator[None]:
-    """Within: no audit entry is built (no encoding, no hash) and none is inserted, in this process."""
-    built, inserted = events.AuditEntry.of, _audit_entries.append_txn
+    """Within: no audit entry is built (no encoding, no hash) and none is inserted, in this process (on
+    PostgreSQL the store's statements are then those without an entry riding on them)."""
+    built, inserted, riding = events.AuditEntry.of, _audit_entries.append_txn, _audit_entries.in_statement
 
     def no_entry(cls: type[events.AuditEntry], leaf: object, kind: str, case_id: CaseId) -> events.AuditEntry:
         return _NO_ENTRY
@@ -52,13 +53,18 @@ def leaves_left_out() -> Iterator[None]:
     def no_insert(conn: object, *entries: events.AuditEntry) -> None:
         return None
 
+    def not_in_statement(conn: object) -> bool:
+        return False
+
     events.AuditEntry.of = classmethod(no_entry)  # type: ignore[method-assign, assignment]
     _audit_entries.append_txn = no_insert
+    _audit_entries.in_statement = not_in_statement
     try:
         yield
     finally:
         events.AuditEntry.of = built  # type: ignore[method-assign]
         _audit_entries.append_txn = inserted
+        _audit_entries.in_statement = riding
 
 
 def _started(store: OrchestratorStore, tag: str, at: datetime) -> Proposal:

@@ -24,7 +24,7 @@ from decisionflow.transparency import (
     encode_leaf,
     leaf_hash,
 )
-from decisionflow.vocabulary import CaseId, OperationId
+from decisionflow.vocabulary import CaseId, OperationId, Receipt
 from orchestrator.domain import Operation, Proposal, RecordedDecision
 
 T = TypeVar("T")
@@ -48,8 +48,14 @@ class AuditEntry:
     @classmethod
     def of(cls, leaf: Leaf, kind: str, case_id: CaseId) -> AuditEntry:
         """The entry of leaf, an event of case_id's."""
-        data = encode_leaf(leaf)
-        return cls(data, leaf_hash(data), kind, leaf.operation_id, case_id, leaf.recorded_at)
+        data, digest = encoded(leaf)
+        return cls(data, digest, kind, leaf.operation_id, case_id, leaf.recorded_at)
+
+
+def encoded(leaf: Leaf) -> tuple[bytes, bytes]:
+    """The leaf's canonical bytes and their leaf hash, as its entry stores them."""
+    data = encode_leaf(leaf)
+    return data, leaf_hash(data)
 
 
 def proposal_entry(
@@ -73,16 +79,26 @@ def proposal_entry(
     return AuditEntry.of(leaf, "proposal", content.case_id)
 
 
-def decision_entry(decided: RecordedDecision, case_id: CaseId) -> AuditEntry:
+def decision_leaf(decided: RecordedDecision) -> DecisionLeaf:
     """A decision as the ledger records it."""
-    leaf = DecisionLeaf(decided.decided_at, decided.operation_id, decided.decision.value, decided.reviewer)
-    return AuditEntry.of(leaf, "decision", case_id)
+    return DecisionLeaf(decided.decided_at, decided.operation_id, decided.decision.value, decided.reviewer)
+
+
+def decision_entry(decided: RecordedDecision, case_id: CaseId) -> AuditEntry:
+    """The entry of a decision as the ledger records it."""
+    return AuditEntry.of(decision_leaf(decided), "decision", case_id)
+
+
+def effect_leaf(at: datetime, operation_id: OperationId, receipt: Receipt) -> EffectLeaf:
+    """An operation COMMITTED at at with the receiver's receipt, from the values its row is given: the
+    leaf is known before the statement that stores them runs."""
+    return EffectLeaf(at, operation_id, receipt.receipt_id, receipt.applied_at)
 
 
 def effect_entry(operation: Operation) -> AuditEntry:
-    """An operation COMMITTED with the receiver's receipt, as its row now holds them."""
+    """The entry of an operation COMMITTED with the receiver's receipt, as its row now holds them."""
     receipt = _stored(operation.receipt, operation, "a receipt")
-    leaf = EffectLeaf(operation.state_changed_at, operation.operation_id, receipt.receipt_id, receipt.applied_at)
+    leaf = effect_leaf(operation.state_changed_at, operation.operation_id, receipt)
     return AuditEntry.of(leaf, "effect", operation.case_id)
 
 

@@ -12,6 +12,7 @@ from decisionflow.vocabulary import OPEN_STATES, OperationState
 from decisionflow_server.storage.db import UtcDateTime
 from decisionflow_server.storage.qualified import qualified
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews, proposals
+from orchestrator.store._audit_entries import with_entry
 from orchestrator.store._checkpoints import checkpoint_columns
 from orchestrator.store._columns import state_text, states_text
 
@@ -163,3 +164,9 @@ COMMIT_BY_LOOKUP = (
         **_LOOKUP_NOTE_VALUES,
     )
 )
+
+# On PostgreSQL, the statements that record a decision or a receipt, each inserting its event's audit entry
+# too (without a round trip of its own) iff the update changes the row.
+DECIDE_WITH_ENTRY = with_entry(DECIDE, "decision")
+DECIDE_WITH_ATTEMPT_AND_ENTRY = with_entry(DECIDE_WITH_ATTEMPT, "decision")
+RECORD_RECEIPT_WITH_ENTRY = with_entry(RECORD_RECEIPT, "effect")

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, OperationId, OperationState, Receipt
-from orchestrator.audit.events import decision_entry, effect_entry, rejection_entry
+from orchestrator.audit.events import decision_entry, decision_leaf, effect_entry, effect_leaf, rejection_entry
 from orchestrator.domain import DecisionInputs, FirstAttempt, Operation, RecordedDecision, SealedCheckpoint
 from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import operations
@@ -75,14 +75,22 @@ class LedgerMethods(StoreBase):
             current = conn.execute(q.CURRENT_FOR_UPDATE, {"b_case_id": case_id}).scalar_one_or_none()
             if current != decided.operation_id:
                 raise StaleProposal(decided.operation_id, current or "")
+            # On PostgreSQL the decision's entry rides on the update (see _audit_entries); else it follows it.
+            in_statement = _audit_entries.in_statement(conn)
+            entry_values = _audit_entries.entry_values(decision_leaf(decided)) if in_statement else {}
             if attempt is None:
                 row = conn.execute(
-                    q.DECIDE,
-                    {"b_operation_id": decided.operation_id, "b_state": state_text(state), "b_now": decided.decided_at},
+                    q.DECIDE_WITH_ENTRY if in_statement else q.DECIDE,
+                    {
+                        "b_operation_id": decided.operation_id,
+                        "b_state": state_text(state),
+                        "b_now": decided.decided_at,
+                        **entry_values,
+                    },
                 ).first()
             else:
                 row = conn.execute(
-                    q.DECIDE_WITH_ATTEMPT,
+                    q.DECIDE_WITH_ATTEMPT_AND_ENTRY if in_statement else q.DECIDE_WITH_ATTEMPT,
                     {
                         "b_operation_id": decided.operation_id,
                         "b_now": decided.decided_at,
@@ -90,6 +98,7 @@ class LedgerMethods(StoreBase):
                         "b_digest": attempt.payload_digest,
                         "b_lease_until": attempt.lease_until,
                         "b_lease_holder": attempt.lease_holder,
+                        **entry_values,
                     },
                 ).first()
             if row is None:
@@ -97,7 +106,8 @@ class LedgerMethods(StoreBase):
                 # committed first (on PostgreSQL this update waited for it and then found the row moved on).
                 raise ReviewExpired(decided.operation_id)
             operation = operation_from(row)
-            _audit_entries.append_txn(conn, decision_entry(decided, operation.case_id))
+            if not in_statement:
+                _audit_entries.append_txn(conn, decision_entry(decided, operation.case_id))
             self.checkpoints.insert_txn(conn, saved)
             return operation
 
@@ -165,20 +175,23 @@ class LedgerMethods(StoreBase):
         """Move an open operation to COMMITTED with the receiver's receipt (a second receipt is ignored)."""
 
         def work(conn: sa.Connection) -> Operation:
-            row = conn.execute(
-                q.RECORD_RECEIPT,
-                {
-                    "b_operation_id": operation_id,
-                    "b_now": now,
-                    "b_receipt_id": receipt.receipt_id,
-                    "b_applied_at": receipt.applied_at,
-                },
-            ).first()
+            # On PostgreSQL the receipt's entry rides on the update (see _audit_entries); else it follows it.
+            in_statement = _audit_entries.in_statement(conn)
+            values: dict[str, object] = {
+                "b_operation_id": operation_id,
+                "b_now": now,
+                "b_receipt_id": receipt.receipt_id,
+                "b_applied_at": receipt.applied_at,
+            }
+            if in_statement:
+                values.update(_audit_entries.entry_values(effect_leaf(now, operation_id, receipt)))
+            row = conn.execute(q.RECORD_RECEIPT_WITH_ENTRY if in_statement else q.RECORD_RECEIPT, values).first()
             if row is None:
                 # The operation was settled already (or is unknown): nothing changed; report it as it stands.
                 return _operations.operation_txn(conn, operation_id)
             operation = operation_from(row)
-            _audit_entries.append_txn(conn, effect_entry(operation))
+            if not in_statement:
+                _audit_entries.append_txn(conn, effect_entry(operation))
             return operation
 
         return self.transactions.batched(work)

@@ -4,7 +4,10 @@ leaf and its event commit or roll back together (on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,8 +24,8 @@ from decisionflow.transparency import (
     leaf_hash,
 )
 from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
-from orchestrator.domain import Proposal, Settlement
-from orchestrator.errors import StaleProposal
+from orchestrator.domain import FirstAttempt, Proposal, Settlement
+from orchestrator.errors import ReviewExpired, StaleProposal
 from orchestrator.schema import cases
 from orchestrator.store import DecisionAlreadyRecorded, OrchestratorStore
 from tests.support.audit import T0, decision, entries, leaves, proposal, review, sealed, started
@@ -156,6 +159,60 @@ def test_a_receipt_leaf_is_the_committed_operation_and_a_second_receipt_writes_n
         operation.state_changed_at, p.operation_id, operation.receipt.receipt_id, operation.receipt.applied_at
     )
     assert row.leaf == EffectLeaf(at, p.operation_id, "rcpt-1", T0 + timedelta(seconds=3))
+
+
+@contextmanager
+def sent(store: OrchestratorStore) -> Iterator[list[str]]:
+    """The SQL of every statement sent to the database while the block runs, in order."""
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+
+
+def test_a_first_approves_leaves_ride_on_its_updates_on_postgresql_with_no_insert_of_their_own(
+    audit_store: OrchestratorStore,
+) -> None:
+    p = started(audit_store, proposal())
+    at = T0 + timedelta(seconds=2)
+    attempt = FirstAttempt(b"payload", "0" * 64, at + timedelta(seconds=30), "test:1")
+    receipt = Receipt("rcpt-1", p.operation_id, T0 + timedelta(seconds=3))
+    with sent(audit_store) as deciding:
+        audit_store.record_decision(decision(p, at=at), p.case_id, [sealed(p, "cp-final")], attempt)
+    with sent(audit_store) as receiving:
+        audit_store.record_receipt(p.operation_id, receipt, at + timedelta(seconds=2))
+
+    # A leaf inserted on its own is a round trip on PostgreSQL; SQLite's WITH holds no INSERT.
+    own_inserts = 0 if audit_store.engine.dialect.name == "postgresql" else 1
+    for statements in (deciding, receiving):
+        assert sum(sql.lstrip().startswith("INSERT INTO audit_entries") for sql in statements) == own_inserts
+    [_, decided, effect] = entries(audit_store)
+    assert (decided.kind, decided.case_id, decided.recorded_at) == ("decision", "T-1", at)
+    assert decided.leaf == DecisionLeaf(at, p.operation_id, Decision.APPROVE.value, "rita@example.com")
+    assert (effect.kind, effect.case_id, effect.recorded_at) == ("effect", "T-1", at + timedelta(seconds=2))
+    assert effect.leaf == EffectLeaf(at + timedelta(seconds=2), p.operation_id, "rcpt-1", receipt.applied_at)
+    assert decided.entry_id < effect.entry_id and effect.hash == leaf_hash(effect.data)
+    operation = audit_store.get_operation(p.operation_id)
+    assert (operation.state, operation.receipt, operation.attempts) == (OperationState.COMMITTED, receipt, 1)
+
+
+@pytest.mark.parametrize("attempt", [False, True], ids=["decline", "approve-with-attempt"])
+def test_a_decision_on_an_expired_review_writes_no_leaf(audit_store: OrchestratorStore, attempt: bool) -> None:
+    p = started(audit_store, proposal())
+    assert audit_store.housekeeping.expire_reviews(T0 + timedelta(days=5), T0 + timedelta(days=35), dry_run=False)
+    at = T0 + timedelta(days=36)
+    first = FirstAttempt(b"payload", "0" * 64, at + timedelta(seconds=30), "test:1") if attempt else None
+    verdict = Decision.APPROVE if attempt else Decision.DECLINE
+    with pytest.raises(ReviewExpired):
+        audit_store.record_decision(decision(p, verdict, at=at), p.case_id, [], first)
+    assert audit_store.get_decision(p.operation_id) is None
+    assert [row.kind for row in entries(audit_store)] == ["proposal", "expiry"]
 
 
 def test_a_rejection_leaf_holds_the_reason_as_stored(audit_store: OrchestratorStore) -> None:
