@@ -8,9 +8,9 @@ On PostgreSQL a first Approve's two leaves (its decision, its receipt) ride on t
 the event: the UPDATE of the operation becomes a data-modifying CTE, and the entry is inserted from its
 RETURNING, so only when the update changed the row (``with_entry``). A separate insert there is a round
 trip of its own, about 100 µs of the orchestrator's CPU (``python -m bench.audit_cost``, the store's writes
-in process: the two leaves of a first Approve took 270 µs as inserts of their own, 3.9 % of its CPU, and
-45 µs riding on the updates, 0.6 %). SQLite's WITH holds no INSERT, and its inserts are calls in process:
-there every entry is its own statement (``append_txn``).
+in process, two runs each: the two leaves of a first Approve took 133 and 270 µs as inserts of their own,
+1.8 and 3.9 % of its CPU, and 45 and 50 µs riding on the updates, 0.6 and 0.9 %). SQLite's WITH holds no
+INSERT, and its inserts are calls in process: there every entry is its own statement (``append_txn``).
 """
 
 from __future__ import annotations
