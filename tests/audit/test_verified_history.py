@@ -20,7 +20,6 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.transparency import DecisionLeaf, decode_leaf
-from decisionflow_server.apps.cli import main
 from decisionflow_server.storage import db
 from tests.support.review_cli import Cli, proposal_file
 from tests.support.stack import count
@@ -66,7 +65,7 @@ class History:
 
     def audit(self, *args: str, principal: str | None = None) -> tuple[int, str, str]:
         """Run ``decisionflow audit ARGS`` in process (against the stack as principal, when given)."""
-        return _run(self.cli, "audit", *args, principal=principal)
+        return self.cli.raw("audit", *args, principal=principal)
 
     def export(self, *scope: str) -> Path:
         """``audit export`` of scope (default ``--all``) as the auditor, with the kept checkpoint; its path."""
@@ -91,16 +90,6 @@ class History:
                     conn.execute(sa.text(statement), params)
         finally:
             engine.dispose()
-
-
-def _run(cli: Cli, *args: str, principal: str | None = None) -> tuple[int, str, str]:
-    argv = list(args)
-    if principal is not None:
-        argv += ["--target", cli.target, "--token-file", str(cli.tokens[principal])]
-    cli.capsys.readouterr()
-    exit_code = main(argv)
-    out, err = cli.capsys.readouterr()
-    return exit_code, out, err
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import sqlalchemy as sa
 
 from decisionflow.transparency import Checkpoint, DecisionLeaf, sign_checkpoint
 from decisionflow.v1 import review_pb2
-from decisionflow_server.apps.cli import main
 from decisionflow_server.runtime.auth import bearer_metadata
 from decisionflow_server.storage import db
 from tests.support.audit_log import (
@@ -48,13 +47,7 @@ class Audited:
 
 def run(cli: Cli, *args: str, principal: str | None = None) -> tuple[int, str, str]:
     """Run ``decisionflow audit ARGS`` in process (as principal, against the stack, when one is given)."""
-    argv = ["audit", *args]
-    if principal is not None:
-        argv += ["--target", cli.target, "--token-file", str(cli.tokens[principal])]
-    cli.capsys.readouterr()
-    exit_code = main(argv)
-    out, err = cli.capsys.readouterr()
-    return exit_code, out, err
+    return cli.raw("audit", *args, principal=principal)
 
 
 def _operation(cli: Cli, operation_id: str) -> tuple[review_pb2.Proposal, review_pb2.Operation]:

@@ -53,6 +53,17 @@ class Cli:
         """The orchestrator's address."""
         return f"127.0.0.1:{self.stack.orchestrator_port}"
 
+    def raw(self, *args: str, principal: str | None = None) -> tuple[int, str, str]:
+        """Run one command and return its exit status, stdout and stderr as they are; as principal against
+        the stack when one is given, else with neither target nor token (an offline command)."""
+        argv = list(args)
+        if principal is not None:
+            argv += ["--target", self.target, "--token-file", str(self.tokens[principal])]
+        self.capsys.readouterr()
+        exit_code = main(argv)
+        out, err = self.capsys.readouterr()
+        return exit_code, out, err
+
     def __call__(self, *args: str, principal: str | None = "rita", target: str | None = None) -> Run:
         """Run one command; principal None sends no token."""
         argv = [*args, "--target", target or self.target]
