@@ -134,6 +134,15 @@ def _shares(tallies: dict[str, Tally], measure: str) -> list[float]:
     return [(with_ - without) / with_ for with_, without in pairs if with_]
 
 
+def _spread(shares: list[float]) -> str:
+    # The kernel counts CPU in clock ticks (10 ms here): a round of a few calls can read as no CPU at all, and
+    # such a round has no share to give.
+    if not shares:
+        return "none: no round lasted a clock tick of the orchestrator's CPU"
+    quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else shares * 3
+    return f"{100 * statistics.median(shares):.1f}% [{100 * quartiles[0]:.1f}%, {100 * quartiles[2]:.1f}%]"
+
+
 def _sequencing(url: str, tally: Tally) -> str:
     engine = db.create_engine(url)
     try:
@@ -184,12 +193,9 @@ def render(tallies: dict[str, Tally], database: str, rounds: int, calls: int) ->
         without = tallies[WITHOUT].ms_per_call(measure)
         with_ = tallies[WITH].ms_per_call(measure)
         share = (with_ - without) / with_ if with_ else 0.0
-        shares = _shares(tallies, measure)
-        quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else shares * 3
         lines.append(
             f"  {measure:<14}{without:>12.3f} ms{with_:>12.3f} ms{1000 * (with_ - without):>7.0f} µs"
-            f"{100 * share:>7.1f}%   {100 * statistics.median(shares):.1f}%"
-            f" [{100 * quartiles[0]:.1f}%, {100 * quartiles[2]:.1f}%]"
+            f"{100 * share:>7.1f}%   {_spread(_shares(tallies, measure))}"
         )
     failed = sum(t.failures for t in tallies.values())
     lines.append(f"  failed calls: {failed}")

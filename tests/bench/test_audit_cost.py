@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.audit_cost import WARMUP_CALLS
+from bench.audit_cost import MEASURES, WARMUP_CALLS, WITH, WITHOUT, Tally, render
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS = 3
@@ -38,3 +38,18 @@ def test_audit_cost_bench_prints_both_orchestrators_figures() -> None:
     # A started review, its decision and its effect: three leaves per review through the real orchestrator.
     reviews = WARMUP_CALLS + CALLS
     assert f"audit entries written: {3 * reviews} with leaves, 0 without leaves" in done.stdout
+
+
+def test_a_round_too_short_for_a_clock_tick_is_named_not_divided() -> None:
+    # CPU is counted in 10 ms ticks: three calls can read as none, in one orchestrator or in both.
+    idle, busy = Tally(), Tally()
+    for measure in MEASURES:
+        idle.per_round[measure].append(0.0)
+        busy.per_round[measure].append(0.0)
+    busy.cpu_seconds["first Approve"], busy.calls["first Approve"] = 0.01, 3
+    busy.per_round["first Approve"] = [10 / 3]
+
+    table = render({WITH: idle, WITHOUT: busy}, "sqlite", 1, 3)
+
+    assert table.count("none: no round lasted a clock tick") == 2, table
+    assert "failed calls: 0" in table
