@@ -25,6 +25,11 @@ then reads the log and the tables in one snapshot and checks:
     tables       exactly one decision leaf per row of ``decisions``, with its operation id, decision,
                  reviewer and time, and no decision leaf of an operation without a row; a proposal
                  leaf for every row of ``proposals``, and none of an operation without a row
+    outcomes     exactly one outcome leaf per operation the ``operations`` table holds as COMMITTED
+                 (an effect or a COMMITTED settlement leaf, with the row's receipt id, the receiver's
+                 applied time and the time of the row's state change), REJECTED (a rejection leaf with
+                 the reason stored) or EXPIRED (an expiry leaf at the time of the change), and none of
+                 an operation the table holds in another state
 
 Each failure is one line naming the leaf (by index) or the operation. The campaigns' orchestrators
 keep their own sequencer (``--audit-interval-seconds``, no signing key): a second publisher is safe,
@@ -47,12 +52,16 @@ from decisionflow.transparency import (
     Checkpoint,
     CompactRange,
     DecisionLeaf,
+    EffectLeaf,
+    ExpiryLeaf,
     History,
     HistoryError,
     Leaf,
     NoteSigner,
     NoteVerifier,
     ProposalLeaf,
+    RejectionLeaf,
+    SettlementLeaf,
     TransparencyError,
     decode_leaf,
     encode_leaf,
@@ -61,12 +70,12 @@ from decisionflow.transparency import (
     verify_consistency,
     verify_inclusion,
 )
-from decisionflow.vocabulary import Decision
+from decisionflow.vocabulary import Decision, OperationState
 from decisionflow_server.storage import db
 from orchestrator.audit.ports import PublishedCheckpoint
 from orchestrator.audit.sequencer import publish
 from orchestrator.audit.signing import CheckpointSigner
-from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes, decisions, proposals
+from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes, decisions, operations, proposals
 from orchestrator.store import OrchestratorStore
 
 ORIGIN = "campaign.test/audit"
@@ -106,6 +115,26 @@ class RecordedDecision:
     decided_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedOutcome:
+    """One row of the operations table in a state an outcome leaf records: what the leaf must say."""
+
+    state: OperationState
+    changed_at: datetime
+    receipt_id: str | None
+    applied_at: datetime | None
+    rejection_reason: str | None
+
+
+# The states an outcome leaf records, and the kinds of leaf that may record each.
+OUTCOME_KINDS = {
+    OperationState.COMMITTED: ("effect", "settlement"),
+    OperationState.REJECTED: ("rejection",),
+    OperationState.EXPIRED: ("expiry",),
+}
+OutcomeLeaf = EffectLeaf | SettlementLeaf | RejectionLeaf | ExpiryLeaf
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The log and the tables it must match, read in one transaction."""
@@ -115,6 +144,7 @@ class Snapshot:
     decisions: dict[str, RecordedDecision]
     proposals: frozenset[str]
     checkpoints: list[PublishedCheckpoint]  # the test key's, by size
+    outcomes: dict[str, RecordedOutcome]  # the operations in a state of OUTCOME_KINDS
 
     @property
     def unsequenced(self) -> frozenset[int]:
@@ -134,6 +164,7 @@ class AuditCheck:
     leaves: int
     decisions: int
     proposals: int
+    outcomes: int  # operations whose outcome leaf was compared with their row
     checkpoints: int
     proofs: int
     seconds: float
@@ -173,6 +204,18 @@ def read_snapshot(engine: sa.Engine, key_id: str) -> Snapshot:
                 for r in conn.execute(sa.select(decisions))
             }
             proposed = frozenset(str(op) for op in conn.execute(sa.select(proposals.c.operation_id)).scalars())
+            outcomes = {
+                str(r.operation_id): RecordedOutcome(
+                    OperationState(str(r.state).upper()),  # the column holds the label (committed)
+                    _utc(r.state_changed_at),
+                    r.receipt_id,
+                    None if r.receipt_applied_at is None else _utc(r.receipt_applied_at),
+                    r.rejection_reason,
+                )
+                for r in conn.execute(
+                    sa.select(operations).where(operations.c.state.in_([s.label for s in OUTCOME_KINDS]))
+                )
+            }
             checkpoints = [
                 PublishedCheckpoint(int(r.size), bytes(r.root_hash), str(r.signed_note), r.signed_at)
                 for r in conn.execute(
@@ -181,7 +224,7 @@ def read_snapshot(engine: sa.Engine, key_id: str) -> Snapshot:
                     .order_by(audit_checkpoints.c.size)
                 )
             ]
-    return Snapshot(entries, nodes, recorded, proposed, checkpoints)
+    return Snapshot(entries, nodes, recorded, proposed, checkpoints, outcomes)
 
 
 @dataclass
@@ -213,6 +256,7 @@ class LogAuditor:
             checkpoints_found, proofs = self._checkpoint_failures(store, snapshot, roots)
             failures += found + tree_found + checkpoints_found
             failures += _history_failures(snapshot.sequenced) + _table_failures(snapshot, leaves)
+            failures += _outcome_failures(snapshot, leaves)
         except Exception as error:  # the check itself breaking (a database unreachable) fails the run too
             failures = [f"the check failed: {type(error).__name__}: {error}"]
         finally:
@@ -223,6 +267,7 @@ class LogAuditor:
             leaves=len(sequenced),
             decisions=sum(1 for e in sequenced if e.kind == "decision"),
             proposals=sum(1 for e in sequenced if e.kind == "proposal"),
+            outcomes=len(snapshot.outcomes) if snapshot else 0,
             checkpoints=len(snapshot.checkpoints) if snapshot else 0,
             proofs=proofs,
             seconds=round(time.monotonic() - started, 2),
@@ -233,13 +278,14 @@ class LogAuditor:
         return result
 
     def figures(self) -> dict[str, int | float]:
-        """What a campaign reports (``audit_*``): the checks run, the last one's leaves, decision leaves and
-        checkpoints, the violations of them all, and the seconds they added (in all, and the longest)."""
-        last = self.checks[-1] if self.checks else AuditCheck(0, 0, 0, 0, 0, 0.0, [])
+        """What a campaign reports (``audit_*``): the checks run, the last one's leaves, decision leaves, outcomes
+        compared and checkpoints, the violations of them all, and the seconds they added (in all, and the longest)."""
+        last = self.checks[-1] if self.checks else AuditCheck(0, 0, 0, 0, 0, 0, 0.0, [])
         return {
             "audit_checks": len(self.checks),
             "audit_leaves": last.leaves,
             "audit_decisions": last.decisions,
+            "audit_outcomes": last.outcomes,
             "audit_checkpoints": last.checkpoints,
             "audit_violations": sum(len(c.failures) for c in self.checks),
             "audit_seconds": round(sum(c.seconds for c in self.checks), 2),
@@ -376,7 +422,7 @@ def _entry_failures(sequenced: list[Entry]) -> tuple[dict[int, Leaf], list[str]]
             continue
         if encode_leaf(leaf) != entry.data:
             failures.append(f"{entry.describe()}: its bytes are not the canonical encoding of their leaf")
-        kind = type(leaf).__name__.removesuffix("Leaf").lower()
+        kind = _kind(leaf)
         if (kind, str(leaf.operation_id)) != (entry.kind, entry.operation_id):
             failures.append(f"{entry.describe()}: the leaf is a {kind} of {leaf.operation_id}")
         leaves[index] = leaf
@@ -436,3 +482,64 @@ def _table_failures(snapshot: Snapshot, leaves: dict[int, Leaf]) -> list[str]:
         if op not in snapshot.proposals:
             failures.append(f"leaf {index} ({op}): a proposal leaf of an operation the proposals table does not hold")
     return failures
+
+
+def _outcome_failures(snapshot: Snapshot, leaves: dict[int, Leaf]) -> list[str]:
+    """Exactly one outcome leaf per operation in a state of OUTCOME_KINDS, saying what its row holds; none of an
+    operation in another state."""
+    failures: list[str] = []
+    logged: dict[str, list[tuple[int, OutcomeLeaf]]] = {}
+    for index, leaf in sorted(leaves.items()):
+        if isinstance(leaf, EffectLeaf | SettlementLeaf | RejectionLeaf | ExpiryLeaf):
+            logged.setdefault(str(leaf.operation_id), []).append((index, leaf))
+    for op, row in sorted(snapshot.outcomes.items()):
+        kinds = OUTCOME_KINDS[row.state]
+        found = logged.get(op, [])
+        if len(found) != 1:
+            failures.append(
+                f"{op}: {row.state.value} in the operations table, with {len(found)} outcome leaves "
+                f"(leaves {[index for index, _ in found]}) where one {' or '.join(kinds)} leaf belongs"
+            )
+            continue
+        index, leaf = found[0]
+        said, stored = _outcome_said(leaf), _outcome_stored(row)
+        if _kind(leaf) not in kinds or said != stored:
+            failures.append(f"leaf {index} ({op}): {_kind(leaf)} {said}, but the operations table holds {stored}")
+    for op, found in sorted(logged.items()):
+        if op not in snapshot.outcomes:
+            failures.append(
+                f"leaf {found[0][0]} ({op}): a {_kind(found[0][1])} leaf of an operation not in a state it records"
+            )
+    return failures
+
+
+def _kind(leaf: Leaf) -> str:
+    return type(leaf).__name__.removesuffix("Leaf").lower()
+
+
+def _outcome_said(leaf: OutcomeLeaf) -> str:
+    """What an outcome leaf says, in the words of _outcome_stored."""
+    if isinstance(leaf, EffectLeaf):
+        return _outcome(OperationState.COMMITTED.value, leaf.recorded_at, leaf.receipt_id, leaf.applied_at)
+    if isinstance(leaf, SettlementLeaf):
+        return _outcome(leaf.state, leaf.recorded_at, leaf.receipt_id, leaf.applied_at)
+    if isinstance(leaf, RejectionLeaf):
+        return f"{_outcome(OperationState.REJECTED.value, leaf.recorded_at)}: {leaf.reason!r}"
+    return _outcome(OperationState.EXPIRED.value, leaf.recorded_at)
+
+
+def _outcome_stored(row: RecordedOutcome) -> str:
+    """What an operations row says a leaf of its outcome must say."""
+    if row.state is OperationState.COMMITTED:
+        return _outcome(row.state.value, row.changed_at, row.receipt_id, row.applied_at)
+    if row.state is OperationState.REJECTED:
+        return f"{_outcome(row.state.value, row.changed_at)}: {row.rejection_reason!r}"
+    return _outcome(row.state.value, row.changed_at)
+
+
+def _outcome(state: str, at: datetime, receipt_id: str | None = None, applied_at: datetime | None = None) -> str:
+    said = f"{state} at {_utc(at).isoformat()}"
+    if state == OperationState.COMMITTED.value:
+        applied = "at no time" if applied_at is None else f"at {_utc(applied_at).isoformat()}"
+        said += f" with receipt {receipt_id!r} applied {applied}"
+    return said

@@ -1,7 +1,8 @@
 """The campaigns' audit-log check (tests.campaigns.auditlog) on a real store of each kind: a log written by
 the store's events holds, and a decision without its leaf, a leaf deleted from the sequenced log, a decision
-leaf without its row, a changed decision, a proposal leaf that does not yield its id and a wrong stored subtree
-hash are each named."""
+leaf without its row, a changed decision, a proposal leaf that does not yield its id, a wrong stored subtree
+hash, and an outcome leaf missing, saying another receipt than the operation's row or left beside a row in
+another state are each named."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from decisionflow.transparency import ProposalLeaf, decode_leaf, encode_leaf, leaf_hash
-from decisionflow.vocabulary import Decision, OperationId
-from orchestrator.schema import audit_entries, audit_nodes, decisions
+from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
+from orchestrator.domain import Settlement
+from orchestrator.schema import audit_entries, audit_nodes, decisions, operations
 from orchestrator.store import OrchestratorStore
 from tests.campaigns.auditlog import LogAuditor
 from tests.support.audit import T0, decision, proposal, started
@@ -157,3 +159,66 @@ def test_a_failure_is_reported_once_by_the_first_check_that_finds_it(audit_store
     assert len(first.failures) == 1 and ops[0] in first.failures[0]
     assert second.failures == []
     assert auditor.figures()["audit_violations"] == 1
+
+
+def _outcomes(store: OrchestratorStore) -> list[OperationId]:
+    """Five reviews, each ending another way: COMMITTED by a receipt, REJECTED, COMMITTED by a lookup, EXPIRED,
+    and DECLINED (which no outcome leaf records)."""
+    ps = [started(store, proposal(case_id=f"T-{n}", at=T0 + timedelta(seconds=n))) for n in range(5)]
+    ops = [p.operation_id for p in ps]
+    later = T0 + timedelta(minutes=1)
+    for p, verdict in ((ps[0], Decision.APPROVE), (ps[1], Decision.APPROVE), (ps[2], Decision.APPROVE)):
+        store.record_decision(decision(p, verdict, at=later), p.case_id, [])
+    store.record_decision(decision(ps[4], Decision.DECLINE, at=later), ps[4].case_id, [])  # ps[3] is left to expire
+    store.record_receipt(ops[0], Receipt("rcpt-0", ops[0], later + timedelta(seconds=1)), later + timedelta(seconds=2))
+    store.record_rejection(ops[1], "refused: the account is closed", later + timedelta(seconds=3))
+    found = Receipt("rcpt-2", ops[2], later + timedelta(seconds=4))
+    looked = later + timedelta(seconds=5)
+    settlement = Settlement(ops[2], LookupStatus.APPLIED, Consistency.STRONG, found, "", looked)
+    store.settle([settlement], settled_by="reconciler-1")
+    assert store.housekeeping.expire_reviews(T0 + timedelta(days=5), T0 + timedelta(days=35), dry_run=False)
+    states = [store.get_operation(op).state for op in ops]
+    assert states == [
+        OperationState.COMMITTED,
+        OperationState.REJECTED,
+        OperationState.COMMITTED,
+        OperationState.EXPIRED,
+        OperationState.DECLINED,
+    ]
+    return ops
+
+
+def test_every_outcome_the_operations_table_holds_has_its_one_leaf(audit_store: OrchestratorStore) -> None:
+    _outcomes(audit_store)
+
+    check = LogAuditor(_url(audit_store)).check()
+
+    assert check.failures == []
+    # 5 proposals, 4 decisions, an effect, a rejection, a settlement and an expiry.
+    assert (check.leaves, check.decisions, check.proposals, check.outcomes) == (13, 4, 5, 4)
+
+
+def test_an_outcome_without_its_leaf_another_receipt_and_a_leaf_beside_another_state_are_named(
+    audit_store: OrchestratorStore,
+) -> None:
+    ops = _outcomes(audit_store)
+    _delete_entry(audit_store, ops[1], "rejection")
+    with audit_store.engine.begin() as conn:
+        conn.execute(operations.update().where(operations.c.operation_id == ops[0]).values(receipt_id="rcpt-forged"))
+        conn.execute(operations.update().where(operations.c.operation_id == ops[2]).values(state="unknown"))
+
+    failures = LogAuditor(_url(audit_store)).check().failures
+
+    assert len(failures) == 3, failures
+    receipt, rejection, settled = ([f for f in failures if op in f] for op in ops[:3])
+    assert len(receipt) == 1 and receipt[0].startswith("audit log: leaf ")
+    assert f"({ops[0]}): effect COMMITTED at " in receipt[0]
+    assert "with receipt 'rcpt-0' applied at " in receipt[0]
+    assert "but the operations table holds COMMITTED at " in receipt[0]
+    assert "with receipt 'rcpt-forged' applied at " in receipt[0]
+    assert rejection == [
+        f"audit log: {ops[1]}: REJECTED in the operations table, with 0 outcome leaves (leaves []) "
+        "where one rejection leaf belongs"
+    ]
+    assert len(settled) == 1 and settled[0].startswith("audit log: leaf ")
+    assert settled[0].endswith(f"({ops[2]}): a settlement leaf of an operation not in a state it records")
