@@ -22,9 +22,10 @@ import psycopg
 # Column names of pg_stat_database read for each window.
 SERVER_COUNTERS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_fetched")
 # A backend sends its counters to the statistics when it goes idle, but at most once a second: one
-# that sent them less than a second ago sends the rest 10 s later (PostgreSQL's idle interval). A
-# window ends once the counters have not moved for longer than that.
-STATS_QUIET_SECONDS = 11.0
+# that sent them less than a second ago sends the rest 10 s later (PostgreSQL's idle interval), so up
+# to 11 s after the last change seen. A window ends once the counters have not moved for 3 s longer
+# than that: at 11 s, a loaded machine's late timer put 4 commits of the warm-up into the next window.
+STATS_QUIET_SECONDS = 14.0
 STATS_POLL_SECONDS = 1.0
 STATS_WAIT_LIMIT_SECONDS = 60.0
 
