@@ -29,6 +29,7 @@ EXPECTED = {
     "reemitted_from_checkpoint": True,
     "committed_after_reconcile": True,
     "control_effects": 2,
+    "audit_verified": True,
     "failed": [],
     "error": None,
 }
@@ -87,11 +88,17 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     # About 15 s on an idle 2-core machine; the bound leaves room for neighbours' load on a shared runner.
     assert 0 < verdict["seconds"] < 120
     transcript = done.stdout
-    for number in range(1, 6):
+    for number in range(1, 7):
         assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
     assert "review request re-emitted from checkpoint" in transcript
     assert "outcome UNKNOWN, exit 42" in transcript
     assert "STALE_PROPOSAL" in transcript and "DECISION_CONFLICT" in transcript
+    # Step 6: T-1042's three leaves verified against a signed checkpoint, and a copy naming another reviewer refused.
+    assert re.search(r"-> verified, exit 0: checkpoint \d+ of decisionflow.local/audit .*; 3 leaves proven", transcript)
+    assert "leaf 1: decision APPROVE by rita" in transcript
+    assert "-> refused, exit 1: leaf 1: " in transcript
+    bundle = json.loads((state_dir / "T-1042.audit.json").read_text())
+    assert len(bundle["leaves"]) == 3
     _assert_all_stopped(_pids(transcript))
     return verdict
 

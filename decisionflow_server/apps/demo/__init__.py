@@ -4,7 +4,7 @@ workspace.py  the state directory: databases, credentials and tokens, checkpoint
 children.py   child processes: services announcing a port, commands run to completion; stopping them
 control.py    the control experiment's naive client (a fresh random key per attempt)
 stack.py      the services and the clients that talk to them, and the transcript
-story.py      the five steps and what they observed
+story.py      the six steps and what they observed
 run.py        run_demo: the steps, the verdict (the last line, JSON), cleanup on every path
 """
 

@@ -1,4 +1,4 @@
-"""Run the demo: prepare the state directory, play the five steps, print the verdict, stop every child."""
+"""Run the demo: prepare the state directory, play the six steps, print the verdict, stop every child."""
 
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ def run_demo(options: DemoOptions) -> int:
                 story.step3()
                 story.step4()
                 story.step5()
+                story.step6()
             except DemoError as exc:
                 error, exit_code = str(exc), exc.exit_code
             except KeyboardInterrupt:
@@ -146,6 +147,7 @@ def _verdict(
         "omitted_refused": seen.omitted_refused,
         "control_case_id": ws.CONTROL_CASE_ID,
         "control_effects": seen.control_effects,
+        "audit_verified": seen.audit_verified,
         "failed": failed,
         "error": error,
         "state_dir": str(workspace.root),
@@ -165,7 +167,8 @@ def _conclude(
         transcript.plain(
             f"Result: one approval, one effect. {ws.CASE_ID} has exactly {verdict['effects_for_case']} effect after "
             f"a restart, a lost reply, a reconciler pass and a replay; the control wrote "
-            f"{verdict['control_effects']}. ({verdict['seconds']:.1f} s)"
+            f"{verdict['control_effects']}; the signed audit log proves who proposed, approved and settled it. "
+            f"({verdict['seconds']:.1f} s)"
         )
     elif failed:
         transcript.plain(f"Result: NOT as expected: {', '.join(failed)} (child logs in {workspace.logs})")

@@ -1,5 +1,6 @@
 """The demo's state directory: databases, the credentials file and one token file per principal,
-the checkpoint key, the proposal files the commands read, and the logs of every child process."""
+the checkpoint key, the proposal files the commands read, the logs of every child process, and the
+audit log's keys and bundle once step 6 has made them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from decisionflow_server.runtime.auth import Role, issue_token
 
 AUTHOR, REVIEWER, OPERATOR, ORCHESTRATOR, NAIVE_CLIENT = "ava", "rita", "ops", "orchestrator", "naive-client"
+AUDITOR = "audra"
 # The reconciler's token for the receiver: the receiver never sees a token the orchestrator takes as operator.
 RECONCILER_READER = "reconciler"
 
@@ -21,6 +23,7 @@ PRINCIPALS: dict[str, tuple[Role, ...]] = {
     AUTHOR: (Role.AUTHOR,),
     REVIEWER: (Role.REVIEWER,),
     OPERATOR: (Role.OPERATOR, Role.EFFECT_READER),
+    AUDITOR: (Role.AUDITOR,),
     RECONCILER_READER: (Role.EFFECT_READER,),
     ORCHESTRATOR: (Role.EFFECT_WRITER, Role.EFFECT_READER),
     # The control experiment's client writes effects directly, as a service without idempotency would.
@@ -28,6 +31,8 @@ PRINCIPALS: dict[str, tuple[Role, ...]] = {
 }
 
 CASE_ID = "T-1042"
+AUDIT_SIGNING_KEY, AUDIT_VERIFIER_KEY = "audit-signing.key", "audit-log.vkey"
+AUDIT_BUNDLE, AUDIT_TAMPERED = f"{CASE_ID}.audit.json", f"{CASE_ID}.tampered.json"
 STALE_CASE_ID = "T-1043"
 CONTROL_CASE_ID = "T-1042-control"
 ACTION = "record_support_review"
@@ -89,6 +94,26 @@ class Workspace:
     def input(self, name: str) -> Path:
         """The path of one input file."""
         return self.inputs / name
+
+    @property
+    def audit_signing_key(self) -> Path:
+        """The audit log's signing key file (step 6 makes it with audit-keygen)."""
+        return self.root / AUDIT_SIGNING_KEY
+
+    @property
+    def audit_verifier_key(self) -> Path:
+        """The verifier key an auditor keeps, the only thing verify needs besides the bundle."""
+        return self.root / AUDIT_VERIFIER_KEY
+
+    @property
+    def audit_bundle(self) -> Path:
+        """The bundle of T-1042's leaves that step 6 exports and verifies."""
+        return self.root / AUDIT_BUNDLE
+
+    @property
+    def audit_tampered(self) -> Path:
+        """Step 6's copy of the bundle with a leaf changed, which verify refuses."""
+        return self.root / AUDIT_TAMPERED
 
 
 def _state_dir(path: Path | None) -> Path:
