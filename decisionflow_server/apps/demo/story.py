@@ -356,7 +356,7 @@ class Story:
         return self.stack.children.run("decisionflow_server.apps.cli", argv)
 
     def _orchestrator_command(self, args: list[str], shown: str, note: str = "") -> Finished:
-        self.say.line(f"$ decisionflow-orchestrator {shown}{'   (' + note.lstrip(', ') + ')' if note else ''}")
+        self.say.line(f"$ decisionflow-orchestrator {shown}" + (f"   ({note})" if note else ""))
         return self.stack.children.run("orchestrator.main", args)
 
     def _bundle(self) -> Bundle:
