@@ -92,7 +92,9 @@ def checkov(tmp_path_factory: pytest.TempPathFactory) -> str:
         if not stamp.is_file() or stamp.read_text() != wanted:
             shutil.rmtree(CHECKOV_VENV, ignore_errors=True)
             venv.create(CHECKOV_VENV, with_pip=True)
-            pip = [str(CHECKOV_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+            # Without compiling every module it installs: measured 19 s instead of 34 s, and checkov's first
+            # run compiles the ones it imports (2.7 s more).
+            pip = [str(CHECKOV_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
             done = _step([*pip, "-r", str(CHECKOV_REQUIREMENTS)], ROOT, timeout=900)
             if done.returncode != 0:
                 shutil.rmtree(CHECKOV_VENV, ignore_errors=True)
