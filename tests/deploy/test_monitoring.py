@@ -98,6 +98,7 @@ def test_alert_rules_are_well_formed() -> None:
         "DecisionflowApproveSlow",
         "DecisionflowAuditLogLagging",
         "DecisionflowAuditCheckpointStale",
+        "DecisionflowAuthorBudgetsRefusing",
     } <= set(names)
     for rule in rules:
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
@@ -244,6 +245,58 @@ def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigne
     ]
     tests = tmp_path / "audit-alert-test.yml"
     tests.write_text(AUDIT_STOPPED.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
+
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Two orchestrator processes: a caller refused for its call rate 3 times a minute on each from minute 1 to 40,
+# and one content-budget refusal at minute 10 (a budget at work, which never fires).
+REFUSALS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="a",reason="CALL_RATE_EXCEEDED"}}'
+        values: '0+3x40 120x20'
+      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="b",reason="CALL_RATE_EXCEEDED"}}'
+        values: '0+3x40 120x20'
+      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="a",reason="CONTENT_BUDGET_EXCEEDED"}}'
+        values: '0x10 1x50'
+    alert_rule_test:
+{cases}
+"""
+REFUSALS_FIRING = """      - eval_time: {minute}m
+        alertname: DecisionflowAuthorBudgetsRefusing
+        exp_alerts:
+          - exp_labels: {{severity: ticket, reason: CALL_RATE_EXCEEDED}}
+            exp_annotations:
+              summary: {summary}
+              description: {description}
+"""
+REFUSALS_QUIET = """      - eval_time: {minute}m
+        alertname: DecisionflowAuthorBudgetsRefusing
+        exp_alerts: []
+"""
+
+
+def test_refusals_for_a_budget_alert_after_15_minutes_on_end_and_one_refusal_never(tmp_path: Path) -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowAuthorBudgetsRefusing"]
+    summary = rule["annotations"]["summary"].replace("{{ $labels.reason }}", "CALL_RATE_EXCEEDED")
+    firing = {"summary": json.dumps(summary), "description": json.dumps(rule["annotations"]["description"])}
+    cases = [
+        REFUSALS_QUIET.format(minute=10),  # refused for 9 minutes: not yet; the single refusal: never
+        REFUSALS_QUIET.format(minute=15),
+        REFUSALS_FIRING.format(minute=17, **firing),
+        REFUSALS_FIRING.format(minute=40, **firing),
+        REFUSALS_QUIET.format(minute=46),  # no refusal for over 5 minutes
+    ]
+    tests = tmp_path / "refusal-alert-test.yml"
+    tests.write_text(REFUSALS.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
 
     done = subprocess.run(
         [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
