@@ -85,8 +85,9 @@ class _HopB:
 
 
 async def _serve(hop: str, downstream: str | None, address: str, ready: workers.Ready, *, reuse_port: bool) -> None:
+    limits = TransportLimits.defaults()
     server = grpc.aio.server(
-        options=TransportLimits().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES), reuse_port=reuse_port)
+        options=limits.server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES), reuse_port=reuse_port)
     )
     channel = None
     if hop == "a":

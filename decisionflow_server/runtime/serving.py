@@ -4,6 +4,7 @@ process around the server (start-up order, workers, signals) is decisionflow_ser
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from decisionflow.channels import MAX_MESSAGE_BYTES
-from decisionflow_server.foundation.settings import SettingValues, TransportSettings, part
+from decisionflow_server.foundation.settings import (
+    SettingValues,
+    TransportSettings,
+    parse_settings,
+    part,
+    transport_settings,
+)
 from decisionflow_server.runtime.auth import EXEMPT_METHOD_PREFIXES, AuthInterceptor
 from decisionflow_server.runtime.connection_guard import ConnectionGuard, ConnectionRules
 from decisionflow_server.runtime.reflection import enable_reflection
@@ -74,16 +81,23 @@ class ReceiveLimits:
 
 @dataclass(frozen=True, slots=True)
 class TransportLimits:
-    """What one peer may hold of a server: streams per connection, connection lifetime, connections."""
+    """What one peer may hold of a server: streams per connection, connection lifetime, connections. The
+    defaults are the settings' (``transport_settings``), read by ``defaults()``: declared once, there."""
 
-    max_concurrent_streams: int = 64
-    max_connection_idle_seconds: float = 300.0
-    max_connection_age_seconds: float = 1800.0
-    max_connection_age_grace_seconds: float = 30.0
-    max_connections: int = 1000
-    max_connections_per_peer: int | None = None  # None: half of max_connections
-    max_unauthenticated_connections: int | None = None  # None: three quarters of max_connections
-    first_call_timeout_seconds: float = 10.0
+    max_concurrent_streams: int
+    max_connection_idle_seconds: float
+    max_connection_age_seconds: float
+    max_connection_age_grace_seconds: float
+    max_connections: int
+    max_connections_per_peer: int | None  # None: half of max_connections
+    max_unauthenticated_connections: int | None  # None: three quarters of max_connections
+    first_call_timeout_seconds: float
+
+    @classmethod
+    def defaults(cls) -> TransportLimits:
+        """The limits a server has when none of its transport settings is given."""
+        declared = transport_settings("ANY")
+        return cls.from_values(parse_settings(argparse.Namespace(), declared.all, {}), declared)
 
     @classmethod
     def from_values(cls, values: SettingValues, settings: TransportSettings) -> TransportLimits:
@@ -142,7 +156,7 @@ def _millis(seconds: float) -> int:
 
 
 SERVER_OPTIONS: Sequence[tuple[str, int]] = tuple(
-    TransportLimits().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES))
+    TransportLimits.defaults().server_options(ReceiveLimits(default=MAX_MESSAGE_BYTES))
 )
 
 
@@ -189,9 +203,9 @@ async def start_server(
     caller is anonymous; health and reflection are exempt), parsed within receive (default 1 MiB for
     every method), handed to observers, and any domain error raised on the way answered through
     status_table. interceptors run inside that pass, around the servicers (fault injection).
-    transport bounds what a peer may hold (default TransportLimits()). reuse_port: worker processes
+    transport bounds what a peer may hold (default TransportLimits.defaults()). reuse_port: worker processes
     share the port (decisionflow_server.runtime.workers)."""
-    transport = transport or TransportLimits()
+    transport = transport or TransportLimits.defaults()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
     guard = ConnectionGuard(transport.connection_rules)
     served = ServedCalls(
