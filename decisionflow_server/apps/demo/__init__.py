@@ -5,6 +5,7 @@ children.py   child processes: services announcing a port, commands run to compl
 control.py    the control experiment's naive client (a fresh random key per attempt)
 stack.py      the services and the clients that talk to them, and the transcript
 story.py      the six steps and what they observed
+audit_trail.py step 6: the audit log signed, exported, verified offline, and a forged copy refused
 run.py        run_demo: the steps, the verdict (the last line, JSON), cleanup on every path
 """
 
