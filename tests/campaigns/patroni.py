@@ -57,6 +57,9 @@ TTL_SECONDS = 20
 LOOP_WAIT_SECONDS = 2
 RETRY_TIMEOUT_SECONDS = 5
 READY_TIMEOUT_SECONDS = 120.0
+# A commit on the leader, its synchronous standby's acknowledgement included, counts as prompt below this (the
+# campaigns give each Apply 1 s).
+PROMPT_COMMIT_SECONDS = 0.25
 # What the services' URLs add to the hosts (docs/deployment.md, "High availability"): connect only to
 # the writable node; give up on a node that does not answer a connection within 2 s; and drop a
 # connection whose sent data goes unacknowledged for 5 s (a partitioned node never answers, nor
@@ -357,6 +360,24 @@ class PatroniCluster:
 
     def wait_healthy(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
         self.wait_for(self.healthy, "every node running with a synchronous standby", timeout)
+
+    def commits_promptly(self, database: str, within: float = PROMPT_COMMIT_SECONDS, times: int = 3) -> bool:
+        """Healthy, and times commits in a row on the leader (each waits for the synchronous standby) took less
+        than within seconds each."""
+        leader = self.leader()
+        if leader is None or not self.healthy():
+            return False
+        try:
+            with psycopg.connect(self.node_url(leader, database), autocommit=True, connect_timeout=2) as conn:
+                for _ in range(times):
+                    started = time.monotonic()
+                    # txid_current() gives the transaction an id: its commit waits for the synchronous standby.
+                    conn.execute("SELECT txid_current()")
+                    if time.monotonic() - started >= within:
+                        return False
+        except psycopg.Error:
+            return False
+        return True
 
     def wait_for(self, condition: Any, what: str, timeout: float = READY_TIMEOUT_SECONDS) -> None:
         deadline = time.monotonic() + timeout

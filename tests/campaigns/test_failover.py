@@ -205,6 +205,10 @@ def test_database_failover_under_load_loses_nothing(
         ended = history.now()
         starts = {s.name: s.starts for s in services.servers()}
         alive = {s.name: s.alive for s in services.servers()}
+        # The faults are over once commits are prompt again on both databases: once, just after a lost standby
+        # rejoined, they stalled about a second, and the settling pass's re-drives that met the stall stayed Unknown.
+        for name in ("receiver", "orchestrator"):
+            cluster.wait_for(lambda name=name: cluster.commits_promptly(name), f"prompt commits in {name}")
         settled = settle_and_check(services, history)
         counts = _same_on_every_node(cluster)
     finally:
