@@ -173,14 +173,7 @@ def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_appr
         QUIET.format(minute=46),  # an Apply accepted at 45 min ends it
         FIRING.format(minute=61, when=again, description=description),  # refused again: fires again
     ]
-    tests = tmp_path / "refusal-alert-test.yml"
-    tests.write_text(
-        REFUSED_THEN_SILENT.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases))
-    )
-
-    done = subprocess.run(
-        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = _rule_test(tmp_path / "refusal-alert-test.yml", REFUSED_THEN_SILENT, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -243,12 +236,7 @@ def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigne
         firing(stale, 8, "18m 0s"),
         AUDIT_QUIET.format(minute=9, alert=stale),
     ]
-    tests = tmp_path / "audit-alert-test.yml"
-    tests.write_text(AUDIT_STOPPED.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
-
-    done = subprocess.run(
-        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = _rule_test(tmp_path / "audit-alert-test.yml", AUDIT_STOPPED, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -295,14 +283,17 @@ def test_refusals_for_a_budget_alert_after_15_minutes_on_end_and_one_refusal_nev
         REFUSALS_FIRING.format(minute=40, **firing),
         REFUSALS_QUIET.format(minute=46),  # no refusal for over 5 minutes
     ]
-    tests = tmp_path / "refusal-alert-test.yml"
-    tests.write_text(REFUSALS.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
-
-    done = subprocess.run(
-        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = _rule_test(tmp_path / "budget-alert-test.yml", REFUSALS, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _rule_test(path: Path, template: str, cases: list[str]) -> subprocess.CompletedProcess[str]:
+    """Write a promtool rule test of deploy/alerts.yml (template, with its cases) to path and run it."""
+    path.write_text(template.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
+    return subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def _jobs_matched(expr: str) -> set[str]:
