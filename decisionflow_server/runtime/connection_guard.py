@@ -35,7 +35,10 @@ under it. Each worker process (``--workers``) applies the cap and the share to t
 accepted. Closing acts within one sweep, so a peer that reconnects in a loop would take every freed
 slot between sweeps; an address whose unauthenticated connections were closed as excess is therefore
 refused new connections at the listening socket (decisionflow_server.runtime.admission) for ``REFUSAL_SECONDS``,
-renewed while it keeps breaking the rules.
+renewed while it keeps breaking the rules: banned. Every caller behind that address is banned with it
+(a NAT, a node's SNAT, a mesh sidecar whose connections all come from loopback), so an address in
+``--trusted-peer-addresses`` is never banned; its excess connections are still closed. Each ban is
+logged once, with its address and how long it lasts, and counted (``on_ban``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from decisionflow_server.foundation.settings import Network
 from decisionflow_server.runtime import admission
 from decisionflow_server.runtime.admission import duplicate_socket, own_sockets
 
@@ -79,6 +83,12 @@ class ConnectionRules:
     unauthenticated: int
     """At most this many connections without an admitted call in all; the excess is closed, taken from
     the addresses holding the most of them, and those addresses are refused new connections a while."""
+    trusted: tuple[Network, ...] = ()
+    """Peer addresses in these networks are never refused new connections (their excess is still closed)."""
+
+    def trusts(self, address: str) -> bool:
+        """True when address (as ``Peer`` writes it) is in a trusted network."""
+        return bool(self.trusted) and _is_in(address, self.trusted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +113,12 @@ def parse_peer(peer: str) -> Peer | None:
         return _address(host.strip("[]")), int(port)
     except ValueError:
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_in(address: str, networks: tuple[Network, ...]) -> bool:
+    parsed = ipaddress.ip_address(address)
+    return any(parsed in network for network in networks)
 
 
 def _address(host: str) -> str:
@@ -144,9 +160,10 @@ def to_close(
     return unused, excess
 
 
-def refused_addresses(excess: Iterable[Connection], used: frozenset[Peer]) -> set[str]:
-    """Return the addresses to refuse new connections from: those whose unused connections were excess."""
-    return {c.peer[0] for c in excess if c.peer not in used}
+def refused_addresses(excess: Iterable[Connection], used: frozenset[Peer], rules: ConnectionRules) -> set[str]:
+    """Return the addresses to refuse new connections from: those whose unused connections were excess,
+    but for the trusted ones."""
+    return {c.peer[0] for c in excess if c.peer not in used and not rules.trusts(c.peer[0])}
 
 
 def accepted_connections(port: int) -> list[Connection]:
@@ -181,13 +198,16 @@ class ConnectionGuard:
         connections: Callable[[int], list[Connection]] = accepted_connections,
         close: Callable[[Connection], None] = shut_down,
         refuse: Callable[[int, Iterable[str]], int] = admission.refuse,
+        on_ban: Callable[[], object] | None = None,
     ) -> None:
+        """on_ban is called once for each address that starts being refused (a renewal is not a new ban)."""
         self._port = 0  # none until watch()
         self._rules = rules
         self._clock = clock
         self._connections = connections
         self._close = close
         self._refuse: Callable[[int, Iterable[str]], int] | None = refuse
+        self._on_ban = on_ban
         self._refused: dict[str, float] = {}  # address -> until when its new connections are refused
         self._first_seen: dict[int, float] = {}
         self._used: dict[Peer, float] = {}
@@ -222,7 +242,7 @@ class ConnectionGuard:
                 self._rules.unauthenticated,
                 _some({c.peer[0] for c in (*unused, *excess)}),
             )
-        self._refuse_from(refused_addresses(excess, frozenset(self._used)), now)
+        self._refuse_from(refused_addresses(excess, frozenset(self._used), self._rules), now)
         return [*unused, *excess]
 
     @property
@@ -243,15 +263,18 @@ class ConnectionGuard:
             logger.warning("cannot refuse connections at the listening socket (%s); closing them only", error)
             self._refuse = None
             return
-        if self._refused:
+        for address in sorted(set(self._refused) - before):
             logger.warning(
-                "refusing new connections from %d peer addresses for %g s: %s",
-                len(self._refused),
+                "refusing new connections from %s for %g s (renewed while it keeps breaking the rules): its "
+                "connections without an authenticated call were beyond its share or the server's budget; every "
+                "caller from this address waits unanswered at connect meanwhile (--trusted-peer-addresses exempts it)",
+                address,
                 REFUSAL_SECONDS,
-                _some(self._refused),
             )
-        else:
-            logger.info("accepting new connections from every peer address again")
+            if self._on_ban is not None:
+                self._on_ban()
+        for address in sorted(before - set(self._refused)):
+            logger.info("accepting new connections from %s again", address)
 
     def watch(self, port: int) -> None:
         """Sweep the connections to port every SWEEP_SECONDS on the running loop until stop()."""

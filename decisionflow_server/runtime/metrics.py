@@ -117,7 +117,8 @@ class MethodMetrics:
 
 
 class GrpcServerMetrics:
-    """The go-grpc-prometheus server families on a registry; ``method`` gives one method's children."""
+    """The go-grpc-prometheus server families on a registry (``method`` gives one method's children), and
+    the count of peer addresses the server's connection guard banned."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["grpc_type", "grpc_service", "grpc_method"]
@@ -133,6 +134,12 @@ class GrpcServerMetrics:
             "Time from the start of an RPC to its answer on the server",
             labels,
             buckets=HANDLING_BUCKETS,
+            registry=registry,
+        )
+        self.peer_address_bans = Counter(
+            "decisionflow_peer_address_bans",
+            "Peer addresses refused new connections at the listening socket for holding connections without "
+            "an authenticated call beyond their share; a renewal is not counted",
             registry=registry,
         )
 

@@ -18,6 +18,7 @@ from grpc_health.v1._async import HealthServicer
 
 from decisionflow.channels import MAX_MESSAGE_BYTES
 from decisionflow_server.foundation.settings import (
+    Network,
     SettingValues,
     TransportSettings,
     parse_settings,
@@ -92,6 +93,7 @@ class TransportLimits:
     max_connections_per_peer: int | None  # None: half of max_connections
     max_unauthenticated_connections: int | None  # None: three quarters of max_connections
     first_call_timeout_seconds: float
+    trusted_peer_addresses: tuple[Network, ...] = ()
 
     @classmethod
     def defaults(cls) -> TransportLimits:
@@ -111,6 +113,7 @@ class TransportLimits:
             values[settings.max_connections_per_peer],
             values[settings.max_unauthenticated_connections],
             values.required(settings.first_call_timeout_seconds),
+            values[settings.trusted_peer_addresses] or (),
         )
 
     @classmethod
@@ -123,7 +126,7 @@ class TransportLimits:
         """The rules the server's connection guard enforces (decisionflow_server.runtime.connection_guard)."""
         per_peer = self.max_connections_per_peer or max(1, self.max_connections // 2)
         unauthenticated = self.max_unauthenticated_connections or max(1, self.max_connections * 3 // 4)
-        return ConnectionRules(self.first_call_timeout_seconds, per_peer, unauthenticated)
+        return ConnectionRules(self.first_call_timeout_seconds, per_peer, unauthenticated, self.trusted_peer_addresses)
 
     def server_options(self, receive: ReceiveLimits, *, reuse_port: bool = False) -> list[tuple[str, int]]:
         """Return the gRPC core arguments that enforce these limits and the receive limit; reuse_port lets
@@ -207,7 +210,10 @@ async def start_server(
     share the port (decisionflow_server.runtime.workers)."""
     transport = transport or TransportLimits.defaults()
     receive = receive or ReceiveLimits(default=MAX_MESSAGE_BYTES)
-    guard = ConnectionGuard(transport.connection_rules)
+    guard = ConnectionGuard(
+        transport.connection_rules,
+        on_ban=None if metrics is None else metrics.peer_address_bans.inc,
+    )
     served = ServedCalls(
         status_table,
         auth=auth,

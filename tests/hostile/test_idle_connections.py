@@ -186,7 +186,7 @@ def test_unused_connections_beyond_the_unauthenticated_budget_are_closed_from_th
     unused, excess = to_close(held, first_seen, frozenset({used.peer}), 9.0, rules)
     assert unused == []
     assert excess == [attacker[3], attacker[2], attacker[1]]
-    assert refused_addresses(excess, frozenset({used.peer})) == {"127.0.0.2"}
+    assert refused_addresses(excess, frozenset({used.peer}), rules) == {"127.0.0.2"}
 
 
 def test_a_guard_refuses_the_addresses_it_closed_for_the_refusal_period() -> None:

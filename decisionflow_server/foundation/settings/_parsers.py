@@ -3,6 +3,7 @@ saying what it accepts (``parse_settings`` adds the flag and the environment var
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from decisionflow import addresses
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 GRPC_LOG_LEVELS = ("off", "error", "warning", "info")
@@ -126,6 +129,21 @@ def zero_or_integer(low: int, high: int) -> Callable[[str], int]:
             raise ValueError(f"expected 0 or a whole number from {low} to {high}, not {value!r}") from None
 
     return parse
+
+
+def networks(value: str) -> tuple[Network, ...]:
+    """Return comma-separated IP addresses and networks in CIDR form (``127.0.0.1``, ``10.0.0.0/8``,
+    ``fd00::/8``), each as a network (an address is a network of one); an empty value is none. A
+    network with bits set beyond its prefix (``10.0.0.1/8``) is refused: which was meant is unclear."""
+    found = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            found.append(ipaddress.ip_network(item))
+        except ValueError as exc:
+            raise ValueError(f"expected IP addresses or CIDR networks (10.0.0.0/8), comma-separated: {exc}") from None
+    return tuple(found)
 
 
 def non_empty(value: str) -> str:

@@ -1,13 +1,13 @@
 """A server's transport limits: streams per connection, connection idle time, age and grace, the
-connection cap, one peer's share of it, the part of it connections without a call may hold, and
-the time a connection may stay open without a call."""
+connection cap, one peer's share of it, the part of it connections without a call may hold, the
+time a connection may stay open without a call, and the peer addresses never refused new connections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from decisionflow_server.foundation.settings._parsers import integer, positive_seconds, seconds
+from decisionflow_server.foundation.settings._parsers import Network, integer, networks, positive_seconds, seconds
 from decisionflow_server.foundation.settings._setting import Setting
 
 
@@ -23,6 +23,7 @@ class TransportSettings:
     max_connections_per_peer: Setting[int]
     max_unauthenticated_connections: Setting[int]
     first_call_timeout_seconds: Setting[float]
+    trusted_peer_addresses: Setting[tuple[Network, ...]]
 
     @property
     def all(self) -> tuple[Setting[Any], ...]:
@@ -36,14 +37,15 @@ class TransportSettings:
             self.max_connections_per_peer,
             self.max_unauthenticated_connections,
             self.first_call_timeout_seconds,
+            self.trusted_peer_addresses,
         )
 
 
 def transport_settings(service: str) -> TransportSettings:
     """The transport limits of a server (``DECISIONFLOW_<SERVICE>_...``): concurrent streams per
     connection, connection idle time, age and grace, a cap on connections, the share of it one peer
-    address may hold, the part of it unauthenticated connections may hold and the time a connection
-    may stay open without a call."""
+    address may hold, the part of it unauthenticated connections may hold, the time a connection
+    may stay open without a call and the peer addresses never refused new connections."""
     prefix = f"DECISIONFLOW_{service}_"
     return TransportSettings(
         Setting(
@@ -101,5 +103,13 @@ def transport_settings(service: str) -> TransportSettings:
             "(health checks do not count)",
             "10",
             parse=positive_seconds,
+        ),
+        Setting(
+            "trusted_peer_addresses",
+            prefix + "TRUSTED_PEER_ADDRESSES",
+            "IP addresses and CIDR networks, separated by commas, never refused new connections for the "
+            "connections they hold without an authenticated call (a proxy, a mesh sidecar, a probe; their excess "
+            "connections are still closed); 0.0.0.0/0,::/0 turns that refusal off",
+            parse=networks,
         ),
     )
