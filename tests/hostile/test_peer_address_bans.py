@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.foundation.processes import ServiceProcess, free_port
+from decisionflow_server.foundation.processes import free_port
 from decisionflow_server.foundation.settings import SettingError, networks, parse_settings, transport_settings
 from decisionflow_server.runtime.connection_guard import REFUSAL_SECONDS, Connection, ConnectionGuard, ConnectionRules
-from tests.hostile.test_idle_connections import HELD, _held_after, _served, _start
+from tests.hostile.test_idle_connections import HELD, _held_once_cut_to, _served, _served_within, _start
 from tests.metrics.scrape import scrape
 from tests.support.flood import RawPeer, pump
 
@@ -46,7 +46,7 @@ def _close(peers: Iterable[RawPeer]) -> None:
         peer.close()
 
 
-def _bans_within(process: ServiceProcess, metrics_port: int, peers: list[RawPeer], seconds: float) -> float:
+def _bans_within(metrics_port: int, peers: list[RawPeer], seconds: float) -> float:
     """Read from the peers until the server has banned an address or seconds passed; return its ban count."""
     deadline = time.monotonic() + seconds
     while (bans := scrape(metrics_port).value(BANS)) == 0 and time.monotonic() < deadline:
@@ -61,7 +61,7 @@ def test_a_caller_sharing_a_banned_address_is_refused(tmp_path: Path) -> None:
     try:
         peers = _open_peers(process.port, "127.0.0.1")
         try:
-            assert _bans_within(process, metrics_port, peers, 10) == 1
+            assert _bans_within(metrics_port, peers, 30) == 1
         finally:
             _close(peers)
         # The idle connections are gone, but their address is banned: so is the caller that shares it.
@@ -77,22 +77,26 @@ def test_a_caller_sharing_a_banned_address_is_refused(tmp_path: Path) -> None:
 def test_a_trusted_address_is_never_banned_and_others_still_are(tmp_path: Path) -> None:
     metrics_port = free_port()
     process, token = _start(
-        tmp_path, "--metrics-port", str(metrics_port), "--trusted-peer-addresses", "10.0.0.0/8, 127.0.0.1"
+        tmp_path,
+        *("--metrics-port", str(metrics_port), "--trusted-peer-addresses", "10.0.0.0/8, 127.0.0.1"),
+        *("--first-call-timeout-seconds", "60"),  # the idle connections outlast the checks below
     )
     try:
         peers = _open_peers(process.port, "127.0.0.1")
         try:
             assert len(peers) == HELD  # never refused at connect
             # The excess beyond the address's share (10 of a cap of 20) is still closed, but the address
-            # is not banned: a caller from it is served beside the idle connections.
-            assert _held_after(peers, 3) == 10
-            assert _served(process, token)
+            # is not banned: a caller from it is served beside the idle connections. At its share, a new
+            # connection that has not called yet when a sweep comes is excess too, so the caller retries
+            # as clients do (a loaded machine can put a sweep between its connect and its call).
+            assert _held_once_cut_to(peers, 10, within=30) == 10
+            assert _served_within(process, token, 10)
         finally:
             _close(peers)
         assert scrape(metrics_port).value(BANS) == 0
         peers = _open_peers(process.port, "127.0.0.2")
         try:
-            assert _bans_within(process, metrics_port, peers, 10) == 1
+            assert _bans_within(metrics_port, peers, 30) == 1
         finally:
             _close(peers)
         assert _served(process, token)
