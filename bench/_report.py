@@ -134,7 +134,7 @@ def _run_figures(results: Results) -> dict[str, Figure]:
         out["inprocess_framework_jobs_rps"] = Figure(results.inprocess.jobs_per_second, "jobs/s", None)
         out["inprocess_framework_cpu_ms"] = Figure(results.inprocess.cpu_ms_per_job, "CPU ms per job", None)
     for cost in _costs.costs(results):
-        if cost.ratio:  # a run too short for the CPU clock's ticks measures no ratio
+        if cost.ratio:  # a run that measured no CPU (read in ticks where the CPU clock is absent) has no ratio
             out[f"cost_{cost.name}"] = Figure(cost.ratio, "ratio", None)
     out["identity_us"] = Figure(results.identity_us, "µs", None)
     out["identities_all_us"] = Figure(results.identities_us, "µs", None)
@@ -212,8 +212,8 @@ def document(runs: list[Results], table: dict[str, Figure], machine_info: dict[s
             "reconcile_seed": _reconcile.SEED_METHOD,
             "baseline": "median of its rounds, each taken just before the real round at the same concurrency, "
             "with as many processes per hop as the services have workers",
-            "cpu": "user+system CPU from /proc/PID/stat of each service's processes (parent and workers), "
-            "over the measurement, per completed call",
+            "cpu": "user+system CPU in nanoseconds from the CPU-time clock of each service's processes (parent "
+            "and workers; bench._cpu), over the measurement, per completed call",
         },
         "failed_calls": failures,
         "reconciler_summary": {str(r.workers): None if r.reconcile is None else r.reconcile.summary for r in runs},

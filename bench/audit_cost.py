@@ -6,13 +6,13 @@ the same program with its leaves left out (``bench/_without_leaves.py``: no entr
 Both run without the sequencer in the server (``--audit-interval-seconds 0``): it works off the request path,
 and is measured on its own afterwards. Each round drives StartReviews and then their first Approves at 16 in
 flight through one and then the other (the order alternates between rounds, so a drift in the machine's load
-falls on both), and reads each orchestrator's CPU from /proc. The report is the CPU per call of each, summed
-over the rounds, the share of a call's CPU the leaves take, (with - without) / with, and that share's median
-over the rounds. The servers' CPU moves with everything else on the machine; so, to see the leaves alone,
-the store's two writes of a first Approve (the decision with its first attempt, the receipt) then run in this
-process, with and without leaves in alternating rounds (``bench/_store_leaves.py``), and their difference is
-set against the real orchestrator's CPU per first Approve. Last, the sequencer runs once over the real
-orchestrator's whole backlog in this process (``orchestrator.audit.sequencer.publish``, signing one
+falls on both), and reads each orchestrator's CPU to the nanosecond (``bench._cpu``). The report is the CPU per
+call of each, summed over the rounds, the share of a call's CPU the leaves take, (with - without) / with, and
+that share's median over the rounds. The servers' CPU moves with everything else on the machine; so, to see
+the leaves alone, the store's two writes of a first Approve (the decision with its first attempt, the receipt)
+then run in this process, with and without leaves in alternating rounds (``bench/_store_leaves.py``), and their
+difference is set against the real orchestrator's CPU per first Approve. Last, the sequencer runs once over the
+real orchestrator's whole backlog in this process (``orchestrator.audit.sequencer.publish``, signing one
 checkpoint), and its CPU per leaf is reported.
 
     python -m bench.audit_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
@@ -135,10 +135,10 @@ def _shares(tallies: dict[str, Tally], measure: str) -> list[float]:
 
 
 def _spread(shares: list[float]) -> str:
-    # The kernel counts CPU in clock ticks (10 ms here): a round of a few calls can read as no CPU at all, and
-    # such a round has no share to give.
+    # CPU is read to the nanosecond (bench._cpu); only where the process's CPU clock cannot be read does it
+    # come in clock ticks (10 ms), and then a round of a few calls can read as no CPU, with no share to give.
     if not shares:
-        return "none: no round lasted a clock tick of the orchestrator's CPU"
+        return "none: no round measured the orchestrator's CPU (read in clock ticks here)"
     quartiles = statistics.quantiles(shares, n=4) if len(shares) > 1 else shares * 3
     return f"{100 * statistics.median(shares):.1f}% [{100 * quartiles[0]:.1f}%, {100 * quartiles[2]:.1f}%]"
 

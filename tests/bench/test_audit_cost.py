@@ -40,8 +40,8 @@ def test_audit_cost_bench_prints_both_orchestrators_figures() -> None:
     assert f"audit entries written: {3 * reviews} with leaves, 0 without leaves" in done.stdout
 
 
-def test_a_round_too_short_for_a_clock_tick_is_named_not_divided() -> None:
-    # CPU is counted in 10 ms ticks: three calls can read as none, in one orchestrator or in both.
+def test_a_round_that_measured_no_cpu_is_named_not_divided() -> None:
+    # Where CPU can only be read in 10 ms ticks, three calls can read as none, in one orchestrator or in both.
     idle, busy = Tally(), Tally()
     for measure in MEASURES:
         idle.per_round[measure].append(0.0)
@@ -51,5 +51,5 @@ def test_a_round_too_short_for_a_clock_tick_is_named_not_divided() -> None:
 
     table = render({WITH: idle, WITHOUT: busy}, "sqlite", 1, 3)
 
-    assert table.count("none: no round lasted a clock tick") == 2, table
+    assert table.count("none: no round measured the orchestrator's CPU") == 2, table
     assert "failed calls: 0" in table
