@@ -6,9 +6,9 @@ in ticks of 1/``SC_CLK_TCK`` s (10 ms here): a round of a few calls on a fast pr
 read as no CPU at all. /proc/PID/schedstat counts nanoseconds, but for one thread: a process's file is its
 main thread's, and a gRPC server works on others (measured: 0.03 s in schedstat against 0.38 s in stat
 for a process that spun in a second thread). The process's own CPU-time clock holds what the scheduler
-counted for every thread, those that have exited included, in nanoseconds: Linux names it by the pid
-(``clock_getcpuclockid(3)``, which glibc computes as ``process_clock_id`` does), and any process may
-read it for a process it can see. Where it cannot be read, the ticks of /proc/PID/stat are the fallback.
+counted for every thread, those that have exited included, in nanoseconds: Linux derives its id from the
+pid (the id clock_getcpuclockid(3) returns, computed here by ``process_clock_id``), and a process may read
+the clock of any process it can see. Where it cannot be read, the ticks of /proc/PID/stat are the fallback.
 """
 
 from __future__ import annotations
