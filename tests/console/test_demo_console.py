@@ -159,7 +159,6 @@ def test_the_documented_command_serves_the_console_until_ctrl_c(page: Page) -> N
     assert command == ".venv/bin/decisionflow demo --console", command
     if _port_taken(DEFAULT_PORT):
         pytest.skip(f"port {DEFAULT_PORT} is taken on this machine; the documented command listens there")
-    begun = time.monotonic()
     running = Running(command)
     state_dir: Path | None = None
     try:
@@ -198,7 +197,6 @@ def test_the_documented_command_serves_the_console_until_ctrl_c(page: Page) -> N
         left = [pid for pid in pids if _alive(pid)]
         assert not left, f"still running after Ctrl-C: {left}"
         assert not _port_taken(DEFAULT_PORT), "the console's port is still bound"
-        assert time.monotonic() - begun < 60
     finally:
         running.stop_now()
         if state_dir is not None and state_dir.parent == Path(tempfile.gettempdir()):

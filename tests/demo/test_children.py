@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,10 @@ def test_a_service_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path: Pa
     with stubborn.stdout:
         assert stubborn.stdout.readline() == b"ready\n"  # its handler is in place
 
-    started = time.monotonic()
     children.close()
 
+    # Killed (SIGKILL) once the stop timeout passed: it would otherwise have slept on and exited 0.
     assert stubborn.returncode == -9
-    assert time.monotonic() - started < 5
     assert children.services == []
 
 

@@ -85,8 +85,8 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     assert verdict["operation_id"].startswith("op-v1-")
     assert verdict["checkpoints"] > 0
     assert verdict["state_dir"] == str(state_dir.resolve())
-    # About 15 s on an idle 2-core machine; the bound leaves room for neighbours' load on a shared runner.
-    assert 0 < verdict["seconds"] < 120
+    # About 15 s on an idle 2-core machine: reported, not bounded (that is the machine's pace).
+    assert verdict["seconds"] > 0
     transcript = done.stdout
     for number in range(1, 7):
         assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
