@@ -70,7 +70,8 @@ def test_quick_bench_writes_every_figure(tmp_path: Path) -> None:
     assert document["workers"] == [1, 2]
     for name, figure in figures.items():
         assert set(figure) == {"value", "unit", "ratio"}, name
-        # CPU is read in clock ticks: a few calls may take less than one.
+        # CPU is read to the nanosecond (bench._cpu), but in clock ticks where a process's CPU clock cannot be
+        # read: a few calls may then take less than one.
         least = 0 if "_cpu_ms_" in name else 1e-9
         assert isinstance(figure["value"], int | float) and figure["value"] >= least, name
         assert isinstance(figure["unit"], str) and figure["unit"], name
