@@ -101,10 +101,19 @@ def test_a_log_truncated_and_signed_again_does_not_extend_the_kept_checkpoint(hi
         assert history.cli("start", str(proposal_file(history.directory, case_id)), principal="ava").exit_code == 0
     assert history.checkpoint()["size"] == keep + 4 > kept
 
-    exit_code, _, err = history.verify(history.export())
+    said = f"the --since checkpoint does not hold: checkpoint {keep + 4} does not extend it"
+    bundle = history.directory / "truncated.bundle.json"
+    for scope in (("--all",), ("--case", "T-5")):
+        argv = ["export", *scope, "--since", str(history.older), "--out", str(bundle)]
+        exit_code, out, err = history.audit(*argv, principal="audrey")
+        # Refused at export, as verify refuses it, and nothing written.
+        assert (exit_code, out, bundle.exists()) == (4, "", False)
+        assert f"decisionflow audit: {said}: " in err
+
+    exit_code, _, err = history.verify(history.export(since=False))  # the whole log's leaves prove it
 
     assert exit_code == 4
-    assert f"the --since checkpoint does not hold: checkpoint {keep + 4} does not extend it" in err
+    assert said in err
 
 
 def test_a_log_rebuilt_and_signed_by_another_key_is_refused_at_its_checkpoint(history: History) -> None:

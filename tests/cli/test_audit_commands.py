@@ -124,9 +124,13 @@ def test_an_operations_bundle_verifies_and_says_what_it_proved(audited: Audited)
     lines = out.splitlines()
     assert lines[0].startswith(f"verified checkpoint 6 of {audited.cli.stack.fake_audit_log().origin}, root ")
     assert lines[1:] == [
+        f"trusted origin {audited.cli.stack.fake_audit_log().origin}: taken from the bundle, not pinned (pin it with "
+        "--origin)",
+        f"scope: operation {audited.approved}",
         "3 leaves, each proven included",
         "1 decision, 1 effect, 1 proposal; 1 operation(s), each proposal yields its id, decisions follow them",
-        "1 orchestrator record(s) agree with the log",
+        "1 orchestrator record(s) agree with the log, one for each operation of the scope (decision, reviewer and "
+        "logged receipt, as exported)",
     ]
 
 
@@ -269,16 +273,24 @@ def test_an_older_checkpoint_the_log_does_not_extend_is_named_with_exit_4(audite
     for leaf in fork.leaves(0, 4):
         forked_log.append(leaf.data)
     forked.write_text(forked_log.sign().signed_note)
-    unproven = export(audited, "plain.json", "--all")
+    unproven = export(audited, "plain.json", "--case", "T-2", principal="ops")
+    whole = export(audited, "whole.json", "--all")
 
     diverged, _, diverged_err = verify(audited, bundle, "--since", str(forked))
     missing, _, missing_err = verify(audited, unproven, "--since", str(audited.older))
+    # A whole-log bundle needs no carried proof: its leaves are the older tree's, or they are not.
+    by_leaves, _, by_leaves_err = verify(audited, whole, "--since", str(forked))
 
-    assert diverged == missing == 4
+    assert diverged == missing == by_leaves == 4
     assert diverged_err.startswith(
         "decisionflow audit: the --since checkpoint does not hold: checkpoint 6 does not extend"
     )
     assert "carries no consistency proof from size 4" in missing_err
+    assert by_leaves_err == (
+        "decisionflow audit: the --since checkpoint does not hold: checkpoint 6 does not extend it: "
+        "its first 4 leaves hash to another root\n"
+    )
+    assert verify(audited, whole, "--since", str(audited.older))[0] == 0
 
 
 def test_refusals_and_bad_input(audited: Audited) -> None:

@@ -1,5 +1,7 @@
 """Bundles without any service (decisionflow.audit_bundle): the file is read strictly, and verify_bundle
-names the first leaf or record that does not hold in partial bundles and in the orchestrator's records."""
+names the first leaf or record that does not hold in partial bundles and in the orchestrator's records:
+a record disagreeing with a decision, an effect or a settlement leaf, and records that do not match
+the bundle's scope one to one."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from decisionflow.audit_bundle import (
     load_bundle,
     verify_bundle,
 )
-from decisionflow.transparency import DecisionLeaf, EffectLeaf, NoteVerifier
+from decisionflow.transparency import DecisionLeaf, EffectLeaf, NoteVerifier, SettlementLeaf
 from tests.support.audit_log import AT, InMemoryAuditLog, sample_proposal
 
 A = sample_proposal("T-1", "Known issue; update to 4.2.1.")
@@ -143,7 +145,8 @@ def test_leaves_out_of_order_base64_or_scope_are_named() -> None:
         ),
         (dataclasses.replace(RECORD_A, decision="DECLINE"), "leaf 2", 2, "now records DECLINE by 'rita'"),
         (dataclasses.replace(RECORD_A, decision="", reviewer=""), "leaf 2", 2, "now records no decision"),
-        (dataclasses.replace(RECORD_A, receipt_id="r-2"), f"record of {A.operation_id}", 2, "receipt 'r-2'"),
+        (dataclasses.replace(RECORD_A, receipt_id="r-2"), f"record of {A.operation_id}", 3, "receipt 'r-2'"),
+        (dataclasses.replace(RECORD_A, receipt_id=""), f"record of {A.operation_id}", 3, "no receipt, the log 'r-1'"),
     ],
 )
 def test_a_record_that_disagrees_with_the_log_is_named(record: Record, where: str, index: int, said: str) -> None:
@@ -157,3 +160,62 @@ def test_a_decision_the_log_does_not_hold_yet_is_named_after_the_leaves() -> Non
     refused = _refusal(undecided)
     assert (refused.what, refused.index) == ("record", None)
     assert "no decision leaf of it is in the bundle" in refused.reason
+
+
+def test_a_record_whose_receipt_is_not_that_of_its_settlement_leaf_is_named() -> None:
+    log = InMemoryAuditLog()
+    for leaf in (
+        A,
+        DecisionLeaf(AT, A.operation_id, "APPROVE", "rita"),
+        SettlementLeaf(AT, A.operation_id, "COMMITTED", "reconciler", "r-settled", AT),
+    ):
+        log.append(leaf)
+    checkpoint = log.sign()
+    leaves = tuple(
+        BundleLeaf(i, _text(log.leaves(i, 1)[0].data), tuple(_text(h) for h in log.inclusion_proof(i, checkpoint.size)))
+        for i in range(3)
+    )
+    settled = Record(A.operation_id, True, "COMMITTED", "APPROVE", "rita", "r-settled")
+
+    def verified(record: Record) -> int:
+        bundle = Bundle(log.origin, OPERATION_A, checkpoint.signed_note, leaves, (record,), None, "")
+        return verify_bundle(bundle, NoteVerifier.from_vkey(log.vkey)).records
+
+    assert verified(settled) == 1
+    for receipt_id, said in (("r-forged", "receipt 'r-forged'"), ("", "no receipt")):
+        with pytest.raises(BundleRefused) as refused:
+            verified(dataclasses.replace(settled, receipt_id=receipt_id))
+        assert (refused.value.what, refused.value.index) == ("record", 2)
+        assert refused.value.reason == f"the orchestrator records {said}, the log 'r-settled' (leaf 2)"
+
+
+RECORD_B = Record(B.operation_id, True, "DECLINED", "DECLINE", "rita")
+
+
+@pytest.mark.parametrize(
+    ("records", "where", "index", "said"),
+    [
+        ((), f"record of {A.operation_id}", 0, "it is missing"),
+        ((RECORD_A,), f"record of {B.operation_id}", 1, "it is missing"),
+        ((RECORD_A, RECORD_B, RECORD_B), f"record of {B.operation_id}", 1, "it is given 2 times"),
+        ((RECORD_A, RECORD_A, RECORD_B), f"record of {A.operation_id}", 0, "it is given 2 times"),
+        ((RECORD_A, RECORD_B, Record("op-v1-" + "0" * 64, False)), "record of op-v1-" + "0" * 64, None, "no such"),
+    ],
+)
+def test_records_that_do_not_match_the_scope_one_to_one_are_refused(
+    records: tuple[Record, ...], where: str, index: int | None, said: str
+) -> None:
+    whole = bundle_of(range(5), {"all": True}, records)
+    assert verify_bundle(bundle_of(range(5), {"all": True}, [RECORD_A, RECORD_B]), KEY).records == 2
+
+    refused = _refusal(whole)
+
+    assert (refused.what, refused.where, refused.index) == ("record", where, index)
+    assert said in refused.reason
+
+
+def test_an_operation_bundle_without_its_record_is_refused_and_the_leaves_alone_still_verify() -> None:
+    bundle = bundle_of([0, 2, 3], OPERATION_A)
+
+    assert _refusal(bundle).where == f"record of {A.operation_id}"
+    assert verify_bundle(bundle, KEY, records=False).records == 0

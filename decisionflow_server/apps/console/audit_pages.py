@@ -181,7 +181,7 @@ def _verdict(bundle: Bundle, key: NoteVerifier | None) -> Verdict:
         return Verdict("unverified", size, origin)
     shown = f"{key.name}+{key.key_id:08x}"
     try:
-        proof = verify_bundle(dataclasses.replace(bundle, records=()), key)
+        proof = verify_bundle(bundle, key, records=False)
     except BundleRefused as refused:
         return Verdict("failed", size, origin, shown, refused.where, refused.reason, refused.index)
     finding = ""

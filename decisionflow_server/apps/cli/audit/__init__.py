@@ -2,18 +2,20 @@
 
 ``export`` asks the orchestrator's AuditService (role auditor or operator) for the latest checkpoint and
 the leaves of an operation, a case or the whole log with their inclusion proofs (and, with
-``--since``, the consistency proof from an older checkpoint), asks GetOperation for the
-orchestrator's record of each operation those leaves name, and writes one JSON bundle. ``verify``
-reads the bundle and the log's verifier key, needs no service, and prints what the bundle proved, or
-the first checkpoint, leaf or record that does not hold. See docs/audit-log.md.
+``--since``, the consistency proof from an older checkpoint, checked to extend it), asks GetOperation for
+the orchestrator's record of each operation those leaves name, and writes one JSON bundle. ``verify``
+reads the bundle and the log's verifier keys (several across a key rotation), needs no service, and
+prints what the bundle proved (its scope, the origin trusted, the keys that signed), or the first
+checkpoint, leaf or record that does not hold. See docs/audit-log.md.
 
 Exit status:
   export   0 written; 3 refused (not found, beyond the latest checkpoint, permission denied,
-           unauthenticated); 1 error (unavailable after retries, deadline, internal); 2 bad usage or input
+           unauthenticated); 4 the latest checkpoint does not extend --since (nothing written);
+           1 error (unavailable after retries, deadline, internal); 2 bad usage or input
   verify   0 everything holds; 1 a leaf or a record does not hold (tampered, missing, out of order,
-           not decoding, against the log's rules, or a record edited since); 4 a checkpoint does not hold
-           (not signed by the key, another log, inconsistent with --since); 2 bad usage or input (a file
-           that cannot be read, not a bundle, not a verifier key)
+           not decoding, against the log's rules, a record edited since, missing or doubled); 4 a
+           checkpoint does not hold (not signed by a trusted key, another origin, inconsistent with
+           --since); 2 bad usage or input (a file that cannot be read, not a bundle, not a verifier key)
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ __all__ = ["register"]
 
 EXPORT_EXIT_CODES = (
     "exit status: 0 written; 3 refused (not found, beyond the latest checkpoint, permission denied, "
-    "unauthenticated); 1 error (unavailable after retries, deadline, internal); 2 bad usage or input. "
-    "See docs/audit-log.md"
+    "unauthenticated); 4 the latest checkpoint does not extend --since (nothing written); 1 error "
+    "(unavailable after retries, deadline, internal); 2 bad usage or input. See docs/audit-log.md"
 )
 VERIFY_EXIT_CODES = (
     "exit status: 0 everything holds; 1 a leaf or a record does not hold (tampered, missing, out of order, "
-    "against the log's rules, a record edited since); 4 a checkpoint does not hold (not signed by the key, "
-    "another log, inconsistent with --since); 2 bad usage or input. See docs/audit-log.md"
+    "against the log's rules, a record edited since, missing or doubled); 4 a checkpoint does not hold (not "
+    "signed by a trusted key, another origin, inconsistent with --since); 2 bad usage or input. See docs/audit-log.md"
 )
 
 
@@ -64,7 +66,8 @@ def register(subparsers: Subparsers) -> None:
     export.add_argument(
         "--since",
         metavar="CHECKPOINT_FILE",
-        help="an older signed checkpoint (as a bundle or GetCheckpoint gave it): add the consistency proof from it",
+        help="an older signed checkpoint (as a bundle or GetCheckpoint gave it): add the consistency proof from it "
+        "(refused, exit 4, when the log does not extend it)",
     )
     export.set_defaults(func=run_export)
 
@@ -78,7 +81,17 @@ def register(subparsers: Subparsers) -> None:
     )
     verify.add_argument("bundle", metavar="BUNDLE", help="the bundle file (- for standard input)")
     verify.add_argument(
-        "--public-key", required=True, metavar="FILE", help="file holding the log's verifier key (name+keyid+key)"
+        "--public-key",
+        required=True,
+        action="append",
+        metavar="FILE",
+        help="file holding the log's verifier keys, one per line (name+keyid+key); repeat it to trust several "
+        "(the old and the new key across a rotation)",
+    )
+    verify.add_argument(
+        "--origin",
+        metavar="ORIGIN",
+        help="the log's origin to trust (the first line of its checkpoints); without it, the bundle's is taken",
     )
     verify.add_argument(
         "--since", metavar="CHECKPOINT_FILE", help="an older signed checkpoint you kept: prove the log only grew since"

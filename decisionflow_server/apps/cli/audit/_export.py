@@ -4,7 +4,9 @@ orchestrator's records of the operations those leaves name (GetOperation: decisi
 
 The calls and the bundle built from their answers are the light client's
 (``decisionflow.audit_bundle.export_bundle``), which the console's audit page makes too; this command
-reads the flags, writes the file whole or not at all, and says what it wrote.
+reads the flags, writes the file whole or not at all, and says what it wrote. A log whose latest
+checkpoint does not extend the ``--since`` checkpoint is refused as verify would refuse it (exit 4),
+and no bundle is written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from decisionflow.audit_bundle import (
+    BundleRefused,
     ExportRefused,
     dump_bundle,
     export_bundle,
@@ -23,6 +26,7 @@ from decisionflow.audit_bundle import (
     undecided_in_log,
 )
 from decisionflow.client import AuditClient, DecisionflowError, ReviewClient
+from decisionflow_server.apps.cli.audit._verify import EXIT_CODES
 from decisionflow_server.apps.cli.command import CommandError
 from decisionflow_server.apps.cli.review._connection import connection, read_input
 from decisionflow_server.apps.cli.review._output import EXIT_DONE, failed, say
@@ -67,6 +71,11 @@ def run_export(args: argparse.Namespace) -> int:
                 raise failed("audit export", error, subject, print_json=False) from error
     except ExportRefused as refused:
         raise CommandError(str(refused)) from refused
+    except BundleRefused as refused:
+        # The log's latest checkpoint does not extend --since: said as verify says it, and nothing written.
+        raise CommandError(
+            f"the --since checkpoint does not hold: {refused.reason}", EXIT_CODES[refused.what]
+        ) from refused
     origin, size = stated_size(bundle.checkpoint, "the log's latest checkpoint")
     _write(args.out, dump_bundle(bundle))
     for operation_id in undecided_in_log(bundle):

@@ -6,13 +6,15 @@ bytes, inclusion proof at the checkpoint's size), optionally an older checkpoint
 consistency proof to this one, and the orchestrator's records of the operations those leaves
 name. ``export_bundle`` (``export_bundle_async`` with the asyncio clients) builds one from the
 AuditService's and GetOperation's answers (``_export``). ``verify_bundle`` needs nothing but the
-bundle and the log's verifier key; it returns what the bundle proved, or raises ``BundleRefused``
-naming the first checkpoint, leaf or record that does not hold (docs/audit-log.md, "Exporting and verifying a bundle")::
+bundle and the log's verifier keys (``_trust``: several across a key rotation, and the origin when
+pinned); it returns what the bundle proved, or raises ``BundleRefused`` naming the first checkpoint,
+leaf or record that does not hold (``_verify``; the records' check and what it proves: ``_records``;
+docs/audit-log.md, "Exporting and verifying a bundle")::
 
     from decisionflow.audit_bundle import load_bundle, verify_bundle
     from decisionflow.transparency import NoteVerifier
 
-    proof = verify_bundle(load_bundle(text), NoteVerifier.from_vkey(log_vkey))
+    proof = verify_bundle(load_bundle(text), [NoteVerifier.from_vkey(log_vkey)], origin=log_origin)
 """
 
 from decisionflow.audit_bundle._export import (

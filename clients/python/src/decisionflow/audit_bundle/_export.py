@@ -6,10 +6,13 @@ bundle built from their answers, in this order:
        or a case (the log's own proofs, so verify names the leaf that does not hold), ListLeaves for
        the whole log (the proofs computed here from the leaves themselves: one tampered leaf then makes
        every proof miss the signed root);
-    3. with an older signed checkpoint, GetConsistencyProof from its size;
+    3. with an older signed checkpoint, GetConsistencyProof from its size, checked here: a log that
+       does not extend the older checkpoint is refused (``BundleRefused``, as verify refuses it), and
+       no bundle is built;
     4. GetOperation for each operation the leaves name (and the scope's own operation), the records.
 
-The exporter believes nothing it is sent and checks nothing: ``verify_bundle`` does, offline.
+The exporter believes nothing it is sent and checks nothing but that consistency (no signature: it
+holds no key): ``verify_bundle`` does, offline.
 ``export_bundle`` makes the calls with the synchronous clients, ``export_bundle_async`` with the
 asyncio ones; both build the bundle with the same steps. A refusal of a call is the client's typed
 error (``decisionflow.client.errors``), raised as it came.
@@ -22,12 +25,14 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from datetime import UTC, datetime
 
 from decisionflow.audit_bundle._format import Bundle, BundleLeaf, Record, Since
+from decisionflow.audit_bundle._trust import check_extends
 from decisionflow.client.audit import AsyncAuditClient, AuditClient
 from decisionflow.client.audit_views import AuditLeaf, ConsistencyProof, InclusionProofs, SignedCheckpoint
 from decisionflow.client.errors import NotFound
 from decisionflow.client.review import AsyncReviewClient, ReviewClient
 from decisionflow.client.views import OperationView
 from decisionflow.transparency import (
+    Checkpoint,
     DecisionLeaf,
     Leaf,
     MalformedLeaf,
@@ -57,11 +62,15 @@ def operation_scope(operation_id: str) -> dict[str, str | bool]:
 def stated_size(signed_note: str, what: str) -> tuple[str, int]:
     """Return the origin and tree size a signed checkpoint states (its signature is verify's business);
     ExportRefused, naming what, when the text is no signed checkpoint."""
+    checkpoint = _stated(signed_note, what)
+    return checkpoint.origin, checkpoint.size
+
+
+def _stated(signed_note: str, what: str) -> Checkpoint:
     try:
-        checkpoint = parse_checkpoint(parse_note(signed_note).text)
+        return parse_checkpoint(parse_note(signed_note).text)
     except TransparencyError as error:
         raise ExportRefused(f"{what} is not a signed checkpoint: {error}") from error
-    return checkpoint.origin, checkpoint.size
 
 
 def older_size(since: str, what: str = "the since checkpoint") -> int:
@@ -104,6 +113,7 @@ def export_bundle(
         proofs = audit.inclusion_proofs(operation_id=operation_id, case_id=case_id, tree_size=checkpoint.tree_size)
         leaves = _proven(proofs)
     consistency = None if old_size is None else audit.consistency_proof(old_size, checkpoint.tree_size)
+    _extends(since, checkpoint, consistency)
     records = []
     for operation_id in _named_operations(leaves, scope):
         try:
@@ -135,6 +145,7 @@ async def export_bundle_async(
         asked = audit.inclusion_proofs(operation_id=operation_id, case_id=case_id, tree_size=checkpoint.tree_size)
         leaves = _proven(await asked)
     consistency = None if old_size is None else await audit.consistency_proof(old_size, checkpoint.tree_size)
+    _extends(since, checkpoint, consistency)
     records = [
         _record(operation_id, await _found(reviews.get_operation(operation_id)))
         for operation_id in _named_operations(leaves, scope)
@@ -166,6 +177,15 @@ def _reaches(checkpoint: SignedCheckpoint, old_size: int | None) -> None:
         raise ExportRefused(
             f"the since checkpoint covers {old_size} leaves, the log's latest only {checkpoint.tree_size}"
         )
+
+
+def _extends(since: str | None, checkpoint: SignedCheckpoint, consistency: ConsistencyProof | None) -> None:
+    """BundleRefused, with the words verify would use, when the latest checkpoint does not extend since."""
+    if since is None or consistency is None:
+        return
+    old = _stated(since, "the since checkpoint")
+    new = _stated(checkpoint.signed_note, "the log's latest checkpoint")
+    check_extends(old, new, consistency.hashes, "the since checkpoint")
 
 
 def _whole_log(leaves: Sequence[AuditLeaf]) -> tuple[BundleLeaf, ...]:

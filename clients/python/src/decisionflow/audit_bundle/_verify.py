@@ -1,61 +1,54 @@
-"""Verify a bundle offline, with nothing but the log's verifier key (and, optionally, an older checkpoint).
+"""Verify a bundle offline, with nothing but the log's verifier keys (and, optionally, an older checkpoint).
 
 The checks, in the order they run; the first that does not hold ends the verification, naming the
 checkpoint, the leaf (by index) or the operation's record it concerns:
 
-    checkpoint   the signed note opens with the key (a trusted signature that verifies) and is of
-                 the bundle's origin
+    checkpoint   the bundle is of the origin pinned (when the auditor pins one); the signed note
+                 opens with a trusted key (at least one trusted signature, every one verifies) and
+                 is of the bundle's origin
     since        the older checkpoint (the auditor's --since file, else the bundle's own) opens with
-                 the key and the consistency proof links it to the bundle's checkpoint
+                 a trusted key (after a rotation, the old one) and the bundle's consistency proof
+                 links it to the bundle's checkpoint; a whole-log bundle needs no carried proof:
+                 its leaves are checked against the older root below
     leaf N       in index order: below the checkpoint's size, after the leaf before (for the whole
                  log: exactly N, nothing missing); its bytes and proof are base64; the proof leads
                  to the signed root; it decodes; it fits the leaves before (History: a proposal's
                  content yields its id, a decision follows its proposal and is the only one, an
                  effect follows an approval); it is of the bundle's scope
     checkpoint   for the whole log: every leaf is there and together they hash to the signed root
-    record       each orchestrator record agrees with the leaves: a decision and its reviewer as
-                 logged, a receipt as logged, no decision the log does not hold, no record missing
+    since        for the whole log without a carried proof: the first leaves hash to the older root
+    record       one record for each operation of the scope, each agreeing with the leaves (the
+                 decision, the reviewer, the receipt): ``_records`` says exactly what that proves
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from decisionflow.audit_bundle._format import Bundle, BundleLeaf, Record
+from decisionflow.audit_bundle._format import Bundle, BundleLeaf
+from decisionflow.audit_bundle._records import check_records
+from decisionflow.audit_bundle._trust import BundleRefused, Opened, Trust, check_extends, open_trusted
 from decisionflow.transparency import (
     Checkpoint,
     History,
     HistoryError,
     Leaf,
-    LoggedOperation,
     NoteVerifier,
     ProofError,
-    TransparencyError,
     leaf_hash,
-    open_checkpoint,
     tree_hash,
-    verify_consistency,
     verify_inclusion,
 )
-from decisionflow.vocabulary import OperationId
 
-
-class BundleRefused(ValueError):
-    """A part of the bundle does not hold: what ("checkpoint", "since", "leaf", "record"), where, why."""
-
-    def __init__(self, what: str, where: str, reason: str, index: int | None = None) -> None:
-        super().__init__(f"{where}: {reason}")
-        self.what = what
-        self.where = where
-        self.reason = reason
-        self.index = index
+__all__ = ["BundleProof", "BundleRefused", "verify_bundle"]
 
 
 @dataclass(frozen=True, slots=True)
 class BundleProof:
-    """What a bundle proved: the checkpoint, the leaves and their kinds, the consistency and the records."""
+    """What a bundle proved: its scope, the checkpoint and who signed it, the leaves, the consistency, the records."""
 
     origin: str
     tree_size: int
@@ -67,13 +60,11 @@ class BundleProof:
     operations: int = 0
     since_size: int | None = None
     records: int = 0
-
-
-def _opened(note: str, key: NoteVerifier, origin: str, what: str, where: str) -> Checkpoint:
-    try:
-        return open_checkpoint(note, [key], origin=origin)
-    except TransparencyError as refused:
-        raise BundleRefused(what, where, str(refused)) from refused
+    scope: dict[str, str | bool] = field(default_factory=dict)
+    origin_pinned: bool = False
+    since_key: str | None = None
+    since_proven_by: str | None = None
+    """How the older checkpoint was linked to this one: "consistency proof" (carried) or "leaves"."""
 
 
 def _decoded(text: str, index: int, what: str) -> bytes:
@@ -83,28 +74,28 @@ def _decoded(text: str, index: int, what: str) -> bytes:
         raise BundleRefused("leaf", f"leaf {index}", f"its {what} is not base64", index) from None
 
 
-def _since(bundle: Bundle, key: NoteVerifier, checkpoint: Checkpoint, older: str | None) -> int | None:
+@dataclass(frozen=True, slots=True)
+class _Older:
+    """The older checkpoint opened, where it came from, and the carried proof from it (None: none of its size)."""
+
+    opened: Opened
+    where: str
+    proof: list[bytes] | None
+
+
+def _older(bundle: Bundle, trust: Trust, origin: str, older: str | None) -> _Older | None:
     carried = None
     if bundle.since is not None:
-        carried = _opened(bundle.since.checkpoint, key, bundle.origin, "since", "the bundle's since checkpoint")
+        carried = open_trusted(bundle.since.checkpoint, trust, origin, "since", "the bundle's since checkpoint")
     if older is None and carried is None:
         return None
     where = "the --since checkpoint" if older is not None else "the bundle's since checkpoint"
-    old = _opened(older, key, bundle.origin, "since", where) if older is not None else carried
+    old = open_trusted(older, trust, origin, "since", where) if older is not None else carried
     assert old is not None
-    proof: list[bytes] = []
-    if bundle.since is not None and carried is not None and carried.size == old.size:
+    proof = None
+    if bundle.since is not None and carried is not None and carried.checkpoint.size == old.checkpoint.size:
         proof = [_since_hash(text, where) for text in bundle.since.proof]
-    elif old.size != checkpoint.size:
-        reason = (
-            f"the bundle carries no consistency proof from size {old.size} (export it with --since that checkpoint)"
-        )
-        raise BundleRefused("since", where, reason)
-    try:
-        verify_consistency(old.size, checkpoint.size, proof, old.root_hash, checkpoint.root_hash)
-    except TransparencyError as refused:
-        raise BundleRefused("since", where, f"checkpoint {checkpoint.size} does not extend it: {refused}") from refused
-    return old.size
+    return _Older(old, where, proof)
 
 
 def _since_hash(text: str, where: str) -> bytes:
@@ -112,6 +103,31 @@ def _since_hash(text: str, where: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except binascii.Error:
         raise BundleRefused("since", where, "a consistency proof hash is not base64") from None
+
+
+def _extends_by_proof(older: _Older, bundle: Bundle, checkpoint: Checkpoint) -> bool:
+    """Check the carried proof now; False when the leaves must prove it (a whole-log bundle carrying none)."""
+    old = older.opened.checkpoint
+    if older.proof is None and old.size != checkpoint.size:
+        if bundle.whole_log:
+            return False
+        reason = (
+            f"the bundle carries no consistency proof from size {old.size} (export it with --since that checkpoint)"
+        )
+        raise BundleRefused("since", older.where, reason)
+    check_extends(old, checkpoint, older.proof or [], older.where)
+    return True
+
+
+def _extends_by_leaves(older: _Older, hashes: list[bytes], checkpoint: Checkpoint) -> None:
+    """For a whole-log bundle whose leaves all hold: the first leaves of the older size hash to its root."""
+    old = older.opened.checkpoint
+    if old.size > checkpoint.size:
+        reason = f"checkpoint {checkpoint.size} does not extend it: it covers {old.size} leaves"
+        raise BundleRefused("since", older.where, reason)
+    if tree_hash(hashes[: old.size]) != old.root_hash:
+        reason = f"checkpoint {checkpoint.size} does not extend it: its first {old.size} leaves hash to another root"
+        raise BundleRefused("since", older.where, reason)
 
 
 class _Reader:
@@ -170,70 +186,54 @@ class _Reader:
             raise BundleRefused("leaf", f"checkpoint {size}", "the leaves do not hash to its root")
 
 
-def _record_finding(record: Record, logged: LoggedOperation | None) -> BundleRefused | None:
-    where = f"record of {record.operation_id}"
-    if not record.found:
-        first = None if logged is None else min(logged.leaves)
-        return BundleRefused("record", where, "the orchestrator has no record of an operation the log holds", first)
-    decided = record.decision in ("APPROVE", "DECLINE")
-    leaf = None if logged is None else logged.decision
-    if leaf is None:
-        if decided:
-            reason = (
-                f"the orchestrator records {record.decision} by {record.reviewer!r}, but no decision leaf of it is in "
-                "the bundle (decided after the checkpoint: export again once a later one covers it)"
-            )
-            return BundleRefused("record", where, reason)
-        return None
-    index = logged.decision_index if logged is not None else None
-    if (record.decision, record.reviewer) != (leaf.decision, leaf.principal):
-        now = f"{record.decision} by {record.reviewer!r}" if decided else "no decision"
-        reason = f"the orchestrator now records {now}, the leaf {leaf.decision} by {leaf.principal!r}"
-        return BundleRefused("leaf", f"leaf {index}", reason, index)
-    receipts = {effect.receipt_id for effect in logged.effects} if logged is not None else set()
-    if record.receipt_id and receipts and record.receipt_id not in receipts:
-        reason = f"the orchestrator records receipt {record.receipt_id!r}, the log {sorted(receipts)}"
-        return BundleRefused("record", where, reason, index)
-    return None
-
-
-def _records(bundle: Bundle, history: History) -> int:
-    findings = [
-        finding
-        for record in bundle.records
-        if (finding := _record_finding(record, history.operations.get(OperationId(record.operation_id)))) is not None
-    ]
-    if findings:
-        # The first in the log's order; a record no leaf answers comes after those that name one.
-        raise min(findings, key=lambda f: (f.index is None, f.index or 0))
-    return len(bundle.records)
-
-
-def verify_bundle(bundle: Bundle, key: NoteVerifier, *, since: str | None = None) -> BundleProof:
+def verify_bundle(
+    bundle: Bundle,
+    keys: NoteVerifier | Iterable[NoteVerifier],
+    *,
+    since: str | None = None,
+    origin: str | None = None,
+    records: bool = True,
+) -> BundleProof:
     """Return what the bundle proves; raise BundleRefused naming the first part that does not hold.
 
-    since is an older signed checkpoint the auditor kept; without it, the bundle's own older
-    checkpoint (if it carries one) is checked the same way.
+    keys are the log's verifier keys the auditor trusts (several across a key rotation). since is an
+    older signed checkpoint the auditor kept; without it, the bundle's own older checkpoint (if it
+    carries one) is checked the same way. origin pins the log's origin; without it, the bundle's is
+    taken. records=False checks the leaves alone (the records are then neither read nor counted).
     """
-    checkpoint = _opened(bundle.checkpoint, key, bundle.origin, "checkpoint", "checkpoint")
-    since_size = _since(bundle, key, checkpoint, since)
+    trust = Trust.of(keys, origin)
+    trusted_origin = trust.origin_of(bundle.origin)
+    opened = open_trusted(bundle.checkpoint, trust, trusted_origin, "checkpoint", "checkpoint")
+    checkpoint = opened.checkpoint
+    older = _older(bundle, trust, trusted_origin, since)
+    proven_by = None
+    if older is not None and _extends_by_proof(older, bundle, checkpoint):
+        proven_by = "consistency proof"
     reader = _Reader(bundle, checkpoint)
     for position, entry in enumerate(bundle.leaves):
         reader.read(position, entry)
     if bundle.whole_log:
         reader.whole()
+        if older is not None and proven_by is None:
+            _extends_by_leaves(older, reader.hashes, checkpoint)
+            proven_by = "leaves"
     elif not bundle.leaves:
         raise BundleRefused("leaf", "leaves", "the bundle holds no leaf of its operation or case")
-    records = _records(bundle, reader.history)
+    scoped = bundle.scope.get("operation_id")
+    agreeing = check_records(bundle.records, None if scoped is None else str(scoped), reader.history) if records else 0
     return BundleProof(
         origin=checkpoint.origin,
         tree_size=checkpoint.size,
         root_hash=checkpoint.root_hash,
-        key=key.vkey,
+        key=opened.key,
         whole_log=bundle.whole_log,
         leaves=len(bundle.leaves),
         kinds=dict(reader.history.kinds),
         operations=len(reader.history.operations),
-        since_size=since_size,
-        records=records,
+        since_size=None if older is None else older.opened.checkpoint.size,
+        records=agreeing,
+        scope=dict(bundle.scope),
+        origin_pinned=origin is not None,
+        since_key=None if older is None else older.opened.key,
+        since_proven_by=proven_by,
     )
