@@ -114,6 +114,11 @@ def test_a_whole_log_bundle_proves_consistency_with_an_older_checkpoint_by_its_l
         verify_bundle(bundle, [OLD, NEW], since=forked.sign().signed_note)
     assert (refused.value.what, refused.value.where) == ("since", "the --since checkpoint")
     assert refused.value.reason == "checkpoint 3 does not extend it: its first 2 leaves hash to another root"
+    forked.append(B)
+    forked.append(A)
+    with pytest.raises(BundleRefused) as larger:
+        verify_bundle(bundle, [OLD, NEW], since=forked.sign().signed_note)
+    assert (larger.value.what, larger.value.reason) == ("since", "checkpoint 3 does not extend it: it covers 4 leaves")
 
 
 def test_a_partial_bundle_still_needs_a_carried_proof_and_names_its_scope() -> None:

@@ -76,7 +76,9 @@ def register(subparsers: Subparsers) -> None:
         help="check a bundle offline with the log's verifier key",
         description="Check a bundle without any service: the checkpoint's signature, each leaf's inclusion "
         "proof (for a whole-log bundle, the root of all leaves), the consistency from an older checkpoint, "
-        "that each leaf decodes and fits the log's rules, and that the orchestrator's records match the leaves.",
+        "that each leaf decodes and fits the log's rules, and that the orchestrator's records match the bundle's scope "
+        "one to one and agree with the leaves (decision, reviewer, a receipt the log holds). Say which keys and "
+        "origin to trust; it says which it trusted.",
         epilog=VERIFY_EXIT_CODES,
     )
     verify.add_argument("bundle", metavar="BUNDLE", help="the bundle file (- for standard input)")

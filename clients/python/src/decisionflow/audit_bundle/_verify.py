@@ -109,8 +109,11 @@ def _extends_by_proof(older: _Older, bundle: Bundle, checkpoint: Checkpoint) -> 
     """Check the carried proof now; False when the leaves must prove it (a whole-log bundle carrying none)."""
     old = older.opened.checkpoint
     if older.proof is None and old.size != checkpoint.size:
-        if bundle.whole_log:
+        if bundle.whole_log and old.size < checkpoint.size:
             return False
+        if old.size > checkpoint.size:
+            reason = f"checkpoint {checkpoint.size} does not extend it: it covers {old.size} leaves"
+            raise BundleRefused("since", older.where, reason)
         reason = (
             f"the bundle carries no consistency proof from size {old.size} (export it with --since that checkpoint)"
         )
@@ -120,11 +123,8 @@ def _extends_by_proof(older: _Older, bundle: Bundle, checkpoint: Checkpoint) -> 
 
 
 def _extends_by_leaves(older: _Older, hashes: list[bytes], checkpoint: Checkpoint) -> None:
-    """For a whole-log bundle whose leaves all hold: the first leaves of the older size hash to its root."""
+    """For a whole-log bundle whose leaves all hold (older and smaller): its first leaves hash to the older root."""
     old = older.opened.checkpoint
-    if old.size > checkpoint.size:
-        reason = f"checkpoint {checkpoint.size} does not extend it: it covers {old.size} leaves"
-        raise BundleRefused("since", older.where, reason)
     if tree_hash(hashes[: old.size]) != old.root_hash:
         reason = f"checkpoint {checkpoint.size} does not extend it: its first {old.size} leaves hash to another root"
         raise BundleRefused("since", older.where, reason)
