@@ -5,6 +5,7 @@ invisible characters, and the rendered page shows each one marked and none raw."
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -130,10 +131,7 @@ def test_a_policy_edited_behind_invisible_characters_shows_them_and_each_rule_ol
         csrf_token="t",
         **proposal_page(proposal, OPERATION, proposal_diff(parent, proposal)),
     )
-    assert "support⟦U+200B⟧</span>-replies" in page.replace(
-        '<span class="hidden-char" title="invisible character U+200B">', ""
-    )
-    assert "max_refund_eur: ⟦U+202E⟧</span>0001 → " in page.replace(
-        '<span class="hidden-char" title="invisible character U+202E">', ""
-    )
+    shown = re.sub(r'<span class="hidden-char"[^>]*>', "", page)
+    assert "support⟦U+200B⟧</span>-replies" in shown
+    assert "max_refund_eur: ⟦U+202E⟧</span>0001 → " in shown
     assert "rules changed" not in page

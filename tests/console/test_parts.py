@@ -226,8 +226,11 @@ def test_reveal_escapes_and_shows_invisible_characters() -> None:
     shown = reveal("<b>a</b>\u202egnp.exe\u200b&")
     assert str(shown) == (
         "&lt;b&gt;a&lt;/b&gt;"
-        '<span class="hidden-char" title="invisible character U+202E">⟦U+202E⟧</span>gnp.exe'
-        '<span class="hidden-char" title="invisible character U+200B">⟦U+200B⟧</span>&amp;'
+        '<span class="hidden-char" role="img" aria-label="{0}" title="{0}">⟦U+202E⟧</span>gnp.exe'
+        '<span class="hidden-char" role="img" aria-label="{1}" title="{1}">⟦U+200B⟧</span>&amp;'
+    ).format(
+        "invisible format character U+202E (right-to-left override)",
+        "invisible format character U+200B (zero width space)",
     )
     assert str(reveal("plain שלום")) == "plain שלום"
 

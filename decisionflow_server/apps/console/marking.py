@@ -1,10 +1,15 @@
-"""What a reviewer sees of a proposal: every string in it shown with its invisible characters marked.
+"""What a reviewer sees of a proposal: every string in it shown with what a reader cannot see marked.
 
-A reviewer approves the exact bytes the operation id binds, so a character that changes how the text
-around it is shown without showing itself (a direction override, a zero-width mark) is shown where it
-is, as ⟦U+XXXX⟧ ("Trojan Source" reordering): in the body, a quotation, the policy's name, version
-label and rules, an author's name, the list of changes. ``revealed`` wraps a whole view (a proposal, a
-diff, an inbox entry) so that every string a template reads from it, however deep, is marked: a field
+A reviewer approves the exact bytes the operation id binds, so two kinds of character are shown for
+what they are, each as a marker with its description as title and accessible name:
+- every character a reader cannot see (``invisible``: format characters, tags, variation selectors,
+  spaces other than U+0020, default-ignorable code points, private use, unassigned) as ⟦U+XXXX⟧, a
+  run of tag characters as ⟦N tag characters: the text they spell⟧;
+- every word that mixes scripts (``lookalikes``, Unicode TS 39), such as "paypal.com" spelled with a
+  Cyrillic a (U+0430), highlighted and followed by ⟦mixed scripts: Latin + Cyrillic⟧.
+This holds in the body, a quotation, the policy's name, version label and rules, an author's name,
+the diff, the list of changes and the audit trail. ``revealed`` wraps a whole view (a proposal, a diff,
+an inbox entry) so that every string a template reads from it, however deep, is marked: a field
 added later is marked too, without a filter to remember. Forms that edit a proposal are given the raw
 values, never these (a marker typed back would change the proposal).
 """
@@ -12,33 +17,47 @@ values, never these (a marker typed back would change the proposal).
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
+import regex
 from markupsafe import Markup, escape
 
-# Characters that change how the text around them is shown without showing themselves: direction
-# overrides, embeddings and isolates, and zero-width marks and joiners.
-_HIDDEN = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-_MARKER = Markup('<span class="hidden-char" title="invisible character {0}">⟦{0}⟧</span>')
+from decisionflow_server.apps.console.invisible import Hidden, pieces
+from decisionflow_server.apps.console.lookalikes import mixed_scripts
+
+_MARKER = Markup('<span class="{0}" role="img" aria-label="{1}" title="{1}">⟦{2}⟧</span>')
+_MIXED = Markup('<mark class="mixed-script" title="{0}">{1}</mark>')
+# Words and the whitespace between them: scripts are mixed within a word, not across a space.
+_WORDS = regex.compile(r"(\s+)|(\S+)")
 _PLAIN = (bool, int, float, datetime, Enum, type(None))
 
 
 def reveal(text: str) -> Markup:
-    """Return text escaped, with each invisible formatting character shown as a marked ⟦U+XXXX⟧."""
+    """Return text escaped, each invisible character and each word that mixes scripts marked."""
     if isinstance(text, Markup):
         return text
     parts: list[Markup] = []
-    end = 0
-    for found in _HIDDEN.finditer(text):
-        parts.append(escape(text[end : found.start()]))
-        parts.append(_MARKER.format(f"U+{ord(found.group()):04X}"))
-        end = found.end()
-    parts.append(escape(text[end:]))
+    for space, word in _WORDS.findall(text):
+        if space:
+            parts.append(_shown(space))
+            continue
+        mixed = mixed_scripts(word)
+        if mixed is None:
+            parts.append(_shown(word))
+        else:
+            parts.append(_MIXED.format(mixed.description, _shown(word)))
+            parts.append(_MARKER.format("script-mark", mixed.description, mixed.code))
     return Markup("").join(parts)
+
+
+def _shown(text: str) -> Markup:
+    return Markup("").join(
+        _MARKER.format("hidden-char", piece.description, piece.code) if isinstance(piece, Hidden) else escape(piece)
+        for piece in pieces(text)
+    )
 
 
 def revealed(value: Any) -> Any:
