@@ -62,10 +62,11 @@ def _shown(text: str) -> Markup:
 
 def revealed(value: Any) -> Any:
     """Return value as a template should read it: strings marked, containers and records wrapped."""
-    if isinstance(value, str):
-        return reveal(value)
+    # Before str: an enum of str values (a state) is a name the console owns, not text from a proposal.
     if isinstance(value, _PLAIN):
         return value
+    if isinstance(value, str):
+        return reveal(value)
     if isinstance(value, Mapping):
         return {reveal(str(k)): revealed(v) for k, v in value.items()}
     if isinstance(value, tuple | list):

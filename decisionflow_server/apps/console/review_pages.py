@@ -43,8 +43,8 @@ OPERATION_ID = re.compile(r"op-v1-[0-9a-f]{64}")
 
 
 def proposal_page(proposal: ProposalView, operation: OperationView, changes: ProposalDiff | None) -> dict[str, Any]:
-    """The proposal page's context: what the proposal and its changes say, every string marked (marking)."""
-    return {"proposal": revealed(proposal), "operation": operation, "changes": revealed(changes)}
+    """The proposal page's context: the proposal, its operation and its changes, every string marked (marking)."""
+    return {"proposal": revealed(proposal), "operation": revealed(operation), "changes": revealed(changes)}
 
 
 class ReviewPages:
