@@ -39,7 +39,8 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("unassigned code point", r"\p{Cn}"),
 )
 _VISIBLE = "\x20\n"
-_KIND_OF = [(name, regex.compile(prop)) for name, prop in KINDS]
+# One pattern, a named group per kind: one match names a character's kind.
+_KIND = regex.compile("|".join(f"(?P<k{i}>{prop})" for i, (_, prop) in enumerate(KINDS)))
 _RUN = regex.compile("(?:(?![" + _VISIBLE + "])(?:" + "|".join(prop for _, prop in KINDS) + "))+")
 _TAGS = range(0xE0000, 0xE0080)
 # Tag characters U+E0020–U+E007E mirror printable ASCII: each spells the character 0xE0000 below it.
@@ -48,9 +49,8 @@ _SPELLED = range(0xE0020, 0xE007F)
 
 def kind(char: str) -> str | None:
     """Return the kind of invisible character char is, or None when a reader sees it."""
-    if char in _VISIBLE:
-        return None
-    return next((name for name, prop in _KIND_OF if prop.match(char)), None)
+    found = None if char in _VISIBLE else _KIND.match(char)
+    return KINDS[int(found.lastgroup[1:])][0] if found and found.lastgroup else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,15 @@ Russian, Greek), is never marked. The scripts and the confusable pairs are Unico
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from confusable_homoglyphs import categories, confusables
 
+# The script of a character, by a binary search of the package's ranges in Python: remembered.
+_script = functools.lru_cache(maxsize=8192)(categories.alias)
 # Characters that take the script of the letters around them.
 _SHARED = frozenset({"COMMON", "INHERITED", "Unknown"})
 # TS 39 §5.2: the script sets a "Highly Restrictive" identifier may combine besides a single script.
@@ -47,9 +50,10 @@ class MixedScripts:
         return said + ("; " + "; ".join(self.lookalikes) if self.lookalikes else "")
 
 
+@functools.lru_cache(maxsize=4096)
 def mixed_scripts(word: str) -> MixedScripts | None:
     """Return the scripts word mixes and the letters that imitate its main script's, or None if it mixes none."""
-    used = Counter(alias for alias in map(categories.alias, word) if alias not in _SHARED)
+    used = Counter(alias for alias in map(_script, word) if alias not in _SHARED)
     if len(used) < 2 or any(used.keys() <= allowed for allowed in _WRITING_SYSTEMS):
         return None
     main = used.most_common(1)[0][0]

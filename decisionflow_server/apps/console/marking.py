@@ -17,6 +17,7 @@ values, never these (a marker typed back would change the proposal).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
@@ -28,8 +29,6 @@ from markupsafe import Markup, escape
 from decisionflow_server.apps.console.invisible import Hidden, pieces
 from decisionflow_server.apps.console.lookalikes import mixed_scripts
 
-_MARKER = Markup('<span class="{0}" role="img" aria-label="{1}" title="{1}">⟦{2}⟧</span>')
-_MIXED = Markup('<mark class="mixed-script" title="{0}">{1}</mark>')
 # Words and the whitespace between them: scripts are mixed within a word, not across a space.
 _WORDS = regex.compile(r"(\s+)|(\S+)")
 _PLAIN = (bool, int, float, datetime, Enum, type(None))
@@ -39,25 +38,33 @@ def reveal(text: str) -> Markup:
     """Return text escaped, each invisible character and each word that mixes scripts marked."""
     if isinstance(text, Markup):
         return text
-    parts: list[Markup] = []
+    parts: list[str] = []
     for space, word in _WORDS.findall(text):
-        if space:
-            parts.append(_shown(space))
-            continue
-        mixed = mixed_scripts(word)
+        mixed = None if space else mixed_scripts(word)
         if mixed is None:
-            parts.append(_shown(word))
+            parts.append(_shown(space or word))
         else:
-            parts.append(_MIXED.format(mixed.description, _shown(word)))
-            parts.append(_MARKER.format("script-mark", mixed.description, mixed.code))
-    return Markup("").join(parts)
+            said = escape(mixed.description)
+            parts.append(f'<mark class="mixed-script" title="{said}">{_shown(word)}</mark>')
+            parts.append(_marker("script-mark", mixed.description, mixed.code))
+    # Every part is escaped text or a marker built from escaped text, so the whole is markup as it
+    # stands. Built as plain strings: Markup.format costs about 90 µs a marker, and a 64 KiB body can
+    # hold 16,384 of them.
+    return Markup("".join(parts))  # noqa: S704
 
 
-def _shown(text: str) -> Markup:
-    return Markup("").join(
-        _MARKER.format("hidden-char", piece.description, piece.code) if isinstance(piece, Hidden) else escape(piece)
-        for piece in pieces(text)
-    )
+def _shown(text: str) -> str:
+    return "".join(_hidden(piece) if isinstance(piece, Hidden) else str(escape(piece)) for piece in pieces(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hidden(piece: Hidden) -> str:
+    return _marker("hidden-char", piece.description, piece.code)
+
+
+def _marker(kind: str, description: str, code: str) -> str:
+    said = escape(description)
+    return f'<span class="{kind}" role="img" aria-label="{said}" title="{said}">⟦{escape(code)}⟧</span>'
 
 
 def revealed(value: Any) -> Any:
