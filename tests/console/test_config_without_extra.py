@@ -7,8 +7,18 @@ import subprocess
 import sys
 
 # The console extra's packages (pyproject.toml, [project.optional-dependencies] console), made
-# unimportable in the child as they are where the extra is not installed.
-CONSOLE_EXTRA = ("starlette", "jinja2", "authlib", "httpx2", "itsdangerous", "multipart", "uvicorn")
+# unimportable in the child as they are where the extra is not installed (regex stays: the server
+# distribution's workflow framework brings it too).
+CONSOLE_EXTRA = (
+    "starlette",
+    "jinja2",
+    "authlib",
+    "httpx2",
+    "itsdangerous",
+    "multipart",
+    "uvicorn",
+    "confusable_homoglyphs",
+)
 
 
 def test_the_console_configuration_imports_without_the_console_extra() -> None:
