@@ -75,6 +75,14 @@ AUDIT_ORIGIN = Setting(
     DEFAULT_ORIGIN,
     parse=origin,
 )
+AUDIT_PUBLISH_DIR = Setting(
+    "audit_publish_dir",
+    "DECISIONFLOW_AUDIT_PUBLISH_DIR",
+    "directory, outside the database and never restored with it, where the sequencer publishes each signed "
+    "checkpoint (tlog-tiles layout: <dir>/checkpoint, also served as /checkpoint on the metrics endpoint); "
+    "it signs nothing that does not extend the checkpoint published there; unset: nothing is published",
+    parse=settings.path,
+)
 AUDIT_INTERVAL_SECONDS = Setting(
     "audit_interval_seconds",
     "DECISIONFLOW_AUDIT_INTERVAL_SECONDS",
@@ -141,6 +149,7 @@ AUDIT_SETTINGS: tuple[Setting[Any], ...] = (
     SERVER.database_url_file,
     AUDIT_SIGNING_KEY_FILE,
     AUDIT_ORIGIN,
+    AUDIT_PUBLISH_DIR,
     SERVER.logs.level,
 )
 
@@ -179,6 +188,7 @@ class OrchestratorConfig:
         open_reviews=AUTHOR_OPEN_REVIEWS,
     )
     audit_signer: CheckpointSigner | None = settings.part((AUDIT_SIGNING_KEY_FILE, AUDIT_ORIGIN), audit_signer)
+    audit_publish_dir: Path | None = settings.value_or_none(AUDIT_PUBLISH_DIR)
     audit_interval_seconds: float = settings.value(AUDIT_INTERVAL_SECONDS)
     failpoints: str = settings.value(FAILPOINTS_SETTING)
     shutdown_grace_seconds: float = settings.value(SERVER.shutdown_grace)

@@ -49,6 +49,7 @@ from orchestrator import config as configuration
 from orchestrator.audit import commands as audit_commands
 from orchestrator.audit.grpc_api import AuditServicer
 from orchestrator.audit.ports import AuditLogReader
+from orchestrator.audit.publication import CheckpointDirectory
 from orchestrator.audit.sequencer import audit_job
 from orchestrator.audit.service import AuditLog
 from orchestrator.checkpoints import CheckpointSealer
@@ -218,7 +219,8 @@ async def create_server(
     workflow, effects and audit_log replace the real ones, monotonic the clock the author budgets
     refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
     naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
-    metrics = OrchestratorMetrics()
+    published = None if config.audit_publish_dir is None else CheckpointDirectory(config.audit_publish_dir)
+    metrics = OrchestratorMetrics(published=published)
 
     def check() -> None:
         if effects is None:
@@ -246,7 +248,14 @@ async def create_server(
         )
         reader: AuditLogReader = store if audit_log is None else audit_log
         audit = AuditServicer(AuditLog(reader))
-        sequencer = audit_job(store, config.audit_signer, config.audit_interval_seconds, clock)
+        sequencer = audit_job(
+            store,
+            config.audit_signer,
+            config.audit_interval_seconds,
+            clock,
+            directory=published,
+            on_refused=metrics.audit_signing_refused.set,
+        )
         return Wiring(
             register(ReviewServicer(service), OperationsServicer(service, clock), audit),
             jobs=() if sequencer is None else (sequencer,),

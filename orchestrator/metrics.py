@@ -8,7 +8,9 @@ by gRPC code (UNAUTHENTICATED or PERMISSION_DENIED: the receiver refuses the orc
 time of the last such refusal and of the last Apply the receiver accepted (an alert compares them, so it
 fires from a refusal until an Apply succeeds, however long no approval comes in); and the calls refused
 because a per-author budget was spent, by reason (orchestrator.quotas); and the audit log's sequencer
-lag and newest checkpoint, read from the database when scraped as the operations are. The service code
+lag and newest checkpoint, read from the database when scraped as the operations are, and whether its
+sequencer refuses to sign (the log does not extend the published checkpoint). The endpoint also serves
+the published checkpoint at ``/checkpoint`` when there is one (``--audit-publish-dir``). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
 """
@@ -37,6 +39,7 @@ from decisionflow_server.runtime.metrics import (
 )
 from decisionflow_server.runtime.served_calls import Observers
 from orchestrator.audit.progress import AuditStatus
+from orchestrator.audit.publication import CHECKPOINT_NAME, CheckpointDirectory
 from orchestrator.config import SERVER
 from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused
@@ -226,8 +229,11 @@ class TimedEffects:
 class OrchestratorMetrics:
     """Every metric of one orchestrator server, on its own registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, published: CheckpointDirectory | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self._published = published
         register_process_metrics(self.registry)
         self.grpc = GrpcServerMetrics(self.registry)
         self.approvals = Counter(
@@ -283,6 +289,12 @@ class OrchestratorMetrics:
             "process started",
             registry=self.registry,
         )
+        self.audit_signing_refused = Gauge(
+            "decisionflow_audit_signing_refused",
+            "1 while this process's audit sequencer refuses to sign because the log in the database does not "
+            "extend the checkpoint published outside it (a restored database: docs/operations.md); else 0",
+            registry=self.registry,
+        )
 
     def count_quota_refusal(self, reason: str) -> None:
         """Count one call refused for a spent per-author budget."""
@@ -323,4 +335,5 @@ class OrchestratorMetrics:
 
     def serve(self, port: int, address: str) -> MetricsServer:
         """Serve the registry over HTTP; raise StartupError when address:port cannot be bound."""
-        return serve_metrics(self.registry, port, address, SERVER.metrics)
+        files = {} if self._published is None else {"/" + CHECKPOINT_NAME: self._published.read_bytes}
+        return serve_metrics(self.registry, port, address, SERVER.metrics, files=files)

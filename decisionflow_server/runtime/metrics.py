@@ -1,5 +1,6 @@
 """Prometheus metrics shared by the services: the gRPC server families of go-grpc-prometheus and
-the HTTP endpoint that serves a registry (and a health path).
+the HTTP endpoint that serves a registry (and a health path, and any read-only files a service
+publishes there: the orchestrator's audit checkpoint).
 
 Each service keeps its own ``CollectorRegistry``: several servers in one process (the tests) never
 share a series. ``register_process_metrics`` gives each of them the process families
@@ -18,7 +19,7 @@ import functools
 import platform
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -157,10 +158,35 @@ class _QuietHandler(WSGIRequestHandler):
         """Write nothing."""
 
 
-def _metrics_app(registry: CollectorRegistry, healthy: Callable[[], bool] | None) -> WSGIApplication:
+# A published file: its path, and a read of its bytes (None: not published yet, 404).
+PublishedFiles = Mapping[str, Callable[[], bytes | None]]
+
+
+def _published_file(
+    read: Callable[[], bytes | None], environ: WSGIEnvironment, start_response: StartResponse
+) -> Iterable[bytes]:
+    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+        return [b"read-only\n"]
+    body = read()
+    if body is None:
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not published yet\n"]
+    # A reader polls for the newest: no cache may answer for the file.
+    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-cache")]
+    start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+
+def _metrics_app(
+    registry: CollectorRegistry, healthy: Callable[[], bool] | None, files: PublishedFiles
+) -> WSGIApplication:
     metrics = make_wsgi_app(registry)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        published = files.get(environ.get("PATH_INFO", ""))
+        if published is not None:
+            return _published_file(published, environ, start_response)
         if healthy is not None and environ.get("PATH_INFO") == HEALTH_PATH:
             serving = healthy()
             status = "200 OK" if serving else "503 Service Unavailable"
@@ -173,8 +199,8 @@ def _metrics_app(registry: CollectorRegistry, healthy: Callable[[], bool] | None
 
 
 class MetricsServer:
-    """The HTTP endpoint of one registry (``/metrics``, and ``/healthz`` when given a health check),
-    served from a daemon thread."""
+    """The HTTP endpoint of one registry (``/metrics``, ``/healthz`` when given a health check, and the
+    files given), served from a daemon thread."""
 
     def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
         self._server = server
@@ -188,14 +214,17 @@ class MetricsServer:
         address: str = "127.0.0.1",
         *,
         healthy: Callable[[], bool] | None = None,
+        files: PublishedFiles | None = None,
     ) -> MetricsServer:
-        """Serve registry on address:port (0 picks a free port); raise OSError when it cannot bind."""
+        """Serve registry on address:port (0 picks a free port), and each of files (GET or HEAD) at its path;
+        raise OSError when it cannot bind."""
         family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
 
         class Server(ThreadingWSGIServer):
             address_family = family
 
-        server = make_server(address, port, _metrics_app(registry, healthy), Server, handler_class=_QuietHandler)
+        app = _metrics_app(registry, healthy, files or {})
+        server = make_server(address, port, app, Server, handler_class=_QuietHandler)
         thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
         thread.start()
         return cls(server, thread)
@@ -219,11 +248,12 @@ def serve_metrics(
     settings: MetricsSettings,
     *,
     healthy: Callable[[], bool] | None = None,
+    files: PublishedFiles | None = None,
 ) -> MetricsServer:
     """Start the metrics endpoint of a service; an address that cannot be bound raises a StartupError
     naming the metrics settings (exit 1 when the port is in use, 2 when the setting is wrong)."""
     try:
-        return MetricsServer.start(registry, port, address, healthy=healthy)
+        return MetricsServer.start(registry, port, address, healthy=healthy, files=files)
     except OSError as exc:
         make = startup_errors.runtime_error if exc.errno == errno.EADDRINUSE else startup_errors.configuration_error
         cause = exc.strerror or startup_errors.describe(exc)

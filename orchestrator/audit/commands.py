@@ -1,5 +1,8 @@
-"""The audit log's commands: ``decisionflow-orchestrator audit-checkpoint`` (sequence and sign once) and
-``audit-keygen`` (a new signing key file, and the verifier key auditors keep).
+"""The audit log's commands: ``decisionflow-orchestrator audit-checkpoint`` (sequence, sign and publish
+once) and ``audit-keygen`` (a new signing key file, and the verifier key auditors keep).
+
+``audit-checkpoint`` exits 1 when it would not sign because the log does not extend the checkpoint
+published in ``--audit-publish-dir`` (what it sequenced stays sequenced), or the database is unavailable.
 
 Each prints one JSON line on stdout for scripts and one line for a person on stderr, as the
 housekeeping commands do (decisionflow_server.apps.housekeeping_commands).
@@ -26,6 +29,7 @@ from decisionflow_server.runtime.host import Command
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
 from orchestrator.audit.ports import PublishedCheckpoint
+from orchestrator.audit.publication import CheckpointDirectory
 from orchestrator.audit.sequencer import publish
 from orchestrator.audit.signing import write_new_key
 from orchestrator.store import OrchestratorStore
@@ -36,7 +40,8 @@ CHECKPOINT = "audit-checkpoint"
 KEYGEN = "audit-keygen"
 DESCRIPTIONS = {
     CHECKPOINT: "sequence the audit log's new entries and sign a checkpoint of it now (with the signing key, if "
-    "set), as the server does every --audit-interval-seconds; prints the newest checkpoint",
+    "set) and publish it (to --audit-publish-dir, if set), as the server does every --audit-interval-seconds; "
+    "prints the newest checkpoint; exit 1 when the log does not extend the published checkpoint",
     KEYGEN: "write a new Ed25519 signing key for the audit log's checkpoints to a new file, and print the "
     "verifier key auditors keep",
 }
@@ -62,6 +67,7 @@ def audit_checkpoint(args: list[str], schema: migrating.Schema) -> int:
         values = parse_settings(ns, configuration.AUDIT_SETTINGS, os.environ)
         database_url = values.required_one_of(configuration.DATABASE_URL, configuration.SERVER.database_url_file)
         signer = configuration.audit_signer(values)
+        publish_dir: Path | None = values[configuration.AUDIT_PUBLISH_DIR]
     except SettingError as error:
         cli.error(str(error))
     level = values.required(configuration.SERVER.logs.level)
@@ -70,7 +76,8 @@ def audit_checkpoint(args: list[str], schema: migrating.Schema) -> int:
     def work(engine: Engine) -> int:
         store = OrchestratorStore(engine)
         try:
-            done = publish(store, signer, lambda: datetime.now(UTC))
+            directory = None if publish_dir is None else CheckpointDirectory(publish_dir)
+            done = publish(store, signer, lambda: datetime.now(UTC), directory=directory)
             latest = store.latest_checkpoint()
         except Unavailable as error:
             # What was sequenced stays sequenced; running the command again finishes the work.
@@ -81,9 +88,18 @@ def audit_checkpoint(args: list[str], schema: migrating.Schema) -> int:
             "sequenced": done.sequenced,
             "size": done.size,
             "signed": done.signed is not None,
+            "published": done.published is not None,
+            "refused": None if done.refused is None else done.refused.reason,
             "checkpoint": _checkpoint_json(latest),
         }
         print(json.dumps(report))
+        if done.refused is not None:
+            print(
+                f"sequenced {done.sequenced} entries; the log holds {done.size}; signed nothing: "
+                f'{done.refused.reason} (docs/operations.md, "After restoring the orchestrator\'s database")',
+                file=sys.stderr,
+            )
+            return 1
         if signer is None:
             said = "no checkpoint signed: no --audit-signing-key-file"
         elif done.signed is None:

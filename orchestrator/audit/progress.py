@@ -1,4 +1,5 @@
-"""How far the sequencer has come: what one pass did, and how far the log lags the events written."""
+"""How far the sequencer has come: what one pass did, why it did not sign, and how far the log lags the
+events written."""
 
 from __future__ import annotations
 
@@ -9,13 +10,27 @@ from orchestrator.audit.ports import PublishedCheckpoint
 
 
 @dataclass(frozen=True, slots=True)
+class SigningRefused:
+    """The sequencer did not sign: the log in the database does not extend the checkpoint published outside
+    it (the database was restored from an older copy, or the publication is another log's)."""
+
+    published_size: int
+    """The size of the published checkpoint (0 when it cannot be read)."""
+    size: int
+    """The size of the log in the database."""
+    reason: str
+    """Why, in words for an operator."""
+
+
+@dataclass(frozen=True, slots=True)
 class SequencingPass:
-    """One transaction of the sequencer: the entries it gave indices, the log's size after it, and the
-    checkpoint it signed (None: none was due, or no key is set)."""
+    """One transaction of the sequencer: the entries it gave indices, the log's size after it, the
+    checkpoint it signed (None: none was due, or no key is set) and, when it would not sign, why."""
 
     sequenced: int
     size: int
     checkpoint: PublishedCheckpoint | None
+    refused: SigningRefused | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,18 +7,27 @@ once at start and then every ``--audit-interval-seconds``; ``decisionflow-orches
 audit-checkpoint`` runs it once. An entry is therefore in the log, with an index and a proof, at most
 one interval (and the time of a pass) after its event committed, and in a signed checkpoint as soon
 as it is in the log.
+
+With ``--audit-publish-dir`` (``orchestrator.audit.publication``) each pass first reads the checkpoint
+published there, signs only a tree that extends it, and then publishes the newest checkpoint of the
+database. A pass that would not sign says why (``Publication.refused``); ``AuditJob`` logs that once,
+reports it to the metrics, and says when the log extends the published checkpoint again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from decisionflow.transparency import Checkpoint
 from orchestrator.audit.ports import PublishedCheckpoint
+from orchestrator.audit.progress import SigningRefused
+from orchestrator.audit.publication import CheckpointDirectory, PublishedNote, UnreadablePublication
 from orchestrator.audit.signing import CheckpointSigner
 from orchestrator.store import OrchestratorStore
 
@@ -31,11 +40,30 @@ BATCH = 1000
 
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """What one run of the sequencer did: entries sequenced, the log's size, the checkpoint it signed."""
+    """What one run of the sequencer did: entries sequenced, the log's size, the checkpoint it signed, the
+    checkpoint it published outside the database, and why it signed nothing when it refused to."""
 
     sequenced: int
     size: int
     signed: PublishedCheckpoint | None
+    published: PublishedCheckpoint | None = None
+    refused: SigningRefused | None = None
+
+
+def _published(directory: CheckpointDirectory, signer: CheckpointSigner) -> PublishedNote | SigningRefused | None:
+    """The checkpoint published in directory, or why nothing may be signed against it."""
+    try:
+        note = directory.latest()
+    except UnreadablePublication as unreadable:
+        return SigningRefused(0, 0, f"the published checkpoint cannot be read: {unreadable}")
+    if note is not None and note.checkpoint.origin != signer.origin:
+        return SigningRefused(
+            note.checkpoint.size,
+            0,
+            f"{directory.checkpoint_file} holds a checkpoint of the log {note.checkpoint.origin!r}, not of "
+            f"{signer.origin!r}: a new log needs a publication directory of its own",
+        )
+    return note
 
 
 def publish(
@@ -43,21 +71,47 @@ def publish(
     signer: CheckpointSigner | None,
     clock: Callable[[], datetime],
     *,
+    directory: CheckpointDirectory | None = None,
     batch: int = BATCH,
 ) -> Publication:
-    """Sequence every entry waiting, then sign the sequenced size (when signer is set and that key has not
-    signed it yet); each transaction holds the sequencer's lock."""
+    """Sequence every entry waiting, then sign the sequenced size (when signer is set, that key has not
+    signed it yet, and the tree extends the checkpoint published in directory); each transaction holds the
+    sequencer's lock. Then publish the database's newest checkpoint to directory when it is larger."""
+    published = _published(directory, signer) if directory is not None and signer is not None else None
+    if isinstance(published, SigningRefused):
+        # Nothing is signed while the publication cannot be compared; entries are still sequenced.
+        done = _sequence(store, None, clock, batch, None)
+        return Publication(done.sequenced, done.size, None, refused=dataclasses.replace(published, size=done.size))
+    done = _sequence(store, signer, clock, batch, None if published is None else published.checkpoint)
+    if done.refused is not None or directory is None or signer is None:
+        return done
+    latest = store.latest_checkpoint()
+    if latest is None or (published is not None and latest.size <= published.checkpoint.size):
+        return done
+    # Not refused: the database's tree extends what was published, and so does every checkpoint of it.
+    return dataclasses.replace(done, published=latest if directory.publish(latest.signed_note) else None)
+
+
+def _sequence(
+    store: OrchestratorStore,
+    signer: CheckpointSigner | None,
+    clock: Callable[[], datetime],
+    batch: int,
+    published: Checkpoint | None,
+) -> Publication:
     total = 0
     while True:
-        done = store.sequence_audit_log(batch, signer, clock())
+        done = store.sequence_audit_log(batch, signer, clock(), published=published)
         total += done.sequenced
         if done.sequenced < batch:
-            return Publication(total, done.size, done.checkpoint)
+            return Publication(total, done.size, done.checkpoint, refused=done.refused)
 
 
 class AuditJob:
     """Runs ``publish`` once at start and then every interval while the server runs; a run that fails
-    is logged and the next one tries again (nothing is lost: the entries wait in their table)."""
+    is logged and the next one tries again (nothing is lost: the entries wait in their table). A refusal
+    to sign is logged once at ERROR, when it starts or its reason changes, and its end once at WARNING;
+    on_refused hears True or False after every run (the metrics' gauge)."""
 
     def __init__(
         self,
@@ -65,11 +119,17 @@ class AuditJob:
         signer: CheckpointSigner | None,
         interval: float,
         clock: Callable[[], datetime],
+        *,
+        directory: CheckpointDirectory | None = None,
+        on_refused: Callable[[bool], None] = lambda refused: None,
     ) -> None:
         self._store = store
         self._signer = signer
         self._interval = interval
         self._clock = clock
+        self._directory = directory
+        self._on_refused = on_refused
+        self._refused: SigningRefused | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -84,13 +144,33 @@ class AuditJob:
                 await self._task
 
     async def run_once(self) -> Publication:
-        """Sequence and sign once, in a worker thread."""
-        done = await asyncio.to_thread(publish, self._store, self._signer, self._clock)
+        """Sequence, sign and publish once, in a worker thread."""
+        done = await asyncio.to_thread(publish, self._store, self._signer, self._clock, directory=self._directory)
         if done.signed is not None:
             logger.debug(
                 "audit log: %d entries sequenced, checkpoint of size %d signed", done.sequenced, done.signed.size
             )
+        self._report(done.refused)
         return done
+
+    def _report(self, refused: SigningRefused | None) -> None:
+        was, self._refused = self._refused, refused
+        self._on_refused(refused is not None)
+        if refused is not None and (was is None or was.reason != refused.reason):
+            logger.error(
+                "audit log: not signing a checkpoint of size %d: %s. Nothing is signed until the log extends "
+                "the published checkpoint again (docs/operations.md, \"After restoring the orchestrator's "
+                'database")',
+                refused.size,
+                refused.reason,
+                extra={"service": "orchestrator"},
+            )
+        elif refused is None and was is not None:
+            logger.warning(
+                "audit log: the log extends the published checkpoint of size %d again; signing checkpoints again",
+                was.published_size,
+                extra={"service": "orchestrator"},
+            )
 
     async def _run(self) -> None:
         while True:
@@ -102,23 +182,36 @@ class AuditJob:
 
 
 def audit_job(
-    store: OrchestratorStore, signer: CheckpointSigner | None, interval: float, clock: Callable[[], datetime]
+    store: OrchestratorStore,
+    signer: CheckpointSigner | None,
+    interval: float,
+    clock: Callable[[], datetime],
+    *,
+    directory: CheckpointDirectory | None = None,
+    on_refused: Callable[[bool], None] = lambda refused: None,
 ) -> AuditJob | None:
     """Return the server's sequencer job, None when the interval is 0 (``audit-checkpoint`` runs it instead);
-    say once, at start, when no checkpoint will be signed."""
+    say once, at start, when no checkpoint will be signed or none published."""
     if signer is None:
         logger.info(
             "audit log: no --audit-signing-key-file, so its entries are written and sequenced but no checkpoint "
             "is signed (docs/audit-log.md)",
             extra={"service": "orchestrator"},
         )
-    elif signer.key.name != signer.origin:
-        logger.warning(
-            "audit log: the signing key is named %r but the checkpoints' origin is %r; auditors expect them alike",
-            signer.key.name,
-            signer.origin,
-            extra={"service": "orchestrator"},
-        )
+    else:
+        if signer.key.name != signer.origin:
+            logger.warning(
+                "audit log: the signing key is named %r but the checkpoints' origin is %r; auditors expect them alike",
+                signer.key.name,
+                signer.origin,
+                extra={"service": "orchestrator"},
+            )
+        if directory is None:
+            logger.info(
+                "audit log: no --audit-publish-dir, so checkpoints are kept only in the database and a restore "
+                "of an older copy of it would sign a fork of the log (docs/audit-log.md)",
+                extra={"service": "orchestrator"},
+            )
     if interval <= 0:
         return None
-    return AuditJob(store, signer, interval, clock)
+    return AuditJob(store, signer, interval, clock, directory=directory, on_refused=on_refused)

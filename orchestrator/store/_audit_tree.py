@@ -6,7 +6,9 @@ size, size + 1, ... in one transaction, storing the hash of every perfect subtre
 completes (``CompactRange.append``). Under the lock the size it starts from is the committed one,
 so indices never leave a gap and, once committed, never change; the unique index on ``leaf_index``
 would refuse a second sequencer's duplicate even without it. A checkpoint is signed only of the
-sequenced size: a contiguous prefix of committed leaves.
+sequenced size: a contiguous prefix of committed leaves, and only of a tree that extends the checkpoint
+published outside the database (``extends_txn``), so a database restored from an older copy never signs
+a fork.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.transparency import CompactRange, StoredNode, perfect_subtrees
+from decisionflow.transparency import Checkpoint, CompactRange, StoredNode, perfect_subtrees
 from orchestrator.audit.ports import PublishedCheckpoint
+from orchestrator.audit.progress import SigningRefused
 from orchestrator.audit.signing import CheckpointSigner
 from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes
 
@@ -132,3 +135,24 @@ def sign_txn(
         {"size": tree.size, "key_id": signer.key_id, "root_hash": root, "signed_note": note, "signed_at": now},
     )
     return PublishedCheckpoint(tree.size, root, note, now)
+
+
+def extends_txn(conn: sa.Connection, tree: CompactRange, published: Checkpoint) -> SigningRefused | None:
+    """None when the tree extends the published checkpoint (its first published.size leaves hash to the
+    published root), else why not. The stored subtrees give that prefix's root without reading a leaf."""
+    if tree.size < published.size:
+        return SigningRefused(
+            published.size,
+            tree.size,
+            f"the database's audit log holds {tree.size} leaves, fewer than the {published.size} of the "
+            "published checkpoint: the database is older than what the log has published",
+        )
+    prefix = tree if tree.size == published.size else tree_txn(conn, published.size)
+    if prefix.root() != published.root_hash:
+        return SigningRefused(
+            published.size,
+            tree.size,
+            f"the first {published.size} leaves of the database's audit log hash to another root than the "
+            "published checkpoint's: the log in the database has forked from what was published",
+        )
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from decisionflow.transparency import Checkpoint
 from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.audit.ports import LoggedLeaf, PublishedCheckpoint
 from orchestrator.audit.progress import AuditStatus, SequencingPass
@@ -20,18 +21,24 @@ from orchestrator.store._store_base import StoreBase
 class AuditMethods(StoreBase):
     """Sequencing the audit log, signing its checkpoints, and reading it (an AuditLogReader)."""
 
-    def sequence_audit_log(self, limit: int, signer: CheckpointSigner | None, now: datetime) -> SequencingPass:
+    def sequence_audit_log(
+        self, limit: int, signer: CheckpointSigner | None, now: datetime, *, published: Checkpoint | None = None
+    ) -> SequencingPass:
         """In one transaction under the sequencer's lock, give up to limit unsequenced entries the next
         indices, oldest entry first, with the perfect subtrees they complete; then, when signer is given
         and fewer than limit were waiting (the backlog is done), sign the sequenced size unless that key
-        signed it already."""
+        signed it already, or the tree does not extend published (the checkpoint published outside the
+        database): then sign nothing and say why."""
         with self.transactions.write() as conn:
             _audit_tree.lock_txn(conn)
             tree, sequenced = _audit_tree.sequence_txn(conn, limit)
-            checkpoint = None
+            checkpoint = refused = None
             if signer is not None and sequenced < limit:
-                checkpoint = _audit_tree.sign_txn(conn, tree, signer, now)
-        return SequencingPass(sequenced, tree.size, checkpoint)
+                if published is not None:
+                    refused = _audit_tree.extends_txn(conn, tree, published)
+                if refused is None:
+                    checkpoint = _audit_tree.sign_txn(conn, tree, signer, now)
+        return SequencingPass(sequenced, tree.size, checkpoint, refused)
 
     def audit_status(self) -> AuditStatus:
         """The sequencer's backlog and its age, the log's size and its newest checkpoint, read together."""
