@@ -1,4 +1,5 @@
-"""``decisionflow audit export|verify``: take the audit log's proofs away, and check them without any service.
+"""``decisionflow audit export|verify|monitor``: take the audit log's proofs away, check them without any
+service, and watch that the log's published checkpoints only ever extend each other.
 
 ``export`` asks the orchestrator's AuditService (role auditor or operator) for the latest checkpoint and
 the leaves of an operation, a case or the whole log with their inclusion proofs (and, with
@@ -16,11 +17,15 @@ Exit status:
            not decoding, against the log's rules, a record edited since, missing or doubled); 4 a
            checkpoint does not hold (not signed by a trusted key, another origin, inconsistent with
            --since); 2 bad usage or input (a file that cannot be read, not a bundle, not a verifier key)
+  monitor  0 the published checkpoint extends the last one seen (or is the first); 4 a fork, a rollback or
+           a checkpoint the key did not sign; 1 error (cannot fetch, orchestrator unavailable); 3 refused;
+           2 bad usage or input
 """
 
 from __future__ import annotations
 
 from decisionflow_server.apps.cli.audit._export import run_export
+from decisionflow_server.apps.cli.audit._monitor import run_monitor
 from decisionflow_server.apps.cli.audit._verify import run_verify
 from decisionflow_server.apps.cli.command import Subparsers
 from decisionflow_server.apps.cli.review._connection import CONNECTION_SETTINGS
@@ -33,6 +38,11 @@ EXPORT_EXIT_CODES = (
     "unauthenticated); 4 the latest checkpoint does not extend --since (nothing written); 1 error "
     "(unavailable after retries, deadline, internal); 2 bad usage or input. See docs/audit-log.md"
 )
+MONITOR_EXIT_CODES = (
+    "exit status: 0 the checkpoint extends the last one seen (or is the first); 4 a fork, a rollback, or a "
+    "checkpoint not signed by the key; 1 error (cannot fetch, orchestrator unavailable); 3 refused (permission "
+    "denied, unauthenticated); 2 bad usage or input. See docs/audit-log.md"
+)
 VERIFY_EXIT_CODES = (
     "exit status: 0 everything holds; 1 a leaf or a record does not hold (tampered, missing, out of order, "
     "against the log's rules, a record edited since, missing or doubled); 4 a checkpoint does not hold (not "
@@ -41,7 +51,7 @@ VERIFY_EXIT_CODES = (
 
 
 def register(subparsers: Subparsers) -> None:
-    """Add ``audit`` with its subcommands ``export`` and ``verify``."""
+    """Add ``audit`` with its subcommands ``export``, ``verify`` and ``monitor``."""
     audit = subparsers.add_parser(
         "audit",
         help="export the audit log's proofs to a bundle, and verify a bundle offline (auditor)",
@@ -100,3 +110,29 @@ def register(subparsers: Subparsers) -> None:
     )
     verify.add_argument("--json", action="store_true", help="print one JSON object instead of text for people")
     verify.set_defaults(func=run_verify)
+
+    monitor = commands.add_parser(
+        "monitor",
+        help="check that the log's published checkpoint extends the last one seen (a witness's check)",
+        description="Fetch the audit log's published checkpoint (its URL, such as http://HOST:METRICS_PORT/checkpoint, "
+        "or its file), check its signature, and check by a consistency proof that it extends the last checkpoint "
+        "kept in --state; keep it when it does. A fork or a rollback exits 4 and keeps the checkpoint fetched "
+        "in STATE.fork.",
+        epilog=MONITOR_EXIT_CODES,
+    )
+    add_settings(monitor, CONNECTION_SETTINGS)
+    monitor.add_argument(
+        "--checkpoint", required=True, metavar="URL_OR_FILE", help="the published checkpoint: an http(s) URL or a file"
+    )
+    monitor.add_argument(
+        "--state", required=True, metavar="FILE", help="the last checkpoint seen (created on the first run)"
+    )
+    monitor.add_argument(
+        "--public-key",
+        required=True,
+        action="append",
+        metavar="FILE",
+        help="file holding the log's verifier key, one per line (repeat it, or give several lines, across a rotation)",
+    )
+    monitor.add_argument("--origin", help="the log's name to trust (default: the one kept in --state)")
+    monitor.set_defaults(func=run_monitor)
