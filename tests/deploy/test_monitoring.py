@@ -213,7 +213,11 @@ AUDIT_QUIET = """      - eval_time: {minute}m
 
 def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigned(tmp_path: Path) -> None:
     rules = {r["alert"]: r for r in _rules() if r["alert"].startswith("DecisionflowAudit")}
-    assert set(rules) == {"DecisionflowAuditLogLagging", "DecisionflowAuditCheckpointStale"}
+    assert set(rules) == {
+        "DecisionflowAuditLogLagging",
+        "DecisionflowAuditCheckpointStale",
+        "DecisionflowAuditSigningRefused",
+    }
 
     def firing(alert: str, minute: int, value: str) -> str:
         summary = rules[alert]["annotations"]["summary"].replace("{{ $value | humanizeDuration }}", value)
@@ -237,6 +241,55 @@ def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigne
         AUDIT_QUIET.format(minute=9, alert=stale),
     ]
     done = _rule_test(tmp_path / "audit-alert-test.yml", AUDIT_STOPPED, cases)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Two orchestrators: a's database is restored at minute 3 and put right at minute 8; b never sequences
+# after the restore (the other replica holds the sequencer's turn), so it reports 0 throughout.
+SIGNING_REFUSED = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'decisionflow_audit_signing_refused{{job="orchestrator",instance="a:9101"}}'
+        values: '0 0 0 1 1 1 1 1 0 0'
+      - series: 'decisionflow_audit_signing_refused{{job="orchestrator",instance="b:9101"}}'
+        values: '0 0 0 0 0 0 0 0 0 0'
+    alert_rule_test:
+{cases}
+"""
+SIGNING_REFUSED_FIRING = """      - eval_time: {minute}m
+        alertname: DecisionflowAuditSigningRefused
+        exp_alerts:
+          - exp_labels: {{severity: page}}
+            exp_annotations:
+              summary: {summary}
+              description: {description}
+"""
+SIGNING_REFUSED_QUIET = """      - eval_time: {minute}m
+        alertname: DecisionflowAuditSigningRefused
+        exp_alerts: []
+"""
+
+
+def test_a_sequencer_refusing_to_sign_pages_from_its_second_minute_until_the_log_extends_again(
+    tmp_path: Path,
+) -> None:
+    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowAuditSigningRefused"]
+    firing = {
+        "summary": json.dumps(rule["annotations"]["summary"]),
+        "description": json.dumps(rule["annotations"]["description"]),
+    }
+    cases = [
+        SIGNING_REFUSED_QUIET.format(minute=2),
+        SIGNING_REFUSED_QUIET.format(minute=3),  # refusing for less than a minute
+        SIGNING_REFUSED_FIRING.format(minute=4, **firing),
+        SIGNING_REFUSED_FIRING.format(minute=7, **firing),
+        SIGNING_REFUSED_QUIET.format(minute=8),  # the right copy restored: signing again
+    ]
+    done = _rule_test(tmp_path / "signing-refused-alert-test.yml", SIGNING_REFUSED, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
