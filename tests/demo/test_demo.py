@@ -97,6 +97,13 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     assert re.search(r"-> verified, exit 0: checkpoint \d+ of decisionflow.local/audit .*; 3 leaves proven", transcript)
     assert "leaf 1: decision APPROVE by rita" in transcript
     assert "-> refused, exit 1: leaf 1: " in transcript
+    # The checkpoint is published outside the database and kept by the monitor.
+    monitored = r"-> exit 0: kept checkpoint (\d+) of decisionflow.local/audit in audit-monitor.checkpoint: the first"
+    kept = re.search(monitored, transcript)
+    assert kept is not None, transcript
+    published = (state_dir / "audit-published" / "checkpoint").read_text()
+    assert (state_dir / "audit-monitor.checkpoint").read_text() == published
+    assert published.splitlines()[1] == kept.group(1)
     bundle = json.loads((state_dir / "T-1042.audit.json").read_text())
     assert len(bundle["leaves"]) == 3
     _assert_all_stopped(_pids(transcript))

@@ -1,7 +1,8 @@
 """Step 6 of docs/demo.md: the audit log as an auditor checks it. The log's key is made with
-``audit-keygen``, a checkpoint signed with ``audit-checkpoint``, T-1042's leaves exported as the
-auditor and verified with nothing but the verifier key, and a copy of the bundle whose decision
-names another reviewer shown refused."""
+``audit-keygen``, a checkpoint signed with ``audit-checkpoint`` and published outside the database,
+kept by ``decisionflow audit monitor``, T-1042's leaves exported as the auditor and verified with
+nothing but the verifier key, and a copy of the bundle whose decision names another reviewer shown
+refused."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ class AuditTrail:
 
     def shows(self, operation_id: str, receipt_id: str) -> bool:
         """True when the exported leaves of operation_id verify and say who proposed, approved and settled it
-        (with receipt_id), and the tampered copy is refused."""
+        (with receipt_id), the published checkpoint is kept by the monitor, and the tampered copy is refused."""
         self._sign()
+        monitored = self._monitor()
         exported = self.stack.review(
             "audit",
             ["export", "--operation", operation_id, "--out", str(self.ws.audit_bundle)],
@@ -66,7 +68,7 @@ class AuditTrail:
             f"decision APPROVE by {ws.REVIEWER}",
             f"settlement COMMITTED by {ws.OPERATOR}, receipt {receipt_id}",
         ]
-        return told and self._tampered_is_refused(bundle)
+        return told and monitored and self._tampered_is_refused(bundle)
 
     def _sign(self) -> None:
         """Make the log's key, keep its verifier key as an auditor would, and sign a checkpoint now."""
@@ -85,11 +87,30 @@ class AuditTrail:
                 self.ws.orchestrator_url,
                 "--audit-signing-key-file",
                 str(self.ws.audit_signing_key),
+                "--audit-publish-dir",
+                str(self.ws.audit_published),
             ],
-            f"audit-checkpoint --audit-signing-key-file {ws.AUDIT_SIGNING_KEY}",
+            f"audit-checkpoint --audit-signing-key-file {ws.AUDIT_SIGNING_KEY} "
+            f"--audit-publish-dir {ws.AUDIT_PUBLISHED}",
             "now; a server given the key signs on its interval",
         )
-        self.say.line(f"-> {signed.message}")
+        self.say.line(f"-> {signed.message}; published in {ws.AUDIT_PUBLISHED}/checkpoint")
+
+    def _monitor(self) -> bool:
+        """The monitor keeps the published checkpoint, as a witness would before checking the next by proof."""
+        published = self.ws.audit_published / "checkpoint"
+        self.say.line(
+            f"$ decisionflow audit monitor --checkpoint {ws.AUDIT_PUBLISHED}/checkpoint "
+            f"--state {ws.AUDIT_MONITOR_STATE} --public-key {ws.AUDIT_VERIFIER_KEY}"
+        )
+        argv = [
+            *("audit", "monitor", "--checkpoint", str(published), "--state", str(self.ws.audit_monitor_state)),
+            *("--public-key", str(self.ws.audit_verifier_key)),
+        ]
+        monitored = self.stack.children.run("decisionflow_server.apps.cli", argv)
+        said = monitored.message.replace(str(self.ws.audit_monitor_state), ws.AUDIT_MONITOR_STATE)
+        self.say.line(f"-> exit {monitored.exit_code}: {said}")
+        return monitored.exit_code == 0
 
     def _tampered_is_refused(self, bundle: Bundle) -> bool:
         """A copy of the bundle whose decision names another reviewer: verify must refuse it."""

@@ -33,6 +33,7 @@ PRINCIPALS: dict[str, tuple[Role, ...]] = {
 CASE_ID = "T-1042"
 AUDIT_SIGNING_KEY, AUDIT_VERIFIER_KEY = "audit-signing.key", "audit-log.vkey"
 AUDIT_BUNDLE, AUDIT_TAMPERED = f"{CASE_ID}.audit.json", f"{CASE_ID}.tampered.json"
+AUDIT_PUBLISHED, AUDIT_MONITOR_STATE = "audit-published", "audit-monitor.checkpoint"
 STALE_CASE_ID = "T-1043"
 CONTROL_CASE_ID = "T-1042-control"
 ACTION = "record_support_review"
@@ -109,6 +110,16 @@ class Workspace:
     def audit_bundle(self) -> Path:
         """The bundle of T-1042's leaves that step 6 exports and verifies."""
         return self.root / AUDIT_BUNDLE
+
+    @property
+    def audit_published(self) -> Path:
+        """The directory the audit log's checkpoints are published to, outside the database (step 6)."""
+        return self.root / AUDIT_PUBLISHED
+
+    @property
+    def audit_monitor_state(self) -> Path:
+        """The last checkpoint the demo's monitor saw."""
+        return self.root / AUDIT_MONITOR_STATE
 
     @property
     def audit_tampered(self) -> Path:
