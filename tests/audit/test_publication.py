@@ -1,7 +1,8 @@
 """A restored database never signs a fork: the orchestrator publishes each signed checkpoint outside its
 database (``--audit-publish-dir``), and after its SQLite file is restored from an older copy the sequencer,
 as ``audit-checkpoint`` in a child process and as a running server, refuses to sign a tree that does not
-extend the published checkpoint, says why, and signs again once the log extends it."""
+extend the published checkpoint, says why, and signs again once the log extends it. The store's check on
+SQLite and PostgreSQL, and the publication's file and its HTTP path, on their own."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from decisionflow.transparency import NoteVerifier, open_checkpoint, verify_consistency
+from decisionflow.transparency import Checkpoint, NoteVerifier, open_checkpoint, verify_consistency
 from decisionflow_server.foundation.processes import ServiceProcess, free_port
+from decisionflow_server.runtime.metrics import MetricsServer
 from decisionflow_server.storage import db
+from orchestrator.audit.publication import CheckpointDirectory, UnreadablePublication, read_note
 from orchestrator.audit.signing import DEFAULT_ORIGIN, write_new_key
 from orchestrator.store import OrchestratorStore, migrate
 from tests.audit.test_commands import _command
-from tests.support.audit import decision, proposal, started
+from tests.support.audit import ORIGIN, SIGNER, T0, check_log, decision, proposal, started
 from tests.support.stack import spawn_orchestrator, spawn_receiver
 
 
@@ -107,6 +111,7 @@ def _fetch(url: str) -> tuple[int, str]:
         with urllib.request.urlopen(url, timeout=10) as answer:
             return int(answer.status), answer.read().decode()
     except urllib.error.HTTPError as error:
+        error.close()
         return error.code, ""
 
 
@@ -189,3 +194,50 @@ def test_a_server_whose_database_is_restored_refuses_to_sign_says_so_once_and_si
         verify_consistency(6, 8, store.consistency_proof(6, 8), six.root_hash, eight.root_hash)
     finally:
         engine.dispose()
+
+
+def test_the_store_signs_only_a_tree_that_extends_the_published_checkpoint(audit_store: OrchestratorStore) -> None:
+    for case in ("T-1", "T-2"):
+        started(audit_store, proposal(case_id=case))
+    first = audit_store.sequence_audit_log(100, SIGNER, T0).checkpoint
+    assert first is not None and first.size == 2
+    published = Checkpoint(ORIGIN, first.size, first.root_hash)
+    started(audit_store, proposal(case_id="T-3"))
+
+    other_root = audit_store.sequence_audit_log(100, SIGNER, T0, published=Checkpoint(ORIGIN, 2, bytes(32)))
+    assert (other_root.sequenced, other_root.size, other_root.checkpoint) == (1, 3, None)
+    assert other_root.refused is not None and "has forked" in other_root.refused.reason
+    larger = audit_store.sequence_audit_log(100, SIGNER, T0, published=Checkpoint(ORIGIN, 4, first.root_hash))
+    assert larger.checkpoint is None and larger.refused is not None and "fewer than the 4" in larger.refused.reason
+    assert audit_store.latest_checkpoint() == first
+
+    extended = audit_store.sequence_audit_log(100, SIGNER, T0, published=published)
+    assert extended.refused is None and extended.checkpoint is not None and extended.checkpoint.size == 3
+    assert check_log(audit_store, [first, extended.checkpoint], SIGNER.vkey, ORIGIN) == 3
+
+
+def test_the_publication_only_grows_and_is_served_read_only(tmp_path: Path) -> None:
+    directory = CheckpointDirectory(tmp_path / "published")
+    assert directory.latest() is None and directory.read_bytes() is None
+    three = SIGNER.sign(3, bytes(32))
+    assert directory.publish(SIGNER.sign(5, bytes(32)))
+    assert not directory.publish(three)  # never back to a smaller checkpoint
+    assert directory.latest() == read_note(SIGNER.sign(5, bytes(32)))
+
+    registry = CollectorRegistry()
+    empty = CheckpointDirectory(tmp_path / "empty")
+    served = MetricsServer.start(registry, 0, files={"/checkpoint": directory.read_bytes, "/none": empty.read_bytes})
+    try:
+        base = f"http://127.0.0.1:{served.port}"
+        assert _fetch(f"{base}/checkpoint") == (200, SIGNER.sign(5, bytes(32)))
+        assert _fetch(f"{base}/none")[0] == 404
+        posted = urllib.request.Request(f"{base}/checkpoint", data=b"x", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(posted, timeout=10)
+        refused.value.close()
+        assert refused.value.code == 405
+    finally:
+        served.close()
+    (directory.path / "checkpoint").write_text("not a checkpoint\n")
+    with pytest.raises(UnreadablePublication):
+        directory.latest()
