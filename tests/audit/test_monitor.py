@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from decisionflow.transparency import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint, sign_checkpoint
@@ -130,3 +131,28 @@ def test_the_monitor_refuses_a_rollback_a_same_size_fork_and_a_foreign_signature
     foreign = monitor(checkpoint("foreign", 9, b"\x09" * 32, stranger))
     assert foreign.returncode == 4 and "does not hold" in foreign.stderr, foreign.stderr
     assert state.read_text() == (tmp_path / "five").read_text()
+
+
+def test_every_keeps_the_monitor_checking_until_a_fork_ends_it(tmp_path: Path) -> None:
+    key = NoteSigner.from_seed(DEFAULT_ORIGIN, bytes(range(32)))
+    vkey_file, state, published = tmp_path / "audit.vkey", tmp_path / "monitor.checkpoint", tmp_path / "checkpoint"
+    vkey_file.write_text(key.verifier().vkey + "\n")
+    published.write_text(sign_checkpoint(Checkpoint(DEFAULT_ORIGIN, 5, b"\x05" * 32), key))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    argv = [sys.executable, "-m", "decisionflow_server.apps.cli", "audit", "monitor", "--every", "0.1"]
+    args = ["--checkpoint", str(published), "--state", str(state), "--public-key", str(vkey_file)]
+    with subprocess.Popen([*argv, *args], env=clean, stderr=subprocess.PIPE, text=True) as watching:
+        try:
+            deadline = time.monotonic() + 30
+            while not state.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert state.exists() and watching.poll() is None  # kept, and still watching
+            forked = tmp_path / "forked"
+            forked.write_text(sign_checkpoint(Checkpoint(DEFAULT_ORIGIN, 5, b"\x55" * 32), key))
+            forked.replace(published)  # whole: the monitor never reads half a checkpoint
+            assert watching.wait(timeout=30) == 4
+        finally:
+            if watching.poll() is None:
+                watching.kill()
+        assert watching.stderr is not None
+        assert "FORK: two checkpoints of size 5 with different roots" in watching.stderr.read()

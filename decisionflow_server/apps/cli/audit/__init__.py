@@ -29,7 +29,7 @@ from decisionflow_server.apps.cli.audit._monitor import run_monitor
 from decisionflow_server.apps.cli.audit._verify import run_verify
 from decisionflow_server.apps.cli.command import Subparsers
 from decisionflow_server.apps.cli.review._connection import CONNECTION_SETTINGS
-from decisionflow_server.foundation.settings import add_settings
+from decisionflow_server.foundation.settings import add_settings, positive_seconds
 
 __all__ = ["register"]
 
@@ -135,4 +135,10 @@ def register(subparsers: Subparsers) -> None:
         help="file holding the log's verifier key, one per line (repeat it, or give several lines, across a rotation)",
     )
     monitor.add_argument("--origin", help="the log's name to trust (default: the one kept in --state)")
+    monitor.add_argument(
+        "--every",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="keep checking every SECONDS until a fork (a checkpoint that cannot be fetched is tried again)",
+    )
     monitor.set_defaults(func=run_monitor)

@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from decisionflow.transparency import (
 )
 from decisionflow_server.apps.cli.command import CommandError
 from decisionflow_server.apps.cli.review._connection import connection, read_input
-from decisionflow_server.apps.cli.review._output import EXIT_DONE, failed, say
+from decisionflow_server.apps.cli.review._output import EXIT_DONE, EXIT_ERROR, failed, say
 
 EXIT_FORK = 4
 # A checkpoint is a few lines and a signature or two; anything much larger is not one.
@@ -71,7 +72,7 @@ def fetch(source: str) -> str:
         with urllib.request.urlopen(source, timeout=FETCH_SECONDS) as answer:  # noqa: S310 (http(s) only)
             raw: bytes = answer.read(MAX_CHECKPOINT_BYTES + 1)
     except OSError as exc:  # urllib's URLError and HTTPError among them
-        raise CommandError(f"cannot fetch the checkpoint {source}: {exc}", 1) from exc
+        raise CommandError(f"cannot fetch the checkpoint {source}: {exc}", EXIT_ERROR) from exc
     if len(raw) > MAX_CHECKPOINT_BYTES:
         raise CommandError(f"{source} answered more than {MAX_CHECKPOINT_BYTES} bytes: not a checkpoint", EXIT_FORK)
     try:
@@ -141,7 +142,7 @@ def _write(path: Path, text: str) -> None:
             file.write(text)
         os.replace(temporary, path)
     except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc.strerror or exc}", 1) from exc
+        raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT_ERROR) from exc
 
 
 def _keys(paths: list[str]) -> list[NoteVerifier]:
@@ -162,8 +163,24 @@ def _keys(paths: list[str]) -> list[NoteVerifier]:
 
 
 def run_monitor(args: argparse.Namespace) -> int:
-    """Exit 0 when the published checkpoint extends the one kept (and keep it), 4 on a fork."""
+    """Exit 0 when the published checkpoint extends the one kept (and keep it), 4 on a fork. With --every,
+    check again every that many seconds until a fork, a refusal or bad input ends it (a checkpoint that
+    cannot be fetched, or an orchestrator unavailable, is said and tried again at the next round)."""
     keys = _keys(args.public_key)
+    while True:
+        try:
+            exit_code = _check_once(args, keys)
+        except CommandError as error:
+            if args.every is None or error.exit_code != EXIT_ERROR:
+                raise
+            say(f"audit monitor: {error.reason}; trying again in {args.every:g} s")
+            exit_code = EXIT_DONE
+        if args.every is None or exit_code != EXIT_DONE:
+            return exit_code
+        time.sleep(args.every)
+
+
+def _check_once(args: argparse.Namespace, keys: list[NoteVerifier]) -> int:
     state = Path(args.state)
     signed_note = fetch(args.checkpoint)
     old = kept(state) if state.exists() else None
@@ -176,8 +193,12 @@ def run_monitor(args: argparse.Namespace) -> int:
         said = Monitor(args).check(old, new)
     except ForkFound as fork:
         evidence = state.with_name(state.name + ".fork")
-        _write(evidence, signed_note)
-        print(f"FORK: {fork}; the checkpoint fetched is kept in {evidence}", file=sys.stderr)
+        try:
+            _write(evidence, signed_note)
+            kept_in = f"the checkpoint fetched is kept in {evidence}"
+        except CommandError as unwritten:  # the alarm matters more than the evidence file
+            kept_in = f"the checkpoint fetched could not be kept: {unwritten}"
+        print(f"FORK: {fork}; {kept_in}", file=sys.stderr)
         return EXIT_FORK
     if new.checkpoint.size > old.checkpoint.size:
         _write(state, signed_note)
