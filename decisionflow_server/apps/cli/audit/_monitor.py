@@ -41,6 +41,7 @@ from decisionflow.transparency import (
     parse_note,
     verify_consistency,
 )
+from decisionflow_server.apps.cli.audit._verify import read_keys
 from decisionflow_server.apps.cli.command import CommandError
 from decisionflow_server.apps.cli.review._connection import connection, read_input
 from decisionflow_server.apps.cli.review._output import EXIT_DONE, EXIT_ERROR, failed, say
@@ -145,28 +146,11 @@ def _write(path: Path, text: str) -> None:
         raise CommandError(f"cannot write {path}: {exc.strerror or exc}", EXIT_ERROR) from exc
 
 
-def _keys(paths: list[str]) -> list[NoteVerifier]:
-    keys = []
-    for path in paths:
-        for line in read_input(path, "the public key").splitlines():
-            if line.strip():
-                try:
-                    keys.append(NoteVerifier.from_vkey(line.strip()))
-                except TransparencyError as error:
-                    raise CommandError(
-                        f"the public key file {path!r} holds a line that is not a verifier key "
-                        f"(name+keyid+base64 key): {error}"
-                    ) from error
-    if not keys:
-        raise CommandError("the public key files hold no verifier key")
-    return keys
-
-
 def run_monitor(args: argparse.Namespace) -> int:
     """Exit 0 when the published checkpoint extends the one kept (and keep it), 4 on a fork. With --every,
     check again every that many seconds until a fork, a refusal or bad input ends it (a checkpoint that
     cannot be fetched, or an orchestrator unavailable, is said and tried again at the next round)."""
-    keys = _keys(args.public_key)
+    keys = read_keys(args.public_key)
     while True:
         try:
             exit_code = _check_once(args, keys)
