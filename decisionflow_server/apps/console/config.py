@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from decisionflow import addresses
 from decisionflow.transparency import NoteVerifier
-from decisionflow_server.apps.console.connections import ConnectionLimits
+from decisionflow_server.apps.console.connections import BODY_RATE_GRACE_SECONDS, ConnectionLimits
 from decisionflow_server.foundation import arguments, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
 from decisionflow_server.foundation.version import add_version_flag
@@ -161,10 +161,27 @@ HEADER_TIMEOUT_SECONDS = Setting(
     "10",
     parse=settings.positive_seconds,
 )
+BODY_TIMEOUT_SECONDS = Setting(
+    "body_timeout_seconds",
+    "DECISIONFLOW_CONSOLE_BODY_TIMEOUT_SECONDS",
+    "a connection whose request body is not complete this long after its head is closed (only the time the "
+    "console was reading counts)",
+    "30",
+    parse=settings.positive_seconds,
+)
+BODY_MIN_BYTES_PER_SECOND = Setting(
+    "body_min_bytes_per_second",
+    "DECISIONFLOW_CONSOLE_BODY_MIN_BYTES_PER_SECOND",
+    "a connection whose request body brings fewer bytes per second than this on average, after its first "
+    f"{BODY_RATE_GRACE_SECONDS:g} s, is closed (0: no minimum)",
+    "1024",
+    parse=settings.integer(0, 1_000_000_000),
+)
 MAX_CONNECTIONS = Setting(
     "max_connections",
     "DECISIONFLOW_CONSOLE_MAX_CONNECTIONS",
-    "connections held at once; one beyond is closed as soon as it is made (keep it below the descriptor limit)",
+    "connections held at once; one more closes the connection that has waited longest for a request head or "
+    "for the body of a request from no signed-in session, else itself (keep it below the descriptor limit)",
     "512",
     parse=settings.integer(1, 1_000_000),
 )
@@ -192,7 +209,11 @@ class ConsoleConfig:
     session_lifetime_seconds: float = settings.value(SESSION_LIFETIME_SECONDS)
     audit_log_key: NoteVerifier | None = settings.value_or_none(AUDIT_LOG_KEY_FILE)
     connections: ConnectionLimits = settings.group(
-        ConnectionLimits, header_timeout_seconds=HEADER_TIMEOUT_SECONDS, max_connections=MAX_CONNECTIONS
+        ConnectionLimits,
+        header_timeout_seconds=HEADER_TIMEOUT_SECONDS,
+        body_timeout_seconds=BODY_TIMEOUT_SECONDS,
+        body_min_bytes_per_second=BODY_MIN_BYTES_PER_SECOND,
+        max_connections=MAX_CONNECTIONS,
     )
     metrics_port: int | None = settings.value_or_none(METRICS.port)
     metrics_address: str = settings.value(METRICS.address)

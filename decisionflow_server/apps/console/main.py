@@ -25,6 +25,8 @@ from decisionflow_server.apps.console import config as configuration
 from decisionflow_server.apps.console.app import create_app
 from decisionflow_server.apps.console.config import PROGRAM, ConsoleConfig
 from decisionflow_server.apps.console.connections import uvicorn_limits
+from decisionflow_server.apps.console.sessions import SessionStore
+from decisionflow_server.apps.console.web import signed_in_request
 from decisionflow_server.foundation import logs, startup_errors
 from decisionflow_server.foundation.processes import write_port_file
 from decisionflow_server.foundation.startup_errors import StartupError
@@ -65,8 +67,9 @@ def serve(config: ConsoleConfig) -> None:
     listener = bind(config.address)
     port = listener.getsockname()[1]
     origin = config.origin(port)
+    sessions = SessionStore(config.session_key, config.session_lifetime_seconds)
     with startup.refusing_cleartext(CHANNEL_SETTINGS):
-        app = create_app(config, origin, registry=registry)
+        app = create_app(config, origin, registry=registry, sessions=sessions)
     metrics = None
     if config.metrics_port is not None:
         metrics = serve_metrics(registry, config.metrics_port, config.metrics_address, configuration.METRICS)
@@ -92,7 +95,7 @@ def serve(config: ConsoleConfig) -> None:
                 lifespan="on",
                 server_header=False,
                 proxy_headers=False,
-                **uvicorn_limits(config.connections),
+                **uvicorn_limits(config.connections, signed_in_request(sessions)),
             )
         )
         # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handler it found:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from starlette.requests import HTTPConnection
+from starlette.requests import ClientDisconnect, HTTPConnection, cookie_parser
 from starlette.routing import Match
 
 from decisionflow_server.apps.console.sessions import COOKIE_NAME, Session, SessionStore
@@ -39,6 +39,9 @@ SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 # percent-encoded in a form), smaller than the 1 MiB message a gRPC client may send: a form over it
 # is refused here, so no call is ever refused for its size by the transport instead of by a rule.
 MAX_FORM_BYTES = 1024 * 1024
+# The status a request is logged and counted with when its client left before the answer (nginx's
+# 499): a client that goes away is not a server error, and no answer was sent.
+CLIENT_LEFT = 499
 SESSION_SCOPE_KEY = "decisionflow_server.apps.console.session"
 
 access_logger = logging.getLogger("decisionflow.console.access")
@@ -123,6 +126,20 @@ class Sessions:
         await self._app(scope, receive, send)
 
 
+def signed_in_request(store: SessionStore) -> Callable[[Sequence[tuple[bytes, bytes]]], bool]:
+    """Return a function telling from a request's headers whether its cookie names a signed-in session
+    (the connection limits keep such a request's body from being closed to make room)."""
+
+    def signed_in(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        cookie = next((value for name, value in headers if name == b"cookie"), None)
+        if cookie is None:
+            return False
+        session = store.find(cookie_parser(cookie.decode("latin-1")).get(COOKIE_NAME))
+        return session is not None and session.signed_in
+
+    return signed_in
+
+
 class RequestMetrics:
     """Counts and times each request under its route's path template."""
 
@@ -144,7 +161,8 @@ class RequestMetrics:
 class AccessLog:
     """Writes one JSON line per request (method, path without query, route, status, duration, who)
     and records it in RequestMetrics. The query string is left out: no value from a form or a
-    sign-in callback reaches the log."""
+    sign-in callback reaches the log. A request whose client left while its body was read (Starlette's
+    ClientDisconnect) ends here, logged and counted as CLIENT_LEFT, without a traceback."""
 
     def __init__(self, app: ASGIApp, metrics: RequestMetrics, route_of: Callable[[Scope], str]) -> None:
         self._app = app
@@ -167,6 +185,8 @@ class AccessLog:
 
         try:
             await self._app(scope, receive, recording_send)
+        except ClientDisconnect:
+            status = CLIENT_LEFT  # nothing can be answered: the connection is gone
         finally:
             elapsed = time.perf_counter() - started
             route = self._route_of(scope)
