@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from decisionflow_server.foundation.token_bucket import TokenBucket
 from orchestrator.errors import CallRateExceeded, ContentBudgetExceeded
 
 # Buckets kept at once. A principal idle long enough for its buckets to refill loses nothing when
@@ -51,31 +52,6 @@ class AuthorLimits:
 
 
 NO_LIMITS = AuthorLimits(calls_per_second=0, call_burst=0, content_bytes_per_minute=0, open_reviews=0)
-
-
-@dataclass(slots=True)
-class TokenBucket:
-    """A bucket of size tokens refilled at rate per second; tokens are what it holds at updated."""
-
-    rate: float
-    size: float
-    tokens: float
-    updated: float
-
-    def refill(self, now: float) -> None:
-        """Add what the time since the last refill earned, up to the bucket's size."""
-        if now > self.updated:
-            self.tokens = min(self.size, self.tokens + (now - self.updated) * self.rate)
-            self.updated = now
-
-    def wait_for(self, cost: float) -> float:
-        """Return the seconds until cost tokens are in the bucket (0: they are now)."""
-        return 0.0 if self.tokens >= cost else (cost - self.tokens) / self.rate
-
-    @property
-    def full(self) -> bool:
-        """True when the bucket holds all it can: dropping it loses nothing."""
-        return self.tokens >= self.size
 
 
 def _delay(seconds: float) -> timedelta:

@@ -31,7 +31,7 @@ from decisionflow_server.apps.console.operator_pages import _last_lookup
 from decisionflow_server.apps.console.pages import Pages
 from decisionflow_server.apps.console.refusals import explain
 from decisionflow_server.apps.console.review_pages import proposal_page
-from decisionflow_server.apps.console.sessions import SIGN_IN_SECONDS, Person, SessionStore
+from decisionflow_server.apps.console.sessions import Person, SessionStore
 from decisionflow_server.apps.console.signin import local_path
 
 KEY = b"k" * 32
@@ -51,10 +51,9 @@ class Clock:
 def test_a_signed_in_session_gets_a_new_id_and_ends_with_its_token() -> None:
     clock = Clock()
     store = SessionStore(KEY, lifetime_seconds=3600, clock=clock)
-    anonymous = store.start_sign_in()
-    anonymous_cookie = store.cookie_value(anonymous)
-    signed_in = store.sign_in(anonymous, ANA, "token-1", token_expires_at=clock.now + 60)
-    assert store.find(anonymous_cookie) is None  # no fixation: the pre-sign-in id names nothing
+    earlier = store.sign_in(ANA, "token-0", token_expires_at=None)
+    signed_in = store.sign_in(ANA, "token-1", token_expires_at=clock.now + 60)
+    assert signed_in.session_id != earlier.session_id  # no fixation: each sign-in gets a new id
     cookie = store.cookie_value(signed_in)
     assert store.find(cookie) is signed_in and signed_in.signed_in
     clock.now += 59
@@ -66,7 +65,7 @@ def test_a_signed_in_session_gets_a_new_id_and_ends_with_its_token() -> None:
 def test_a_session_ends_at_its_lifetime_sign_out_or_a_bad_signature() -> None:
     clock = Clock()
     store = SessionStore(KEY, lifetime_seconds=100, clock=clock)
-    session = store.sign_in(store.start_sign_in(), ANA, "token", token_expires_at=None)
+    session = store.sign_in(ANA, "token", token_expires_at=None)
     cookie = store.cookie_value(session)
     session_id, _, signature = cookie.rpartition(".")
     assert store.find(f"{session_id}.{signature[::-1]}") is None
@@ -76,14 +75,11 @@ def test_a_session_ends_at_its_lifetime_sign_out_or_a_bad_signature() -> None:
     assert store.find(cookie) is session
     store.end(session)
     assert store.find(cookie) is None and session.access_token is None
-    unfinished = store.start_sign_in()
-    clock.now += SIGN_IN_SECONDS
-    assert store.find(store.cookie_value(unfinished)) is None
 
 
 def test_csrf_accepts_only_the_sessions_token() -> None:
     store = SessionStore(KEY, 100)
-    session = store.start_sign_in()
+    session = store.sign_in(ANA, "token", token_expires_at=None)
     assert csrf.check(session, session.csrf_token) is session
     for submitted in (None, "", "x", session.csrf_token + "x", b"bytes"):
         with pytest.raises(csrf.CsrfRefused):

@@ -148,7 +148,7 @@ def test_a_flood_of_slow_clients_does_not_keep_a_reviewer_out(
             flood.stop()
         time.sleep(0.5)  # the last closed bodies' requests end on the console's loop
         served_errors = console.metric('decisionflow_console_requests_total{code="500",method="POST",route="/signout"}')
-        assert served_errors == 0
+        assert served_errors is None
         lines = console.log_lines()
         assert not [line for line in lines if line.get("code") == 500]
         assert "ClientDisconnect" not in console.process.stderr()
@@ -168,10 +168,10 @@ def test_a_client_that_abandons_a_body_is_not_a_server_error(
         sock.close()
         sample = 'decisionflow_console_requests_total{code="499",method="POST",route="/signout"}'
         deadline = time.monotonic() + 10
-        while console.metric(sample) == 0 and time.monotonic() < deadline:
+        while console.metric(sample) is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert console.metric(sample) == 1
-        assert console.metric('decisionflow_console_requests_total{code="500",method="POST",route="/signout"}') == 0
+        assert console.metric('decisionflow_console_requests_total{code="500",method="POST",route="/signout"}') is None
     access = [line for line in console.log_lines() if line.get("event") == "http_request"]
     assert [(line["message"], line["code"]) for line in access] == [("POST /signout 499", 499)]
     assert "ClientDisconnect" not in console.process.stderr()

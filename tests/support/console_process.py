@@ -63,14 +63,14 @@ class ConsoleProcess:
         assert callback.status_code == 303, callback.text
         return person
 
-    def metric(self, sample: str) -> float:
-        """The value of one sample (``name{labels}``) of the console's metrics; 0 when it is absent."""
+    def metric(self, sample: str) -> float | None:
+        """The value of one sample (``name{labels}``) of the console's metrics; None when it is absent."""
         scrape = httpx2.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
         for line in scrape.splitlines():
             name, _, value = line.rpartition(" ")
             if name == sample:
                 return float(value)
-        return 0.0
+        return None
 
     def log_lines(self) -> list[dict[str, object]]:
         """The JSON lines the console wrote on stderr so far."""

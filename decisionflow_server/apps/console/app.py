@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response
@@ -109,7 +109,10 @@ def create_app(
         await pages.message(Request(scope, receive), 413, "Too large", words)(scope, receive, send)
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    metrics = RequestMetrics(registry or CollectorRegistry())
+    registry = registry or CollectorRegistry()
+    metrics = RequestMetrics(registry)
+    held = Gauge("decisionflow_console_sessions", "Signed-in sessions the console holds in memory", registry=registry)
+    held.set_function(lambda: len(store))
     # Innermost first (each layer added wraps those before it): a session's roles are read once the
     # session is found; every answer is logged and counted, and carries the security headers.
     app.add_middleware(CallerRoles, orchestrator=orchestrator)

@@ -145,6 +145,14 @@ SESSION_LIFETIME_SECONDS = Setting(
     "28800",
     parse=settings.positive_seconds,
 )
+SIGN_INS_PER_MINUTE = Setting(
+    "sign_ins_per_minute",
+    "DECISIONFLOW_CONSOLE_SIGN_INS_PER_MINUTE",
+    "sign-ins (GET /login) each client address may start per minute, at most this many at once; one more is "
+    "answered 429 (0: no limit; behind a proxy the address is the proxy's)",
+    "60",
+    parse=settings.integer(0, 1_000_000),
+)
 AUDIT_LOG_KEY_FILE = Setting(
     "audit_log_key_file",
     "DECISIONFLOW_CONSOLE_AUDIT_LOG_KEY_FILE",
@@ -207,6 +215,7 @@ class ConsoleConfig:
     oidc_groups_claim: str = settings.value(OIDC_GROUPS_CLAIM)
     session_key: bytes = settings.required(SESSION_KEY_FILE)
     session_lifetime_seconds: float = settings.value(SESSION_LIFETIME_SECONDS)
+    sign_ins_per_minute: int = settings.value(SIGN_INS_PER_MINUTE)
     audit_log_key: NoteVerifier | None = settings.value_or_none(AUDIT_LOG_KEY_FILE)
     connections: ConnectionLimits = settings.group(
         ConnectionLimits,

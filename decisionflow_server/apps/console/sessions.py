@@ -1,12 +1,12 @@
 """Server-side sessions: the browser holds only a signed session id; the person, their access token
 and their CSRF token stay in this process's memory and end at the session's expiry.
 
-A session starts anonymous when someone begins to sign in (it carries the sign-in's state and
-PKCE verifier for a few minutes) and is replaced by a new one, under a new id, once the provider
-has answered: an id seen before sign-in is never the id of a signed-in session (no fixation). A
-signed-in session ends at the earlier of the access token's expiry and the configured lifetime,
-or at sign-out. Sessions are not shared between console processes: run one, or pin browsers to
-one with the load balancer.
+A session exists only once the provider has answered a sign-in: until then the sign-in's state is in
+a signed cookie (decisionflow_server.apps.console.signin), and the console keeps nothing for it. Each
+sign-in starts a session under a new id, so an id seen before sign-in is never the id of a signed-in
+session (no fixation). A session ends at the earlier of the access token's expiry and the configured
+lifetime, or at sign-out. Sessions are not shared between console processes: run one, or pin
+browsers to one with the load balancer.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from itsdangerous import BadSignature, Signer
 
 from decisionflow.vocabulary import Role
 
 COOKIE_NAME = "decisionflow_console_session"
-# Long enough to sign in at the provider, short enough that abandoned attempts do not pile up.
-SIGN_IN_SECONDS = 600.0
 # Sessions kept at most; beyond it the oldest are dropped (each one is a few hundred bytes).
 MAX_SESSIONS = 100_000
 
@@ -39,22 +36,20 @@ class Person:
 
 @dataclass(slots=True)
 class Session:
-    """One browser's session. access_token is never rendered, logged or put in a URL."""
+    """One signed-in browser's session. access_token is never rendered, logged or put in a URL."""
 
     session_id: str
     csrf_token: str
     expires_at: float
-    # What the sign-in library keeps between the redirect and the callback (state, nonce, PKCE verifier).
-    sign_in_state: dict[str, Any] = field(default_factory=dict)
     person: Person | None = None
-    access_token: str | None = None
+    access_token: str | None = None  # None once the session has ended
     # The roles the orchestrator grants the person (GetCaller), read on the session's first request
     # (decisionflow_server.apps.console.navigation); None until that read has succeeded.
     roles: frozenset[Role] | None = None
 
     @property
     def signed_in(self) -> bool:
-        """True once the provider has answered and the token is held."""
+        """True while the person and their token are held (until the session ends)."""
         return self.person is not None and self.access_token is not None
 
 
@@ -90,14 +85,9 @@ class SessionStore:
             return None
         return session
 
-    def start_sign_in(self) -> Session:
-        """Return a new anonymous session that lives long enough to sign in."""
-        return self._add(Session(_new_id(), _new_id(), self._clock() + SIGN_IN_SECONDS))
-
-    def sign_in(self, previous: Session, person: Person, access_token: str, token_expires_at: float | None) -> Session:
-        """Replace previous with a signed-in session under a new id, ending when the token does (or at
-        the configured lifetime, if sooner); previous ends now."""
-        self.end(previous)
+    def sign_in(self, person: Person, access_token: str, token_expires_at: float | None) -> Session:
+        """Return a new signed-in session under a new id, ending when the token does (or at the
+        configured lifetime, if sooner)."""
         expires_at = self._clock() + self._lifetime
         if token_expires_at is not None:
             expires_at = min(expires_at, token_expires_at)

@@ -110,8 +110,7 @@ class BodyTooLarge(Exception):
 
 
 class Sessions:
-    """Finds the session the cookie names and puts it in the scope (the sign-in library's state under
-    ``session``, as Starlette's ``request.session`` reads it)."""
+    """Finds the session the cookie names and puts it in the scope."""
 
     def __init__(self, app: ASGIApp, store: SessionStore) -> None:
         self._app = app
@@ -120,9 +119,7 @@ class Sessions:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request with its session (or none) in the scope."""
         if scope["type"] == "http":
-            session = self._store.find(HTTPConnection(scope).cookies.get(COOKIE_NAME))
-            scope[SESSION_SCOPE_KEY] = session
-            scope["session"] = session.sign_in_state if session is not None else {}
+            scope[SESSION_SCOPE_KEY] = self._store.find(HTTPConnection(scope).cookies.get(COOKIE_NAME))
         await self._app(scope, receive, send)
 
 
