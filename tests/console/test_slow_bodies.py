@@ -176,3 +176,33 @@ def test_a_client_that_abandons_a_body_is_not_a_server_error(
     assert [(line["message"], line["code"]) for line in access] == [("POST /signout 499", 499)]
     assert "ClientDisconnect" not in console.process.stderr()
     assert "Traceback" not in console.process.stderr()
+
+
+def test_a_body_that_never_ends_is_closed_and_a_signed_in_upload_keeps_its_place(
+    tmp_path: Path, trial_identity: TrialIdentityProvider
+) -> None:
+    limits = ("--max-connections", "8", "--body-timeout-seconds", "4", "--body-min-bytes-per-second", "0")
+    with console_process(tmp_path, trial_identity, *limits) as console:
+        reviewer = console.signed_in("rita", ["reviewers"])
+        cookie = "; ".join(f"{name}={value}" for name, value in reviewer.cookies.items())
+        signed_in = socket.create_connection(("127.0.0.1", console.process.port), timeout=5)
+        signed_in.sendall(SLOW_BODY.replace(b"\r\n\r\n", f"\r\nCookie: {cookie}\r\n\r\n".encode(), 1))
+        anonymous = socket.create_connection(("127.0.0.1", console.process.port), timeout=5)
+        anonymous.sendall(SLOW_BODY)
+        time.sleep(0.5)  # both heads are read: both are reading a body
+        # Twice the cap of new connections: each makes room, and the anonymous body is the oldest slow one.
+        flood = [socket.create_connection(("127.0.0.1", console.process.port), timeout=5) for _ in range(16)]
+        time.sleep(0.5)
+        for sock in (signed_in, anonymous):
+            sock.setblocking(False)
+        assert _closed(anonymous)
+        assert not _closed(signed_in)
+        # The signed-in upload goes on sending, but its body is never complete: the body timeout ends it.
+        deadline = time.monotonic() + 20
+        while not _closed(signed_in) and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                signed_in.send(b"a" * 100)
+            time.sleep(0.2)
+        assert _closed(signed_in)
+        for sock in (signed_in, anonymous, *flood):
+            sock.close()

@@ -86,3 +86,23 @@ def test_half_sent_requests_are_closed_and_others_served(tmp_path: Path) -> None
         for sock in flood:
             sock.close()
         assert console.stop() == 0
+
+
+@pytest.mark.slow  # a console process and a timer of seconds
+def test_a_half_sent_head_after_a_kept_alive_response_is_closed(tmp_path: Path) -> None:
+    console = _console(tmp_path)
+    try:
+        sock = socket.create_connection(("127.0.0.1", console.port), timeout=5)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: console\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"SERVING\n"):
+            answer += sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /healthz HT")  # the next request: half a request line, then nothing
+        deadline = time.monotonic() + 12  # the 2 s head timer; a loaded machine gets 10 s more
+        while not _closed(sock) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _closed(sock)
+        sock.close()
+    finally:
+        assert console.stop() == 0
