@@ -125,7 +125,9 @@ def bounded_protocol(limits: ConnectionLimits, signed_in: Callable[[Headers], bo
 
         def _follow_client(self) -> None:
             state = self.conn.their_state
-            if state is not h11.IDLE:
+            if state is h11.IDLE and self._head_timer is None and not self.transport.is_closing():
+                self._await_head()  # a body read after its early answer has ended: the next head is timed
+            elif state is not h11.IDLE:
                 self._stop_head_timer()  # a head is complete: its request runs
             if state is h11.SEND_BODY and self._body_timer is None and not self.transport.is_closing():
                 self._read_body()
