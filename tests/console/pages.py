@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from playwright.sync_api import Page
+from playwright.sync_api import BrowserContext, Page
 
 from tests.support.console import ConsoleUnderTest
 from tests.support.stack import T1042_BODY
+
+
+def session_cookie(context: BrowserContext) -> dict[str, str]:
+    """The console's session cookie the browser context holds, for a request sent beside the browser."""
+    return {c["name"]: c["value"] for c in context.cookies() if c["name"] == "decisionflow_console_session"}
 
 
 def start_case(page: Page, console: ConsoleUnderTest, case_id: str = "T-1042", body: str = T1042_BODY) -> str:

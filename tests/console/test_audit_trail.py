@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,9 @@ from decisionflow.transparency import NoteSigner, NoteVerifier
 from decisionflow_server.apps.cli import main
 from decisionflow_server.apps.console.config import load
 from decisionflow_server.storage import db
-from orchestrator.audit.sequencer import publish
 from orchestrator.audit.signing import CheckpointSigner
-from orchestrator.store import OrchestratorStore
 from tests.console.pages import start_case
-from tests.support.audit import ORIGIN, SIGNER
+from tests.support.audit import ORIGIN, SIGNER, publish_log
 from tests.support.console import ConsoleUnderTest, screenshot
 
 LOG_KEY = NoteVerifier.from_vkey(SIGNER.vkey)
@@ -36,13 +33,7 @@ KEY_SHOWN = f"{LOG_KEY.name}+{LOG_KEY.key_id:08x}"
 
 def _publish(console: ConsoleUnderTest, signer: CheckpointSigner = SIGNER) -> int:
     """Sequence the log's backlog and sign its size with signer, as the sequencer does; the signed size."""
-    engine = db.create_engine(console.stack.orchestrator_url, pool_size=1)
-    try:
-        done = publish(OrchestratorStore(engine), signer, lambda: datetime.now(UTC))
-    finally:
-        engine.dispose()
-    assert done.signed is not None
-    return done.signed.size
+    return publish_log(console.stack.orchestrator_url, signer)
 
 
 def _edit_leaf(console: ConsoleUnderTest, index: int, old: bytes, new: bytes) -> None:
@@ -66,7 +57,7 @@ def _approved_and_another(console: ConsoleUnderTest, page: Page) -> str:
     console.sign_in(page, "olga")
     operation_id = start_case(page, console, case_id="T-audit")
     page.click("#approve")
-    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
     start_case(page, console, case_id="T-other")
     return operation_id
 
@@ -113,7 +104,7 @@ def test_an_auditor_sees_each_leaf_verified_against_the_latest_checkpoint_and_ta
     assert [rows.nth(i).get_attribute("data-kind") for i in range(rows.count())] == ["proposal", "decision", "effect"]
     expect(auditor.locator("#leaf-0")).to_contain_text("started: case T-audit, record_support_review")
     expect(auditor.locator("#leaf-1")).to_contain_text("olga")
-    expect(auditor.locator("#leaf-1")).to_contain_text("APPROVE")
+    expect(auditor.locator("#leaf-1")).to_contain_text("approved")
     expect(auditor.locator("#leaf-2")).to_contain_text("receipt ")
     screenshot(auditor, "audit-trail")
 

@@ -22,7 +22,7 @@ def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderT
     review.StartReview(start_request(case_id="S-1"), timeout=10, metadata=sam)
     console.sign_in(page, "rita", groups=["reviewers", "authors"])
 
-    page.goto(console.url("/"))
+    page.goto(console.url("/inbox"))
     rows = page.locator("#inbox tbody tr")
     expect(rows).to_have_count(INBOX_PAGE_SIZE)
     expect(rows.first).to_contain_text("T-2000")
@@ -31,21 +31,21 @@ def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderT
     expect(rows).to_have_count(2)
     expect(page.locator("#inbox")).to_contain_text("S-1")
 
-    page.goto(console.url("/"))
+    page.goto(console.url("/inbox"))
     page.fill("#author", "sam")
     page.click("text=Filter")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("S-1")
-    page.goto(console.url("/?case=T-201"))
+    page.goto(console.url("/inbox?case=T-201"))
     expect(rows).to_have_count(10)  # T-2010 … T-2019
 
     # An edit makes a second version of the case; the inbox shows the current one with its count.
     rows.first.get_by_role("link").click()
     first = page.locator("#operation-id").inner_text()
     edit_body(page, console, first, T1042_BODY + "\nEdited in the console.")
-    page.goto(console.url("/?case=T-2010"))
+    page.goto(console.url("/inbox?case=T-2010"))
     expect(rows).to_have_count(1)
     expect(rows.first.locator("td").nth(3)).to_have_text("2")
     expect(rows.first.locator("td").nth(4)).to_have_text("yes")
-    page.goto(console.url("/?case=T-20"))
+    page.goto(console.url("/inbox?case=T-20"))
     screenshot(page, "inbox")

@@ -23,7 +23,7 @@ def test_desk_redrives_an_unknown_left_by_a_receiver_outage(
     operation_id = start_case(page, console, case_id="T-outage")
     console.servers.stop_receiver()
     page.click("#approve")
-    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "UNKNOWN")
     expect(page.locator(".words")).to_contain_text(
         "Recorded; the effect is not confirmed yet — the reconciler will settle it."
     )
@@ -43,7 +43,7 @@ def test_desk_redrives_an_unknown_left_by_a_receiver_outage(
     page.click("#redrive")
     expect(page.locator("h1")).to_contain_text("Re-drive")
     page.click("#confirm")
-    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
     expect(page.locator("#state")).to_have_attribute("data-state", "COMMITTED")
     assert stack.effects("T-outage") == 1
     page.goto(console.url("/operations"))
@@ -58,7 +58,7 @@ def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
     console.sign_in(page, "olga")
     operation_id = start_case(page, console, case_id="T-lookup")
     page.click("#approve")
-    expect(page.locator("#outcome")).to_have_text("UNKNOWN")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "UNKNOWN")
     request = effect_receiver_pb2.ListEffectsRequest(case_id="T-lookup")
     reader = console.servers.as_static("edna")
     [effect] = stack.receiver().ListEffects(request, timeout=10, metadata=reader).effects
@@ -67,8 +67,8 @@ def test_a_lookup_recorded_from_the_desk_commits_after_confirmation(
     page.check("input[name=consistency][value=strong]")
     page.fill("#receipt_id", effect.receipt.receipt_id)
     page.click("#review")
-    expect(page.locator("h1")).to_have_text("Record this lookup?")
+    expect(page.locator("h1")).to_have_text("Record this lookup for case T-lookup?")
     expect(page.locator("#state")).to_have_count(0)  # nothing recorded before the confirmation
     page.click("#confirm")
-    expect(page.locator("#outcome")).to_have_text("Settled: COMMITTED")
+    expect(page.locator("#outcome")).to_have_text("Settled: Committed")
     expect(page.locator("#receipt")).to_have_text(effect.receipt.receipt_id)

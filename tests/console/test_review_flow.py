@@ -18,14 +18,14 @@ def test_approve_with_the_keyboard_only(make_console: Callable[..., ConsoleUnder
     console.sign_in(page, "ana")
     start_case(page, console, case_id="T-keys")
     # From the inbox: type the case, open it, tab to Approve, press Enter.
-    page.goto(console.url("/"))
+    page.goto(console.url("/inbox"))
     _tab_to(page, "#case_id")
     page.keyboard.type("T-keys")
     page.keyboard.press("Enter")
     expect(page.locator("#state")).to_have_text("Pending review")
     _tab_to(page, "#approve")
     page.keyboard.press("Enter")
-    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
     assert stack.effects("T-keys") == 1
     # Back on the proposal: decisions are final; the page says which one stands and offers no action.
     page.go_back()

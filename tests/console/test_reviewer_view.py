@@ -22,7 +22,7 @@ def test_a_decision_names_its_case_and_a_decided_proposal_offers_no_action(
     earlier = page.context.new_page()  # the same proposal open in a second tab, before the decision
     earlier.goto(console.url(f"/proposals/{operation_id}"))
     page.click("#approve")
-    expect(page.locator("#outcome")).to_have_text("COMMITTED")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
     expect(page.locator("#outcome-case")).to_contain_text("Case T-seen")
     expect(page.locator("#outcome-case")).to_contain_text(operation_id)
     page.goto(console.url(f"/proposals/{operation_id}"))
@@ -54,11 +54,11 @@ def test_every_page_has_a_skip_link_and_the_icon_is_served(
     console.sign_in(page, "rita")
     missing: list[str] = []
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
-    page.goto(console.url("/"))
+    page.goto(console.url("/inbox"))
     page.keyboard.press("Tab")
     expect(page.locator("a.skip")).to_be_focused()
     page.keyboard.press("Enter")
-    expect(page).to_have_url(console.url("/#main"))
+    expect(page).to_have_url(console.url("/inbox#main"))
     icon = page.request.get(console.url("/favicon.ico"))
     assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert missing == []

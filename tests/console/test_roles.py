@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from playwright.sync_api import Browser, Page, expect
+import httpx2
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from decisionflow.client import Role
-from tests.console.pages import start_case
+from tests.console.pages import session_cookie, start_case
 from tests.support.console import EVERY_ROLE, ConsoleUnderTest, screenshot
+from tests.support.stack import start_request
 
 NAVIGATION = "nav[aria-label=main] a"
 ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
@@ -34,18 +36,28 @@ PEOPLE: list[tuple[str, list[str], frozenset[Role], list[str]]] = [
 
 
 def test_a_person_without_the_reviewer_role_is_refused_in_words(
-    make_console: Callable[..., ConsoleUnderTest], page: Page
+    make_console: Callable[..., ConsoleUnderTest], context: BrowserContext, page: Page
 ) -> None:
     console = make_console()
     console.sign_in(page, "arthur", groups=["authors"])
-    start_case(page, console, case_id="T-roles")
+    operation_id = start_case(page, console, case_id="T-roles")
     expect(page.locator("#person")).to_have_text("Arthur")
-    page.click("#approve")
-    expect(page.locator("h1")).to_have_text("You need the reviewer role")
-    expect(page.locator("#refusal")).to_contain_text("your account does not have the reviewer role")
-    screenshot(page, "no-role")
+    # An author is offered the edit, not the decision; a decision posted all the same is refused in words.
+    expect(page.locator("#approve")).to_have_count(0)
+    expect(page.locator("#edit")).to_have_count(1)
+    token = console.session_of(context).csrf_token
+    decided = httpx2.post(
+        console.url("/decide"),
+        data={"operation_id": operation_id, "decision": "approve", "csrf_token": token},
+        cookies=session_cookie(context),
+    )
+    assert decided.status_code == 403
+    assert "You need the reviewer role" in decided.text
+    assert "your account does not have the reviewer role" in decided.text
     page.goto(console.url("/operations"))
     expect(page.locator("h1")).to_have_text("You need the operator role")
+    expect(page.locator("#refusal")).to_contain_text("your account does not have the operator role")
+    screenshot(page, "no-role")
     assert console.stack.decisions() == 0
 
 
@@ -67,7 +79,7 @@ def test_four_eyes_refuses_the_author_and_records_the_other_reviewer(
         console.sign_in(reviewer, "rita", groups=["reviewers"])
         reviewer.goto(console.url(f"/proposals/{operation_id}"))
         reviewer.click("#approve")
-        expect(reviewer.locator("#outcome")).to_have_text("COMMITTED")
+        expect(reviewer.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
         reviewer.goto(console.url(f"/proposals/{operation_id}"))
         expect(reviewer.locator("#decided-by")).to_contain_text("rita")
     finally:
@@ -81,8 +93,11 @@ def test_the_operator_confirmation_pages_refuse_anyone_but_an_operator(
     # The POSTs are refused by the orchestrator; the pages that lead to them are refused the same way,
     # before a reviewer is asked to confirm what they may not do.
     console = make_console()
+    started = console.stack.review().StartReview(
+        start_request(case_id="T-confirm"), timeout=10, metadata=console.servers.as_static("arthur")
+    )
+    operation_id = started.proposal.operation_id
     console.sign_in(page, "rita", groups=["reviewers"])
-    operation_id = "op-v1-" + "a" * 64
     for path in (f"/operations/{operation_id}/redrive", f"/operations/{operation_id}/settle"):
         response = page.goto(console.url(path))
         assert response is not None and response.status == 403, path
@@ -92,6 +107,9 @@ def test_the_operator_confirmation_pages_refuse_anyone_but_an_operator(
     for path in (f"/operations/{operation_id}/redrive", f"/operations/{operation_id}/settle"):
         response = page.goto(console.url(path))
         assert response is not None and response.status == 200, path
+        # The page names the case, the operation id beside it.
+        expect(page.locator("h1")).to_contain_text("case T-confirm")
+        expect(page.locator("#operation-id")).to_have_text(operation_id)
 
 
 def test_the_navigation_shows_exactly_the_links_the_roles_allow(

@@ -10,7 +10,7 @@ import httpx2
 from playwright.sync_api import BrowserContext, Page, expect
 
 from decisionflow_server.apps.console.web import CONTENT_SECURITY_POLICY, MAX_FORM_BYTES
-from tests.console.pages import start_case
+from tests.console.pages import session_cookie, start_case
 from tests.support.console import ConsoleUnderTest, screenshot
 
 HOSTILE = (
@@ -18,10 +18,6 @@ HOSTILE = (
     "</pre><b>bold?</b> {{ 7*7 }} &amp; &lt;\n"
     "\u202egnp.exe — שלום עולם — مرحبا بالعالم\n" + "x" * 20_000 + "\nend"
 )
-
-
-def _session_cookie(context: BrowserContext) -> dict[str, str]:
-    return {c["name"]: c["value"] for c in context.cookies() if c["name"] == "decisionflow_console_session"}
 
 
 def test_hostile_proposal_text_renders_as_text(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
@@ -91,7 +87,7 @@ def test_a_forged_form_is_refused_and_decides_nothing(
         response = httpx2.post(
             console.url("/decide"),
             data={"operation_id": operation_id, "decision": "approve", **token},
-            cookies=_session_cookie(context),
+            cookies=session_cookie(context),
         )
         assert response.status_code == 403
         assert "Form refused" in response.text

@@ -25,6 +25,7 @@ from decisionflow.transparency import (
 from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.storage import db
 from orchestrator.audit.ports import AuditLogReader, PublishedCheckpoint
+from orchestrator.audit.sequencer import publish
 from orchestrator.audit.signing import CheckpointSigner
 from orchestrator.domain import PendingReview, Proposal, RecordedDecision, SealedCheckpoint, proposal_content
 from orchestrator.schema import audit_entries
@@ -37,6 +38,18 @@ ACTION = "record_support_review"
 ORIGIN = "audit.test/log"
 # A fixed seed, so a failing run can be replayed with the same signatures.
 SIGNER = CheckpointSigner(ORIGIN, NoteSigner.from_seed(ORIGIN, bytes(range(32))))
+
+
+def publish_log(orchestrator_url: str, signer: CheckpointSigner = SIGNER) -> int:
+    """Sequence the orchestrator's log backlog and sign its size with signer, as its sequencer does; the
+    signed size."""
+    engine = db.create_engine(orchestrator_url, pool_size=1)
+    try:
+        done = publish(OrchestratorStore(engine), signer, lambda: datetime.now(UTC))
+    finally:
+        engine.dispose()
+    assert done.signed is not None
+    return done.signed.size
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -14,6 +14,18 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from decisionflow_server.apps.console.access import (
+    DECIDE,
+    DESK,
+    EDIT,
+    INBOX,
+    READ_LOG,
+    READ_PROPOSAL,
+    REDRIVE,
+    SETTLE,
+    START,
+)
+from decisionflow_server.apps.console.access_pages import AccessPages
 from decisionflow_server.apps.console.audit_pages import AuditPages
 from decisionflow_server.apps.console.config import ConsoleConfig
 from decisionflow_server.apps.console.navigation import CallerRoles
@@ -70,28 +82,32 @@ def create_app(
     review = ReviewPages(orchestrator, pages)
     operator = OperatorPages(orchestrator, pages)
     audit = AuditPages(orchestrator, pages, config.audit_log_key)
+    access = AccessPages(pages)
+    gated = access.gated
+    # Each page behind the door of the use it serves (decisionflow_server.apps.console.access).
     routes: list[Any] = [
         Route(HEALTH_PATH, healthz),
-        Route("/", review.inbox),
+        Route("/", access.land),
         Route("/login", sign_in.login),
         Route(CALLBACK_PATH, sign_in.callback),
         Route("/signout", sign_in.signout, methods=["POST"]),
-        Route("/cases", review.case),
-        Route("/start", review.start_form),
-        Route("/start", review.start, methods=["POST"]),
-        Route("/proposals/{operation_id}", review.proposal),
-        Route("/proposals/{operation_id}/edit", review.edit_form),
-        Route("/edit", review.edit, methods=["POST"]),
-        Route("/decide", review.decide, methods=["POST"]),
-        Route("/operations", operator.desk),
-        Route("/operations/{operation_id}", operator.describe),
-        Route("/operations/{operation_id}/redrive", operator.confirm_redrive),
-        Route("/operations/{operation_id}/redrive", operator.redrive, methods=["POST"]),
-        Route("/operations/{operation_id}/settle", operator.settle_form),
-        Route("/operations/{operation_id}/settle", operator.settle, methods=["POST"]),
-        Route("/audit", audit.lookup),
-        Route("/audit/{operation_id}", audit.trail),
-        Route("/audit/{operation_id}/bundle", audit.bundle),
+        Route("/inbox", gated(INBOX, review.inbox)),
+        Route("/cases", gated(READ_PROPOSAL, review.case)),
+        Route("/start", gated(START, review.start_form)),
+        Route("/start", gated(START, review.start), methods=["POST"]),
+        Route("/proposals/{operation_id}", gated(READ_PROPOSAL, review.proposal)),
+        Route("/proposals/{operation_id}/edit", gated(EDIT, review.edit_form)),
+        Route("/edit", gated(EDIT, review.edit), methods=["POST"]),
+        Route("/decide", gated(DECIDE, review.decide), methods=["POST"]),
+        Route("/operations", gated(DESK, operator.desk)),
+        Route("/operations/{operation_id}", gated(DESK, operator.describe)),
+        Route("/operations/{operation_id}/redrive", gated(REDRIVE, operator.confirm_redrive)),
+        Route("/operations/{operation_id}/redrive", gated(REDRIVE, operator.redrive), methods=["POST"]),
+        Route("/operations/{operation_id}/settle", gated(SETTLE, operator.settle_form)),
+        Route("/operations/{operation_id}/settle", gated(SETTLE, operator.settle), methods=["POST"]),
+        Route("/audit", gated(READ_LOG, audit.lookup)),
+        Route("/audit/{operation_id}", gated(READ_LOG, audit.trail)),
+        Route("/audit/{operation_id}/bundle", gated(READ_LOG, audit.bundle)),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

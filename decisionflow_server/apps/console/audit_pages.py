@@ -56,14 +56,16 @@ from decisionflow.transparency import (
     decode_leaf,
     leaf_hash,
 )
+from decisionflow_server.apps.console.access import READ_LOG
 from decisionflow_server.apps.console.marking import revealed
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages, when
 from decisionflow_server.apps.console.refusals import explain
 from decisionflow_server.apps.console.review_pages import OPERATION_ID, signed_in, to_sign_in
 from decisionflow_server.apps.console.sessions import Session
+from decisionflow_server.apps.console.words import decision_in_words, state_in_words
 
-ROLE = "auditor or operator"
+ROLE = READ_LOG.role
 
 
 def trail_path(operation_id: str) -> str:
@@ -214,7 +216,7 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
             says = f"{leaf.event}{previous}: case {leaf.case_id}, {leaf.action}; sources {sources}; policy {policy}"
             return leaf.principal, says, leaf.body
         case DecisionLeaf():
-            return leaf.principal, leaf.decision, ""
+            return leaf.principal, decision_in_words(leaf.decision), ""
         case EffectLeaf():
             applied = f", applied {when(leaf.applied_at)}" if leaf.applied_at else ""
             return "", f"receipt {leaf.receipt_id}{applied}", ""
@@ -222,7 +224,8 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
             return "", f"refused by the receiver: {leaf.reason}", ""
         case SettlementLeaf():
             applied = f", applied {when(leaf.applied_at)}" if leaf.applied_at else ""
-            return leaf.principal, f"settled to {leaf.state} by a lookup: receipt {leaf.receipt_id}{applied}", ""
+            settled = state_in_words(leaf.state)
+            return leaf.principal, f"settled by a lookup: {settled}, receipt {leaf.receipt_id}{applied}", ""
         case ExpiryLeaf():
             return "", "review expired", ""
 

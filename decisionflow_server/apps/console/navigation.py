@@ -1,10 +1,11 @@
 """What a signed-in person is offered: the navigation's links, each shown only when the orchestrator's
-policy admits one of the person's roles to the call its page makes.
+policy admits one of the person's roles to the call its page makes (``access``).
 
 The roles are the orchestrator's answer to GetCaller, read with the person's own token on the first
 request of their session and kept in the session (``CallerRoles``); which role may make which call
-is the orchestrator's policy (``decisionflow_server.runtime.auth.RPC_ROLES``). The console decides nothing: a page
-whose link is left out still answers with the orchestrator's refusal when opened by its address.
+is the orchestrator's policy (``decisionflow_server.runtime.auth.RPC_ROLES``). A page whose link is
+left out answers 403 when opened by its address (``access_pages``), and the orchestrator refuses its
+calls all the same.
 
     roles the orchestrator grants      links shown
     reviewer, author or operator       Inbox
@@ -20,42 +21,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decisionflow.client import DecisionflowError, PermissionDenied, Role
+from decisionflow_server.apps.console.access import DESK, INBOX, READ_LOG, START, Use
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.sessions import Session
 from decisionflow_server.apps.console.web import SESSION_SCOPE_KEY, ASGIApp, Receive, Scope, Send
-from decisionflow_server.runtime.auth import RPC_ROLES
 
 
 @dataclass(frozen=True, slots=True)
 class NavLink:
-    """A link of the navigation: where it goes, its words, its element id, and the RPC its page calls."""
+    """A link of the navigation: where it goes, its words, its element id, and the use its page serves."""
 
     href: str
     text: str
     element_id: str
-    rpc: str
+    use: Use
 
 
-# Also the link an operation's page gives to its audit trail, to the same roles.
-AUDIT_LOG = NavLink("/audit", "Audit log", "nav-audit", "/decisionflow.v1.AuditService/GetInclusionProof")
 NAVIGATION: tuple[NavLink, ...] = (
-    NavLink("/", "Inbox", "nav-inbox", "/decisionflow.v1.ReviewService/ListPendingReviews"),
-    NavLink("/start", "Start a case", "nav-start", "/decisionflow.v1.ReviewService/StartReview"),
-    NavLink("/operations", "Operator desk", "nav-desk", "/decisionflow.v1.OperationsService/ListOperations"),
-    AUDIT_LOG,
+    NavLink("/inbox", "Inbox", "nav-inbox", INBOX),
+    NavLink("/start", "Start a case", "nav-start", START),
+    NavLink("/operations", "Operator desk", "nav-desk", DESK),
+    NavLink("/audit", "Audit log", "nav-audit", READ_LOG),
 )
-# Looked up once, at import: a link naming a call the policy does not know fails here, not on a page.
-_ALLOWED: dict[NavLink, frozenset[Role]] = {link: RPC_ROLES[link.rpc] for link in NAVIGATION}
 
 
 def links_for(roles: frozenset[Role] | None) -> tuple[NavLink, ...]:
     """Return the links whose page's call the policy admits one of roles to; none while roles are unknown."""
-    return tuple(link for link in NAVIGATION if admits(roles, link))
-
-
-def admits(roles: frozenset[Role] | None, link: NavLink) -> bool:
-    """Whether the policy admits one of roles to the call link's page makes (never while roles are unknown)."""
-    return roles is not None and not roles.isdisjoint(_ALLOWED[link])
+    return tuple(link for link in NAVIGATION if link.use.admits(roles))
 
 
 async def read_roles(orchestrator: Orchestrator, access_token: str) -> frozenset[Role] | None:

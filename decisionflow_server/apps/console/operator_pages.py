@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -22,13 +23,13 @@ from decisionflow.client import (
     Settlement,
 )
 from decisionflow.vocabulary import OperationId
-from decisionflow_server.apps.console.navigation import AUDIT_LOG, admits
+from decisionflow_server.apps.console.access import DESK, REDRIVE, SETTLE, Use
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.posts import posted_form
 from decisionflow_server.apps.console.refusals import explain
 from decisionflow_server.apps.console.review_pages import signed_in, to_sign_in
 from decisionflow_server.apps.console.sessions import Session
-from decisionflow_server.apps.console.signin import posted_form
 
 # Rows shown per state: the desk is for what needs a person, not for browsing history.
 ROWS_PER_STATE = 200
@@ -60,7 +61,7 @@ class OperatorPages:
                         break
                 sections.append((state, rows))
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="list operations", role="operator"))
+            return self._pages.refusal(request, explain(error, doing=DESK.doing, role=DESK.role))
         return self._pages.render(
             request,
             "desk.html",
@@ -71,32 +72,18 @@ class OperatorPages:
         )
 
     async def describe(self, request: Request) -> Response:
-        """Show every field of one operation, with the re-drive and settle actions."""
+        """Show every field of one operation, with the re-drive and settle actions (to an operator only)."""
         session = signed_in(request)
         if session is None:
             return to_sign_in(request)
-        operation_id = request.path_params["operation_id"]
-        try:
-            operation = await self._orchestrator.review(_token(session)).get_operation(operation_id)
-        except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="read this operation", role="operator"))
-        return self._pages.render(
-            request,
-            "operation.html",
-            operation=operation,
-            audit_trail=admits(session.roles, AUDIT_LOG),
-            now=datetime.now(UTC),
-        )
+        return await self._about_operation(request, session, DESK, "operation.html", now=datetime.now(UTC))
 
     async def confirm_redrive(self, request: Request) -> Response:
-        """Ask before a re-drive: say what it does (to an operator; anyone else is refused, as the POST is)."""
+        """Ask before a re-drive: say what it does, naming the operation's case."""
         session = signed_in(request)
         if session is None:
             return to_sign_in(request)
-        refused = await self._unless_operator(request, session, "re-drive operations")
-        if refused is not None:
-            return refused
-        return self._pages.render(request, "confirm_redrive.html", operation_id=request.path_params["operation_id"])
+        return await self._about_operation(request, session, REDRIVE, "confirm_redrive.html")
 
     async def redrive(self, request: Request) -> Response:
         """Re-drive the operation (Apply again with the same key and stored payload) and show the outcome."""
@@ -108,22 +95,17 @@ class OperatorPages:
         try:
             result = await self._operations(session).redrive_operation(operation_id)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="re-drive operations", role="operator"))
+            return self._pages.refusal(request, explain(error, doing=REDRIVE.doing, role=REDRIVE.role))
         return self._pages.render(
             request, "redriven.html", outcome=result.outcome, operation=result.operation, now=datetime.now(UTC)
         )
 
     async def settle_form(self, request: Request) -> Response:
-        """Show the form that records a lookup made at the receiver (to an operator; anyone else is refused)."""
+        """Show the form that records a lookup made at the receiver, naming the operation's case."""
         session = signed_in(request)
         if session is None:
             return to_sign_in(request)
-        refused = await self._unless_operator(request, session, "settle operations")
-        if refused is not None:
-            return refused
-        return self._pages.render(
-            request, "settle.html", operation_id=request.path_params["operation_id"], problem="", values={}
-        )
+        return await self._about_operation(request, session, SETTLE, "settle.html", problem="", values={})
 
     async def settle(self, request: Request) -> Response:
         """Record the lookup once confirmed; before that, show what would be recorded."""
@@ -136,30 +118,31 @@ class OperatorPages:
         try:
             settlement = _settlement(operation_id, values, datetime.now(UTC))
         except ValueError as problem:
-            return self._pages.render(
-                request, "settle.html", status=400, operation_id=operation_id, problem=str(problem), values=values
+            return await self._about_operation(
+                request, session, SETTLE, "settle.html", status=400, problem=str(problem), values=values
             )
         if _field(form, "confirmed") != "yes":
-            return self._pages.render(
-                request, "confirm_settle.html", operation_id=operation_id, settlement=settlement, values=values
+            return await self._about_operation(
+                request, session, SETTLE, "confirm_settle.html", settlement=settlement, values=values
             )
         try:
             result = await self._operations(session).settle_operation(settlement)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="settle operations", role="operator"))
+            return self._pages.refusal(request, explain(error, doing=SETTLE.doing, role=SETTLE.role))
         return self._pages.render(
             request, "settled.html", settled=result.settled, operation=result.operation, now=datetime.now(UTC)
         )
 
-    async def _unless_operator(self, request: Request, session: Session, doing: str) -> Response | None:
-        """The refusal page (403 for a missing role) when the orchestrator does not serve this person the
-        operator's calls, else None. The console asks, with one read of the desk's first row; it decides nothing."""
+    async def _about_operation(
+        self, request: Request, session: Session, use: Use, template: str, *, status: int = 200, **context: Any
+    ) -> Response:
+        """Render template with the operation the path names (its case heads the page), or the refusal."""
+        operation_id = request.path_params["operation_id"]
         try:
-            async for _ in self._operations(session).list_operations([OperationState.UNKNOWN], page_size=1):
-                break
+            operation = await self._orchestrator.review(_token(session)).get_operation(operation_id)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing=doing, role="operator"))
-        return None
+            return self._pages.refusal(request, explain(error, doing=use.doing, role=use.role))
+        return self._pages.render(request, template, status=status, operation=operation, **context)
 
     def _operations(self, session: Session) -> AsyncOperationsClient:
         return self._orchestrator.operations(_token(session))

@@ -14,32 +14,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from decisionflow_server.apps.console import csrf
+from decisionflow_server.apps.console.access import Offers
 from decisionflow_server.apps.console.marking import reveal
 from decisionflow_server.apps.console.navigation import NavLink, links_for
-from decisionflow_server.apps.console.refusals import Refusal
+from decisionflow_server.apps.console.refusals import Link, Refusal
 from decisionflow_server.apps.console.web import current_session
+from decisionflow_server.apps.console.words import in_words
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
-
-
-# A state as a person reads it; the code stays in the element's data-state attribute.
-_STATE_WORDS = {
-    "PENDING_REVIEW": "Pending review",
-    "APPROVED": "Approved, effect not yet attempted",
-    "UNKNOWN": "Unknown: the effect is not confirmed yet",
-    "COMMITTED": "Committed",
-    "DECLINED": "Declined",
-    "REJECTED": "Rejected by the receiver",
-    "SUPERSEDED": "Replaced by a newer proposal",
-    "EXPIRED": "Expired undecided",
-}
-
-
-def in_words(state: Any) -> str:
-    """Return an operation state (enum or code) in words ("Pending review", not PENDING_REVIEW)."""
-    code = str(getattr(state, "value", state))
-    return _STATE_WORDS.get(code, code.replace("_", " ").capitalize())
 
 
 def age(moment: datetime | None, now: datetime | None = None) -> str:
@@ -75,31 +58,42 @@ class Pages:
         self._env.filters["words"] = in_words
 
     def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
-        """Return template rendered with context, the person signed in (or None), the links their roles
-        allow and the CSRF field."""
+        """Return template rendered with context, the person signed in (or None), the links and actions
+        their roles allow and the CSRF field."""
         session = current_session(request)
         signed_in = session if session is not None and session.signed_in else None
+        roles = signed_in.roles if signed_in is not None else None
         page = self.html(
             template,
             person=signed_in.person if signed_in is not None else None,
             csrf_token=session.csrf_token if session is not None else "",
-            links=links_for(signed_in.roles) if signed_in is not None else (),
+            links=links_for(roles),
+            offers=Offers.to(roles),
             **context,
         )
         return HTMLResponse(page, status_code=status)
 
     def html(
-        self, template: str, *, person: Any, csrf_token: str, links: Sequence[NavLink] = (), **context: Any
+        self,
+        template: str,
+        *,
+        person: Any,
+        csrf_token: str,
+        links: Sequence[NavLink] = (),
+        offers: Offers | None = None,
+        **context: Any,
     ) -> str:
-        """Return template rendered with context for person (None: nobody signed in), offering links."""
+        """Return template rendered with context for person (None: nobody signed in), offering links and
+        the actions offers allows."""
+        offered = offers if offers is not None else Offers()
         return self._env.get_template(template).render(
-            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, links=links, **context
+            person=person, csrf_field=csrf.FIELD, csrf_token=csrf_token, links=links, offers=offered, **context
         )
 
     def refusal(self, request: Request, refusal: Refusal) -> HTMLResponse:
         """Return the page of a refusal, with its HTTP status."""
         return self.render(request, "refusal.html", status=refusal.status, refusal=refusal)
 
-    def message(self, request: Request, status: int, title: str, words: str) -> HTMLResponse:
-        """Return a page that says one thing (forged form, sign-in failed, not signed in)."""
-        return self.render(request, "message.html", status=status, title=title, words=words)
+    def message(self, request: Request, status: int, title: str, words: str, link: Link | None = None) -> HTMLResponse:
+        """Return a page that says one thing (forged form, sign-in failed, session ended), with where to go next."""
+        return self.render(request, "message.html", status=status, title=title, words=words, link=link)

@@ -169,11 +169,16 @@ def _quota(error: QuotaExceeded, asked: _Asked) -> Refusal:
 
 @_words.register
 def _permission(error: PermissionDenied, asked: _Asked) -> Refusal:
+    return missing_role(asked.doing, asked.role)
+
+
+def missing_role(doing: str, role: str) -> Refusal:
+    """Return the 403 refusal of a person without role (the orchestrator's, or the console's own page door)."""
     words = (
-        f"The orchestrator refused to let you {asked.doing}: your account does not have the {asked.role} role. "
+        f"You cannot {doing} here: your account does not have the {role} role. "
         "Roles come from your groups at the identity provider; ask whoever manages them."
     )
-    return Refusal(403, f"You need the {asked.role} role", words)
+    return Refusal(403, f"You need the {role} role", words)
 
 
 @_words.register

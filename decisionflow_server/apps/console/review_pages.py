@@ -13,14 +13,15 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, OperationView, ProposalView
+from decisionflow_server.apps.console.access import DECIDE, EDIT, INBOX, READ_PROPOSAL, START
 from decisionflow_server.apps.console.diff import ProposalDiff, proposal_diff
 from decisionflow_server.apps.console.forms import FormError, ProposalForm
 from decisionflow_server.apps.console.marking import revealed
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.posts import posted_form
 from decisionflow_server.apps.console.refusals import Link, explain, proposal_path
 from decisionflow_server.apps.console.sessions import Session
-from decisionflow_server.apps.console.signin import posted_form
 from decisionflow_server.apps.console.web import current_session
 
 # Pending reviews per inbox page.
@@ -56,10 +57,10 @@ class ReviewPages:
 
     async def inbox(self, request: Request) -> Response:
         """The reviewer's inbox: current, undecided proposals, oldest first, filtered by case id prefix
-        and author, a page at a time (or the sign-in link)."""
+        and author, a page at a time."""
         session = signed_in(request)
         if session is None:
-            return self._pages.render(request, "welcome.html")
+            return to_sign_in(request)
         filters = {name: request.query_params.get(name, "").strip() for name in ("case", "author", "page")}
         try:
             page = await self._review(session).list_pending_reviews(
@@ -69,16 +70,16 @@ class ReviewPages:
                 created_by=filters["author"] or None,
             )
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="read the inbox", role="reviewer"))
+            return self._pages.refusal(request, explain(error, doing=INBOX.doing, role=INBOX.role))
         kept = {name: filters[name] for name in ("case", "author") if filters[name]}
-        next_page = "/?" + urlencode({**kept, "page": page.next_page_token}) if page.next_page_token else ""
+        next_page = "/inbox?" + urlencode({**kept, "page": page.next_page_token}) if page.next_page_token else ""
         return self._pages.render(
             request,
             "inbox.html",
             entries=revealed(tuple(page.entries)),
             filters=filters,
             next_page=next_page,
-            first_page="/?" + urlencode(kept),
+            first_page="/inbox?" + urlencode(kept),
         )
 
     async def case(self, request: Request) -> Response:
@@ -90,7 +91,7 @@ class ReviewPages:
         try:
             record = await self._review(session).get_proposal(case_id=case_id)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="read this case", role="reviewer"))
+            return self._pages.refusal(request, explain(error, doing="read this case", role=READ_PROPOSAL.role))
         return RedirectResponse(proposal_path(record.proposal.operation_id), status_code=303)
 
     async def proposal(self, request: Request) -> Response:
@@ -104,7 +105,7 @@ class ReviewPages:
             record = await review.get_proposal(operation_id=operation_id)
             changes = await self._changes(session, record.proposal)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="read this proposal", role="reviewer"))
+            return self._pages.refusal(request, explain(error, doing=READ_PROPOSAL.doing, role=READ_PROPOSAL.role))
         return self._pages.render(request, "proposal.html", **proposal_page(record.proposal, record.operation, changes))
 
     async def _changes(self, session: Session, proposal: ProposalView) -> ProposalDiff | None:
@@ -115,7 +116,7 @@ class ReviewPages:
 
     async def decide(self, request: Request) -> Response:
         """Send the decision on the operation id the page showed, and show the outcome or the refusal."""
-        checked = await posted_form(self._pages, request, signed_in(request))
+        checked = await posted_form(self._pages, request, signed_in(request), _proposal_of)
         if isinstance(checked, Response):
             return checked
         session, form = checked
@@ -125,7 +126,7 @@ class ReviewPages:
         try:
             result = await self._review(session).decide(operation_id, decision)
         except DecisionflowError as error:
-            refusal = explain(error, doing=doing, role="reviewer", deciding=True)
+            refusal = explain(error, doing=doing, role=DECIDE.role, deciding=True)
             if refusal.link is None and OPERATION_ID.fullmatch(operation_id):
                 # A decision refused (four-eyes, a missing role, …) leads back to what was being decided.
                 refusal = dataclasses.replace(refusal, link=Link(proposal_path(operation_id), "Back to the proposal"))
@@ -141,13 +142,13 @@ class ReviewPages:
         try:
             record = await self._review(session).get_proposal(operation_id=operation_id)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="read this proposal", role="author"))
+            return self._pages.refusal(request, explain(error, doing=READ_PROPOSAL.doing, role=READ_PROPOSAL.role))
         form = ProposalForm.of(record.proposal)
         return self._pages.render(request, "edit.html", form=form, expected_operation_id=operation_id, problem="")
 
     async def edit(self, request: Request) -> Response:
         """Replace the proposal the form was opened on, if it is still the case's current one."""
-        checked = await posted_form(self._pages, request, signed_in(request))
+        checked = await posted_form(self._pages, request, signed_in(request), _edit_form_of)
         if isinstance(checked, Response):
             return checked
         session, posted = checked
@@ -167,7 +168,7 @@ class ReviewPages:
         try:
             edited = await self._review(session).edit_proposal(expected, form.body, evidence, policy)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="edit this proposal", role="author"))
+            return self._pages.refusal(request, explain(error, doing="edit this proposal", role=EDIT.role))
         return RedirectResponse(proposal_path(edited.proposal.operation_id), status_code=303)
 
     async def start_form(self, request: Request) -> Response:
@@ -192,13 +193,25 @@ class ReviewPages:
         try:
             started = await self._review(session).start_review(form.case_id, form.action, form.body, evidence, policy)
         except DecisionflowError as error:
-            return self._pages.refusal(request, explain(error, doing="start a review", role="author"))
+            return self._pages.refusal(request, explain(error, doing=START.doing, role=START.role))
         return RedirectResponse(proposal_path(started.proposal.operation_id), status_code=303)
 
     def _review(self, session: Session) -> AsyncReviewClient:
         if session.access_token is None:
             raise RuntimeError("a signed-in session holds an access token")
         return self._orchestrator.review(session.access_token)
+
+
+def _proposal_of(form: FormData) -> str:
+    """The page a decision was sent from: its proposal's."""
+    operation_id = _field(form, "operation_id")
+    return proposal_path(operation_id) if OPERATION_ID.fullmatch(operation_id) else "/"
+
+
+def _edit_form_of(form: FormData) -> str:
+    """The page an edit was sent from: the edit form of the proposal it replaces."""
+    expected = _field(form, "expected_operation_id")
+    return proposal_path(expected) + "/edit" if OPERATION_ID.fullmatch(expected) else "/"
 
 
 def _field(form: FormData, name: str) -> str:

@@ -21,13 +21,12 @@ from typing import Any
 import httpx2
 from authlib.integrations.starlette_client import OAuth, OAuthError
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from decisionflow_server.apps.console import csrf
 from decisionflow_server.apps.console.config import ConsoleConfig
 from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.posts import posted_form
 from decisionflow_server.apps.console.sessions import COOKIE_NAME, Person, Session, SessionStore
 from decisionflow_server.apps.console.sign_in_budget import SignInBudget
 from decisionflow_server.apps.console.web import current_session
@@ -187,27 +186,6 @@ class SignIn:
             httponly=True,
             samesite="lax",
         )
-
-
-async def posted_form(pages: Pages, request: Request, session: Session | None) -> tuple[Session, FormData] | Response:
-    """The POST's session and form when the form carries the session's CSRF token; else the 403 page
-    (nothing done). Every form handler reads its form here, so none is served without the check."""
-    form = await request.form()
-    try:
-        return csrf.check(session, form.get(csrf.FIELD)), form
-    except csrf.CsrfRefused:
-        return forged(pages, request)
-
-
-def forged(pages: Pages, request: Request) -> Response:
-    """Return the 403 page of a POST without its session's CSRF token."""
-    return pages.message(
-        request,
-        403,
-        "Form refused",
-        "This form did not come from your current session (it may be forged, or your session ended). "
-        "Nothing was done. Open the page again and resubmit.",
-    )
 
 
 def local_path(value: str | None) -> str:

@@ -1,0 +1,72 @@
+"""A session ends when its access token expires. A form sent after that is not a forgery: the page says
+the session ended and that nothing was done, signs the person in again and brings them back to the
+page the form came from, where the decision is sent again and recorded once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.console.pages import session_cookie
+from tests.support.console import ConsoleUnderTest
+from tests.support.oidc import AUDIENCE
+from tests.support.stack import start_request
+
+if TYPE_CHECKING:
+    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+
+# Long enough to sign in and open a page on a loaded machine; the test waits for the session's end.
+TOKEN_LIFETIME = timedelta(seconds=15)
+ENDS_WITHIN_SECONDS = 60
+
+
+@pytest.fixture
+def trial_identity() -> Iterator[TrialIdentityProvider]:
+    """The trial provider, issuing access tokens that expire after TOKEN_LIFETIME."""
+    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+
+    with TrialIdentityProvider(AUDIENCE, token_lifetime=TOKEN_LIFETIME) as provider:
+        yield provider
+
+
+def _wait_for_the_session_to_end(console: ConsoleUnderTest, context: BrowserContext) -> None:
+    cookie = next(iter(session_cookie(context).values()))
+    deadline = time.monotonic() + ENDS_WITHIN_SECONDS
+    while console.sessions.find(cookie) is not None:
+        assert time.monotonic() < deadline, "the session outlived its access token"
+        time.sleep(0.5)
+
+
+def test_an_approve_after_the_token_expired_signs_in_again_and_returns_to_the_proposal(
+    make_console: Callable[..., ConsoleUnderTest], context: BrowserContext, page: Page
+) -> None:
+    console = make_console()
+    stack = console.stack
+    started = stack.review().StartReview(
+        start_request(case_id="T-ended"), timeout=10, metadata=console.servers.as_static("arthur")
+    )
+    operation_id = started.proposal.operation_id
+    console.sign_in(page, "rita", groups=["reviewers"])
+    page.goto(console.url(f"/proposals/{operation_id}"))
+    expect(page.locator("#approve")).to_be_visible()
+    _wait_for_the_session_to_end(console, context)
+
+    page.click("#approve")
+    expect(page.locator("h1")).to_have_text("Your session has ended")
+    expect(page.locator(".words")).to_contain_text("nothing was done")
+    assert "forged" not in page.content()
+    assert stack.decisions() == 0
+
+    page.click("#next")  # Sign in again
+    page.get_by_placeholder("sub").fill("rita")
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url(console.url(f"/proposals/{operation_id}"))
+    expect(page.locator("#state")).to_have_attribute("data-state", "PENDING_REVIEW")
+    page.click("#approve")
+    expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
+    assert stack.decisions() == 1 and stack.effects("T-ended") == 1
