@@ -49,3 +49,22 @@ def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderT
     expect(rows.first.locator("td").nth(4)).to_have_text("yes")
     page.goto(console.url("/inbox?case=T-20"))
     screenshot(page, "inbox")
+
+
+def test_a_filter_the_orchestrator_refuses_is_said_at_its_field_in_the_form_that_fixes_it(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console()
+    review = console.stack.review()
+    review.StartReview(start_request(case_id="T-3001"), timeout=10, metadata=console.servers.as_static("arthur"))
+    console.sign_in(page, "rita", groups=["reviewers"])
+    response = page.goto(console.url("/inbox?case=T+30"))
+    assert response is not None and response.status == 400
+    expect(page.locator("#case-problem")).to_contain_text("letters, digits")
+    expect(page.locator("#case")).to_have_value("T 30")
+    expect(page.locator("#case")).to_have_attribute("aria-describedby", "case-problem")
+    expect(page.locator("#empty")).to_have_count(0)
+    page.fill("#case", "T-30")
+    page.click("text=Filter")
+    expect(page.locator("#inbox tbody tr")).to_have_count(1)
+    expect(page.locator("#case-problem")).to_have_count(0)

@@ -76,8 +76,9 @@ def test_outcomes_decisions_and_lookups_are_said_in_words(
     expect(page.locator("#decision")).to_contain_text("approved by olga")
     expect(page.locator("#last-lookup")).to_contain_text("not found by a replica (it may lag)")
     _no_code_in(page)
-    page.goto(console.url("/operations"))
+    page.goto(console.url("/operations?state=unknown"))
     expect(page.locator("#operations-unknown .last-lookup")).to_contain_text("not found by a replica (it may lag)")
+    expect(page.locator("select#state")).to_have_value("unknown")  # the state asked for stays chosen
     _no_code_in(page)
 
     console.servers.restart_receiver()

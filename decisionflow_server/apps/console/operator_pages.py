@@ -49,7 +49,9 @@ class OperatorPages:
         if session is None:
             return to_sign_in(request)
         asked = OperationState.__members__.get(request.query_params.get("state", "").upper())
-        states = (asked,) if asked is not None and asked is not OperationState.UNSPECIFIED else DESK_STATES
+        if asked is OperationState.UNSPECIFIED:
+            asked = None
+        states = (asked,) if asked is not None else DESK_STATES
         client = self._operations(session)
         sections: list[tuple[OperationState, list[OperationView]]] = []
         try:
@@ -68,6 +70,7 @@ class OperatorPages:
             sections=sections,
             last_lookup=_last_lookup(rows for _, rows in sections),
             states=[s for s in OperationState if s is not OperationState.UNSPECIFIED],
+            asked=asked,
             now=datetime.now(UTC),
         )
 

@@ -12,7 +12,14 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from decisionflow.client import AsyncReviewClient, Decision, DecisionflowError, OperationView, ProposalView
+from decisionflow.client import (
+    AsyncReviewClient,
+    Decision,
+    DecisionflowError,
+    InvalidRequest,
+    OperationView,
+    ProposalView,
+)
 from decisionflow_server.apps.console.access import DECIDE, EDIT, INBOX, READ_PROPOSAL, START
 from decisionflow_server.apps.console.diff import ProposalDiff, proposal_diff
 from decisionflow_server.apps.console.forms import FormError, ProposalForm
@@ -26,6 +33,8 @@ from decisionflow_server.apps.console.web import current_session
 
 # Pending reviews per inbox page.
 INBOX_PAGE_SIZE = 25
+# The inbox's filter each field of ListPendingReviews comes from, to say a refusal where it was typed.
+_FILTER_OF = {"case_id_prefix": "case", "created_by": "author", "page_token": "page"}
 
 
 def signed_in(request: Request) -> Session | None:
@@ -69,6 +78,19 @@ class ReviewPages:
                 case_id_prefix=filters["case"] or None,
                 created_by=filters["author"] or None,
             )
+        except InvalidRequest as error:
+            # A filter the orchestrator refused: said at its field, in the form that fixes it.
+            problems = {_FILTER_OF.get(v.field, "case"): v.description for v in error.violations}
+            return self._pages.render(
+                request,
+                "inbox.html",
+                status=400,
+                entries=(),
+                filters=filters,
+                problems=problems,
+                next_page="",
+                first_page="/inbox",
+            )
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=INBOX.doing, role=INBOX.role))
         kept = {name: filters[name] for name in ("case", "author") if filters[name]}
@@ -78,6 +100,7 @@ class ReviewPages:
             "inbox.html",
             entries=revealed(tuple(page.entries)),
             filters=filters,
+            problems={},
             next_page=next_page,
             first_page="/inbox?" + urlencode(kept),
         )
