@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
+import httpx2
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
@@ -70,3 +72,27 @@ def test_an_approve_after_the_token_expired_signs_in_again_and_returns_to_the_pr
     page.click("#approve")
     expect(page.locator("#outcome")).to_have_attribute("data-outcome", "COMMITTED")
     assert stack.decisions() == 1 and stack.effects("T-ended") == 1
+
+
+def test_each_form_from_an_ended_session_leads_back_to_the_page_it_was_sent_from(
+    make_console: Callable[..., ConsoleUnderTest],
+) -> None:
+    console = make_console()
+    operation_id = "op-v1-" + "a" * 64
+    forms = [
+        ("/decide", {"operation_id": operation_id, "decision": "approve"}, f"/proposals/{operation_id}"),
+        ("/edit", {"expected_operation_id": operation_id}, f"/proposals/{operation_id}/edit"),
+        ("/start", {"case_id": "T-late"}, "/start"),
+        (f"/operations/{operation_id}/redrive", {}, f"/operations/{operation_id}/redrive"),
+        (f"/operations/{operation_id}/settle", {}, f"/operations/{operation_id}/settle"),
+        ("/signout", {}, "/"),
+        # Not an operation id: the way back is the console's root, never a path built from it.
+        ("/decide", {"operation_id": "//elsewhere.example", "decision": "approve"}, "/"),
+    ]
+    for path, fields, back in forms:
+        # The token of a session the console no longer holds, and no session cookie.
+        answer = httpx2.post(console.url(path), data={**fields, "csrf_token": "token-of-an-ended-session"})
+        assert answer.status_code == 401, path
+        assert "Your session has ended" in answer.text
+        assert f'href="/login?{urlencode({"next": back})}"' in answer.text, path
+    assert console.stack.decisions() == 0

@@ -90,7 +90,7 @@ class OperatorPages:
 
     async def redrive(self, request: Request) -> Response:
         """Re-drive the operation (Apply again with the same key and stored payload) and show the outcome."""
-        checked = await posted_form(self._pages, request, signed_in(request))
+        checked = await posted_form(self._pages, request, signed_in(request), request.url.path)
         if isinstance(checked, Response):
             return checked
         session, _ = checked
@@ -112,7 +112,7 @@ class OperatorPages:
 
     async def settle(self, request: Request) -> Response:
         """Record the lookup once confirmed; before that, show what would be recorded."""
-        checked = await posted_form(self._pages, request, signed_in(request))
+        checked = await posted_form(self._pages, request, signed_in(request), request.url.path)
         if isinstance(checked, Response):
             return checked
         session, form = checked

@@ -26,24 +26,23 @@ from decisionflow_server.apps.console.pages import Pages
 from decisionflow_server.apps.console.refusals import Link
 from decisionflow_server.apps.console.sessions import Session
 
-# Where the page a form was sent from is, by the form: its own path unless the handler says otherwise.
-SentFrom = Callable[[FormData], str]
+# The page a form was sent from: a path, or a path read from the form (a decision's proposal).
+SentFrom = str | Callable[[FormData], str]
 
 
 async def posted_form(
-    pages: Pages, request: Request, session: Session | None, sent_from: SentFrom | None = None
+    pages: Pages, request: Request, session: Session | None, sent_from: SentFrom = "/"
 ) -> tuple[Session, FormData] | Response:
     """The POST's session and form when the form carries the session's CSRF token; else the page that
-    says why nothing was done: the session ended (sign in again, back to sent_from's page) or the form
-    was refused."""
+    says why nothing was done: the session ended (sign in again, back to the page sent_from names) or
+    the form was refused."""
     form = await request.form()
     submitted = form.get(csrf.FIELD)
     try:
         return csrf.check(session, submitted), form
     except csrf.CsrfRefused:
         if session is None and isinstance(submitted, str) and submitted:
-            back = sent_from(form) if sent_from is not None else request.url.path
-            return session_ended(pages, request, back)
+            return session_ended(pages, request, sent_from if isinstance(sent_from, str) else sent_from(form))
         return forged(pages, request)
 
 

@@ -202,7 +202,7 @@ class ReviewPages:
 
     async def start(self, request: Request) -> Response:
         """Start a review of the posted proposal and open its page."""
-        checked = await posted_form(self._pages, request, signed_in(request))
+        checked = await posted_form(self._pages, request, signed_in(request), "/start")
         if isinstance(checked, Response):
             return checked
         session, posted = checked
