@@ -4,6 +4,7 @@ content and its refusal is shown as it gives it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -14,10 +15,37 @@ ACTION = "record_support_review"
 SPARE_ROWS = 2
 # Rows read from a post at most; the orchestrator's own limit is lower.
 MAX_ROWS = 64
+_EVIDENCE_FIELD = re.compile(r"evidence\[(\d+)\]\.(source_id|version|quotation)")
+_EVIDENCE_INPUT = re.compile(r"evidence-(\d+)-(source_id|version|quotation)")
+_LABELS = {"body": "draft", "case_id": "case id"}
 
 
 class FormError(ValueError):
-    """A field could not be read (its name and what it should be); nothing was sent."""
+    """A field could not be read (its name and what it should be); nothing was sent. field is the
+    form's name for it, where the page says the problem."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def form_field(violation_field: str) -> str:
+    """Return the form's name for a field the orchestrator names in a refusal (``evidence[0].version``
+    is ``evidence-0-version``, ``policy.version_label`` is ``policy_version_label``)."""
+    row = _EVIDENCE_FIELD.fullmatch(violation_field)
+    if row is not None:
+        return f"evidence-{row[1]}-{row[2]}"
+    if violation_field.startswith("policy.rules"):
+        return "policy_rules"
+    return violation_field.replace(".", "_")
+
+
+def field_label(name: str) -> str:
+    """Return how a page names the form's field name (``evidence-0-version`` is "evidence row 1: version")."""
+    row = _EVIDENCE_INPUT.fullmatch(name)
+    if row is not None:
+        return f"evidence row {int(row[1]) + 1}: {row[2].replace('_', ' ')}"
+    return _LABELS.get(name, name.replace("_", " "))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +126,7 @@ class ProposalForm:
         """Return the evidence rows as items; raise FormError for a version that is not a whole number."""
         items = []
         for index, row in enumerate(self.evidence, 1):
-            version = _whole(row.version, f"evidence row {index}: version")
+            version = _whole(row.version, f"evidence-{index - 1}-version", f"evidence row {index}: version")
             items.append(EvidenceItem(row.source_id, version, row.quotation))
         return items
 
@@ -110,14 +138,14 @@ class ProposalForm:
                 continue
             key, equals, value = line.partition("=")
             if not equals:
-                raise FormError(f"policy rules, line {number}: expected key=value")
+                raise FormError("policy_rules", f"policy rules, line {number}: expected key=value")
             rules[key.strip()] = value.strip()
-        allowance = _whole(self.policy_allowance_units, "policy allowance units")
+        allowance = _whole(self.policy_allowance_units, "policy_allowance_units", "policy allowance units")
         return PolicyRef(self.policy_name, self.policy_version_label, allowance, rules)
 
 
-def _whole(text: str, what: str) -> int:
+def _whole(text: str, field_name: str, what: str) -> int:
     digits = text.strip()
     if not (digits.isascii() and digits.isdigit()):
-        raise FormError(f"{what}: expected a whole number, not {text!r}")
+        raise FormError(field_name, f"{what}: expected a whole number, not {text!r}")
     return int(digits)

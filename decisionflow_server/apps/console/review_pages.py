@@ -22,7 +22,7 @@ from decisionflow.client import (
 )
 from decisionflow_server.apps.console.access import DECIDE, EDIT, INBOX, READ_PROPOSAL, START
 from decisionflow_server.apps.console.diff import ProposalDiff, proposal_diff
-from decisionflow_server.apps.console.forms import FormError, ProposalForm
+from decisionflow_server.apps.console.forms import FormError, ProposalForm, field_label, form_field
 from decisionflow_server.apps.console.marking import revealed
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
@@ -167,7 +167,7 @@ class ReviewPages:
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=READ_PROPOSAL.doing, role=READ_PROPOSAL.role))
         form = ProposalForm.of(record.proposal)
-        return self._pages.render(request, "edit.html", form=form, expected_operation_id=operation_id, problem="")
+        return self._pages.render(request, "edit.html", form=form, expected_operation_id=operation_id, problems={})
 
     async def edit(self, request: Request) -> Response:
         """Replace the proposal the form was opened on, if it is still the case's current one."""
@@ -179,17 +179,9 @@ class ReviewPages:
         form = ProposalForm.posted(posted)
         try:
             evidence, policy = form.evidence_items(), form.policy()
-        except FormError as problem:
-            return self._pages.render(
-                request,
-                "edit.html",
-                status=400,
-                form=form.with_spare_rows(),
-                expected_operation_id=expected,
-                problem=str(problem),
-            )
-        try:
             edited = await self._review(session).edit_proposal(expected, form.body, evidence, policy)
+        except (FormError, InvalidRequest) as problem:
+            return self._form_again(request, "edit.html", form, problem, expected_operation_id=expected)
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing="edit this proposal", role=EDIT.role))
         return RedirectResponse(proposal_path(edited.proposal.operation_id), status_code=303)
@@ -198,7 +190,7 @@ class ReviewPages:
         """Show the form that starts a case's review."""
         if signed_in(request) is None:
             return to_sign_in(request)
-        return self._pages.render(request, "start.html", form=ProposalForm(), problem="")
+        return self._pages.render(request, "start.html", form=ProposalForm(), problems={})
 
     async def start(self, request: Request) -> Response:
         """Start a review of the posted proposal and open its page."""
@@ -209,15 +201,26 @@ class ReviewPages:
         form = ProposalForm.posted(posted)
         try:
             evidence, policy = form.evidence_items(), form.policy()
-        except FormError as problem:
-            return self._pages.render(
-                request, "start.html", status=400, form=form.with_spare_rows(), problem=str(problem)
-            )
-        try:
             started = await self._review(session).start_review(form.case_id, form.action, form.body, evidence, policy)
+        except (FormError, InvalidRequest) as problem:
+            return self._form_again(request, "start.html", form, problem)
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=START.doing, role=START.role))
         return RedirectResponse(proposal_path(started.proposal.operation_id), status_code=303)
+
+    def _form_again(
+        self, request: Request, template: str, form: ProposalForm, problem: FormError | InvalidRequest, **context: Any
+    ) -> Response:
+        """The form as posted, 400, with each problem (the console's reading, or the orchestrator's refusal)
+        at its field; nothing was sent, or nothing recorded."""
+        if isinstance(problem, FormError):
+            problems = {problem.field: str(problem)}
+        else:
+            named = ((form_field(v.field), v.description) for v in problem.violations)
+            problems = {name: f"{field_label(name)}: {description}" for name, description in named}
+        return self._pages.render(
+            request, template, status=400, form=form.with_spare_rows(), problems=problems, **context
+        )
 
     def _review(self, session: Session) -> AsyncReviewClient:
         if session.access_token is None:
