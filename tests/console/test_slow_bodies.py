@@ -110,7 +110,7 @@ def _inbox_loads(reviewer: httpx2.Client) -> int:
     loaded = 0
     for _ in range(INBOX_LOADS):
         try:
-            page = reviewer.get("/", headers={"Connection": "close"}, timeout=10)
+            page = reviewer.get("/inbox", headers={"Connection": "close"}, timeout=10)
         except httpx2.TransportError:
             continue
         loaded += page.status_code == 200 and 'id="person"' in page.text

@@ -4,7 +4,7 @@ with raw sockets.
 
     with console_process(tmp_path, trial_identity, "--max-connections", "40") as console:
         reviewer = console.signed_in("rita", groups=["reviewers"])   # an httpx2.Client holding the session
-        assert reviewer.get("/").status_code == 200
+        assert reviewer.get("/inbox").status_code == 200
 """
 
 from __future__ import annotations
