@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from decisionflow.vocabulary import Decision, OperationId
-from decisionflow_server.foundation.errors import Unavailable
+from decisionflow_server.foundation.errors import DomainError, Unavailable
 from orchestrator.domain import DecisionResult, outcome_of
 from orchestrator.errors import NotFound
 from orchestrator.store import AsyncOrchestratorStore
@@ -33,20 +33,27 @@ async def answer_by(
     early: Callable[[], Awaitable[DecisionResult | None]],
 ) -> DecisionResult:
     """Return work's result; if reply_by (a time.monotonic() instant) passes first, return early()'s
-    answer while work carries on, or keep waiting for work when early() has none."""
+    answer while work carries on, or keep waiting for work when early() has none.
+
+    Whenever the caller is not handed work's own outcome (an early answer, or the caller gone: its
+    deadline passed or it cancelled while this waited), that outcome is still read, and a failure
+    logged once, when the work ends: asyncio never reports it as never retrieved."""
     task = asyncio.ensure_future(work)
-    if reply_by is None:
-        return await task
+    handed_over = False
     try:
-        # Shielded: the timeout ends the wait, never the work.
-        return await asyncio.wait_for(asyncio.shield(task), max(0.0, reply_by - time.monotonic()))
-    except TimeoutError:
-        pass
-    answer = await early()
-    if answer is None:
+        if reply_by is not None:
+            # asyncio.wait ends the wait, never the work, and leaves its outcome to be read below.
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, reply_by - time.monotonic()))
+            if not done:
+                answer = await early()
+                if answer is not None:
+                    return answer
+        # The caller takes the work's outcome; cancelling the caller here cancels the work too.
+        handed_over = True
         return await task
-    task.add_done_callback(_log_late_failure)
-    return answer
+    finally:
+        if not handed_over:
+            task.add_done_callback(_log_late_failure)
 
 
 def answer_from_store(
@@ -70,8 +77,13 @@ def answer_from_store(
 
 
 def _log_late_failure(task: asyncio.Future[DecisionResult]) -> None:
+    # A refusal (a database failing over, say) is an expected state: one line with its reason, no
+    # traceback (the store has logged the driver's own text once; a traceback would repeat its SQL).
+    # Anything else is a defect and keeps its traceback.
     if task.cancelled():
         return
     error = task.exception()
-    if error is not None:
-        logger.warning("work behind an answer already sent failed: %s", error, exc_info=error)
+    if isinstance(error, DomainError):
+        logger.warning("work behind a call whose answer was already given failed: %s", error)
+    elif error is not None:
+        logger.warning("work behind a call whose answer was already given failed: %r", error, exc_info=error)
