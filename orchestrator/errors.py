@@ -38,7 +38,7 @@ from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
 from decisionflow.v1 import common_pb2
 from decisionflow.vocabulary import Decision, OperationState
-from decisionflow_server.foundation.errors import DomainError
+from decisionflow_server.foundation.errors import DomainError, duration_text
 
 # What a NotFound names: a case by its case id; an operation, proposal or pending review by its operation id.
 _ID_KEYS = {"case": reasons.CASE_ID}
@@ -201,11 +201,6 @@ class WorkflowProtocolError(OrchestratorError):
     reason = reasons.WORKFLOW_PROTOCOL
 
 
-def _duration(delay: timedelta) -> str:
-    """Return delay as google.protobuf.Duration's JSON spells it, to the millisecond ("0.250s")."""
-    return f"{delay.total_seconds():.3f}s"
-
-
 class BudgetExceeded(OrchestratorError):
     """A budget of the calling principal is spent (orchestrator.quotas); nothing was written."""
 
@@ -219,8 +214,9 @@ class CallRateExceeded(BudgetExceeded):
 
     def __init__(self, principal: str, retry_after: timedelta) -> None:
         super().__init__(
-            f"{principal} is over its call rate for StartReview and EditProposal; retry after {_duration(retry_after)}",
-            metadata={reasons.PRINCIPAL: principal, reasons.RETRY_AFTER: _duration(retry_after)},
+            f"{principal} is over its call rate for StartReview and EditProposal; "
+            f"retry after {duration_text(retry_after)}",
+            metadata={reasons.PRINCIPAL: principal, reasons.RETRY_AFTER: duration_text(retry_after)},
             retry_after=retry_after,
         )
         self.principal = principal
@@ -234,10 +230,10 @@ class ContentBudgetExceeded(BudgetExceeded):
     def __init__(self, principal: str, retry_after: timedelta, content_bytes: int) -> None:
         super().__init__(
             f"{principal} is over its budget of proposal content bytes; this request's {content_bytes} bytes "
-            f"fit after {_duration(retry_after)}",
+            f"fit after {duration_text(retry_after)}",
             metadata={
                 reasons.PRINCIPAL: principal,
-                reasons.RETRY_AFTER: _duration(retry_after),
+                reasons.RETRY_AFTER: duration_text(retry_after),
                 reasons.CONTENT_BYTES: str(content_bytes),
             },
             retry_after=retry_after,

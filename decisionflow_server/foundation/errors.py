@@ -19,7 +19,13 @@ from datetime import timedelta
 from decisionflow import reasons
 from decisionflow.reasons import FieldViolation
 
-__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable"]
+__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable", "duration_text"]
+
+
+def duration_text(delay: timedelta) -> str:
+    """Return delay as google.protobuf.Duration's JSON spells it, to the millisecond ("0.250s"): the
+    ErrorInfo ``retry_after`` beside the RetryInfo that carries the same delay."""
+    return f"{delay.total_seconds():.3f}s"
 
 
 class DomainError(Exception):

@@ -8,10 +8,14 @@ outage reads the same on either service:
   ``TimeoutError`` (no pooled connection in time). Each says the database could not answer, not
   that the request was wrong: the store raises ``Unavailable`` (UNAVAILABLE on the wire) and the
   caller retries with the same key, which is safe because every write is keyed.
-- **What the message says**: ``"<service> database unavailable: <driver error class>"``. The
-  driver's own text may name hosts, users and paths: it goes only to the server's log (a
-  ``warning`` line of ``decisionflow_server.storage.transactions`` per refused call). The one exception is a
-  full disk, which an operator must act on and which is spelt out (``db.STORAGE_FULL_MESSAGE``).
+- **What the message says**: ``"<service> database unavailable: the database cannot answer: it is
+  unreachable, busy or failing over (<driver error class>); the call may be retried with the same
+  key after 1.000s"``,
+  with a ``google.rpc.RetryInfo`` of that delay (``RETRY_AFTER``) and the same delay in ErrorInfo's
+  ``retry_after``, as a budget refusal says when to come back. The driver's own text may name
+  hosts, users, paths and SQL: it goes only to the server's log (a ``warning`` line of
+  ``decisionflow_server.storage.transactions`` per refused call). The one exception is a full disk,
+  which an operator must act on and which is spelt out (``db.STORAGE_FULL_MESSAGE``).
 
 SQLite runs one write transaction at a time: writers of this process and of the service's other
 workers take turns (``db.WriteTurn``) rather than sleep in SQLite's busy handler, and on SQLite
@@ -25,12 +29,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import timedelta
 from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from decisionflow_server.foundation.errors import Unavailable
+from decisionflow import reasons
+from decisionflow_server.foundation.errors import Unavailable, duration_text
 from decisionflow_server.storage import db
 from decisionflow_server.storage.group_commit import GroupCommit
 
@@ -41,10 +47,22 @@ UNREACHABLE: tuple[type[Exception], ...] = (sa.exc.OperationalError, sa.exc.Inte
 """The errors that mean the database could not answer (retry with the same key)."""
 
 
+RETRY_AFTER = timedelta(seconds=1)
+"""How long a caller refused for an unavailable database waits before the same call again. A
+failover takes about the cluster's ttl (20 s with the recommended settings), a lost connection one
+reconnect: a second is short beside either, and spares a database coming back a retry storm."""
+
+
 def unavailable_detail(exc: BaseException) -> str:
-    """What an operator is told of a database error: the full disk, else only the driver's error class."""
+    """What a caller is told of a database error: the full disk, else that the database cannot be
+    reached or is failing over, with only the driver's error class and when to retry."""
     cause = getattr(exc, "orig", None) or exc
-    return db.STORAGE_FULL_MESSAGE if db.storage_full(cause) else type(cause).__name__
+    if db.storage_full(cause):
+        return db.STORAGE_FULL_MESSAGE
+    return (
+        f"the database cannot answer: it is unreachable, busy or failing over ({type(cause).__name__}); "
+        f"the call may be retried with the same key after {duration_text(RETRY_AFTER)}"
+    )
 
 
 @contextmanager
@@ -54,7 +72,11 @@ def reachable(database: str) -> Iterator[None]:
         yield
     except UNREACHABLE as exc:
         logger.warning("%s database unavailable: %s", database, getattr(exc, "orig", None) or exc)
-        raise Unavailable(f"{database} database unavailable: {unavailable_detail(exc)}") from exc
+        raise Unavailable(
+            f"{database} database unavailable: {unavailable_detail(exc)}",
+            metadata={reasons.RETRY_AFTER: duration_text(RETRY_AFTER)},
+            retry_after=RETRY_AFTER,
+        ) from exc
 
 
 class Transactions:

@@ -34,6 +34,7 @@ from decisionflow.timestamps import to_timestamp
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow_server.foundation.errors import DomainError, FieldViolation
 from decisionflow_server.foundation.errors import InvalidRequest as InvalidRequestRefusal
+from decisionflow_server.foundation.errors import Unavailable as DatabaseUnavailable
 from orchestrator.errors import CallRateExceeded as CallRateRefusal
 from orchestrator.errors import ContentBudgetExceeded as ContentBudgetRefusal
 
@@ -208,6 +209,20 @@ def test_a_refusals_retry_delay_is_waited_before_the_retry_and_reported_when_it_
     assert sleeps.waits == [1.5]
     assert len(server.script.calls("Approve")) == 2
     assert (raised.value.reason, raised.value.retry_after, raised.value.attempts) == ("SLOW_DOWN", 30.0, 2)
+
+
+def test_a_database_outages_retry_delay_is_waited_before_the_retry(server: StandIn, channel: grpc.Channel) -> None:
+    outage = DatabaseUnavailable(
+        "orchestrator database unavailable: the database cannot answer", retry_after=timedelta(milliseconds=1500)
+    )
+    server.script.then("Approve", Fail(grpc.StatusCode.UNAVAILABLE, outage), approved())
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+
+    result = ReviewClient(channel, sleep=sleeps, clock=clock).approve(OP)
+
+    assert result.outcome is Outcome.COMMITTED
+    assert sleeps.waits == [1.5]  # the first window is 0.1 s: the server's delay is the longer
 
 
 def started_review() -> review_pb2.StartReviewResponse:

@@ -17,7 +17,7 @@ from decisionflow_server.foundation.errors import Unavailable
 from orchestrator.domain import DecisionResult
 from orchestrator.service._in_time import answer_by
 
-REASON = "orchestrator database unavailable: the database cannot be reached or is failing over"
+REASON = "orchestrator database unavailable: the database cannot answer: it is unreachable, busy or failing over"
 
 
 async def _caller_leaves_then_the_work_fails() -> list[dict[str, Any]]:

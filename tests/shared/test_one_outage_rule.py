@@ -1,6 +1,7 @@
 """The same database outage, driven through both services, reads the same on both: UNAVAILABLE with
-reason UNAVAILABLE and "<service> database unavailable: <driver error class>", for a read and a
-write, with no path, host or user of the database in what the caller sees."""
+reason UNAVAILABLE, words saying the database cannot answer (unreachable, busy or failing over) and
+that the call may be retried with the same key, and a RetryInfo with the delay (as a budget refusal carries), for a
+read and a write, with no path, host, user or SQL of the database in what the caller sees."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from decisionflow import reasons
-from decisionflow.status_details import error_info
+from decisionflow.status_details import error_info, retry_delay
 from decisionflow.v1 import effect_receiver_pb2, review_pb2
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.payloads import apply_request
@@ -24,13 +25,21 @@ from tests.support.stack import Stack, start_request
 OPERATION = "op-v1-" + "0" * 64
 
 
-def _refusal(call: Callable[[], object]) -> tuple[grpc.StatusCode, str | None, str]:
+Refusal = tuple[grpc.StatusCode, str | None, str, float | None]
+WORDS = (
+    " database unavailable: the database cannot answer: it is unreachable, busy or failing over (OperationalError); "
+    "the call may be retried with the same key after 1.000s"
+)
+
+
+def _refusal(call: Callable[[], object]) -> Refusal:
     with pytest.raises(grpc.RpcError) as refused:
         call()
-    return refused.value.code(), error_info(refused.value)[0], refused.value.details() or ""
+    refusal = refused.value
+    return refusal.code(), error_info(refusal)[0], refusal.details() or "", retry_delay(refusal)
 
 
-def _answers(stack: Stack) -> dict[str, dict[str, tuple[grpc.StatusCode, str | None, str]]]:
+def _answers(stack: Stack) -> dict[str, dict[str, Refusal]]:
     """A read and a write on each service, as their callers see them."""
     review, receiver = stack.review(), stack.receiver()
     return {
@@ -49,18 +58,20 @@ def _answers(stack: Stack) -> dict[str, dict[str, tuple[grpc.StatusCode, str | N
     }
 
 
-def _assert_one_rule(answers: dict[str, dict[str, tuple[grpc.StatusCode, str | None, str]]], *hidden: str) -> None:
+def _assert_one_rule(answers: dict[str, dict[str, Refusal]], *hidden: str) -> None:
     for service, calls in answers.items():
-        for kind, (code, reason, message) in calls.items():
+        for kind, (code, reason, message, delay) in calls.items():
             assert code == grpc.StatusCode.UNAVAILABLE, (service, kind, message)
             assert reason == reasons.UNAVAILABLE, (service, kind, reason)
-            assert message.startswith(f"{service} database unavailable: "), (service, kind, message)
-            for secret in hidden:
+            assert message == service + WORDS, (service, kind, message)
+            assert delay == 1.0, (service, kind, delay)
+            for secret in (*hidden, "SELECT", "INSERT"):
                 assert secret not in message, (service, kind, message)
     # One rule: strip the service's name and both services said the same thing for the same outage.
     said = {
         service: {
-            kind: (code, reason, message.removeprefix(service)) for kind, (code, reason, message) in calls.items()
+            kind: (code, reason, message.removeprefix(service), delay)
+            for kind, (code, reason, message, delay) in calls.items()
         }
         for service, calls in answers.items()
     }

@@ -44,7 +44,7 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   },
   CHECKPOINT_INTEGRITY: { code: Code.DataLoss, metadataKeys: ["operation_id", "checkpoint_id"] },
   CHECKPOINT_SAVE_FAILED: { code: Code.Unavailable, metadataKeys: [] },
-  UNAVAILABLE: { code: Code.Unavailable, metadataKeys: [] },
+  UNAVAILABLE: { code: Code.Unavailable, metadataKeys: ["retry_after"] },
   REPLY_LOST: { code: Code.Unavailable, metadataKeys: ["operation_id"] },
   WORKFLOW_PROTOCOL: { code: Code.Internal, metadataKeys: [] },
   UNAUTHENTICATED: { code: Code.Unauthenticated, metadataKeys: [] },

@@ -90,9 +90,13 @@ FIRST_ATTEMPTED_AT = _key("first_attempted_at", "the first attempt the refusal w
 KEY_RETENTION = _key("key_retention", "the receiver's key retention (for example `86400s`)")
 RPC = _key("rpc", "the method called (`/decisionflow.v1.ReviewService/Approve`)")
 REQUIRED_ROLES = _key("required_roles", "the roles the method allows, comma-separated (for a method in the policy)")
-# A budget refusal says when to come back as a duration in the form google.protobuf.Duration's JSON
-# takes ("0.250s"), beside the RetryInfo detail that carries the same delay.
-RETRY_AFTER = _key("retry_after", "when the same request fits the budget, as a duration (`0.250s`), as `RetryInfo`")
+# A budget refusal, or a database that cannot answer, says when to come back as a duration in the form
+# google.protobuf.Duration's JSON takes ("0.250s"), beside the RetryInfo detail that carries the same delay.
+RETRY_AFTER = _key(
+    "retry_after",
+    "when to send the same request again (a budget refills, a database may answer again), as a duration "
+    "(`0.250s`), as `RetryInfo`",
+)
 CONTENT_BYTES = _key("content_bytes", "the refused request's bytes of proposal text (body, evidence, policy)")
 OPEN_REVIEW_LIMIT = _key("open_review_limit", "the most undecided proposals one author may have in the inbox")
 # The audit log's sizes and indices, in decimal.
@@ -156,7 +160,7 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(KEY_RETENTION_EXCEEDED, "FAILED_PRECONDITION", True, (OPERATION_ID, FIRST_ATTEMPTED_AT, KEY_RETENTION)),
     Refusal(CHECKPOINT_INTEGRITY, "DATA_LOSS", True, (OPERATION_ID, CHECKPOINT_ID)),
     Refusal(CHECKPOINT_SAVE_FAILED, "UNAVAILABLE", False, ()),
-    Refusal(UNAVAILABLE, "UNAVAILABLE", False, ()),
+    Refusal(UNAVAILABLE, "UNAVAILABLE", False, (RETRY_AFTER,)),
     Refusal(REPLY_LOST, "UNAVAILABLE", False, (OPERATION_ID,)),
     Refusal(WORKFLOW_PROTOCOL, "INTERNAL", False, ()),
     Refusal(UNAUTHENTICATED, "UNAUTHENTICATED", True, ()),
@@ -259,10 +263,13 @@ GUIDE: Mapping[str, Guide] = {
     UNAVAILABLE: Guide(
         "every RPC",
         when="the service's database cannot be reached or its disk is full, or the server is shutting down: retry "
-        "with the same key. Both services word a database outage alike: `orchestrator database unavailable: ERROR` or "
-        "`receiver database unavailable: ERROR`, where ERROR is the driver's error class (`OperationalError`…; its "
-        "full text, which may name hosts and users, is only in the server's log) or `database or disk is full` "
-        "(nothing was written; writes succeed again once space returns, without a restart). For an OIDC access token, "
+        "with the same key. Both services word a database outage alike: `orchestrator database unavailable: the "
+        "database cannot answer: it is unreachable, busy or failing over (ERROR); the call may be retried with the "
+        "same key after 1.000s` (or `receiver database unavailable: …`), where ERROR is the driver's error class "
+        "(`OperationalError`…; its full text, which may name hosts, users and SQL, is only in the server's log), or "
+        "`… database unavailable: database or disk is full` (nothing was written; writes succeed again once space "
+        "returns, without a restart); either comes with a `RetryInfo` of the delay, which the clients wait at least "
+        "before the next attempt. For an OIDC access token, "
         "also: the identity provider's signing keys cannot be fetched (`cannot check the OIDC token: the signing keys "
         "at URL cannot be fetched (…)`; see [docs/security.md](docs/security.md#tokens-from-your-identity-provider))",
     ),

@@ -1,13 +1,14 @@
 """Named retry policies for gRPC calls, built on tenacity (docs/errors.md).
 
 Only transient failures are retried: UNAVAILABLE and DEADLINE_EXCEEDED, plus
-RESOURCE_EXHAUSTED with a real back-off, never shorter than the delay the server's
-google.rpc.RetryInfo names (a principal's spent budget says when it refills). Waits are
-jittered exponential ("full jitter", ``wait_random_exponential``). A call stops retrying at the
-first of: ``max_attempts`` attempts, ``max_total_seconds`` since the first attempt, or a wait
-that would end at or after the caller's deadline (so a RetryInfo delay longer than the time left
-ends the call at once, with the typed error carrying ``retry_after``). The last error is
-re-raised as it was (``reraise=True``).
+RESOURCE_EXHAUSTED with a real back-off. Waits are jittered exponential ("full jitter",
+``wait_random_exponential``), never shorter than the delay the server's google.rpc.RetryInfo
+names (a principal's spent budget says when it refills; a database that cannot answer, when to
+try again). A call stops retrying at the first of: ``max_attempts`` attempts (when the policy
+counts them), ``max_total_seconds`` since the first attempt, or a wait that would end at or
+after the caller's deadline (so a RetryInfo delay longer than the time left ends the call at
+once, with the typed error carrying ``retry_after``). The last error is re-raised as it was
+(``reraise=True``).
 
 gRPC's own retries are off on every channel (``decisionflow.channels``), so the number of
 attempts a server sees is the number this module makes: the two layers never multiply.
@@ -157,8 +158,8 @@ class stop_before_deadline(tenacity.stop.stop_base):  # lower case, as tenacity 
 
 
 class wait_jittered_backoff(tenacity.wait_random_exponential):
-    """Full-jitter exponential wait; after RESOURCE_EXHAUSTED, at least half the window and at least
-    the delay of the refusal's RetryInfo."""
+    """Full-jitter exponential wait; after RESOURCE_EXHAUSTED, at least half the window; never shorter
+    than the delay of the refusal's RetryInfo (a spent budget, a database that cannot answer)."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         super().__init__(multiplier=policy.initial_backoff, max=policy.max_backoff, exp_base=policy.multiplier)
@@ -170,7 +171,7 @@ class wait_jittered_backoff(tenacity.wait_random_exponential):
         if status_code(error) in BACKOFF_CODES:
             high = tenacity.wait_exponential.__call__(self, retry_state)
             return max(random.uniform(high / 2, high), retry_delay(error) or 0.0)
-        return float(super().__call__(retry_state))
+        return max(float(super().__call__(retry_state)), retry_delay(error) or 0.0)
 
 
 def _stop(policy: RetryPolicy, deadline: float | None, clock: Clock) -> tenacity.stop.stop_base:
