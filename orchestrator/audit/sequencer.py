@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.transparency import Checkpoint
+from decisionflow_server.foundation.errors import Unavailable
 from orchestrator.audit.ports import PublishedCheckpoint
 from orchestrator.audit.progress import SigningRefused
 from orchestrator.audit.publication import CheckpointDirectory, PublishedNote, UnreadablePublication
@@ -173,11 +174,27 @@ class AuditJob:
             )
 
     async def _run(self) -> None:
+        # A database that cannot answer (away, failing over) is an expected, passing state: said once at
+        # warning with its reason, and once more when a pass succeeds again, not at every interval.
+        # Anything else is a defect and keeps its traceback, every time.
+        failed_passes = 0
         while True:
             try:
                 await self.run_once()
+            except Unavailable as unavailable:
+                if not failed_passes:
+                    logger.warning(
+                        "audit log: sequencing paused, %s; trying again every %g s (entries wait in their table)",
+                        unavailable,
+                        self._interval,
+                    )
+                failed_passes += 1
             except Exception:
                 logger.exception("sequencing the audit log failed; trying again in %.0f s", self._interval)
+            else:
+                if failed_passes:
+                    logger.info("audit log: sequencing resumed after %d failed passes", failed_passes)
+                failed_passes = 0
             await asyncio.sleep(self._interval)
 
 
