@@ -14,8 +14,9 @@ from decisionflow.retry import RetryPolicy
 
 from .client_standin import FakeClock, Sleeps
 
+FAST_ATTEMPTS = 6
 FAST = RetryPolicy(
-    "test_fast", max_attempts=6, max_total_seconds=60.0, initial_backoff=0.1, max_backoff=0.5, multiplier=2.0
+    "test_fast", FAST_ATTEMPTS, max_total_seconds=60.0, initial_backoff=0.1, max_backoff=0.5, multiplier=2.0
 )
 
 
@@ -106,19 +107,19 @@ def test_a_message_over_the_size_limit_is_not_retried() -> None:
 def test_stops_after_max_attempts_and_reraises_the_last_error() -> None:
     sleeps = Sleeps()
     errors: list[BaseException] = [CallFailed(grpc.StatusCode.UNAVAILABLE) for _ in range(10)]
-    last = errors[FAST.max_attempts - 1]
+    last = errors[FAST_ATTEMPTS - 1]
     attempt, calls = failing(errors)
 
     with pytest.raises(CallFailed) as raised:
         retry.retrying(FAST, sleep=sleeps)(attempt)
     assert raised.value is last
-    assert calls[0] == FAST.max_attempts
-    assert len(sleeps.waits) == FAST.max_attempts - 1
+    assert calls[0] == FAST_ATTEMPTS
+    assert len(sleeps.waits) == FAST_ATTEMPTS - 1
 
 
 def test_waits_are_jittered_within_a_growing_window_capped_at_max_backoff() -> None:
     runs = 200
-    by_attempt: list[list[float]] = [[] for _ in range(FAST.max_attempts - 1)]
+    by_attempt: list[list[float]] = [[] for _ in range(FAST_ATTEMPTS - 1)]
     for _ in range(runs):
         sleeps = Sleeps()
         attempt, _ = failing([CallFailed(grpc.StatusCode.UNAVAILABLE) for _ in range(10)])
@@ -162,6 +163,7 @@ def test_no_wait_ends_after_the_deadline() -> None:
     for started, wait in zip(sleeps.started_at, sleeps.waits, strict=True):
         assert started + wait < deadline
     assert calls[0] == len(sleeps.waits) + 1
+    assert patient.max_attempts is not None
     assert calls[0] < patient.max_attempts  # the deadline, not the attempt limit, stopped it
 
 
@@ -231,10 +233,26 @@ def test_attempt_timeout_is_the_call_timeout_cut_to_the_deadline() -> None:
     assert retry.attempt_timeout(5.0, clock() - 1.0, clock=clock) == 0.0
 
 
+def test_a_policy_that_counts_no_attempts_retries_until_the_deadline() -> None:
+    clock = FakeClock()
+    sleeps = Sleeps(clock)
+    until_deadline = RetryPolicy(
+        "test_until_deadline", None, 3600.0, initial_backoff=0.1, max_backoff=0.4, multiplier=2.0
+    )
+    deadline = clock() + 20.0
+    attempt, calls = failing([CallFailed(grpc.StatusCode.UNAVAILABLE) for _ in range(1000)])
+
+    with pytest.raises(CallFailed):
+        retry.retrying(until_deadline, sleep=sleeps, deadline=deadline, clock=clock)(attempt)
+
+    assert calls[0] >= 50  # a wait of 0.4 s at most, for 20 s: far beyond any count of attempts
+    assert clock() + 0.4 >= deadline  # it stopped only when no wait fit before the deadline
+
+
 def test_named_policies() -> None:
     assert retry.CLIENT_DEFAULT.max_attempts == 5
     assert retry.CLIENT_DEFAULT.max_total_seconds == 10.0
-    assert retry.ORCHESTRATOR_TO_RECEIVER.max_attempts > 1
+    assert retry.ORCHESTRATOR_TO_RECEIVER.max_attempts == 8
     assert retry.NO_RETRY.max_attempts == 1
     assert {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED} == retry.TRANSIENT_CODES
     assert retry.TRANSIENT_CODES | {grpc.StatusCode.RESOURCE_EXHAUSTED} == retry.RETRYABLE_CODES

@@ -50,14 +50,20 @@ class RetryPolicy:
     """
 
     name: str
-    max_attempts: int
+    """What the retry log lines call it."""
+    max_attempts: int | None
+    """Attempts at most, the first included; None: no count, the time bounds the retries (a caller's deadline)."""
     max_total_seconds: float
+    """Seconds from the first attempt after which no attempt starts; also the call's deadline when it names none."""
     initial_backoff: float
+    """The upper bound of the first wait, in seconds."""
     max_backoff: float
+    """The largest upper bound of a wait, in seconds."""
     multiplier: float
+    """How much the upper bound grows after each attempt."""
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"retry policy {self.name}: max_attempts must be at least 1")
         if self.max_total_seconds <= 0 or self.initial_backoff <= 0:
             raise ValueError(f"retry policy {self.name}: times must be positive")
@@ -175,9 +181,9 @@ class wait_jittered_backoff(tenacity.wait_random_exponential):
 
 
 def _stop(policy: RetryPolicy, deadline: float | None, clock: Clock) -> tenacity.stop.stop_base:
-    stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(policy.max_attempts) | tenacity.stop_before_delay(
-        policy.max_total_seconds
-    )
+    stop: tenacity.stop.stop_base = tenacity.stop_before_delay(policy.max_total_seconds)
+    if policy.max_attempts is not None:
+        stop = stop | tenacity.stop_after_attempt(policy.max_attempts)
     if deadline is not None:
         stop = stop | stop_before_deadline(deadline, clock)
     return stop

@@ -71,8 +71,9 @@ def connection(
     except SettingError as error:
         raise CommandError(str(error)) from None
     timeout = values.required(TIMEOUT)
-    # The whole command, retries included, ends within --timeout.
-    policy = dataclasses.replace(CLIENT_DEFAULT, name="cli", max_total_seconds=timeout)
+    # The whole command, retries included, ends within --timeout, and --timeout alone bounds the retries:
+    # no count of attempts ends them sooner (a database failing over for 20 s is outlasted by --timeout 30).
+    policy = dataclasses.replace(CLIENT_DEFAULT, name="cli", max_attempts=None, max_total_seconds=timeout)
     try:
         channel = open_channel(
             values.required(TARGET),
