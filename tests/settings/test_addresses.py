@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow.addresses import is_loopback, split_host_port
+from decisionflow.addresses import grpc_target, is_loopback, split_host_port
 from decisionflow_server.apps.cli import main as cli_main
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.processes import child_environment
@@ -128,6 +128,38 @@ def test_the_command_line_refuses_a_target_without_a_port(argv: list[str], capsy
     assert cli_main(argv) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "--target" in line and "expected host:port" in line and "(no port)" in line
+
+
+@pytest.mark.parametrize(
+    ("target", "given_to_grpc", "loopback"),
+    [
+        ("127.0.0.1:50051,127.0.0.1:50052", "ipv4:127.0.0.1:50051,127.0.0.1:50052", True),
+        ("ipv4:127.0.0.1:50051,10.0.0.6:50051", "ipv4:127.0.0.1:50051,10.0.0.6:50051", False),
+        ("[::1]:50051,[::1]:50052", "ipv6:[::1]:50051,[::1]:50052", True),
+        ("orchestrator:50051", "orchestrator:50051", False),
+    ],
+)
+def test_a_client_target_may_list_several_ip_addresses(target: str, given_to_grpc: str, loopback: bool) -> None:
+    assert settings.orchestrator_target_setting().parse(target) == target
+    assert grpc_target(target) == given_to_grpc
+    assert is_loopback(target) is loopback
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("orchestrator-1:50051,orchestrator-2:50051", "a name that resolves to several addresses is given alone"),
+        ("127.0.0.1:50051,[::1]:50051", "expected IP addresses of one family"),
+        ("127.0.0.1:50051,", "(no port)"),
+        ("127.0.0.1:50051,127.0.0.1", "(no port)"),
+    ],
+)
+def test_the_command_line_refuses_a_list_of_targets_it_cannot_spread_calls_over(
+    target: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["status", "op-v1-x", "--target", target]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "--target" in line and why in line, line
 
 
 @pytest.mark.slow

@@ -161,6 +161,14 @@ def target(value: str) -> str:
     return addresses.check_address(value)
 
 
+def targets(value: str) -> str:
+    """Return a target to call: one address ``target`` takes, or several IP addresses of one family,
+    comma-separated (``10.0.0.5:50051,10.0.0.6:50051``), over which the calls are spread."""
+    if not value.strip():
+        raise ValueError("expected host:port, not an empty value")
+    return addresses.check_targets(value)
+
+
 def path(value: str) -> Path:
     """Return value as a path (checked when the file is used)."""
     return Path(value)

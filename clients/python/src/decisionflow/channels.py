@@ -4,7 +4,8 @@ Every channel has gRPC's own retries off, so tenacity (``decisionflow.retry``) i
 retry layer and a server sees exactly one call per attempt, and a 1 MiB message limit in
 both directions. Interceptors are applied in the order given. Every channel also reconnects
 promptly after a server comes back (``RECONNECT_OPTIONS``) and spreads its calls over every address
-its target resolves to (``BALANCING_OPTIONS``); a caller may override either.
+its target resolves to or lists (``BALANCING_OPTIONS``; a target may be a comma-separated list of IP
+addresses, ``decisionflow.addresses``); a caller may override either.
 
 ``open_channel`` and ``open_aio_channel`` are how a caller reaches a service: TLS when given a
 CA file, a CLIENT span per call whose W3C ``traceparent`` travels in the call's metadata when the
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import grpc
 
-from decisionflow.addresses import is_loopback
+from decisionflow.addresses import grpc_target, is_loopback
 from decisionflow.bearer import BearerTokenInterceptor, SyncBearerTokenInterceptor
 from decisionflow.tls import StrPath, channel_credentials
 
@@ -135,7 +136,7 @@ def insecure_channel(
     options: Sequence[ChannelOption] = (),
 ) -> grpc.Channel:
     """Return a plaintext channel to target (loopback use) with the fixed options and interceptors."""
-    channel = grpc.insecure_channel(target, options=channel_options(options))
+    channel = grpc.insecure_channel(grpc_target(target), options=channel_options(options))
     return grpc.intercept_channel(channel, *interceptors)
 
 
@@ -147,7 +148,7 @@ def secure_channel(
     options: Sequence[ChannelOption] = (),
 ) -> grpc.Channel:
     """Return a TLS channel to target with the fixed options and interceptors."""
-    channel = grpc.secure_channel(target, credentials, options=channel_options(options))
+    channel = grpc.secure_channel(grpc_target(target), credentials, options=channel_options(options))
     return grpc.intercept_channel(channel, *interceptors)
 
 
@@ -159,7 +160,7 @@ def aio_insecure_channel(
 ) -> grpc.aio.Channel:
     """Return a plaintext asyncio channel to target with the fixed options and interceptors."""
     return grpc.aio.insecure_channel(
-        target,
+        grpc_target(target),
         options=channel_options(options),
         # grpc-stubs types aio interceptors as an opaque placeholder; the runtime takes these.
         interceptors=cast("Sequence[grpc.aio.ClientInterceptor]", list(interceptors)) or None,
@@ -175,7 +176,7 @@ def aio_secure_channel(
 ) -> grpc.aio.Channel:
     """Return a TLS asyncio channel to target with the fixed options and interceptors."""
     return grpc.aio.secure_channel(
-        target,
+        grpc_target(target),
         credentials,
         options=channel_options(options),
         interceptors=cast("Sequence[grpc.aio.ClientInterceptor]", list(interceptors)) or None,
