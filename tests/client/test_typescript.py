@@ -249,3 +249,37 @@ try {
     assert (told["attempts"], told["code"], told["reason"]) == (1, "RESOURCE_EXHAUSTED", "CALL_RATE_EXCEEDED")
     assert (told["definite"], told["retry"], told["metadata"]["principal"]) == (True, "automatic", "anonymous")
     assert 900_000 < told["retryAfterMs"] <= 1_000_000
+
+
+SEVERAL_REPLICAS_SCRIPT = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, OperationState, reviewClient, withRetries } from "./dist/src/index.js";
+const reviews = reviewClient(process.argv[1]);
+const answers = [];
+for (const operationId of JSON.parse(process.argv[2])) {
+  const request = create(ApproveRequestSchema, { operationId, decision: Decision.APPROVE });
+  const answer = await withRetries(() => reviews.approve(request));
+  answers.push(OperationState[answer.operation.state]);
+}
+console.log(JSON.stringify(answers));
+"""
+
+
+@pytest.mark.slow
+def test_the_typescript_client_given_two_replicas_takes_each_call_to_the_one_that_answers(
+    typescript_package: TypeScriptPackage, make_stack: Callable[..., Stack]
+) -> None:
+    stack = make_stack()
+    serving = stack.orchestrator_port
+    stack.start_orchestrator()  # a second replica on the same database
+    stopped = stack.orchestrator_port
+    review = stack.review()
+    ops = [review.StartReview(start_request(case_id=f"T-{n}"), timeout=15).proposal.operation_id for n in range(4)]
+    stack.stop_orchestrator()  # the second replica is down: every other call reaches no one
+
+    target = f"127.0.0.1:{serving},127.0.0.1:{stopped}"
+    done = typescript_package.run("--input-type=module", "-e", SEVERAL_REPLICAS_SCRIPT, target, json.dumps(ops))
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["COMMITTED"] * 4
+    assert stack.effects() == 4

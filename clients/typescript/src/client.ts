@@ -1,7 +1,7 @@
 // Clients of the orchestrator's ReviewService, OperationsService and AuditService over gRPC (HTTP/2),
 // with a deadline on every call and the same transient-failure retries as the Python client.
 
-import { type Client, Code, type Interceptor, createClient } from "@connectrpc/connect";
+import { type Client, Code, type Interceptor, type Transport, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import { AuditService } from "./gen/decisionflow/v1/audit_pb.js";
@@ -37,7 +37,7 @@ function bearer(token: string): Interceptor {
   };
 }
 
-function transport(target: string, options: ConnectOptions) {
+function transport(target: string, options: ConnectOptions): Transport {
   // A token is a password: without TLS it goes only to a loopback target, unless the caller opts in.
   const cleartext = (options.scheme ?? "http") === "http";
   if (options.token && cleartext && !options.allowCleartextToken && !isLoopback(target)) {
@@ -50,24 +50,45 @@ function transport(target: string, options: ConnectOptions) {
   });
 }
 
-/** A ReviewService client: StartReview, GetProposal, EditProposal, Approve, GetOperation, ListPendingReviews, GetCaller. */
+/** The replicas a target names: several for a comma-separated list ("127.0.0.1:50051,127.0.0.1:50052"). */
+export function targetsOf(target: string): string[] {
+  return target.split(",");
+}
+
+/** Calls taken by the replicas in turn, as the Python clients' round_robin does: a replica that is down
+ * fails its call (UNAVAILABLE), and withRetries sends the next attempt to the next replica. */
+function inTurn(target: string, options: ConnectOptions): Transport {
+  const transports = targetsOf(target).map((one) => transport(one, options));
+  let next = 0;
+  const pick = () => transports[next++ % transports.length] as Transport;
+  return {
+    unary: (method, signal, timeoutMs, header, input, contextValues) =>
+      pick().unary(method, signal, timeoutMs, header, input, contextValues),
+    stream: (method, signal, timeoutMs, header, input, contextValues) =>
+      pick().stream(method, signal, timeoutMs, header, input, contextValues),
+  };
+}
+
+/** A ReviewService client: StartReview, GetProposal, EditProposal, Approve, GetOperation, ListPendingReviews, GetCaller.
+ * target is host:port, or several replicas' host:port separated by commas (calls taken in turn). */
 export function reviewClient(target: string, options: ConnectOptions = {}): Client<typeof ReviewService> {
-  return createClient(ReviewService, transport(target, options));
+  return createClient(ReviewService, inTurn(target, options));
 }
 
 /** An OperationsService client (the operator API): ListOperations, SettleOperation, RedriveOperation. */
 export function operationsClient(target: string, options: ConnectOptions = {}): Client<typeof OperationsService> {
-  return createClient(OperationsService, transport(target, options));
+  return createClient(OperationsService, inTurn(target, options));
 }
 
 /** An AuditService client (auditors and operators): GetCheckpoint, GetInclusionProof, GetConsistencyProof,
  * ListLeaves. Check what it answers with verifyInclusion against a checkpoint you opened yourself. */
 export function auditClient(target: string, options: ConnectOptions = {}): Client<typeof AuditService> {
-  return createClient(AuditService, transport(target, options));
+  return createClient(AuditService, inTurn(target, options));
 }
 
 /** How transient failures are retried: jittered exponential waits, bounded attempts and total time. */
 export interface RetryPolicy {
+  /** Attempts at most; Infinity: no count, maxTotalMs alone bounds the retries (the caller's deadline). */
   readonly maxAttempts: number;
   readonly maxTotalMs: number;
   readonly initialBackoffMs: number;
