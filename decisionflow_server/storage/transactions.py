@@ -10,12 +10,11 @@ outage reads the same on either service:
   caller retries with the same key, which is safe because every write is keyed.
 - **What the message says**: ``"<service> database unavailable: the database cannot answer: it is
   unreachable, busy or failing over (<driver error class>); the call may be retried with the same
-  key after 1.000s"``,
-  with a ``google.rpc.RetryInfo`` of that delay (``RETRY_AFTER``) and the same delay in ErrorInfo's
-  ``retry_after``, as a budget refusal says when to come back. The driver's own text may name
-  hosts, users, paths and SQL: it goes only to the server's log (a ``warning`` line of
-  ``decisionflow_server.storage.transactions`` per refused call). The one exception is a full disk,
-  which an operator must act on and which is spelt out (``db.STORAGE_FULL_MESSAGE``).
+  key after 1.000s"``, with a ``google.rpc.RetryInfo`` of that delay (``RETRY_AFTER``) and the same
+  delay in ErrorInfo's ``retry_after``, as a budget refusal says when to come back. The driver's
+  own text may name hosts, users, paths and SQL: it goes only to the server's log (a ``warning``
+  line of ``decisionflow_server.storage.transactions`` per refused call). The one exception is a
+  full disk, which an operator must act on and which is spelt out (``db.STORAGE_FULL_MESSAGE``).
 
 SQLite runs one write transaction at a time: writers of this process and of the service's other
 workers take turns (``db.WriteTurn``) rather than sleep in SQLite's busy handler, and on SQLite
