@@ -1,19 +1,21 @@
 """Clients given several orchestrator addresses ride out a replica's restart. Two orchestrator
 processes on two ports share one database; the synchronous and the asyncio client (and the CLI) are
-given both ports as one target, `127.0.0.1:P1,127.0.0.1:P2`, and a stream of approvals runs while one
-replica is stopped and started again, then the other is killed (SIGKILL) and started again. Every
-call that retries within its deadline gets an answer: none fails, and each case has one effect."""
+given both ports as one target, `127.0.0.1:P1,127.0.0.1:P2`, and a stream of proposals and approvals
+runs, unbroken, while one replica is stopped and started again, then the other is killed (SIGKILL)
+and started again. Calls are answered during each restart, and every call that retries within its
+deadline gets an answer: none fails, and each case has one effect."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,14 +24,15 @@ import pytest
 from decisionflow.channels import open_aio_channel, open_channel
 from decisionflow.client import AsyncReviewClient, ReviewClient
 from decisionflow.client.views import ApproveResult
+from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.retry import CLIENT_DEFAULT
-from decisionflow.v1 import review_pb2_grpc
 from decisionflow.vocabulary import Outcome
 from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow_server.foundation.processes import ServiceProcess, free_port, spawn
-from tests.support.stack import CHECKPOINT_KEY, count, spawn_receiver, start_request
+from tests.support.stack import CHECKPOINT_KEY, T1042_BODY, count, spawn_receiver
 
-OPERATIONS = 48
+# Answers between the steps: before the first restart, and after each.
+ANSWERS_PER_STEP = 8
 # The deadline bounds each call's retries, as the CLI's --timeout does.
 WITHIN_DEADLINE = dataclasses.replace(CLIENT_DEFAULT, name="test_replicas", max_attempts=None, max_total_seconds=60.0)
 
@@ -73,72 +76,88 @@ def replicas(tmp_path: Path, database_url: str) -> Iterator[list[Replica]]:
         receiver.stop()
 
 
-def _approve_async(target: str, ops: list[str], answered: Callable[[], None]) -> list[ApproveResult]:
-    async def stream() -> list[ApproveResult]:
-        async with open_aio_channel(target) as channel:
-            client = AsyncReviewClient(channel, timeout=10.0, policy=WITHIN_DEADLINE)
-            results = []
-            for op in ops:
-                results.append(await client.approve(op))
-                answered()
-            return results
+EVIDENCE = (EvidenceItem("HOLD-7", 2, "Firmware 4.2.0 may hold."), EvidenceItem("KB-12", 1, "Update to 4.2.1."))
+POLICY = PolicyRef("support-replies", "2026-10", 9)
 
-    return asyncio.run(stream())
+
+class Stream:
+    """Cases started and approved one after another by several callers until told to stop; what each
+    approval answered, and how many were answered so far."""
+
+    def __init__(self) -> None:
+        self._cases = itertools.count()
+        self._lock = threading.Lock()
+        self.stop = threading.Event()
+        self.answers: list[ApproveResult] = []
+
+    def next_case(self) -> str | None:
+        with self._lock:
+            return None if self.stop.is_set() else f"T-{next(self._cases)}"
+
+    def answered(self, result: ApproveResult) -> None:
+        with self._lock:
+            self.answers.append(result)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.answers)
+
+    def wait_for(self, answers: int) -> None:
+        deadline = time.monotonic() + 120
+        while self.count() < answers:
+            assert time.monotonic() < deadline, f"{self.count()} answers, waiting for {answers}"
+            time.sleep(0.02)
+
+    def run(self, client: ReviewClient) -> None:
+        while (case_id := self.next_case()) is not None:
+            started = client.start_review(case_id, "record_support_review", T1042_BODY, EVIDENCE, POLICY)
+            self.answered(client.approve(started.proposal.operation_id))
+
+    def run_async(self, target: str) -> None:
+        async def stream() -> None:
+            async with open_aio_channel(target) as channel:
+                client = AsyncReviewClient(channel, timeout=10.0, policy=WITHIN_DEADLINE)
+                while (case_id := self.next_case()) is not None:
+                    started = await client.start_review(case_id, "record_support_review", T1042_BODY, EVIDENCE, POLICY)
+                    self.answered(await client.approve(started.proposal.operation_id))
+
+        asyncio.run(stream())
 
 
 def test_a_stream_of_approvals_over_two_replicas_survives_restarting_each(
     tmp_path: Path, replicas: list[Replica], database_url: str
 ) -> None:
     target = ",".join(replica.target for replica in replicas)
-    channel = open_channel(target)
-    try:
-        stub = review_pb2_grpc.ReviewServiceStub(channel)
-        ops = [
-            stub.StartReview(start_request(case_id=f"T-{n}"), timeout=30).proposal.operation_id
-            for n in range(OPERATIONS)
-        ]
+    stream = Stream()
+    answered_during: list[int] = []
+    with open_channel(target) as channel, ThreadPoolExecutor(4) as pool:
         client = ReviewClient(channel, timeout=10.0, policy=WITHIN_DEADLINE)
-        done = [0]
-        lock = threading.Lock()
+        # Three threads of the synchronous client and one asyncio client, on the one list of both replicas.
+        callers = [pool.submit(stream.run, client) for _ in range(3)] + [pool.submit(stream.run_async, target)]
+        try:
+            for replica, crash in ((replicas[0], False), (replicas[1], True)):
+                stream.wait_for(stream.count() + ANSWERS_PER_STEP)
+                before = stream.count()
+                replica.restart(crash=crash)
+                answered_during.append(stream.count() - before)
+            stream.wait_for(stream.count() + ANSWERS_PER_STEP)
+        finally:
+            stream.stop.set()
+        for caller in callers:
+            caller.result()  # a call that failed within its deadline raises here
 
-        def answered() -> None:
-            with lock:
-                done[0] += 1
-
-        def approve(op: str) -> ApproveResult:
-            result = client.approve(op)
-            answered()
-            return result
-
-        def wait_for(answers: int) -> None:
-            deadline = time.monotonic() + 120
-            while done[0] < answers:
-                assert time.monotonic() < deadline, f"{done[0]} answers, waiting for {answers}"
-                time.sleep(0.02)
-
-        with ThreadPoolExecutor(4) as pool:
-            # Half through three threads of the synchronous client, half through one asyncio client.
-            sync_results = [pool.submit(approve, op) for op in ops[0::2]]
-            async_results = pool.submit(_approve_async, target, ops[1::2], answered)
-            wait_for(OPERATIONS // 6)
-            replicas[0].restart(crash=False)
-            wait_for(OPERATIONS // 2)
-            replicas[1].restart(crash=True)
-            results = [future.result() for future in sync_results] + async_results.result()
-    finally:
-        channel.close()
-
-    # Every call was answered; an approval cut by the crash may be Unknown (an answer: the effect's fate
-    # is open, never a failure), and the same Approve repeated later settles it.
-    assert len(results) == OPERATIONS
-    assert {result.outcome for result in results} <= {Outcome.COMMITTED, Outcome.UNKNOWN}
-    assert count(f"sqlite:///{tmp_path / 'receiver.db'}", "SELECT count(DISTINCT case_id) FROM effects") == count(
-        f"sqlite:///{tmp_path / 'receiver.db'}", "SELECT count(*) FROM effects"
-    )
-    assert count(database_url, "SELECT count(*) FROM decisions") == OPERATIONS
+    # The other replica answered while each one was down and starting again.
+    assert all(answers > 0 for answers in answered_during), answered_during
+    # An approval cut by the crash may be Unknown (an answer: the effect's fate is open, never a failure).
+    assert {result.outcome for result in stream.answers} <= {Outcome.COMMITTED, Outcome.UNKNOWN}
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    effects = count(receiver_url, "SELECT count(*) FROM effects")
+    assert effects == count(receiver_url, "SELECT count(DISTINCT case_id) FROM effects")
+    assert count(database_url, "SELECT count(*) FROM decisions") == len(stream.answers)
 
     # The CLI takes the same list, and a repeated approval is answered through it (a replay).
-    command = [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", ops[0], "--json", "--target", target]
+    op = stream.answers[0].operation.operation_id
+    command = [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", op, "--json", "--target", target]
     approved = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["replay"] is True
