@@ -16,7 +16,12 @@ partition the leader (iptables drops every packet its processes send, matched by
 run in, and every packet to its ports: it runs on, cut from etcd, its standbys and its clients), a
 switchover as an operator does it
 (``patronictl switchover``), and lose a standby while the leader runs. A lost node is started again
-and rejoins as a standby (``pg_rewind``).
+and rejoins as a standby (``pg_rewind``); when its rewind fails, Patroni removes its data directory
+and clones it again from the leader (``remove_data_directory_on_rewind_failure``);
+``fail_next_rewind`` makes a node's next ``pg_rewind`` fail, as one cut short by a leader change does.
+
+When the test fails, ``log_tails`` is what it prints: the end of each node's log (Patroni's and
+its PostgreSQL's lines, which go to the same file).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,6 +62,13 @@ KEEP_ENV = "DECISIONFLOW_KEEP_PATRONI"  # set: the cluster's folder (its logs) i
 TTL_SECONDS = 20
 LOOP_WAIT_SECONDS = 2
 RETRY_TIMEOUT_SECONDS = 5
+# Lines of each node's log printed when the test fails, without the lines that say little: Patroni's heartbeat
+# ("no action") and the fields of the pg_controldata it logs before each start but the state and the timeline.
+LOG_TAIL_LINES = 80
+_LOG_NOISE = re.compile(
+    r".* INFO: no action\. "
+    r"|  (?!Database cluster state|Latest checkpoint's TimeLineID)[A-Za-z][\w' ()/-]*: "
+)
 READY_TIMEOUT_SECONDS = 120.0
 # A commit on the leader, its synchronous standby's acknowledgement included, counts as prompt below this (the
 # campaigns give each Apply 1 s).
@@ -155,7 +168,26 @@ class Node:
 
     @property
     def log(self) -> Path:
+        """Patroni's log, and its PostgreSQL's (which writes to the standard error Patroni is given)."""
         return self.folder / "patroni.log"
+
+    @property
+    def rewind_wrapper(self) -> Path:
+        return self.folder / "pg_rewind"
+
+    @property
+    def rewind_failure(self) -> Path:
+        """While this file is there, the node's next pg_rewind fails (and removes it)."""
+        return self.folder / "fail-next-rewind"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of the node's log, without Patroni's "no action" heartbeat lines."""
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError as error:
+            return f"(no log: {error})"
+        kept = [line for line in text.splitlines() if not _LOG_NOISE.match(line)]
+        return "\n".join(kept[-lines:])
 
     @property
     def cgroup(self) -> str:
@@ -193,6 +225,7 @@ class PatroniCluster:
     etcd_peer_port: int = 0
     etcd: subprocess.Popen[bytes] | None = None
     nodes: list[Node] = field(default_factory=list)
+    keep: bool = False  # set: the folder (its logs) is kept after the cluster stops
 
     def url(self, database: str) -> str:
         """A URL naming every node; libpq connects to whichever is writable."""
@@ -215,6 +248,7 @@ class PatroniCluster:
                 shutil.chown(folder, OS_USER)
             node = Node(f"n{index + 1}", free_port(), free_port(), folder)
             node.config.write_text(self._config(node), encoding="utf-8")
+            self._write_rewind_wrapper(node)
             self.nodes.append(node)
         self.start_node(self.nodes[0])
         self.wait_for(lambda: self.leader() is not None, "a leader")
@@ -251,7 +285,16 @@ class PatroniCluster:
             "synchronous_mode_strict": self.synchronous,
             "maximum_lag_on_failover": 1 << 20,
             "postgresql": {
+                # A rejoining node whose timeline diverged is rewound (wal_log_hints or data checksums let
+                # pg_rewind run); when the rewind fails (one cut short by a switchover in a campaign run left an
+                # empty pg_hba.conf, and the node never started again), or cannot run, its data directory is
+                # removed and cloned again from the leader.
                 "use_pg_rewind": True,
+                "remove_data_directory_on_rewind_failure": True,
+                "remove_data_directory_on_diverged_timelines": True,
+                # The clone's pg_basebackup starts with a checkpoint: spread (PostgreSQL's default), it took
+                # 102 s under the campaign's load, and the node was still being cloned when the test gave up.
+                "basebackup": {"checkpoint": "fast"},
                 "parameters": {"max_connections": 200, "wal_log_hints": "on", "wal_keep_size": "256MB"},
             },
         }
@@ -281,9 +324,38 @@ class PatroniCluster:
                     "rewind": {"username": "postgres", "password": "x"},
                 },
                 "parameters": {"unix_socket_directories": str(node.folder)},
+                "bin_name": {"pg_rewind": str(node.rewind_wrapper)},
             },
         }
         return json.dumps(config, indent=2)  # YAML 1.2 reads JSON
+
+    @staticmethod
+    def _write_rewind_wrapper(node: Node) -> None:
+        # pg_rewind as Patroni calls it, except once after fail_next_rewind(node): then it fails as one cut short
+        # while it copied files from the leader does, leaving the files it had begun empty (pg_hba.conf among them,
+        # as in the campaign run a switchover cut one short). Patroni runs ``pg_rewind --help`` to see that it is
+        # there; that always works. (A rewind that fails and leaves the directory whole, Patroni simply retries.)
+        node.rewind_wrapper.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" != --help ] && rm "{node.rewind_failure}" 2>/dev/null; then\n'
+            f'  : > "{node.datadir}/pg_hba.conf"\n'
+            '  echo "pg_rewind: error: cut short by the failover campaign" >&2; exit 1\n'
+            "fi\n"
+            f'exec "{_bindir()}/pg_rewind" "$@"\n',
+            encoding="utf-8",
+        )
+        node.rewind_wrapper.chmod(0o755)
+
+    def fail_next_rewind(self, node: Node) -> None:
+        """Make node's next pg_rewind fail, as one cut short by a leader change does: with the data directory
+        left unusable."""
+        node.rewind_failure.touch()
+        if os.geteuid() == 0:
+            shutil.chown(node.rewind_failure, OS_USER)
+
+    def rewind_failed(self, node: Node) -> bool:
+        """Whether the failure fail_next_rewind(node) asked for has happened."""
+        return not node.rewind_failure.exists()
 
     def start_node(self, node: Node) -> None:
         """Start node's Patroni (which starts its PostgreSQL, as a new cluster's leader or a standby)."""
@@ -348,18 +420,28 @@ class PatroniCluster:
         ]
 
     def healthy(self) -> bool:
-        """A leader, every other node streaming, and (synchronous mode) a synchronous standby."""
+        """A running leader, every other node streaming from it on its timeline, and (synchronous mode) a
+        synchronous standby. A node that has only started again is not enough: a demoted leader runs as a
+        standby for a moment before Patroni stops it to rewind it, and a rewind a switchover cuts short can
+        leave it unable to start (as in a campaign run)."""
         members = self.members()
-        running = [m for m in members if m.get("state") in ("running", "streaming")]
-        sync = [m for m in members if m.get("role") == "sync_standby"]
-        return (
-            len(running) == len(self.nodes)
-            and any(m.get("role") == "leader" for m in running)
-            and (bool(sync) or not self.synchronous)
-        )
+        leaders = [m for m in members if m.get("role") == "leader" and m.get("state") == "running"]
+        if len(leaders) != 1:
+            return False
+        timeline = leaders[0].get("timeline")
+        streaming = [m for m in members if m.get("state") == "streaming" and m.get("timeline") == timeline]
+        sync = [m for m in streaming if m.get("role") == "sync_standby"]
+        return len(streaming) == len(self.nodes) - 1 and (bool(sync) or not self.synchronous)
 
     def wait_healthy(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
-        self.wait_for(self.healthy, "every node running with a synchronous standby", timeout)
+        self.wait_for(self.healthy, "every other node streaming from the leader, one of them synchronously", timeout)
+
+    def log_tails(self) -> str:
+        """The end of each node's log, and where the cluster's folder is (kept when the test fails)."""
+        parts = [f"the cluster's folder: {self.folder}"]
+        for node in self.nodes:
+            parts.append(f"--- {node.name} ({node.log}), last {LOG_TAIL_LINES} lines ---\n{node.log_tail()}")
+        return "\n".join(parts)
 
     def commits_promptly(self, database: str, within: float = PROMPT_COMMIT_SECONDS, times: int = 3) -> bool:
         """Healthy, and times commits in a row on the leader (each waits for the synchronous standby) took less
@@ -401,8 +483,9 @@ class PatroniCluster:
         # The postmaster's children notice its death and exit within a moment.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            done = subprocess.run(["pgrep", "-f", f"-D {node.datadir}"], capture_output=True, check=False)
-            if done.returncode != 0:
+            # "--": the pattern starts with a dash, which pgrep would read as an option (and exit 2).
+            done = subprocess.run(["pgrep", "-f", "--", f"-D {node.datadir}"], capture_output=True, check=False)
+            if done.returncode == 1:
                 return
             time.sleep(0.2)
 
@@ -515,16 +598,22 @@ class PatroniCluster:
 @contextmanager
 def patroni_cluster(patroni_bin: str, *, synchronous: bool = True) -> Iterator[PatroniCluster]:
     """A started cluster in a folder of its own (under the system's temporary folder, which the
-    postgres user can reach, unlike pytest's), stopped and removed after."""
+    postgres user can reach, unlike pytest's), stopped and removed after, unless cluster.keep was set
+    (or DECISIONFLOW_KEEP_PATRONI); when it does not start, each node's log tail is printed."""
     cluster = PatroniCluster(
         Path(tempfile.mkdtemp(prefix="decisionflow-patroni-")), synchronous=synchronous, patroni_bin=patroni_bin
     )
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.keep = True
+            print(f"\nthe cluster did not start:\n{cluster.log_tails()}")
+            raise
         yield cluster
     finally:
         cluster.stop()
-        if os.environ.get(KEEP_ENV):
+        if cluster.keep or os.environ.get(KEEP_ENV):
             print(f"\nthe cluster's logs are kept in {cluster.folder}")
         else:
             shutil.rmtree(cluster.folder, ignore_errors=True)

@@ -3,12 +3,14 @@ Patroni (tests.campaigns.patroni), approvals from 16 callers, and the faults a c
 
 - node loss: SIGKILL of the leader's Patroni and postmaster together, with its standbys a second
   behind (what the leader sends them dropped, as over a slow link): the synchronous standby is promoted once
-  the leader key expires; the lost node is started again and rejoins as a standby;
+  the leader key expires; the lost node is started again, its first ``pg_rewind``
+  fails (as one a switchover cut short did), and Patroni clones it again from the new leader;
 - a partition of the leader (it runs on, cut from etcd, its standbys and its clients: its Patroni
   demotes it when it cannot renew the leader key, and a standby is promoted);
 - a switchover under load (``patronictl switchover``), as an operator does for maintenance;
 - a standby lost while the leader runs (writes go on with the other standby as the synchronous one).
 
+Between faults the cluster is healthy again: every other node streams from the leader on its timeline.
 Each service is given one URL naming the three nodes with ``target_session_attrs=read-write``, and
 is never restarted: libpq finds the new leader when a pooled connection is replaced. A call during
 a failover may only end UNAVAILABLE, past its deadline, or with the outcome Unknown. After the run:
@@ -40,6 +42,7 @@ from tests.campaigns.history import Event, History, load
 from tests.campaigns.patroni import PatroniCluster
 from tests.campaigns.report import publish
 from tests.campaigns.workload import CAMPAIGN_POLICY, Reviewer, channel, review_until, settle_and_check
+from tests.support.campaigns import failed, on_failure
 
 CALLERS = 16  # half with the campaign's retries, half with none, so a failover reaches them
 LOAD_SECONDS = 3.0
@@ -59,7 +62,9 @@ def database_cluster(
     patroni_bin = patroni.install_patroni(tmp_path_factory.getbasetemp().parent / "decisionflow-patroni.lock")
     synchronous = not request.config.getoption("--failover-async")
     with patroni.patroni_cluster(patroni_bin, synchronous=synchronous) as cluster:
+        on_failure(request, "the Patroni nodes' logs", cluster.log_tails)
         yield cluster
+        cluster.keep = failed(request)
 
 
 class Faults:
@@ -86,14 +91,17 @@ class Faults:
         self.applied.append((name, began, self.history.now()))
 
     def lose_leader(self) -> None:
-        """SIGKILL the leader while its standbys lag LAG_SECONDS behind; wait for a new one; start the
-        lost node again and wait until it streams."""
+        """SIGKILL the leader while its standbys lag LAG_SECONDS behind; wait for a new one; start the lost
+        node again, fail its first pg_rewind, and wait until it streams."""
         leader = self.cluster.leader()
         assert leader is not None
         self._noted("leader_lost", lambda: self._kill_lagging_and_wait_for_new_leader(leader))
         time.sleep(LOAD_SECONDS)
+        # Its timeline diverged (it wrote what its standbys never received), so it must be rewound.
+        self.cluster.fail_next_rewind(leader)
         self.cluster.start_node(leader)
         self.cluster.wait_healthy()
+        assert self.cluster.rewind_failed(leader), f"{leader.name} rejoined without a pg_rewind to fail"
 
     def _kill_lagging_and_wait_for_new_leader(self, leader: patroni.Node) -> None:
         # Synchronous: the commits of the lag wait for a standby and are never acknowledged.

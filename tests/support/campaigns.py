@@ -1,8 +1,9 @@
-"""Campaign fixtures: the sizes given on the command line, the history, and process stacks."""
+"""Campaign fixtures: the sizes given on the command line, the history, and process stacks; and what a
+failing campaign shows beside its error (``on_failure``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,31 @@ from tests.campaigns.cluster import Cluster
 from tests.campaigns.history import History
 
 DEFAULT_SEED = 20261129
+# What a test asked to show when it fails: (heading, how to read it), read once the failure is known.
+FAILURE_NOTES = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
+FAILED = pytest.StashKey[bool]()
+
+
+def on_failure(request: pytest.FixtureRequest, heading: str, note: Callable[[], str]) -> None:
+    """Show note() under heading in the report of the test, should its setup or call fail."""
+    request.node.stash.setdefault(FAILURE_NOTES, []).append((heading, note))
+
+
+def failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the test's setup or call has failed (for a fixture's teardown to keep what explains it)."""
+    return bool(request.node.stash.get(FAILED, False))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        item.stash[FAILED] = True
+        for heading, note in item.stash.get(FAILURE_NOTES, []):
+            report.sections.append((heading, note()))
+    return report
 
 
 @dataclass(frozen=True)
