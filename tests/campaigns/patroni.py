@@ -17,8 +17,9 @@ run in, and every packet to its ports: it runs on, cut from etcd, its standbys a
 switchover as an operator does it
 (``patronictl switchover``), and lose a standby while the leader runs. A lost node is started again
 and rejoins as a standby (``pg_rewind``); when its rewind fails, Patroni removes its data directory
-and clones it again from the leader (``remove_data_directory_on_rewind_failure``);
-``fail_next_rewind`` makes a node's next ``pg_rewind`` fail, as one cut short by a leader change does.
+and clones it again from the leader (``remove_data_directory_on_rewind_failure``). Two more levers:
+``write_burst`` leaves the standbys megabytes behind, and ``fail_next_rewind`` makes a node's next
+``pg_rewind`` fail, as one cut short by a leader change does.
 
 When the test fails, ``log_tails`` is what it prints: the end of each node's log (Patroni's and
 its PostgreSQL's lines, which go to the same file).
@@ -62,6 +63,13 @@ KEEP_ENV = "DECISIONFLOW_KEEP_PATRONI"  # set: the cluster's folder (its logs) i
 TTL_SECONDS = 20
 LOOP_WAIT_SECONDS = 2
 RETRY_TIMEOUT_SECONDS = 5
+# How far behind the leader's last published WAL position a standby may be and still be promoted. In strict
+# synchronous mode only the synchronous standby may be promoted, and it has every commit the leader acknowledged:
+# what it lacks is WAL no acknowledged commit needs (a transaction still open, commits waiting for it). Patroni
+# 4.1.5 applies the limit there too (ha.py, _is_healthiest_node), so a limit only ever leaves the cluster without
+# a leader (1 MB did, for as long as the dead node stayed down): it is set past any lag. Asynchronous: Patroni's
+# default, which bounds what a promotion may lose.
+MAXIMUM_LAG_ON_FAILOVER_BYTES = {True: 1 << 40, False: 1 << 20}
 # Lines of each node's log printed when the test fails, without the lines that say little: Patroni's heartbeat
 # ("no action") and the fields of the pg_controldata it logs before each start but the state and the timeline.
 LOG_TAIL_LINES = 80
@@ -283,7 +291,7 @@ class PatroniCluster:
             "retry_timeout": RETRY_TIMEOUT_SECONDS,
             "synchronous_mode": self.synchronous,
             "synchronous_mode_strict": self.synchronous,
-            "maximum_lag_on_failover": 1 << 20,
+            "maximum_lag_on_failover": MAXIMUM_LAG_ON_FAILOVER_BYTES[self.synchronous],
             "postgresql": {
                 # A rejoining node whose timeline diverged is rewound (wal_log_hints or data checksums let
                 # pg_rewind run); when the rewind fails (one cut short by a switchover in a campaign run left an
@@ -435,6 +443,33 @@ class PatroniCluster:
 
     def wait_healthy(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
         self.wait_for(self.healthy, "every other node streaming from the leader, one of them synchronously", timeout)
+
+    def lag_bytes(self, node: Node) -> int | None:
+        """How far node is behind the WAL position the leader last published, as Patroni counts it for a
+        failover (None when Patroni does not say)."""
+        for member in self.members():
+            if member.get("name") == node.name and isinstance(member.get("lag"), int):
+                return int(member["lag"])
+        return None
+
+    def synchronous_standby(self) -> Node | None:
+        """The node Patroni names the synchronous standby, or None."""
+        sync = [m["name"] for m in self.members() if m.get("role") == "sync_standby"]
+        return self.by_name(sync[0]) if sync else None
+
+    @contextmanager
+    def write_burst(self, node: Node, size_bytes: int) -> Iterator[None]:
+        """Keep a transaction open on node, for the block, that has written about size_bytes of WAL and never
+        commits: what its standbys lag behind while it is held from them is WAL no acknowledged commit needs."""
+        rows = size_bytes // 1024
+        conn = psycopg.connect(self.node_url(node, "postgres"), connect_timeout=2)  # not autocommit: it stays open
+        try:
+            conn.execute("CREATE TABLE write_burst (filler text)")
+            conn.execute("INSERT INTO write_burst SELECT repeat('x', 1000) FROM generate_series(1, %s)", (rows,))
+            yield
+        finally:
+            with suppress(psycopg.Error):
+                conn.close()
 
     def log_tails(self) -> str:
         """The end of each node's log, and where the cluster's folder is (kept when the test fails)."""

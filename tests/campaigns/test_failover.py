@@ -1,9 +1,10 @@
 """The loss of a database server under load: both services on a three-node PostgreSQL cluster under
 Patroni (tests.campaigns.patroni), approvals from 16 callers, and the faults a cluster meets:
 
-- node loss: SIGKILL of the leader's Patroni and postmaster together, with its standbys a second
-  behind (what the leader sends them dropped, as over a slow link): the synchronous standby is promoted once
-  the leader key expires; the lost node is started again, its first ``pg_rewind``
+- node loss: SIGKILL of the leader's Patroni and postmaster together while its standbys are seconds and
+  megabytes behind (what the leader sends them dropped, as over a slow link, while it holds a transaction
+  that wrote 8 MB): the synchronous standby is promoted once the leader key expires, however far behind
+  the leader's last published WAL position it is; the lost node is started again, its first ``pg_rewind``
   fails (as one a switchover cut short did), and Patroni clones it again from the new leader;
 - a partition of the leader (it runs on, cut from etcd, its standbys and its clients: its Patroni
   demotes it when it cannot renew the leader key, and a standby is promoted);
@@ -29,6 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import psycopg
@@ -46,11 +48,21 @@ from tests.support.campaigns import failed, on_failure
 
 CALLERS = 16  # half with the campaign's retries, half with none, so a failover reaches them
 LOAD_SECONDS = 3.0
-# How far the standbys fall behind (their WAL receivers held) when the leader is killed.
+# How long the standbys are held behind (their WAL receivers starved) before the leader is killed; and, in
+# synchronous mode, the transaction it holds open meanwhile and how far behind its last published WAL position
+# the synchronous standby must be when it dies (four times the 1 MB maximum_lag_on_failover that once kept the
+# cluster without a leader).
 LAG_SECONDS = 1.0
-# The goal is Patroni's ttl plus 5 s (measured: 21.7 s against 25 s); the bound leaves a loaded CI
-# machine 10 s more before it calls a slow failover a failure.
-OUTAGE_BOUND_SECONDS = patroni.TTL_SECONDS + 15
+BURST_BYTES = 8 << 20
+BEHIND_BYTES = 4 << 20
+# How long a fault may leave writes refused, from the last success before they stalled to the first after
+# (docs/deployment.md): the leader key outlives the old leader's last renewal by up to ttl; the synchronous
+# standby's Patroni acts on its next loop (loop_wait) and first asks the other members, 2 s at most each (a
+# silent old leader takes all of it); the promotion; then a new connection gives each silent host connect_timeout
+# (2 s) before it reaches the new leader, and a caller retries. Measured from the stall, a loss also counts the
+# seconds its standbys were held before the kill. ttl + 5 s was the goal once: from the stall, failovers took
+# 25.1 s and 25.3 s.
+OUTAGE_BOUND_SECONDS = patroni.TTL_SECONDS + 10
 OUTAGE_ENDINGS = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"}
 
 
@@ -74,6 +86,7 @@ class Faults:
         self.cluster = cluster
         self.history = history
         self.applied: list[tuple[str, float, float]] = []
+        self.held_before_kill: list[float] = []  # per leader loss, how long its standbys were held before the kill
 
     def chosen(self, names: str) -> list[Callable[[], None]]:
         """The faults named (comma-separated), in the order given."""
@@ -91,8 +104,8 @@ class Faults:
         self.applied.append((name, began, self.history.now()))
 
     def lose_leader(self) -> None:
-        """SIGKILL the leader while its standbys lag LAG_SECONDS behind; wait for a new one; start the lost
-        node again, fail its first pg_rewind, and wait until it streams."""
+        """SIGKILL the leader while its standbys lag LAG_SECONDS (and, synchronous, BEHIND_BYTES) behind; wait
+        for a new one; start the lost node again, fail its first pg_rewind, and wait until it streams."""
         leader = self.cluster.leader()
         assert leader is not None
         self._noted("leader_lost", lambda: self._kill_lagging_and_wait_for_new_leader(leader))
@@ -104,12 +117,24 @@ class Faults:
         assert self.cluster.rewind_failed(leader), f"{leader.name} rejoined without a pg_rewind to fail"
 
     def _kill_lagging_and_wait_for_new_leader(self, leader: patroni.Node) -> None:
-        # Synchronous: the commits of the lag wait for a standby and are never acknowledged.
-        # Asynchronous: they are acknowledged, and the standby promoted never receives them.
-        with self.cluster.lagging(leader):
+        # Synchronous: the commits of the lag wait for a standby and are never acknowledged, and neither is
+        # the burst, which never commits. Asynchronous: the commits are acknowledged, and the standby promoted
+        # never receives them (no burst: there the lag limit is what bounds that loss, and it would rightly
+        # refuse to promote). The standbys stay starved until a new leader is there: the dead leader's kernel
+        # would otherwise deliver what it had queued for them, which a machine that died would not.
+        standby = self.cluster.synchronous_standby()
+        burst = self.cluster.write_burst(leader, BURST_BYTES) if standby else nullcontext()
+        with self.cluster.lagging(leader), burst:
+            held_from = self.history.now()
             time.sleep(LAG_SECONDS)
+            if standby is not None:
+                self.cluster.wait_for(
+                    lambda: (self.cluster.lag_bytes(standby) or 0) >= BEHIND_BYTES,
+                    f"the synchronous standby {standby.name} {BEHIND_BYTES >> 20} MB behind",
+                )
+            self.held_before_kill.append(round(self.history.now() - held_from, 2))
             self.cluster.kill(leader)
-        self.cluster.wait_for(lambda: self.cluster.leader() not in (None, leader), "a new leader")
+            self.cluster.wait_for(lambda: self.cluster.leader() not in (None, leader), "a new leader")
 
     def switchover(self) -> None:
         """Switch the leader over to a standby and wait until the old leader streams from it."""
@@ -147,6 +172,19 @@ def _longest_gap(events: list[Event], began: float, ended: float) -> float:
     oks = sorted(e.time for e in events if e.type == "ok" and began <= e.time <= ended)
     marks = [began, *oks, ended]
     return round(max(b - a for a, b in itertools.pairwise(marks)), 2)
+
+
+def _outages(events: list[Event], applied: list[tuple[str, float, float]], ended: float) -> list[tuple[str, float]]:
+    """Per fault, the longest pause in successful calls that ended after it began and before the next fault
+    began: measured from the last success before writes stalled (which may come before the fault's own last
+    step, a kill, or even its first) to the first after they resumed."""
+    oks = sorted(e.time for e in events if e.type == "ok")
+    starts = [began for _, began, _ in applied]
+    outages = []
+    for (name, began, _), until in zip(applied, [*starts[1:], ended], strict=True):
+        pauses = [b - a for a, b in itertools.pairwise([*oks, ended]) if began < b <= until]
+        outages.append((name, round(max(pauses, default=until - began), 2)))
+    return outages
 
 
 def _count(cluster: PatroniCluster, node: patroni.Node, database: str, table: str) -> int:
@@ -230,6 +268,7 @@ def test_database_failover_under_load_loses_nothing(
         k: v for k, v in endings.items() if not k.startswith("ok:") and k.split(":", 1)[1] not in OUTAGE_ENDINGS
     }
     longest = _longest_gap(events, began, ended)
+    outages = _outages(events, faults.applied, ended)
     publish(
         "database_failover" + ("" if cluster.synchronous else "_async"),
         {
@@ -240,6 +279,8 @@ def test_database_failover_under_load_loses_nothing(
             "failures_by_status": ",".join(f"{k}={v}" for k, v in sorted(endings.items()) if not k.startswith("ok")),
             "unknown_outcomes_told": sum(1 for e in events if e.outcome == "UNKNOWN"),
             "longest_write_outage_seconds": longest,
+            "write_outage_per_fault_seconds": ",".join(f"{name}:{seconds}" for name, seconds in outages),
+            "standbys_held_before_kill_seconds": ",".join(map(str, faults.held_before_kill)),
             "service_starts": ",".join(f"{k}:{v}" for k, v in sorted(starts.items())),
             "operations": settled.result.operations,
             "duplicates_found": settled.result.duplicates,
@@ -258,4 +299,5 @@ def test_database_failover_under_load_loses_nothing(
     assert not bad_endings, f"calls ended other than OK, UNAVAILABLE, deadline or Unknown: {bad_endings}"
     assert not settled.failures(), "\n".join(settled.failures()[:30])
     assert all(len(set(values)) == 1 for values in counts.values()), f"the nodes differ: {counts}"
-    assert longest <= OUTAGE_BOUND_SECONDS, f"writes were refused for {longest} s"
+    slow = [(name, seconds) for name, seconds in outages if seconds > OUTAGE_BOUND_SECONDS]
+    assert not slow, f"writes were refused for longer than {OUTAGE_BOUND_SECONDS} s from the stall: {slow}"
