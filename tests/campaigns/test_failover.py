@@ -124,8 +124,8 @@ class Faults:
         # would otherwise deliver what it had queued for them, which a machine that died would not.
         standby = self.cluster.synchronous_standby()
         burst = self.cluster.write_burst(leader, BURST_BYTES) if standby else nullcontext()
+        held_from = self.history.now()
         with self.cluster.lagging(leader), burst:
-            held_from = self.history.now()
             time.sleep(LAG_SECONDS)
             if standby is not None:
                 self.cluster.wait_for(
