@@ -303,7 +303,14 @@ class PatroniCluster:
                 # The clone's pg_basebackup starts with a checkpoint: spread (PostgreSQL's default), it took
                 # 102 s under the campaign's load, and the node was still being cloned when the test gave up.
                 "basebackup": {"checkpoint": "fast"},
-                "parameters": {"max_connections": 200, "wal_log_hints": "on", "wal_keep_size": "256MB"},
+                # A standby whose WAL stream ended (its primary lost) tries again after wal_retrieve_retry_interval:
+                # 5 s by default, and strict mode lets the new primary commit nothing until one follows it.
+                "parameters": {
+                    "max_connections": 200,
+                    "wal_log_hints": "on",
+                    "wal_keep_size": "256MB",
+                    "wal_retrieve_retry_interval": "1s",
+                },
             },
         }
         config = {

