@@ -72,6 +72,21 @@ def test_list_operations_pages_lazily_with_the_filters(server: StandIn, client: 
         assert call.time_remaining is not None
 
 
+def test_list_operations_page_returns_one_page_and_its_token(server: StandIn, client: OperationsClient) -> None:
+    server.script.then(
+        "ListOperations",
+        operations_pb2.ListOperationsResponse(operations=[operation(OPS[2])], next_page_token="p3"),
+    )
+
+    page = client.list_operations_page([OperationState.UNKNOWN], page_size=1, page_token="p2", case_id="T-7")
+
+    assert [o.operation_id for o in page.operations] == OPS[2:3]
+    assert page.next_page_token == "p3"
+    [call] = server.script.calls("ListOperations")
+    assert (call.request.page_token, call.request.page_size, call.request.case_id) == ("p2", 1, "T-7")
+    assert list(call.request.states) == [common_pb2.OPERATION_STATE_UNKNOWN]
+
+
 def test_settle_operation_sends_the_lookup_as_observed(server: StandIn, client: OperationsClient) -> None:
     server.script.answer(
         "SettleOperation",

@@ -14,22 +14,37 @@ from google.protobuf import duration_pb2
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
-from decisionflow.client.views import OperationState, OperationView, RedriveResult, Settlement, SettleResult
+from decisionflow.client.views import (
+    OperationPage,
+    OperationState,
+    OperationView,
+    RedriveResult,
+    Settlement,
+    SettleResult,
+)
 from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc
 
 
 def _list_request(
-    states: Iterable[OperationState], min_age: timedelta | None, page_size: int, case_id: str | None
+    states: Iterable[OperationState],
+    min_age: timedelta | None,
+    page_size: int,
+    case_id: str | None,
+    page_token: str = "",
 ) -> operations_pb2.ListOperationsRequest:
     request = operations_pb2.ListOperationsRequest(
-        states=[wire.state_to_pb(s) for s in states], page_size=page_size, case_id=case_id
+        states=[wire.state_to_pb(s) for s in states], page_size=page_size, page_token=page_token, case_id=case_id
     )
     if min_age is not None:
         age = duration_pb2.Duration()
         age.FromTimedelta(min_age)
         request.min_age.CopyFrom(age)
     return request
+
+
+def _page(response: operations_pb2.ListOperationsResponse) -> OperationPage:
+    return OperationPage(tuple(convert.operation(o) for o in response.operations), response.next_page_token)
 
 
 def _settle_request(settlement: Settlement) -> operations_pb2.SettleOperationRequest:
@@ -93,6 +108,20 @@ class OperationsClient:
                 return
             request.page_token = response.next_page_token
 
+    def list_operations_page(
+        self,
+        states: Iterable[OperationState] = (),
+        *,
+        min_age: timedelta | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        case_id: str | None = None,
+    ) -> OperationPage:
+        """Return one page of list_operations' operations, for a console that pages: pass the page's
+        next_page_token back (with the same states, age and case) for the next page."""
+        request = _list_request(states, min_age, page_size, case_id, page_token)
+        return _page(call(self._stub.ListOperations, request, self._settings))
+
     def settle_operation(self, settlement: Settlement) -> SettleResult:
         """Record what one lookup showed; settled is True when this call moved the operation to COMMITTED."""
         return convert.settle_result(call(self._stub.SettleOperation, _settle_request(settlement), self._settings))
@@ -133,6 +162,20 @@ class AsyncOperationsClient(AsyncClient):
             if not response.next_page_token:
                 return
             request.page_token = response.next_page_token
+
+    async def list_operations_page(
+        self,
+        states: Iterable[OperationState] = (),
+        *,
+        min_age: timedelta | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        case_id: str | None = None,
+    ) -> OperationPage:
+        """Return one page of list_operations' operations, for a console that pages: pass the page's
+        next_page_token back (with the same states, age and case) for the next page."""
+        request = _list_request(states, min_age, page_size, case_id, page_token)
+        return _page(await call_async(self._stub.ListOperations, request, self._settings))
 
     async def settle_operation(self, settlement: Settlement) -> SettleResult:
         """Record what one lookup showed; settled is True when this call moved the operation to COMMITTED."""

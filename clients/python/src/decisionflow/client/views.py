@@ -37,6 +37,7 @@ __all__ = [
     "LookupBatch",
     "LookupNote",
     "LookupStatus",
+    "OperationPage",
     "OperationState",
     "OperationView",
     "Outcome",
@@ -144,6 +145,14 @@ class PendingReviewPage:
     """One page of pending reviews, oldest proposal first; next_page_token is empty on the last page."""
 
     entries: tuple[PendingReviewEntry, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class OperationPage:
+    """One page of operations, oldest first; next_page_token is empty on the last page."""
+
+    operations: tuple[OperationView, ...]
     next_page_token: str
 
 
