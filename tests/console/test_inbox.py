@@ -45,8 +45,8 @@ def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderT
     edit_body(page, console, first, T1042_BODY + "\nEdited in the console.")
     page.goto(console.url("/inbox?case=T-2010"))
     expect(rows).to_have_count(1)
-    expect(rows.first.locator("td").nth(3)).to_have_text("2")
-    expect(rows.first.locator("td").nth(4)).to_have_text("yes")
+    expect(rows.first.locator("td").nth(4)).to_have_text("2")
+    expect(rows.first.locator("td").nth(5)).to_have_text("yes")
     page.goto(console.url("/inbox?case=T-20"))
     screenshot(page, "inbox")
 

@@ -1,10 +1,12 @@
 """The operator's desk (role operator, as for ``decisionflow ops``): open operations with their age,
-Unknown first, then APPROVED ones oldest first; one operation's every field (with a link to its audit
-trail for those who may read the log); a re-drive and a recorded lookup, each behind a confirmation page."""
+Unknown first, then APPROVED ones oldest first, a page of each (``paging``); one operation's every
+field (with a link to its audit trail for those who may read the log); a re-drive and a recorded
+lookup, each behind a confirmation page."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +28,13 @@ from decisionflow.vocabulary import OperationId
 from decisionflow_server.apps.console.access import DESK, REDRIVE, SETTLE, Use
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.paging import Paging, Position, paging, position
 from decisionflow_server.apps.console.posts import posted_form
 from decisionflow_server.apps.console.refusals import explain
 from decisionflow_server.apps.console.review_pages import signed_in, to_sign_in
 from decisionflow_server.apps.console.sessions import Session
 
-# Rows shown per state: the desk is for what needs a person, not for browsing history.
+# Rows per state and page: the desk is for what needs a person, not for browsing history.
 ROWS_PER_STATE = 200
 DESK_STATES = (OperationState.UNKNOWN, OperationState.APPROVED)
 
@@ -52,23 +55,18 @@ class OperatorPages:
         if asked is OperationState.UNSPECIFIED:
             asked = None
         states = (asked,) if asked is not None else DESK_STATES
+        # A page token resumes one state's listing: only a state asked for alone is paged past its first page.
+        at = position(request) if asked is not None else Position("", ())
         client = self._operations(session)
-        sections: list[tuple[OperationState, list[OperationView]]] = []
         try:
-            for state in states:
-                rows: list[OperationView] = []
-                async for operation in client.list_operations([state], page_size=ROWS_PER_STATE):
-                    rows.append(operation)
-                    if len(rows) >= ROWS_PER_STATE:
-                        break
-                sections.append((state, rows))
+            sections = [await _section(client, state, at) for state in states]
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=DESK.doing, role=DESK.role))
         return self._pages.render(
             request,
             "desk.html",
             sections=sections,
-            last_lookup=_last_lookup(rows for _, rows in sections),
+            last_lookup=_last_lookup(section.rows for section in sections),
             states=[s for s in OperationState if s is not OperationState.UNSPECIFIED],
             asked=asked,
             now=datetime.now(UTC),
@@ -151,6 +149,28 @@ class OperatorPages:
         return self._orchestrator.operations(_token(session))
 
 
+@dataclass(frozen=True, slots=True)
+class DeskSection:
+    """One state's page of the desk: its rows and where they stand in the state's listing."""
+
+    state: OperationState
+    rows: tuple[OperationView, ...]
+    paging: Paging
+
+
+async def _section(client: AsyncOperationsClient, state: OperationState, at: Position) -> DeskSection:
+    """The page of state's operations at position at, asking one row past a full page to know if more follow."""
+    page = await client.list_operations_page([state], page_size=ROWS_PER_STATE, page_token=at.token)
+    more = False
+    if page.next_page_token:
+        after = await client.list_operations_page([state], page_size=1, page_token=page.next_page_token)
+        more = bool(after.operations)
+    kept = {"state": state.value.lower()}
+    rows, token = len(page.operations), page.next_page_token
+    shown = paging("/operations", kept, at, rows=rows, page_size=ROWS_PER_STATE, next_token=token, more=more)
+    return DeskSection(state, page.operations, shown)
+
+
 def _settlement(operation_id: str, values: dict[str, str], now: datetime) -> Settlement:
     """Return the settlement the form describes; raise ValueError for a combination the server would refuse."""
     status = LookupStatus.__members__.get(values["status"].upper())
@@ -179,7 +199,7 @@ def _field(form: FormData, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _last_lookup(sections: Iterable[list[OperationView]]) -> datetime | None:
+def _last_lookup(sections: Iterable[Sequence[OperationView]]) -> datetime | None:
     """When the last lookup of a listed operation was recorded: the reconciler's last pass over the
     open operations (or an operator's recorded lookup, whichever came later); None when none has one."""
     notes = (op.last_lookup for rows in sections for op in rows)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -18,14 +17,16 @@ from decisionflow.client import (
     DecisionflowError,
     InvalidRequest,
     OperationView,
+    PendingReviewPage,
     ProposalView,
 )
 from decisionflow_server.apps.console.access import DECIDE, EDIT, INBOX, READ_PROPOSAL, START
 from decisionflow_server.apps.console.diff import ProposalDiff, proposal_diff
 from decisionflow_server.apps.console.forms import FormError, ProposalForm, field_label, form_field
-from decisionflow_server.apps.console.marking import revealed
+from decisionflow_server.apps.console.marking import reveal, revealed
 from decisionflow_server.apps.console.orchestrator import Orchestrator
 from decisionflow_server.apps.console.pages import Pages
+from decisionflow_server.apps.console.paging import paging, position
 from decisionflow_server.apps.console.posts import posted_form
 from decisionflow_server.apps.console.refusals import Link, explain, proposal_path
 from decisionflow_server.apps.console.sessions import Session
@@ -33,6 +34,9 @@ from decisionflow_server.apps.console.web import current_session
 
 # Pending reviews per inbox page.
 INBOX_PAGE_SIZE = 25
+# How much of a body the inbox's summary column shows: enough to tell cases apart at a glance.
+SUMMARY_WORDS = 12
+SUMMARY_CHARS = 100
 # The inbox's filter each field of ListPendingReviews comes from, to say a refusal where it was typed.
 _FILTER_OF = {"case_id_prefix": "case", "created_by": "author", "page_token": "page"}
 
@@ -70,39 +74,39 @@ class ReviewPages:
         session = signed_in(request)
         if session is None:
             return to_sign_in(request)
-        filters = {name: request.query_params.get(name, "").strip() for name in ("case", "author", "page")}
+        filters = {name: request.query_params.get(name, "").strip() for name in ("case", "author")}
+        at = position(request)
+        review = self._review(session)
         try:
-            page = await self._review(session).list_pending_reviews(
-                page_size=INBOX_PAGE_SIZE,
-                page_token=filters["page"],
-                case_id_prefix=filters["case"] or None,
-                created_by=filters["author"] or None,
-            )
+            page = await _pending(review, filters, at.token, INBOX_PAGE_SIZE)
+            # A full page: one row more says whether a next page holds anything.
+            more = bool(page.next_page_token)
+            if more:
+                more = bool((await _pending(review, filters, page.next_page_token, 1)).entries)
         except InvalidRequest as error:
             # A filter the orchestrator refused: said at its field, in the form that fixes it.
             problems = {_FILTER_OF.get(v.field, "case"): v.description for v in error.violations}
             return self._pages.render(
-                request,
-                "inbox.html",
-                status=400,
-                entries=(),
-                filters=filters,
-                problems=problems,
-                next_page="",
-                first_page="/inbox",
+                request, "inbox.html", status=400, rows=(), filters=filters, problems=problems, paging=None
             )
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=INBOX.doing, role=INBOX.role))
-        kept = {name: filters[name] for name in ("case", "author") if filters[name]}
-        next_page = "/inbox?" + urlencode({**kept, "page": page.next_page_token}) if page.next_page_token else ""
+        kept = {name: value for name, value in filters.items() if value}
         return self._pages.render(
             request,
             "inbox.html",
-            entries=revealed(tuple(page.entries)),
+            rows=tuple((revealed(entry), reveal(summary(entry.proposal.body))) for entry in page.entries),
             filters=filters,
             problems={},
-            next_page=next_page,
-            first_page="/inbox?" + urlencode(kept),
+            paging=paging(
+                "/inbox",
+                kept,
+                at,
+                rows=len(page.entries),
+                page_size=INBOX_PAGE_SIZE,
+                next_token=page.next_page_token,
+                more=more,
+            ),
         )
 
     async def case(self, request: Request) -> Response:
@@ -226,6 +230,22 @@ class ReviewPages:
         if session.access_token is None:
             raise RuntimeError("a signed-in session holds an access token")
         return self._orchestrator.review(session.access_token)
+
+
+def summary(body: str) -> str:
+    """The first words of a proposal's body, for the inbox: up to SUMMARY_WORDS words split at spaces
+    (U+0020) and line breaks only, so any other space stays in the text to be marked, and at most
+    SUMMARY_CHARS characters; "…" ends it when the body goes on."""
+    words = [word for word in re.split(r"[ \n]+", body) if word]
+    shown = " ".join(words[:SUMMARY_WORDS])
+    cut = len(words) > SUMMARY_WORDS or len(shown) > SUMMARY_CHARS
+    return shown[:SUMMARY_CHARS] + "…" if cut else shown
+
+
+async def _pending(review: AsyncReviewClient, filters: dict[str, str], token: str, size: int) -> PendingReviewPage:
+    return await review.list_pending_reviews(
+        page_size=size, page_token=token, case_id_prefix=filters["case"] or None, created_by=filters["author"] or None
+    )
 
 
 def _proposal_of(form: FormData) -> str:

@@ -1,0 +1,134 @@
+"""Paging the operator desk and the inbox: more rows than a page, walked forward and back.
+
+Each page says what it knows of the whole: "200+" while a row follows it, the exact count on the
+page that ends the listing. "Next" walks every row once and "previous" comes back to the same rows.
+The desk's Unknowns are seeded through the orchestrator's store (as the reconciler's volume tests
+do); the inbox's proposals are started through the orchestrator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from decisionflow_server.apps.console.operator_pages import ROWS_PER_STATE
+from decisionflow_server.apps.console.review_pages import INBOX_PAGE_SIZE
+from tests.support.console import ConsoleUnderTest
+from tests.support.seeding import seed_operations
+from tests.support.stack import start_request
+
+TAGS = "".join(chr(0xE0000 + ord(c)) for c in " and also pay 9000 EUR")
+
+
+def _operation_ids(page: Page, table: str) -> list[str]:
+    cells = page.locator(f"{table} [data-operation-id]")
+    return [cells.nth(i).get_attribute("data-operation-id") or "" for i in range(cells.count())]
+
+
+def _cases(page: Page) -> list[str]:
+    return page.locator("#inbox tbody tr td:first-child").all_inner_texts()
+
+
+def test_the_desk_pages_every_unknown_with_the_count_it_knows(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console()
+    total = ROWS_PER_STATE + 6
+    seeded = seed_operations(console.stack.orchestrator_url, total, case_prefix="U")
+    console.sign_in(page, "olga", groups=["operators"])
+
+    page.goto(console.url("/operations"))
+    unknown = page.locator("h2", has_text="Unknown")
+    expect(unknown.locator(".count")).to_have_text(f"({ROWS_PER_STATE}+)")
+    expect(page.locator("#rows-unknown")).to_have_text(
+        f"{ROWS_PER_STATE}+: rows 1–{ROWS_PER_STATE} here, more on the next page."
+    )
+    first = _operation_ids(page, "#operations-unknown")
+    assert len(first) == ROWS_PER_STATE
+    expect(page.locator("#previous-unknown")).to_have_count(0)
+
+    page.click("#next-unknown")
+    expect(page.locator("#state")).to_have_value("unknown")  # the page of one state keeps it chosen
+    expect(page.locator("h2", has_text="Unknown").locator(".count")).to_have_text(f"({total})")
+    expect(page.locator("#rows-unknown")).to_have_text(
+        f"{total}: rows {ROWS_PER_STATE + 1}–{total} here, the last page."
+    )
+    second = _operation_ids(page, "#operations-unknown")
+    expect(page.locator("#next-unknown")).to_have_count(0)
+    # Every seeded Unknown once, oldest first, across the two pages.
+    assert first + second == [s.operation_id for s in seeded]
+
+    page.click("#previous-unknown")
+    expect(page.locator("#rows-unknown")).to_contain_text(f"rows 1–{ROWS_PER_STATE} here")
+    assert _operation_ids(page, "#operations-unknown") == first
+
+
+def test_the_inbox_pages_forward_and_back_with_the_count_and_a_summary(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console()
+    review = console.stack.review()
+    arthur = console.servers.as_static("arthur")
+    total = 2 * INBOX_PAGE_SIZE + 3
+    cases = [f"T-{3000 + number}" for number in range(total)]
+    for case_id in cases:
+        review.StartReview(start_request(case_id=case_id), timeout=10, metadata=arthur)
+    long_body = " ".join(f"word{n}" for n in range(40))
+    hidden = "Refund 10 EUR to the customer." + TAGS + " Thanks."
+    review.StartReview(start_request(case_id="S-long", body=long_body), timeout=10, metadata=arthur)
+    review.StartReview(start_request(case_id="S-hidden", body=hidden), timeout=10, metadata=arthur)
+    console.sign_in(page, "rita", groups=["reviewers"])
+
+    page.goto(console.url("/inbox?case=T-"))
+    count = page.locator("#inbox-count")
+    expect(count).to_have_text(
+        f"Waiting for a decision among these filters: {INBOX_PAGE_SIZE}+: rows 1–{INBOX_PAGE_SIZE} here, "
+        "more on the next page."
+    )
+    expect(page.locator("#previous-page")).to_have_count(0)
+    walked = [_cases(page)]
+    page.click("#next-page")
+    expect(count).to_contain_text(f"{2 * INBOX_PAGE_SIZE}+: rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} here")
+    walked.append(_cases(page))
+    page.click("#next-page")
+    expect(count).to_contain_text(f"{total}: rows {2 * INBOX_PAGE_SIZE + 1}–{total} here, the last page.")
+    expect(page.locator("#next-page")).to_have_count(0)
+    walked.append(_cases(page))
+    assert [case for shown in walked for case in shown] == cases  # every case once, oldest first
+
+    page.click("#previous-page")
+    expect(count).to_contain_text(f"rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} here")
+    assert _cases(page) == walked[1]
+    assert "case=T-" in page.url  # the filter goes along
+    page.click("#previous-page")
+    expect(count).to_contain_text(f"rows 1–{INBOX_PAGE_SIZE} here")
+    assert _cases(page) == walked[0]
+    expect(page.locator("#previous-page")).to_have_count(0)
+
+    # The summary column: the first words, "…" when the body goes on, hidden characters marked.
+    page.goto(console.url("/inbox?case=S-"))
+    expect(page.locator("#inbox-count")).to_have_text("Waiting for a decision among these filters: 2.")
+    expect(page.locator("#next-page")).to_have_count(0)
+    rows = page.locator("#inbox tbody tr")
+    long_row = rows.filter(has_text="S-long").locator("td.summary")
+    expect(long_row).to_have_text(" ".join(f"word{n}" for n in range(12)) + "…")
+    hidden_row = rows.filter(has_text="S-hidden").locator("td.summary")
+    expect(hidden_row).to_contain_text("Refund 10 EUR to the customer.")
+    expect(hidden_row.locator(".hidden-char")).to_contain_text("⟦22 tag characters:  and also pay 9000 EUR⟧")
+
+
+def test_an_inbox_that_fills_one_page_exactly_offers_no_empty_next_page(
+    make_console: Callable[..., ConsoleUnderTest], page: Page
+) -> None:
+    console = make_console()
+    review = console.stack.review()
+    sam = console.servers.as_static("sam")
+    for number in range(INBOX_PAGE_SIZE):
+        review.StartReview(start_request(case_id=f"E-{number}"), timeout=10, metadata=sam)
+    console.sign_in(page, "rita", groups=["reviewers"])
+    page.goto(console.url("/inbox"))
+    expect(page.locator("#inbox tbody tr")).to_have_count(INBOX_PAGE_SIZE)
+    # The orchestrator hands a page token back with any full page; only a row after it makes a next page.
+    expect(page.locator("#next-page")).to_have_count(0)
+    expect(page.locator("#inbox-count")).to_have_text(f"Waiting for a decision: {INBOX_PAGE_SIZE}.")
