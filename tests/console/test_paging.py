@@ -13,7 +13,7 @@ from collections.abc import Callable
 from playwright.sync_api import Page, expect
 
 from decisionflow_server.apps.console.operator_pages import ROWS_PER_STATE
-from decisionflow_server.apps.console.review_pages import INBOX_PAGE_SIZE
+from decisionflow_server.apps.console.review_pages import INBOX_PAGE_SIZE, summary
 from tests.support.console import ConsoleUnderTest
 from tests.support.seeding import seed_operations
 from tests.support.stack import start_request
@@ -132,3 +132,9 @@ def test_an_inbox_that_fills_one_page_exactly_offers_no_empty_next_page(
     # The orchestrator hands a page token back with any full page; only a row after it makes a next page.
     expect(page.locator("#next-page")).to_have_count(0)
     expect(page.locator("#inbox-count")).to_have_text(f"Waiting for a decision: {INBOX_PAGE_SIZE}.")
+
+
+def test_the_summary_splits_only_at_spaces_and_line_breaks_so_other_spaces_are_kept_to_be_marked() -> None:
+    assert summary("Refund\u00a010 EUR\nto the customer.") == "Refund\u00a010 EUR to the customer."
+    assert summary("x" * 150) == "x" * 100 + "…"
+    assert summary(" ".join("abcdefghijklmn")) == " ".join("abcdefghijkl") + "…"
