@@ -34,6 +34,9 @@ COPY decisionflow_server ./decisionflow_server
 COPY orchestrator ./orchestrator
 COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler
+COPY decisionflow_cli ./decisionflow_cli
+COPY decisionflow_console ./decisionflow_console
+COPY decisionflow_demo ./decisionflow_demo
 # The services run as uid/gid 10001 and read their mounted secrets through the supplementary group
 # compose adds (docs/deployment.md), never through world-readable files.
 # The console extra serves decisionflow-console; the trial extra (the trial identity provider of

@@ -23,7 +23,7 @@ from bench._databases import Databases, fresh_databases
 from bench._load import Series
 from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
 from bench._profile import Profiler
-from decisionflow_server.apps.stack import UNLIMITED_AUTHORS, ProcessStack
+from decisionflow_demo.launch import UNLIMITED_AUTHORS, ProcessStack
 
 BASELINE = "baseline_chain"
 APPLY_CREATED = "receiver_apply"

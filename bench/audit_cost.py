@@ -42,7 +42,7 @@ from bench._cpu import CpuMeter
 from bench._databases import fresh_databases
 from bench._processes import CHECKPOINT_KEY, ServerProcess, spawn
 from decisionflow.transparency import NoteSigner
-from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS, ProcessStack, orchestrator_args
+from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS, ProcessStack, orchestrator_args
 from decisionflow_server.storage import db
 from orchestrator.audit.sequencer import publish
 from orchestrator.audit.signing import CheckpointSigner

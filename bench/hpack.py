@@ -43,7 +43,7 @@ from bench import _report
 from bench._grpc_options import GRPC_OPTIONS_ENV, MAXIMUM_CONCURRENT_RPCS_ENV
 from bench._processes import CHECKPOINT_KEY
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,

@@ -43,7 +43,7 @@ from bench._statements import (
     transactions,
 )
 from bench._workload import case_id
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,

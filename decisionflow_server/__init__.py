@@ -1,7 +1,5 @@
-"""The servers' shared package, in four layers; a module imports from its own layer or those below it.
+"""The servers' shared package, a library in three layers; a module imports from its own layer or those below it.
 
-- ``apps``: what a person runs beside the services (the ``decisionflow`` command, the review console,
-  the demo, the trial identity provider).
 - ``runtime``: what every serving process is made of (the host, serving and the one interceptor per
   served call, authentication, metrics, workers, access log, status mapping, tracing, failpoints).
 - ``storage``: database engines, transactions, group commit, migrations, schema compatibility.
@@ -9,5 +7,8 @@
   other leaves everything above may use.
 
 The light client (``decisionflow``: stubs, identities, vocabulary, reasons, retry policies, clients)
-is its own distribution below all four; nothing here is importable from it.
+is its own distribution below all three; nothing here is importable from it. What a person runs or
+deploys is a top-level package that imports this one: the services (``orchestrator``,
+``effect_receiver``, ``reconciler``), the ``decisionflow`` command (``decisionflow_cli``), the review
+console (``decisionflow_console``) and the demo (``decisionflow_demo``); nothing here imports any of them.
 """

@@ -55,7 +55,7 @@ if [ -n "${DECISIONFLOW:-}" ]; then
 elif [ -x "$root/.venv/bin/decisionflow" ]; then
   decisionflow=("$root/.venv/bin/decisionflow")
 elif [ -x "$root/.venv/bin/python" ]; then
-  decisionflow=("$root/.venv/bin/python" -m decisionflow_server.apps.cli)
+  decisionflow=("$root/.venv/bin/python" -m decisionflow_cli)
 elif command -v decisionflow >/dev/null; then
   decisionflow=(decisionflow)
 else

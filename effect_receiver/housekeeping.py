@@ -19,9 +19,9 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import logs
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
+from decisionflow_server.runtime import housekeeping_commands
 from decisionflow_server.storage import migrating
 from effect_receiver import config as configuration
 from effect_receiver.errors import Unavailable

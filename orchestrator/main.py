@@ -36,11 +36,10 @@ from decisionflow.v1 import (
     review_pb2,
     review_pb2_grpc,
 )
-from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import arguments, logs, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from decisionflow_server.foundation.version import add_version_flag
-from decisionflow_server.runtime import startup
+from decisionflow_server.runtime import housekeeping_commands, startup
 from decisionflow_server.runtime.failpoints import Failpoints
 from decisionflow_server.runtime.host import Command, Host, Service, Wiring, command_line
 from decisionflow_server.runtime.serving import ReceiveLimits

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from decisionflow_server.apps.console.config import SETTINGS as CONSOLE
+from decisionflow_console.config import SETTINGS as CONSOLE
 from decisionflow_server.foundation import settings
 from effect_receiver.config import SETTINGS as RECEIVER
 from orchestrator.config import SETTINGS as ORCHESTRATOR

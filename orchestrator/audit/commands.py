@@ -5,7 +5,7 @@ once) and ``audit-keygen`` (a new signing key file, and the verifier key auditor
 published in ``--audit-publish-dir`` (what it sequenced stays sequenced), or the database is unavailable.
 
 Each prints one JSON line on stdout for scripts and one line for a person on stderr, as the
-housekeeping commands do (decisionflow_server.apps.housekeeping_commands).
+housekeeping commands do (decisionflow_server.runtime.housekeeping_commands).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from decisionflow_server.apps import housekeeping_commands
 from decisionflow_server.foundation import arguments, logs
 from decisionflow_server.foundation.errors import Unavailable
 from decisionflow_server.foundation.settings import SettingError, add_settings, parse_settings
+from decisionflow_server.runtime import housekeeping_commands
 from decisionflow_server.runtime.host import Command
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration

@@ -24,7 +24,7 @@ from tests.support.stack import spawn_orchestrator, spawn_receiver
 def _monitor(*args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
     return subprocess.run(
-        [sys.executable, "-m", "decisionflow_server.apps.cli", "audit", "monitor", *args],
+        [sys.executable, "-m", "decisionflow_cli", "audit", "monitor", *args],
         capture_output=True,
         text=True,
         env=clean,
@@ -139,7 +139,7 @@ def test_every_keeps_the_monitor_checking_until_a_fork_ends_it(tmp_path: Path) -
     vkey_file.write_text(key.verifier().vkey + "\n")
     published.write_text(sign_checkpoint(Checkpoint(DEFAULT_ORIGIN, 5, b"\x05" * 32), key))
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
-    argv = [sys.executable, "-m", "decisionflow_server.apps.cli", "audit", "monitor", "--every", "0.1"]
+    argv = [sys.executable, "-m", "decisionflow_cli", "audit", "monitor", "--every", "0.1"]
     args = ["--checkpoint", str(published), "--state", str(state), "--public-key", str(vkey_file)]
     with subprocess.Popen([*argv, *args], env=clean, stderr=subprocess.PIPE, text=True) as watching:
         try:

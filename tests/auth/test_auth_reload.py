@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import child_environment
 from decisionflow_server.runtime.auth import (
     RPC_ROLES,
@@ -75,7 +75,7 @@ def test_credentials_cannot_be_given_to_a_server_without_authentication() -> Non
 def _token_new(path: Path, principal: str, role: str) -> str:
     command = ["token", "new", "--principal", principal, "--role", role, "--file", str(path)]
     done = subprocess.run(
-        [sys.executable, "-m", "decisionflow_server.apps.cli", *command],
+        [sys.executable, "-m", "decisionflow_cli", *command],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+import decisionflow_cli as cli
 from decisionflow.v1 import review_pb2, review_pb2_grpc
-from decisionflow_server.apps import cli
 from decisionflow_server.runtime.auth import Principal, Role, load_credentials, token_sha256
 from tests.support.auth import ContractRecorder, serve
 

@@ -22,7 +22,7 @@ from tests.support.oidc import AUDIENCE, OidcStack, oidc_config, start_oidc_stac
 from tests.support.stack import approve, start_request
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 
 def _refused(stack: OidcStack, metadata: tuple[tuple[str, str], ...]) -> grpc.RpcError:

@@ -24,7 +24,7 @@ from decisionflow_server.runtime.auth._jwt import KeysNeeded
 from tests.support.oidc import AUDIENCE, oidc_config
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 
 class Clock:

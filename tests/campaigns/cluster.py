@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS
+from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS
 from tests.campaigns.auditlog import LogAuditor
 from tests.campaigns.processes import Child, Launcher
 from tests.support.stack import CHECKPOINT_KEY

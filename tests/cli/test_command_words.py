@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from decisionflow_server.apps import cli
+import decisionflow_cli as cli
 
 
 def _words(parser: argparse.ArgumentParser) -> list[str]:

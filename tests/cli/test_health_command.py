@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import child_environment, free_port, launch, spawn
 from tests.support.auth import ROLES
 from tests.support.secure import write_network_security
@@ -15,7 +15,7 @@ from tests.support.secure import write_network_security
 
 def _health(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "decisionflow_server.apps.cli", "health", *args],
+        [sys.executable, "-m", "decisionflow_cli", "health", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -71,7 +71,7 @@ HEAVY_FOR_A_PROBE = (
     "tenacity",
     "decisionflow.auth",
     "decisionflow.client",
-    "decisionflow_server.apps.demo",
+    "decisionflow_demo",
     "decisionflow_server.runtime.tracing",
     "orchestrator",
     "effect_receiver",

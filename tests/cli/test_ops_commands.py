@@ -46,7 +46,7 @@ class Done:
 
 def ops(cli: Cli, *args: str, principal: str = "ops") -> Done:
     """Run ``decisionflow ops ARGS`` as a separate process, as principal."""
-    argv = [sys.executable, "-m", "decisionflow_server.apps.cli", "ops", *args, "--target", cli.target]
+    argv = [sys.executable, "-m", "decisionflow_cli", "ops", *args, "--target", cli.target]
     argv += ["--token-file", str(cli.tokens[principal])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     return Done(done.returncode, done.stdout, done.stderr)
@@ -320,7 +320,7 @@ def test_refusals_exit_3_with_one_line(make_cli: Callable[..., Cli], tmp_path: P
 
 def receiver_lookup(cli: Cli, *args: str, principal: str = "ops") -> Done:
     """Run ``decisionflow receiver lookup ARGS`` as a separate process against the stack's receiver."""
-    argv = [sys.executable, "-m", "decisionflow_server.apps.cli", "receiver", "lookup", *args]
+    argv = [sys.executable, "-m", "decisionflow_cli", "receiver", "lookup", *args]
     argv += ["--target", f"127.0.0.1:{cli.stack.receiver_port}", "--token-file", str(cli.tokens[principal])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     return Done(done.returncode, done.stdout, done.stderr)

@@ -35,7 +35,7 @@ def test_approve_retries_through_a_database_outage_until_its_timeout_and_commits
         return sum(record.name == REFUSED_LOGGER for record in caplog.records)
 
     state.rename(away)
-    command = [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", op, "--json", "--timeout", "60"]
+    command = [sys.executable, "-m", "decisionflow_cli", "approve", op, "--json", "--timeout", "60"]
     command += ["--target", cli.target, "--token-file", str(cli.tokens["rita"])]
     approving = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

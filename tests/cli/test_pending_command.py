@@ -14,7 +14,7 @@ from tests.support.review_cli import Cli, proposal_file
 
 def pending(cli: Cli, *args: str, principal: str = "rita") -> subprocess.CompletedProcess[str]:
     """Run ``decisionflow pending ARGS`` as a separate process, as principal."""
-    argv = [sys.executable, "-m", "decisionflow_server.apps.cli", "pending", *args, "--target", cli.target]
+    argv = [sys.executable, "-m", "decisionflow_cli", "pending", *args, "--target", cli.target]
     argv += ["--token-file", str(cli.tokens[principal])]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 

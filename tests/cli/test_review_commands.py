@@ -12,8 +12,8 @@ import pytest
 
 from decisionflow.identity import identities
 from decisionflow.v1 import effect_receiver_pb2
-from decisionflow_server.apps.cli import main
-from decisionflow_server.apps.cli.review import edit_from_json
+from decisionflow_cli import main
+from decisionflow_cli.review import edit_from_json
 from decisionflow_server.foundation.processes import free_port
 from decisionflow_server.foundation.proposal_json import ProposalFormatError, proposal_from_json
 from tests.support.payloads import sample_payload
@@ -302,7 +302,7 @@ def test_the_command_runs_as_a_separate_process(make_cli: Callable[..., Cli], tm
     token = ["--target", cli.target, "--token-file", str(cli.tokens["rita"]), "--timeout", "2"]
 
     done = subprocess.run(
-        [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", op, *token],
+        [sys.executable, "-m", "decisionflow_cli", "approve", op, *token],
         check=False,
         capture_output=True,
         text=True,

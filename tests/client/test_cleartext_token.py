@@ -17,7 +17,7 @@ import pytest
 
 from decisionflow.channels import CleartextTokenRefused, open_aio_channel, open_channel
 from decisionflow.v1 import review_pb2, review_pb2_grpc
-from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_cli import main as cli_main
 from decisionflow_server.foundation.processes import free_port
 from decisionflow_server.foundation.startup_errors import EXIT_CONFIGURATION, StartupError
 from decisionflow_server.runtime.auth import AUTH_STATUS, RPC_ROLES, AuthInterceptor

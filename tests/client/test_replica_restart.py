@@ -30,7 +30,7 @@ from decisionflow.client.views import ApproveResult
 from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.retry import CLIENT_DEFAULT
 from decisionflow.vocabulary import Outcome
-from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
+from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow_server.foundation.processes import ServiceProcess, free_port, spawn
 from tests.support.stack import CHECKPOINT_KEY, T1042_BODY, count, spawn_receiver
 
@@ -193,7 +193,7 @@ def test_a_stream_of_approvals_over_two_replicas_survives_restarting_each(
 
     # The CLI takes the same list, and a repeated approval is answered through it (a replay).
     op = stream.answers[0].operation.operation_id
-    command = [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", op, "--json", "--target", target]
+    command = [sys.executable, "-m", "decisionflow_cli", "approve", op, "--json", "--target", target]
     approved = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["replay"] is True

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import free_port
 from orchestrator.quotas import AuthorLimits
 from tests.support.client_examples import ExampleServices, check_story

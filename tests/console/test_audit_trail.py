@@ -17,8 +17,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from decisionflow.audit_bundle import load_bundle, verify_bundle
 from decisionflow.transparency import NoteSigner, NoteVerifier
-from decisionflow_server.apps.cli import main
-from decisionflow_server.apps.console.config import load
+from decisionflow_cli import main
+from decisionflow_console.config import load
 from decisionflow_server.storage import db
 from orchestrator.audit.signing import CheckpointSigner
 from tests.console.pages import start_case

@@ -26,7 +26,7 @@ def test_the_console_configuration_imports_without_the_console_extra() -> None:
         "import sys\n"
         f"for name in {CONSOLE_EXTRA!r}:\n"
         "    sys.modules[name] = None\n"
-        "from decisionflow_server.apps.console.config import SETTINGS, ConsoleConfig\n"
+        "from decisionflow_console.config import SETTINGS, ConsoleConfig\n"
         "import tools.config_reference\n"
         "print(len(SETTINGS), ConsoleConfig.__name__)\n"
     )

@@ -226,8 +226,8 @@ def test_a_taken_console_address_is_one_line_and_starts_nothing(tmp_path: Path) 
 def test_without_the_extras_the_error_names_the_pip_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from decisionflow_server.apps.demo import DemoError
-    from decisionflow_server.apps.demo import console as demo_console
+    from decisionflow_demo import DemoError
+    from decisionflow_demo import console as demo_console
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(DemoError) as refused:

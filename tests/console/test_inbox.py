@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from decisionflow_server.apps.console.review_pages import INBOX_PAGE_SIZE
+from decisionflow_console.review_pages import INBOX_PAGE_SIZE
 from tests.console.pages import edit_body
 from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.stack import T1042_BODY, start_request

@@ -12,11 +12,11 @@ import unicodedata
 import pytest
 import regex
 
-from decisionflow_server.apps.console.diff import proposal_diff
-from decisionflow_server.apps.console.invisible import KINDS, kind
-from decisionflow_server.apps.console.marking import reveal
-from decisionflow_server.apps.console.pages import Pages
-from decisionflow_server.apps.console.review_pages import proposal_page
+from decisionflow_console.diff import proposal_diff
+from decisionflow_console.invisible import KINDS, kind
+from decisionflow_console.marking import reveal
+from decisionflow_console.pages import Pages
+from decisionflow_console.review_pages import proposal_page
 from tests.console.test_marking import OPERATION, PARENT
 
 # The classes a reader cannot see, each by the Unicode property that defines it (the list).

@@ -10,10 +10,10 @@ import re
 import pytest
 
 from decisionflow.client import EvidenceItem, PolicyRef
-from decisionflow_server.apps.console.lookalikes import mixed_scripts
-from decisionflow_server.apps.console.marking import reveal
-from decisionflow_server.apps.console.pages import Pages
-from decisionflow_server.apps.console.review_pages import proposal_page
+from decisionflow_console.lookalikes import mixed_scripts
+from decisionflow_console.marking import reveal
+from decisionflow_console.pages import Pages
+from decisionflow_console.review_pages import proposal_page
 from tests.console.test_marking import OPERATION, PARENT
 
 # The Cyrillic small letters a and o, as escapes so that this file shows which letters they are.

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from decisionflow.client import Decision, EvidenceItem, OperationState, OperationView, PolicyRef, ProposalView
-from decisionflow_server.apps.console.diff import proposal_diff
-from decisionflow_server.apps.console.pages import Pages
-from decisionflow_server.apps.console.review_pages import proposal_page
+from decisionflow_console.diff import proposal_diff
+from decisionflow_console.pages import Pages
+from decisionflow_console.review_pages import proposal_page
 
 HIDDEN = ("\u200b", "\u202e", "\u2066", "\ufeff")
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

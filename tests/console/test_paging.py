@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from decisionflow_server.apps.console.operator_pages import ROWS_PER_STATE
-from decisionflow_server.apps.console.review_pages import INBOX_PAGE_SIZE, summary
+from decisionflow_console.operator_pages import ROWS_PER_STATE
+from decisionflow_console.review_pages import INBOX_PAGE_SIZE, summary
 from tests.support.console import ConsoleUnderTest
 from tests.support.seeding import seed_operations
 from tests.support.stack import start_request

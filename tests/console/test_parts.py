@@ -22,17 +22,17 @@ from decisionflow.client import (
     ProposalView,
 )
 from decisionflow.client.errors import error_class
-from decisionflow_server.apps.console import csrf
-from decisionflow_server.apps.console.config import load, public_url
-from decisionflow_server.apps.console.diff import proposal_diff
-from decisionflow_server.apps.console.forms import FormError, ProposalForm
-from decisionflow_server.apps.console.marking import reveal
-from decisionflow_server.apps.console.operator_pages import _last_lookup
-from decisionflow_server.apps.console.pages import Pages
-from decisionflow_server.apps.console.refusals import explain
-from decisionflow_server.apps.console.review_pages import proposal_page
-from decisionflow_server.apps.console.sessions import Person, SessionStore
-from decisionflow_server.apps.console.signin import local_path
+from decisionflow_console import csrf
+from decisionflow_console.config import load, public_url
+from decisionflow_console.diff import proposal_diff
+from decisionflow_console.forms import FormError, ProposalForm
+from decisionflow_console.marking import reveal
+from decisionflow_console.operator_pages import _last_lookup
+from decisionflow_console.pages import Pages
+from decisionflow_console.refusals import explain
+from decisionflow_console.review_pages import proposal_page
+from decisionflow_console.sessions import Person, SessionStore
+from decisionflow_console.signin import local_path
 
 KEY = b"k" * 32
 ANA = Person("ana", "Ana", ("reviewers",))

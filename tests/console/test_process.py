@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx2
 
-from decisionflow_server.apps.console.web import CONTENT_SECURITY_POLICY
+from decisionflow_console.web import CONTENT_SECURITY_POLICY
 from decisionflow_server.foundation.processes import free_port, spawn
 
-MODULE = "decisionflow_server.apps.console.main"
+MODULE = "decisionflow_console.main"
 
 
 def test_the_console_process_serves_health_logs_and_metrics(tmp_path: Path) -> None:

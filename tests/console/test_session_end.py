@@ -20,7 +20,7 @@ from tests.support.oidc import AUDIENCE
 from tests.support.stack import start_request
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 # Long enough to sign in and open a page on a loaded machine; the test waits for the session's end.
 TOKEN_LIFETIME = timedelta(seconds=15)
@@ -30,7 +30,7 @@ ENDS_WITHIN_SECONDS = 60
 @pytest.fixture
 def trial_identity() -> Iterator[TrialIdentityProvider]:
     """The trial provider, issuing access tokens that expire after TOKEN_LIFETIME."""
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
     with TrialIdentityProvider(AUDIENCE, token_lifetime=TOKEN_LIFETIME) as provider:
         yield provider

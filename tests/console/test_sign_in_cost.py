@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from decisionflow_server.apps.console.sessions import COOKIE_NAME
-from decisionflow_server.apps.console.signin import CALLBACK_PATH, SIGN_IN_COOKIE
+from decisionflow_console.sessions import COOKIE_NAME
+from decisionflow_console.signin import CALLBACK_PATH, SIGN_IN_COOKIE
 from tests.support.console_process import console_process
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 SESSIONS = "decisionflow_console_sessions"
 ANONYMOUS_SIGN_INS = 50

@@ -20,7 +20,7 @@ import pytest
 from tests.support.console_process import console_process
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 CAP = 40
 FLOOD = 2 * CAP

@@ -15,7 +15,7 @@ import pytest
 
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 
-MODULE = "decisionflow_server.apps.console.main"
+MODULE = "decisionflow_console.main"
 HALF_SENT = 200
 CAP = 60
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx2
 from playwright.sync_api import BrowserContext, Page, expect
 
-from decisionflow_server.apps.console.web import CONTENT_SECURITY_POLICY, MAX_FORM_BYTES
+from decisionflow_console.web import CONTENT_SECURITY_POLICY, MAX_FORM_BYTES
 from tests.console.pages import session_cookie, start_case
 from tests.support.console import ConsoleUnderTest, screenshot
 

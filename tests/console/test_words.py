@@ -1,5 +1,5 @@
 """Words, not codes: every state, outcome, decision and lookup a page shows is said in the console's one
-vocabulary (``decisionflow_server.apps.console.words``); the code stays in a data attribute."""
+vocabulary (``decisionflow_console.words``); the code stays in a data attribute."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from playwright.sync_api import Page, expect
 
 from decisionflow.client import Consistency, Decision, LookupStatus, OperationState, Outcome
-from decisionflow_server.apps.console.words import VOCABULARY, decision_in_words, in_words, state_in_words
+from decisionflow_console.words import VOCABULARY, decision_in_words, in_words, state_in_words
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.demo.children import Children, DemoError, Finished, Service, child_environment
+from decisionflow_demo.children import Children, DemoError, Finished, Service, child_environment
 
 
 def test_a_service_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ EXPECTED = {
 
 
 def _demo(*args: str) -> list[str]:
-    return [sys.executable, "-m", "decisionflow_server.apps.cli", "demo", *args]
+    return [sys.executable, "-m", "decisionflow_cli", "demo", *args]
 
 
 def _environment() -> dict[str, str]:

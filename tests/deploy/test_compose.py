@@ -359,7 +359,7 @@ def test_the_console_mounts_its_two_secrets_and_nothing_else() -> None:
 
 
 def test_the_console_is_published_on_loopback_checked_on_healthz_and_runs_as_the_image_user() -> None:
-    from decisionflow_server.apps.console.config import SETTINGS as CONSOLE_SETTINGS
+    from decisionflow_console.config import SETTINGS as CONSOLE_SETTINGS
 
     assert CONSOLE["ports"] == ["127.0.0.1:8080:8080"]
     assert CONSOLE["environment"]["DECISIONFLOW_CONSOLE_ADDRESS"] == "0.0.0.0:8080"
@@ -428,7 +428,7 @@ def test_the_console_starts_from_its_compose_files_alone_and_its_healthcheck_pas
         environment = {key: _interpolated(str(value), variables) for key, value in CONSOLE["environment"].items()}
         environment = {key: str(mounts.get(value, value)) for key, value in environment.items()}
         environment["DECISIONFLOW_CONSOLE_ADDRESS"] = "127.0.0.1:0"  # the container's 0.0.0.0:8080, here a free port
-        console = spawn("decisionflow_server.apps.console.main", [], tmp_path, "console", env=environment)
+        console = spawn("decisionflow_console.main", [], tmp_path, "console", env=environment)
         try:
             health = [a.replace(":8080/", f":{console.port}/") for a in CONSOLE["healthcheck"]["test"][1:]]
             checked = _run([_tool(health[0]), *health[1:]])

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from decisionflow_server.apps.console.config import SETTINGS as CONSOLE_SETTINGS
+from decisionflow_console.config import SETTINGS as CONSOLE_SETTINGS
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS

@@ -132,7 +132,7 @@ def test_token_new_writes_through_a_symlinked_credentials_file(tmp_path: Path) -
     command = [
         sys.executable,
         "-m",
-        "decisionflow_server.apps.cli",
+        "decisionflow_cli",
         "token",
         "new",
         "--principal",
@@ -217,7 +217,7 @@ def test_dockerignore_keeps_secrets_databases_and_caches_out(path: str) -> None:
     [
         "pyproject.toml",
         "README.md",
-        "decisionflow_server/apps/cli/__init__.py",
+        "decisionflow_cli/__init__.py",
         "orchestrator/main.py",
         "clients/python/pyproject.toml",
         "clients/python/src/decisionflow/client/__init__.py",

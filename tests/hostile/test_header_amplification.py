@@ -19,7 +19,7 @@ from grpc_health.v1._async import HealthServicer
 
 from decisionflow.status_details import error_info
 from decisionflow.v1 import review_pb2_grpc
-from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
+from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow_server.foundation.errors import InvalidRequest
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token

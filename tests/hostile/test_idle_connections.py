@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from decisionflow_server.runtime.connection_guard import (

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import review_pb2_grpc
-from decisionflow_server.apps.stack import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
+from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, orchestrator_args
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from tests.support.flood import RawPeer, flood, grpc_frame, pump, served_peer, wait_for_goaway

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
-from decisionflow_server.apps.cli import main
+from decisionflow_cli import main
 from tests.identity.identity_reference import evidence_identity, operation_identity, policy_identity
 
 GOOD: dict[str, Any] = {

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import child_environment, free_port
 from decisionflow_server.foundation.version import installed_version
 from orchestrator.audit.signing import DEFAULT_ORIGIN, write_new_key

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.runtime.grpc_core_logs import CoreLine, parse_line
 from tests.support.flood import RawPeer

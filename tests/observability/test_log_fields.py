@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from decisionflow import reasons
 from decisionflow.client.errors import CheckpointIntegrity, error_class
 from decisionflow.retry import RetryPolicy, retrying
-from decisionflow_server.apps.cli.review._output import advice, failed
+from decisionflow_cli.review._output import advice, failed
 from decisionflow_server.foundation.logs import JsonFormatter
 from decisionflow_server.runtime.access import access_level
 

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, review_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
@@ -76,7 +76,7 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
             review_pb2_grpc.ReviewServiceStub(channel).Approve(approve(operation_id), timeout=15)
         assert lost.value.code() is grpc.StatusCode.DATA_LOSS
         cli = subprocess.run(
-            [sys.executable, "-m", "decisionflow_server.apps.cli", "approve", operation_id, "--target", second.target],
+            [sys.executable, "-m", "decisionflow_cli", "approve", operation_id, "--target", second.target],
             cwd=ROOT,
             capture_output=True,
             text=True,

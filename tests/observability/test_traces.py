@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from tests.observability.collector import CollectedSpan, ancestors, running_collector, span_tree
 from tests.observability.traced_client import SERVICE_NAME as CLIENT_SERVICE
 from tests.support.cli import ROOT

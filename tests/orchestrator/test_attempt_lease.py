@@ -24,7 +24,7 @@ import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import OperationId, Receipt
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import child_environment, spawn
 from decisionflow_server.storage import db
 from orchestrator.service._attempts import LEASE_MARGIN_SECONDS
@@ -45,7 +45,7 @@ def _describe(orchestrator: ServiceProcess, op: str, *flags: str) -> str:
     argv = [
         sys.executable,
         "-m",
-        "decisionflow_server.apps.cli",
+        "decisionflow_cli",
         "ops",
         "describe",
         op,

@@ -18,7 +18,7 @@ import pytest
 
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import child_environment
 from tests.support.reconciling import (
     AFTER_ATTEMPT,

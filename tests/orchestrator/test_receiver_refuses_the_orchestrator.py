@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import child_environment, free_port
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from tests.metrics.scrape import scrape
@@ -88,7 +88,7 @@ def test_a_receiver_refusing_the_orchestrators_token_leaves_the_approval_unknown
         hang_up(receiver, "credentials reloaded", 0)
         as_operator = ["--target", orchestrator.target, "--token-file", str(operator_token)]
         redrive = subprocess.run(
-            [sys.executable, "-m", "decisionflow_server.apps.cli", "ops", "redrive", op, "--json", *as_operator],
+            [sys.executable, "-m", "decisionflow_cli", "ops", "redrive", op, "--json", *as_operator],
             check=False,
             capture_output=True,
             text=True,

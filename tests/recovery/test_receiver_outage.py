@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import free_port
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 

@@ -24,7 +24,7 @@ from tests.support.secure import SecureStack
 from tests.support.stack import Stack
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 # The credentials file's principals (tests.support.auth.ROLES) that hold an orchestrator role.
 ADMITTED = {

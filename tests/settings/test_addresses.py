@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from decisionflow.addresses import grpc_target, is_loopback, split_host_port
-from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_cli import main as cli_main
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.processes import child_environment
 from effect_receiver import config as receiver_config

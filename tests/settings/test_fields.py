@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.console import config as console_config
+from decisionflow_console import config as console_config
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver import config as receiver_config

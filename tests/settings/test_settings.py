@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from decisionflow_server.apps.cli import main as cli_main
+from decisionflow_cli import main as cli_main
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from effect_receiver import config as receiver_config

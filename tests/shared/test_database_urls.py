@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from decisionflow.client import Consistency, LookupStatus, ReceiverClient
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import spawn
 from decisionflow_server.storage import db
 from tests.campaigns.pgcluster import StreamingPair, streaming_pair

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, review_pb2_grpc
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import (
     ServiceStartError,
     free_port,

@@ -12,7 +12,7 @@ import pytest
 
 from decisionflow import reasons
 from decisionflow.client import DecisionflowError
-from decisionflow_server.apps.console import refusals as console_refusals
+from decisionflow_console import refusals as console_refusals
 from decisionflow_server.foundation.errors import DomainError
 from decisionflow_server.runtime.rpc_errors import code_for, status_table
 from effect_receiver import errors as receiver_errors

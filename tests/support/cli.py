@@ -15,8 +15,8 @@ SCRIPTS: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["
 def help_text(words: list[str]) -> str:
     """Return the --help output of a console script and its subcommand words (run as a module)."""
     module = SCRIPTS[words[0]].split(":")[0]
-    if module == "decisionflow_server.apps.cli":
-        module = "decisionflow_server.apps.cli"
+    if module == "decisionflow_cli":
+        module = "decisionflow_cli"
     done = subprocess.run(
         [sys.executable, "-m", module, *words[1:], "--help"], capture_output=True, text=True, timeout=60, check=False
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.stack import ProcessStack
+from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import ServiceProcess
 from tests.support.stack import CHECKPOINT_KEY, count
 

@@ -1,5 +1,5 @@
 """Console tests: a real browser (Playwright driving the system's chromium), the trial OpenID provider
-(``decisionflow_server.apps.trial_identity``, JWT access tokens) in the test, a real receiver and orchestrator
+(``decisionflow_demo.trial_identity``, JWT access tokens) in the test, a real receiver and orchestrator
 that accept its tokens and map its groups to roles, and the console served by uvicorn on a free port.
 
     def test_x(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-from decisionflow_server.apps.console.config import ConsoleConfig
+from decisionflow_console.config import ConsoleConfig
 from decisionflow_server.runtime.auth import bearer_metadata, issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.auth import ROLES
@@ -38,8 +38,8 @@ from tests.support.stack import Stack
 if TYPE_CHECKING:
     # The console extra (Starlette, uvicorn, Authlib) is imported only when a console test runs:
     # this plugin is loaded by every test run, the other Pythons' (`make pythons`, dev extra only) too.
-    from decisionflow_server.apps.console.sessions import Session, SessionStore
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_console.sessions import Session, SessionStore
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ class ConsoleUnderTest:
 
     def session_of(self, context: BrowserContext) -> Session:
         """Return the server-side session the browser context's cookie names."""
-        from decisionflow_server.apps.console.sessions import COOKIE_NAME
+        from decisionflow_console.sessions import COOKIE_NAME
 
         cookies = [c["value"] for c in context.cookies() if c["name"] == COOKIE_NAME]
         session = self.sessions.find(cookies[0] if cookies else None)
@@ -211,8 +211,8 @@ def page(context: BrowserContext) -> Page:
 def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
     """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
     console={ConsoleConfig overrides}, **OrchestratorConfig overrides). One per test."""
-    from decisionflow_server.apps.console.app import create_app
-    from decisionflow_server.apps.console.sessions import SessionStore
+    from decisionflow_console.app import create_app
+    from decisionflow_console.sessions import SessionStore
 
     consoles: list[ConsoleUnderTest] = []
 

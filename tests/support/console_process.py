@@ -22,9 +22,9 @@ from decisionflow_server.foundation.processes import ServiceProcess, free_port, 
 from tests.support.console import CLIENT_ID, CLIENT_SECRET, SESSION_KEY, ConsoleStack, start_console_stack
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
-MODULE = "decisionflow_server.apps.console.main"
+MODULE = "decisionflow_console.main"
 
 
 @dataclass

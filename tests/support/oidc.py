@@ -22,7 +22,7 @@ from tests.support.servers import LoopThread
 from tests.support.stack import Stack
 
 if TYPE_CHECKING:
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
 AUDIENCE = "decisionflow-test"
 ROLE_MAP: tuple[tuple[str, frozenset[Role]], ...] = (
@@ -48,7 +48,7 @@ def oidc_config(provider: TrialIdentityProvider, **overrides: Any) -> OidcConfig
 @pytest.fixture
 def trial_identity() -> Iterator[TrialIdentityProvider]:
     """The trial provider on a free port, with USERS (email ``{name}@example.com``) set."""
-    from decisionflow_server.apps.trial_identity import TrialIdentityProvider
+    from decisionflow_demo.trial_identity import TrialIdentityProvider
 
     with TrialIdentityProvider(AUDIENCE) as provider:
         for name, groups in USERS.items():

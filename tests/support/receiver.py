@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.v1 import effect_receiver_pb2_grpc
-from decisionflow_server.apps.stack import RECEIVER_MODULE, receiver_args
+from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.foundation.processes import free_port as closed_port
 from decisionflow_server.storage import db

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.apps.cli import main
+from decisionflow_cli import main
 from decisionflow_server.runtime.auth import Role, issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.stack import T1042_BODY, Stack, make_stack

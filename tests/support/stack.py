@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2_grpc, operations_pb2_grpc, review_pb2, review_pb2_grpc
-from decisionflow_server.apps.stack import (
+from decisionflow_demo.launch import (
     CHECKPOINT_KEYS_ENV,
     ORCHESTRATOR_MODULE,
     RECEIVER_MODULE,
