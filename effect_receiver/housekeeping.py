@@ -1,6 +1,6 @@
 """Key retention at the receiver: effects applied longer ago than ``--key-retention-seconds`` are
 deleted with their business records, in batches, by ``decisionflow-receiver prune-keys`` or by a
-periodic job in the server (``--prune-interval-seconds``).
+periodic job in the server (``--prune-interval-seconds``; decisionflow_server.runtime.periodic).
 
 A pruned key no longer deduplicates: a lookup answers NOT_FOUND and a new Apply would write the
 effect again. The retention is advertised on every response, so the reconciler never re-drives an
@@ -10,7 +10,6 @@ operation whose first attempt is older than it and escalates it instead (reconci
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from sqlalchemy.engine import Engine
 from decisionflow_server.foundation import logs
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from decisionflow_server.runtime import housekeeping_commands
+from decisionflow_server.runtime.periodic import PeriodicJob, PeriodicMetrics, Schedule, Wording
 from decisionflow_server.storage import migrating
 from effect_receiver import config as configuration
 from effect_receiver.errors import Unavailable
@@ -62,54 +62,49 @@ def prune_keys(
             return total
 
 
-class PruneJob:
-    """Prunes keys older than the retention once at start and then every interval while the server runs;
-    a run that fails is logged and the next one tries again."""
-
-    def __init__(self, store: EffectStore, retention: timedelta, interval: float, clock: Clock = utc_now) -> None:
-        self._store = store
-        self._retention = retention
-        self._interval = interval
-        self._clock = clock
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the periodic runs on the running event loop."""
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        """Stop the periodic runs (a batch in flight finishes or rolls back on its own)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def run_once(self) -> int:
-        """Prune once; return how many keys were deleted."""
-        deleted = await asyncio.to_thread(prune_keys, self._store, self._retention, self._clock(), dry_run=False)
-        if deleted:
-            logger.info(
-                "pruned %d keys older than the key retention of %.0f s",
-                deleted,
-                self._retention.total_seconds(),
-                extra={"service": "effect_receiver"},
-            )
-        return deleted
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                logger.exception("pruning keys failed; trying again in %.0f s", self._interval)
-            await asyncio.sleep(self._interval)
+JOB = "prune-keys"
+PRUNE_WORDING = Wording(
+    paused="pruning keys paused, %s; trying again every %g s",
+    resumed="pruning keys resumed after %d failed runs",
+    failed="pruning keys failed; trying again in %.0f s",
+)
 
 
-def prune_job(store: EffectStore, retention: timedelta | None, interval: float) -> PruneJob | None:
-    """Return the server's prune job, or None when keys are kept forever or the interval is 0."""
+async def prune_once(store: EffectStore, retention: timedelta, clock: Clock = utc_now) -> int:
+    """Prune once, in a worker thread, and say how many keys were deleted; return that count."""
+    deleted = await asyncio.to_thread(prune_keys, store, retention, clock(), dry_run=False)
+    if deleted:
+        logger.info(
+            "pruned %d keys older than the key retention of %.0f s",
+            deleted,
+            retention.total_seconds(),
+            extra={"service": "effect_receiver"},
+        )
+    return deleted
+
+
+def prune_job(
+    store: EffectStore,
+    retention: timedelta | None,
+    interval: float,
+    *,
+    metrics: PeriodicMetrics | None = None,
+    clock: Clock = utc_now,
+) -> PeriodicJob | None:
+    """The server's prune job: keys older than the retention pruned once at start and then every interval,
+    in every worker and replica (a batch deletes what is still there); None when keys are kept forever or
+    the interval is 0."""
     if retention is None or interval <= 0:
         return None
-    return PruneJob(store, retention, interval)
+    return PeriodicJob(
+        JOB,
+        lambda: prune_once(store, retention, clock),
+        Schedule(interval),
+        logger=logger,
+        wording=PRUNE_WORDING,
+        service="effect_receiver",
+        metrics=metrics,
+    )
 
 
 def main(args: Sequence[str], schema: migrating.Schema) -> int:

@@ -84,7 +84,9 @@ async def create_server(config: ReceiverConfig) -> ReceiverServer:
             failpoints=Failpoints(config.failpoints, FAILPOINT_NAMES),
             key_retention=config.key_retention,
         )
-        prune = housekeeping.prune_job(store, config.key_retention, config.prune_interval_seconds)
+        prune = housekeeping.prune_job(
+            store, config.key_retention, config.prune_interval_seconds, metrics=metrics.periodic
+        )
         return Wiring(
             register(EffectReceiverServicer(service)),
             # Faults come after authentication: a refused caller gets its refusal, never an injected fault.

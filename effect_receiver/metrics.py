@@ -1,5 +1,6 @@
 """The receiver's Prometheus metrics, on a registry of its own: the gRPC server families
-(``decisionflow_server.runtime.metrics``) and ``decisionflow_effects_total{result}``, the outcomes of Apply."""
+(``decisionflow_server.runtime.metrics``), ``decisionflow_effects_total{result}``, the outcomes of Apply, and
+the periodic jobs' families (key pruning; ``decisionflow_server.runtime.periodic``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from decisionflow_server.runtime.metrics import (
     register_process_metrics,
     serve_metrics,
 )
+from decisionflow_server.runtime.periodic import PeriodicMetrics
 from decisionflow_server.runtime.served_calls import Observers
 from effect_receiver.config import SERVER
 from effect_receiver.errors import IdempotencyKeyReused
@@ -44,6 +46,7 @@ class ReceiverMetrics:
         )
         for result in (*APPLY_RESULTS.values(), KEY_REUSED):
             self.effects.labels(result)
+        self.periodic = PeriodicMetrics(self.registry)
 
     def record_apply(self, response: effect_receiver_pb2.ApplyResponse) -> None:
         """Count one Apply answer."""

@@ -254,6 +254,7 @@ async def create_server(
             clock,
             directory=published,
             on_refused=metrics.audit_signing_refused.set,
+            metrics=metrics.periodic,
         )
         return Wiring(
             register(ReviewServicer(service), OperationsServicer(service, clock), audit),

@@ -9,7 +9,8 @@ time of the last such refusal and of the last Apply the receiver accepted (an al
 fires from a refusal until an Apply succeeds, however long no approval comes in); and the calls refused
 because a per-author budget was spent, by reason (orchestrator.quotas); and the audit log's sequencer
 lag and newest checkpoint, read from the database when scraped as the operations are, and whether its
-sequencer refuses to sign (the log does not extend the published checkpoint). The endpoint also serves
+sequencer refuses to sign (the log does not extend the published checkpoint); and the periodic jobs' runs
+(the audit sequencer; decisionflow_server.runtime.periodic). The endpoint also serves
 the published checkpoint at ``/checkpoint`` when there is one (``--audit-publish-dir``). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
@@ -37,6 +38,7 @@ from decisionflow_server.runtime.metrics import (
     register_process_metrics,
     serve_metrics,
 )
+from decisionflow_server.runtime.periodic import PeriodicMetrics
 from decisionflow_server.runtime.served_calls import Observers
 from orchestrator.audit.progress import AuditStatus
 from orchestrator.audit.publication import CHECKPOINT_NAME, CheckpointDirectory
@@ -295,6 +297,7 @@ class OrchestratorMetrics:
             "extend the checkpoint published outside it (a restored database: docs/operations.md); else 0",
             registry=self.registry,
         )
+        self.periodic = PeriodicMetrics(self.registry)
 
     def count_quota_refusal(self, reason: str) -> None:
         """Count one call refused for a spent per-author budget."""

@@ -57,10 +57,17 @@ from dataclasses import dataclass
 from decisionflow_server.foundation.settings import Network
 from decisionflow_server.runtime import admission
 from decisionflow_server.runtime.admission import duplicate_socket, own_sockets
+from decisionflow_server.runtime.periodic import PeriodicJob, Schedule, Wording
 
 logger = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 0.5
+# A sweep reads this process's own sockets: nothing transient, so any failure is a defect.
+SWEEP_WORDING = Wording(
+    paused="connection sweep paused, %s; trying again every %g s",
+    resumed="connection sweep resumed after %d failed sweeps",
+    failed="connection sweep failed; trying again in %g s",
+)
 # An address whose unused connections were closed as excess is refused new connections this long
 # after the last time it was: its own connections close at the first-call timeout meanwhile, and a
 # peer reconnecting as fast as it is closed gets a slot back at most once per period.
@@ -211,7 +218,7 @@ class ConnectionGuard:
         self._refused: dict[str, float] = {}  # address -> until when its new connections are refused
         self._first_seen: dict[int, float] = {}
         self._used: dict[Peer, float] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._job: PeriodicJob | None = None
 
     def note_call(self, peer: str) -> None:
         """Note that a call was admitted on the connection from peer (a gRPC peer string)."""
@@ -279,23 +286,21 @@ class ConnectionGuard:
     def watch(self, port: int) -> None:
         """Sweep the connections to port every SWEEP_SECONDS on the running loop until stop()."""
         self._port = port
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._job = PeriodicJob(
+            "connection-sweep",
+            lambda: asyncio.to_thread(self.sweep),
+            Schedule(SWEEP_SECONDS, first_run_at_start=False),
+            logger=logger,
+            wording=SWEEP_WORDING,
+            transient=(),
+        )
+        self._job.start()
 
     async def stop(self) -> None:
         """Stop sweeping."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            try:
-                await asyncio.to_thread(self.sweep)
-            except Exception:
-                logger.exception("connection sweep failed; trying again")
+        if self._job is not None:
+            await self._job.stop()
+            self._job = None
 
 
 def _some(addresses: Iterable[str]) -> str:

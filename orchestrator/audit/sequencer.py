@@ -2,22 +2,21 @@
 
 ``publish`` sequences every entry waiting, ``BATCH`` per transaction under the sequencer's lock (one
 sequencer at a time across every worker and replica), then signs the sequenced size with the log's
-key when one is set (``OrchestratorStore.sequence_audit_log``). ``AuditJob`` runs it in the server,
-once at start and then every ``--audit-interval-seconds``; ``decisionflow-orchestrator
-audit-checkpoint`` runs it once. An entry is therefore in the log, with an index and a proof, at most
-one interval (and the time of a pass) after its event committed, and in a signed checkpoint as soon
-as it is in the log.
+key when one is set (``OrchestratorStore.sequence_audit_log``). ``audit_job`` runs it in the server
+(``AuditSequencer`` as a periodic job, decisionflow_server.runtime.periodic), once at start and then
+every ``--audit-interval-seconds``; ``decisionflow-orchestrator audit-checkpoint`` runs it once. An
+entry is therefore in the log, with an index and a proof, at most one interval (and the time of a
+pass) after its event committed, and in a signed checkpoint as soon as it is in the log.
 
 With ``--audit-publish-dir`` (``orchestrator.audit.publication``) each pass first reads the checkpoint
 published there, signs only a tree that extends it, and then publishes the newest checkpoint of the
-database. A pass that would not sign says why (``Publication.refused``); ``AuditJob`` logs that once,
-reports it to the metrics, and says when the log extends the published checkpoint again.
+database. A pass that would not sign says why (``Publication.refused``); ``AuditSequencer`` logs that
+once, reports it to the metrics, and says when the log extends the published checkpoint again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.transparency import Checkpoint
-from decisionflow_server.foundation.errors import Unavailable
+from decisionflow_server.runtime.periodic import PeriodicJob, PeriodicMetrics, Schedule, Wording
 from orchestrator.audit.ports import PublishedCheckpoint
 from orchestrator.audit.progress import SigningRefused
 from orchestrator.audit.publication import CheckpointDirectory, PublishedNote, UnreadablePublication
@@ -108,17 +107,24 @@ def _sequence(
             return Publication(total, done.size, done.checkpoint, refused=done.refused)
 
 
-class AuditJob:
-    """Runs ``publish`` once at start and then every interval while the server runs; a run that fails
-    is logged and the next one tries again (nothing is lost: the entries wait in their table). A refusal
-    to sign is logged once at ERROR, when it starts or its reason changes, and its end once at WARNING;
-    on_refused hears True or False after every run (the metrics' gauge)."""
+JOB = "audit-sequencer"
+# The sequencer's own lines since it began (docs/observability.md and the alerts' runbooks cite them).
+SEQUENCER_WORDING = Wording(
+    paused="audit log: sequencing paused, %s; trying again every %g s (entries wait in their table)",
+    resumed="audit log: sequencing resumed after %d failed passes",
+    failed="sequencing the audit log failed; trying again in %.0f s",
+)
+
+
+class AuditSequencer:
+    """One pass of ``publish`` at a time, with what the passes before it refused: a refusal to sign is
+    logged once at ERROR, when it starts or its reason changes, and its end once at WARNING; on_refused
+    hears True or False after every pass (the metrics' gauge)."""
 
     def __init__(
         self,
         store: OrchestratorStore,
         signer: CheckpointSigner | None,
-        interval: float,
         clock: Callable[[], datetime],
         *,
         directory: CheckpointDirectory | None = None,
@@ -126,23 +132,10 @@ class AuditJob:
     ) -> None:
         self._store = store
         self._signer = signer
-        self._interval = interval
         self._clock = clock
         self._directory = directory
         self._on_refused = on_refused
         self._refused: SigningRefused | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the periodic runs on the running event loop."""
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        """Stop the periodic runs (a transaction in flight commits or rolls back on its own)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     async def run_once(self) -> Publication:
         """Sequence, sign and publish once, in a worker thread."""
@@ -173,30 +166,6 @@ class AuditJob:
                 extra={"service": "orchestrator"},
             )
 
-    async def _run(self) -> None:
-        # A database that cannot answer (away, failing over) is an expected, passing state: said once at
-        # warning with its reason, and once more when a pass succeeds again, not at every interval.
-        # Anything else is a defect and keeps its traceback, every time.
-        failed_passes = 0
-        while True:
-            try:
-                await self.run_once()
-            except Unavailable as unavailable:
-                if not failed_passes:
-                    logger.warning(
-                        "audit log: sequencing paused, %s; trying again every %g s (entries wait in their table)",
-                        unavailable,
-                        self._interval,
-                    )
-                failed_passes += 1
-            except Exception:
-                logger.exception("sequencing the audit log failed; trying again in %.0f s", self._interval)
-            else:
-                if failed_passes:
-                    logger.info("audit log: sequencing resumed after %d failed passes", failed_passes)
-                failed_passes = 0
-            await asyncio.sleep(self._interval)
-
 
 def audit_job(
     store: OrchestratorStore,
@@ -206,8 +175,11 @@ def audit_job(
     *,
     directory: CheckpointDirectory | None = None,
     on_refused: Callable[[bool], None] = lambda refused: None,
-) -> AuditJob | None:
-    """Return the server's sequencer job, None when the interval is 0 (``audit-checkpoint`` runs it instead);
+    metrics: PeriodicMetrics | None = None,
+) -> PeriodicJob | None:
+    """Return the server's sequencer job (``AuditSequencer`` once at start and then every interval; a pass
+    that fails is logged and the next one tries again, nothing is lost: the entries wait in their table),
+    None when the interval is 0 (``audit-checkpoint`` runs it instead);
     say once, at start, when no checkpoint will be signed or none published."""
     if signer is None:
         logger.info(
@@ -231,4 +203,8 @@ def audit_job(
             )
     if interval <= 0:
         return None
-    return AuditJob(store, signer, interval, clock, directory=directory, on_refused=on_refused)
+    sequencer = AuditSequencer(store, signer, clock, directory=directory, on_refused=on_refused)
+    # Every replica runs it: the exclusion sequencing needs is the lock each of its transactions takes.
+    return PeriodicJob(
+        JOB, sequencer.run_once, Schedule(interval), logger=logger, wording=SEQUENCER_WORDING, metrics=metrics
+    )
