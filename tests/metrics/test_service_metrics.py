@@ -4,14 +4,16 @@ metrics follow what Approve and Apply did."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 
 from decisionflow.v1 import common_pb2, effect_receiver_pb2
-from tests.metrics.scrape import scrape_settled
+from tests.metrics.scrape import scrape, scrape_settled, wait_until
 from tests.support.payloads import apply_request
 from tests.support.secure import raw_call, start_secure_stack
 from tests.support.stack import Stack, approve, decline, start_request
@@ -117,3 +119,25 @@ def test_without_a_metrics_port_nothing_is_served(make_stack: Callable[..., Stac
     assert stack.receiver_server.metrics_port is None
     lookup = effect_receiver_pb2.LookupRequest(operation_id="op-v1-" + "0" * 64)
     assert stack.receiver().Lookup(lookup, timeout=5).result.status == common_pb2.LOOKUP_STATUS_NOT_FOUND
+
+
+def test_each_server_reports_the_runs_of_its_periodic_jobs(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(
+        metrics_port=0,
+        audit_interval_seconds=0.1,
+        receiver={"metrics_port": 0, "key_retention": timedelta(days=1), "prune_interval_seconds": 0.1},
+    )
+    orchestrator_port, receiver_port = _metrics_ports(stack)
+    for port, job in ((orchestrator_port, "audit-sequencer"), (receiver_port, "prune-keys")):
+
+        def ran_thrice(port: int = port, job: str = job) -> bool:
+            return scrape(port).value("decisionflow_periodic_runs_total", periodic_job=job, outcome="succeeded") >= 3
+
+        assert wait_until(ran_thrice), f"{job} never ran three times"
+        seen = scrape(port)
+        started = seen.value("decisionflow_periodic_last_run_started_timestamp_seconds", periodic_job=job)
+        finished = seen.value("decisionflow_periodic_last_run_finished_timestamp_seconds", periodic_job=job)
+        assert abs(time.time() - started) < 60
+        assert finished > 0  # a run may be in flight while scraped: its end is the last one's
+        assert seen.value("decisionflow_periodic_last_run_duration_seconds", periodic_job=job) >= 0
+        assert seen.value("decisionflow_periodic_runs_total", periodic_job=job, outcome="failed") == 0
