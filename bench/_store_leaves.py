@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.vocabulary import CaseId, Decision, OperationId, Receipt
 from decisionflow_server.storage import db
-from orchestrator.audit import events
+from orchestrator.audit_log import events
 from orchestrator.domain import (
     FirstAttempt,
     PendingReview,

@@ -45,7 +45,7 @@ from decisionflow.transparency import NoteSigner
 from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, UNLIMITED_AUTHORS, ProcessStack, orchestrator_args
 from decisionflow_server.storage import db
 from orchestrator.audit.sequencer import publish
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.schema import audit_entries
 from orchestrator.store import OrchestratorStore
 

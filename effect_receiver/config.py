@@ -18,7 +18,7 @@ from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.faults import FaultPlan
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
-from effect_receiver.service import FAILPOINT_NAMES
+from effect_receiver.failpoints import FAILPOINT_NAMES
 
 
 def _retention(value: str) -> timedelta:

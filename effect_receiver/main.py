@@ -28,10 +28,11 @@ from effect_receiver.config import (
     load,
 )
 from effect_receiver.domain import MAX_BATCH_LOOKUP, MAX_PAYLOAD_BYTES
+from effect_receiver.failpoints import FAILPOINT_NAMES
 from effect_receiver.grpc_api import STATUS_TABLE, EffectReceiverServicer, register
 from effect_receiver.metrics import ReceiverMetrics
 from effect_receiver.schema import VERSION_TABLE
-from effect_receiver.service import FAILPOINT_NAMES, ReceiverService
+from effect_receiver.service import ReceiverService
 from effect_receiver.store import MIGRATIONS, EffectStore
 
 logger = logging.getLogger("effect_receiver")

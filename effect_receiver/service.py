@@ -38,11 +38,8 @@ from effect_receiver.domain import (
     page_size_violations,
 )
 from effect_receiver.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, ReplyLost
+from effect_receiver.failpoints import COMMIT_THEN_EXIT, COMMIT_THEN_LOSE_REPLY, FAILPOINT_NAMES
 from effect_receiver.store import EffectStore
-
-COMMIT_THEN_LOSE_REPLY = "receiver.commit_then_lose_reply"
-COMMIT_THEN_EXIT = "receiver.commit_then_exit"
-FAILPOINT_NAMES = (COMMIT_THEN_LOSE_REPLY, COMMIT_THEN_EXIT)
 
 _MAX_SEQUENCE = 2**63
 

@@ -17,7 +17,7 @@ from decisionflow_server.runtime import server_security
 from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
-from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, origin, signing_key
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN, CheckpointSigner, origin, signing_key
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.quotas import AuthorLimits

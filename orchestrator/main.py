@@ -47,10 +47,10 @@ from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
 from orchestrator.audit import commands as audit_commands
 from orchestrator.audit.grpc_api import AuditServicer
-from orchestrator.audit.ports import AuditLogReader
 from orchestrator.audit.publication import CheckpointDirectory
 from orchestrator.audit.sequencer import audit_job
 from orchestrator.audit.service import AuditLog
+from orchestrator.audit_log.ports import AuditLogReader
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects

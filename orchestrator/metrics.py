@@ -40,8 +40,8 @@ from decisionflow_server.runtime.metrics import (
 )
 from decisionflow_server.runtime.periodic import PeriodicMetrics
 from decisionflow_server.runtime.served_calls import Observers
-from orchestrator.audit.progress import AuditStatus
 from orchestrator.audit.publication import CHECKPOINT_NAME, CheckpointDirectory
+from orchestrator.audit_log.progress import AuditStatus
 from orchestrator.config import SERVER
 from orchestrator.domain import OperationTally
 from orchestrator.ports import EffectIndeterminate, EffectPort, EffectRefused

@@ -28,10 +28,10 @@ from decisionflow_server.runtime import housekeeping_commands
 from decisionflow_server.runtime.host import Command
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
-from orchestrator.audit.ports import PublishedCheckpoint
 from orchestrator.audit.publication import CheckpointDirectory
 from orchestrator.audit.sequencer import publish
-from orchestrator.audit.signing import write_new_key
+from orchestrator.audit_log.ports import PublishedCheckpoint
+from orchestrator.audit_log.signing import write_new_key
 from orchestrator.store import OrchestratorStore
 
 logger = logging.getLogger("decisionflow.orchestrator")

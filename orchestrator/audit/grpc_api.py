@@ -15,8 +15,8 @@ import grpc
 from decisionflow.v1 import audit_pb2, audit_pb2_grpc
 from decisionflow_server.foundation import page_tokens
 from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest
-from orchestrator.audit.ports import LoggedLeaf, PublishedCheckpoint
 from orchestrator.audit.service import AuditLog, LeafProof, Selection
+from orchestrator.audit_log.ports import LoggedLeaf, PublishedCheckpoint
 from orchestrator.validation import check_case_id, check_operation_id
 from orchestrator.wire import to_timestamp
 

@@ -25,10 +25,10 @@ from datetime import datetime
 
 from decisionflow.transparency import Checkpoint
 from decisionflow_server.runtime.periodic import PeriodicJob, PeriodicMetrics, Schedule, Wording
-from orchestrator.audit.ports import PublishedCheckpoint
-from orchestrator.audit.progress import SigningRefused
 from orchestrator.audit.publication import CheckpointDirectory, PublishedNote, UnreadablePublication
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import PublishedCheckpoint
+from orchestrator.audit_log.progress import SigningRefused
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.store import OrchestratorStore
 
 logger = logging.getLogger("decisionflow.orchestrator")

@@ -27,7 +27,7 @@ from typing import TypeVar
 from decisionflow.transparency import HASH_SIZE
 from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.audit.errors import BeyondCheckpoint, CheckpointNotFound, NotLogged
-from orchestrator.audit.ports import AuditLogReader, LoggedLeaf, PublishedCheckpoint
+from orchestrator.audit_log.ports import AuditLogReader, LoggedLeaf, PublishedCheckpoint
 
 _T = TypeVar("_T")
 

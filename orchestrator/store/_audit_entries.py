@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from decisionflow.transparency import Leaf
 from decisionflow_server.storage.db import UtcDateTime
-from orchestrator.audit.events import AuditEntry, encoded
+from orchestrator.audit_log.events import AuditEntry, encoded
 from orchestrator.schema import audit_entries
 
 # Built once (see orchestrator.store._statements). No RETURNING of the new entry id, which nothing reads:

@@ -23,8 +23,8 @@ from decisionflow.transparency import (
     subtree_hashes_of_nodes,
 )
 from decisionflow.vocabulary import CaseId, OperationId
-from orchestrator.audit.ports import LoggedLeaf, PublishedCheckpoint
-from orchestrator.audit.progress import AuditStatus
+from orchestrator.audit_log.ports import LoggedLeaf, PublishedCheckpoint
+from orchestrator.audit_log.progress import AuditStatus
 from orchestrator.schema import audit_checkpoints, audit_entries
 from orchestrator.store._audit_tree import NodeLookup, nodes_txn, size_txn
 

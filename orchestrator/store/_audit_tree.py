@@ -20,9 +20,9 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.transparency import Checkpoint, CompactRange, StoredNode, perfect_subtrees
-from orchestrator.audit.ports import PublishedCheckpoint
-from orchestrator.audit.progress import SigningRefused
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import PublishedCheckpoint
+from orchestrator.audit_log.progress import SigningRefused
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes
 
 # PostgreSQL's advisory lock of the sequencer: one 64-bit key, the first 8 bytes of a name's SHA-256.

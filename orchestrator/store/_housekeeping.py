@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, OperationId, OperationState
 from decisionflow_server.storage.transactions import Transactions
-from orchestrator.audit.events import expiry_entry
+from orchestrator.audit_log.events import expiry_entry
 from orchestrator.domain import PendingReview, SealedCheckpoint
 from orchestrator.schema import cases, checkpoints, decisions, operations, pending_reviews
 from orchestrator.store import _audit_entries

@@ -8,7 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, LookupStatus, OperationId, OperationState
-from orchestrator.audit.events import settlement_entry
+from orchestrator.audit_log.events import settlement_entry
 from orchestrator.domain import Operation, OperationTally, Settlement
 from orchestrator.errors import NotFound
 from orchestrator.schema import cases, decisions, operations

@@ -16,4 +16,4 @@ from orchestrator.store._store_proposals import ProposalMethods
 
 class OrchestratorStore(ProposalMethods, LedgerMethods, OperationMethods, AuditMethods):
     """Proposals, pending reviews, the decision ledger, operation states, checkpoints and the audit log
-    (an ``orchestrator.audit.ports.AuditLogReader``)."""
+    (an ``orchestrator.audit_log.ports.AuditLogReader``)."""

@@ -1,5 +1,5 @@
 """OrchestratorStore's audit log: the sequencer's transaction, and the reads the AuditService answers
-from (``orchestrator.audit.ports.AuditLogReader``) and the metrics report.
+from (``orchestrator.audit_log.ports.AuditLogReader``) and the metrics report.
 
 The entries themselves are written by the other parts, each in the transaction of its event.
 """
@@ -11,9 +11,9 @@ from datetime import datetime
 
 from decisionflow.transparency import Checkpoint
 from decisionflow.vocabulary import CaseId, OperationId
-from orchestrator.audit.ports import LoggedLeaf, PublishedCheckpoint
-from orchestrator.audit.progress import AuditStatus, SequencingPass
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import LoggedLeaf, PublishedCheckpoint
+from orchestrator.audit_log.progress import AuditStatus, SequencingPass
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.store import _audit_reads, _audit_tree
 from orchestrator.store._store_base import StoreBase
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, Decision, OperationId, OperationState, Receipt
-from orchestrator.audit.events import decision_entry, decision_leaf, effect_entry, effect_leaf, rejection_entry
+from orchestrator.audit_log.events import decision_entry, decision_leaf, effect_entry, effect_leaf, rejection_entry
 from orchestrator.domain import DecisionInputs, FirstAttempt, Operation, RecordedDecision, SealedCheckpoint
 from orchestrator.errors import NotFound, NotRedrivable, ReviewExpired, StaleProposal
 from orchestrator.schema import operations

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from decisionflow.vocabulary import CaseId, OperationId
-from orchestrator.audit.events import EDITED, REPLACED, STARTED, proposal_entry
+from orchestrator.audit_log.events import EDITED, REPLACED, STARTED, proposal_entry
 from orchestrator.domain import (
     PendingReview,
     PendingReviewEntry,

@@ -15,7 +15,7 @@ import pytest
 
 from decisionflow.transparency import NoteSigner, NoteVerifier, open_checkpoint
 from decisionflow_server.storage import db
-from orchestrator.audit.signing import DEFAULT_ORIGIN
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN
 from orchestrator.store import OrchestratorStore, migrate
 from tests.support.audit import check_log, decision, proposal, started
 

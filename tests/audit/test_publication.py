@@ -22,7 +22,7 @@ from decisionflow_server.foundation.processes import ServiceProcess, free_port
 from decisionflow_server.runtime.metrics import MetricsServer
 from decisionflow_server.storage import db
 from orchestrator.audit.publication import CheckpointDirectory, UnreadablePublication, read_note
-from orchestrator.audit.signing import DEFAULT_ORIGIN, write_new_key
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN, write_new_key
 from orchestrator.store import OrchestratorStore, migrate
 from tests.audit.test_commands import _command
 from tests.support.audit import ORIGIN, SIGNER, T0, check_log, decision, proposal, started

@@ -19,7 +19,7 @@ from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow_server.foundation.processes import ServiceProcess
 from decisionflow_server.storage import db
 from orchestrator.audit.sequencer import publish
-from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, write_new_key
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN, CheckpointSigner, write_new_key
 from orchestrator.schema import audit_checkpoints, audit_entries, decisions, operations
 from orchestrator.store import OrchestratorStore
 from tests.support.audit import check_log

@@ -20,8 +20,8 @@ from decisionflow.transparency import (
     tree_hash,
 )
 from decisionflow.vocabulary import CaseId, Decision, OperationId
-from orchestrator.audit.ports import AuditLogReader
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import AuditLogReader
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.store import OrchestratorStore
 from tests.support.audit import ORIGIN, SIGNER, T0, check_log, decision, entries, proposal, started
 

@@ -16,7 +16,7 @@ from decisionflow.transparency import DecisionLeaf, EffectLeaf, ProposalLeaf, Se
 from decisionflow.v1 import common_pb2, effect_receiver_pb2, operations_pb2
 from decisionflow.vocabulary import OperationId
 from decisionflow_server.storage import db
-from orchestrator.audit.progress import AuditStatus
+from orchestrator.audit_log.progress import AuditStatus
 from orchestrator.metrics import AuditCollector
 from orchestrator.store import OrchestratorStore
 from tests.metrics.scrape import scrape

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from decisionflow.transparency import NoteVerifier
-from orchestrator.audit.signing import DEFAULT_ORIGIN
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN
 from tests.support.audit_history import History, keygen
 
 pytestmark = pytest.mark.slow

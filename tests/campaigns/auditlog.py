@@ -72,9 +72,9 @@ from decisionflow.transparency import (
 )
 from decisionflow.vocabulary import Decision, OperationState
 from decisionflow_server.storage import db
-from orchestrator.audit.ports import PublishedCheckpoint
 from orchestrator.audit.sequencer import publish
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import PublishedCheckpoint
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes, decisions, operations, proposals
 from orchestrator.store import OrchestratorStore
 

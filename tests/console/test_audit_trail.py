@@ -20,7 +20,7 @@ from decisionflow.transparency import NoteSigner, NoteVerifier
 from decisionflow_cli import main
 from decisionflow_console.config import load
 from decisionflow_server.storage import db
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.signing import CheckpointSigner
 from tests.console.pages import start_case
 from tests.support.audit import ORIGIN, SIGNER, publish_log
 from tests.support.console import ConsoleUnderTest, screenshot

@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from decisionflow.transparency import NoteVerifier, open_checkpoint
 from decisionflow_server.runtime.auth import load_credentials, token_sha256
-from orchestrator.audit.signing import DEFAULT_ORIGIN, CheckpointSigner, signing_key
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN, CheckpointSigner, signing_key
 from tests.deploy.made import (
     COMPOSE,
     MadeSecrets,

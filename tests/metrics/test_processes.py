@@ -18,7 +18,7 @@ from decisionflow.v1 import common_pb2, review_pb2_grpc
 from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import child_environment, free_port
 from decisionflow_server.foundation.version import installed_version
-from orchestrator.audit.signing import DEFAULT_ORIGIN, write_new_key
+from orchestrator.audit_log.signing import DEFAULT_ORIGIN, write_new_key
 from tests.metrics.scrape import Scrape, scrape, scrape_settled, wait_until
 from tests.support.reconciling import ROOT, reconciler_command
 from tests.support.stack import CHECKPOINT_KEY, approve, decline, start_request

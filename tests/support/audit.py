@@ -24,9 +24,9 @@ from decisionflow.transparency import (
 )
 from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.storage import db
-from orchestrator.audit.ports import AuditLogReader, PublishedCheckpoint
 from orchestrator.audit.sequencer import publish
-from orchestrator.audit.signing import CheckpointSigner
+from orchestrator.audit_log.ports import AuditLogReader, PublishedCheckpoint
+from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.domain import PendingReview, Proposal, RecordedDecision, SealedCheckpoint, proposal_content
 from orchestrator.schema import audit_entries
 from orchestrator.store import OrchestratorStore, migrate

@@ -1,5 +1,5 @@
 """An in-memory audit log: a fake at the seam between the AuditService and the store
-(``orchestrator.audit.ports.AuditLogReader``), for the tests of the AuditService, the audit client and
+(``orchestrator.audit_log.ports.AuditLogReader``), for the tests of the AuditService, the audit client and
 ``decisionflow audit`` only, and for the in-process stacks while the store reads no log of its own
 (``tests.support.stack``), so that every RPC of the contract is served there.
 
@@ -37,7 +37,7 @@ from decisionflow.transparency import (
 )
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import CaseId, OperationId
-from orchestrator.audit.ports import LoggedLeaf, PublishedCheckpoint
+from orchestrator.audit_log.ports import LoggedLeaf, PublishedCheckpoint
 
 ORIGIN = "audit.test/orchestrator"
 

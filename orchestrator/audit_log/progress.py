@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator.audit.ports import PublishedCheckpoint
+from orchestrator.audit_log.ports import PublishedCheckpoint
 
 
 @dataclass(frozen=True, slots=True)
