@@ -8,13 +8,23 @@ compare-and-set. A duplicate key is told from any other constraint failure by re
 winner in the same transaction.
 
 Transactions (write turn, Unavailable) are ``decisionflow_server.storage.transactions``, shared with the
-receiver. Parts: ``_statements`` (prebuilt statements),
-``_rows`` (row → domain), ``_proposals``, ``_inbox`` (the pending reviews' listing), ``_ledger``
-(decisions), ``_operations`` (reads, listing, settling), ``_checkpoints`` (the checkpoint table),
-``_audit_entries`` (the audit log's entries, written with each event), ``_audit_tree`` (sequencing
-and signing), ``_audit_reads`` (leaves, proofs, checkpoints), ``_migrations``, ``_housekeeping``,
-``_store`` (the sync store, whose public methods come from ``_store_proposals``, ``_store_ledger``,
-``_store_operations`` and ``_store_audit`` on ``_store_base``) and ``_async`` (its async facade).
+receiver. One module per concept, each holding its public methods (a class OrchestratorStore is made
+of) beside the helpers they run in their transaction:
+
+- ``_proposals``: starting and editing proposals, the case's current pointer, reading them back;
+- ``_inbox``: the pending reviews' listing and each author's share of it;
+- ``_ledger``: the decision ledger and the effect record (attempts, receipts, rejections);
+- ``_operations``: reading, listing, tallying and settling operations;
+- ``_audit_entries``: the audit log's entries, written with each event;
+- ``_audit_tree``: sequencing the log and signing its checkpoints;
+- ``_audit_reads``: leaves, proofs, checkpoints and the log's lag;
+- ``_checkpoints``: the workflow checkpoints' table;
+- ``_housekeeping``: the operator's pruning and expiry.
+
+Beneath them: ``_statements`` (prebuilt statements), ``_takeover`` (the attempt that takes over an
+ended holder's lease), ``_columns`` (the vocabulary as the columns spell it), ``_rows`` (row → domain),
+``_store_base`` (the transactions and tables every part shares) and ``_migrations``. Above them:
+``_store`` (OrchestratorStore, made of the parts' methods) and ``_async`` (its async facade).
 """
 
 from __future__ import annotations

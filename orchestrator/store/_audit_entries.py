@@ -1,6 +1,6 @@
 """The audit log's entries, written in the transaction of the event they record (joining the caller's).
 
-An entry is inserted without an index: the sequencer gives it one later (``_audit_sequencing``). The
+An entry is inserted without an index: the sequencer gives it one later (``_audit_tree``). The
 insert shares the event's fate: the event's transaction rolled back, the entry is gone with it; the
 insert failing, the event's transaction fails.
 

@@ -1,5 +1,7 @@
-"""Reads of the sequenced audit log (joining a caller's transaction): leaves, their indices, proofs from
-the stored perfect-subtree hashes, checkpoints, and how far the log lags.
+"""Reads of the sequenced audit log: leaves, their indices, proofs from the stored perfect-subtree hashes,
+checkpoints, and how far the log lags. ``AuditReadMethods`` answers the AuditService (an
+``orchestrator.audit_log.ports.AuditLogReader``) and the metrics, each public method one transaction,
+over helpers that join the caller's.
 
 Only the sequenced prefix is read: an entry without an index is in no tree yet. A leaf, a stored
 node and a checkpoint never change once written, so a proof read in several statements is one
@@ -27,6 +29,7 @@ from orchestrator.audit_log.ports import LoggedLeaf, PublishedCheckpoint
 from orchestrator.audit_log.progress import AuditStatus
 from orchestrator.schema import audit_checkpoints, audit_entries
 from orchestrator.store._audit_tree import NodeLookup, nodes_txn, size_txn
+from orchestrator.store._store_base import StoreBase
 
 # Named in every query on the sequenced entries: the partial indexes that serve them hold no other.
 _SEQUENCED = audit_entries.c.leaf_index.is_not(None)
@@ -125,3 +128,45 @@ def status_txn(conn: sa.Connection) -> AuditStatus:
         checkpoint_signed_at=None if newest is None else newest.signed_at,
         oldest_unsigned_at=oldest_unsigned,
     )
+
+
+class AuditReadMethods(StoreBase):
+    """Reads of the audit log: what the AuditService answers from (an ``AuditLogReader``) and the metrics report."""
+
+    def audit_status(self) -> AuditStatus:
+        """The sequencer's backlog and its age, the log's size and its newest checkpoint, read together."""
+        with self.transactions.read() as conn:
+            return status_txn(conn)
+
+    def latest_checkpoint(self) -> PublishedCheckpoint | None:
+        """The newest signed checkpoint of the audit log, None before the first is published."""
+        with self.transactions.read() as conn:
+            return latest_checkpoint_txn(conn)
+
+    def checkpoint(self, size: int) -> PublishedCheckpoint | None:
+        """The audit log's checkpoint published at exactly this size (the newest key's), None when none was."""
+        with self.transactions.read() as conn:
+            return checkpoint_txn(conn, size)
+
+    def leaves(self, start: int, limit: int) -> Sequence[LoggedLeaf]:
+        """Up to limit sequenced leaves of the audit log from index start, in index order."""
+        with self.transactions.read() as conn:
+            return leaves_txn(conn, start, limit)
+
+    def leaf_indices(self, operation_id: OperationId | None = None, case_id: CaseId | None = None) -> Sequence[int]:
+        """The indices of every sequenced leaf of an operation, or of every operation of a case (both given:
+        of that operation if it is the case's), ascending; ValueError when neither is given."""
+        with self.transactions.read() as conn:
+            return leaf_indices_txn(conn, operation_id, case_id)
+
+    def inclusion_proof(self, index: int, size: int) -> Sequence[bytes]:
+        """RFC 9162 inclusion proof of leaf index in the tree of the first size leaves; InvalidTreeRange
+        unless 0 ≤ index < size ≤ the sequenced size."""
+        with self.transactions.read() as conn:
+            return inclusion_proof_txn(conn, index, size)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> Sequence[bytes]:
+        """RFC 9162 consistency proof between the trees of old_size and new_size leaves; InvalidTreeRange
+        unless 0 < old_size ≤ new_size ≤ the sequenced size."""
+        with self.transactions.read() as conn:
+            return consistency_proof_txn(conn, old_size, new_size)

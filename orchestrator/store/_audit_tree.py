@@ -1,5 +1,5 @@
-"""The audit log's tree: sequencing entries into it and signing its checkpoints (joining a caller's
-transaction, which must hold the sequencer's lock: ``lock_txn``).
+"""The audit log's tree: ``AuditTreeMethods.sequence_audit_log`` sequences entries into it and signs
+its checkpoints in one transaction under the sequencer's lock (``lock_txn``), over helpers that join it.
 
 The sequencer takes the entries without an index in entry-id order and gives them the next indices,
 size, size + 1, ... in one transaction, storing the hash of every perfect subtree each new leaf
@@ -21,9 +21,10 @@ import sqlalchemy as sa
 
 from decisionflow.transparency import Checkpoint, CompactRange, StoredNode, perfect_subtrees
 from orchestrator.audit_log.ports import PublishedCheckpoint
-from orchestrator.audit_log.progress import SigningRefused
+from orchestrator.audit_log.progress import SequencingPass, SigningRefused
 from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.schema import audit_checkpoints, audit_entries, audit_nodes
+from orchestrator.store._store_base import StoreBase
 
 # PostgreSQL's advisory lock of the sequencer: one 64-bit key, the first 8 bytes of a name's SHA-256.
 SEQUENCER_LOCK_KEY = int.from_bytes(hashlib.sha256(b"decisionflow.audit.sequencer").digest()[:8], "big", signed=True)
@@ -156,3 +157,26 @@ def extends_txn(conn: sa.Connection, tree: CompactRange, published: Checkpoint) 
             "published checkpoint's: the log in the database has forked from what was published",
         )
     return None
+
+
+class AuditTreeMethods(StoreBase):
+    """The sequencer's transaction: indices for the entries the other parts wrote, and a signed checkpoint."""
+
+    def sequence_audit_log(
+        self, limit: int, signer: CheckpointSigner | None, now: datetime, *, published: Checkpoint | None = None
+    ) -> SequencingPass:
+        """In one transaction under the sequencer's lock, give up to limit unsequenced entries the next
+        indices, oldest entry first, with the perfect subtrees they complete; then, when signer is given
+        and fewer than limit were waiting (the backlog is done), sign the sequenced size unless that key
+        signed it already, or the tree does not extend published (the checkpoint published outside the
+        database): then sign nothing and say why."""
+        with self.transactions.write() as conn:
+            lock_txn(conn)
+            tree, sequenced = sequence_txn(conn, limit)
+            checkpoint = refused = None
+            if signer is not None and sequenced < limit:
+                if published is not None:
+                    refused = extends_txn(conn, tree, published)
+                if refused is None:
+                    checkpoint = sign_txn(conn, tree, signer, now)
+        return SequencingPass(sequenced, tree.size, checkpoint, refused)

@@ -1,4 +1,6 @@
-"""The reviewer's inbox: every case's current proposal that is still undecided (joining a caller's transaction).
+"""The reviewer's inbox: every case's current proposal that is still undecided. ``InboxMethods`` lists
+it and checks an author's share of it, each public method one transaction, over helpers that join the
+caller's (ending in ``_txn``; the proposals' writes check the share in their own transaction).
 
 A pending review is listed when its operation is stored as PENDING_REVIEW and its case's current
 pointer names it; a proposal an edit or a replacement left behind (SUPERSEDED) is not. The order is
@@ -26,8 +28,8 @@ from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
 from orchestrator.errors import TooManyOpenReviews
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._columns import state_text
-from orchestrator.store._proposals import proposal_row_txn
-from orchestrator.store._rows import review_from
+from orchestrator.store._rows import proposal_row_txn, review_from
+from orchestrator.store._store_base import StoreBase
 
 _PENDING = (
     sa.select(
@@ -153,3 +155,21 @@ def versions_txn(conn: sa.Connection, operation_ids: Sequence[OperationId]) -> d
     )
     counted = sa.select(chain.c.head, sa.func.count(sa.distinct(chain.c.visited))).group_by(chain.c.head)
     return {OperationId(head): int(n) for head, n in conn.execute(counted)}
+
+
+class InboxMethods(StoreBase):
+    """The inbox: the pending reviews' listing and each author's share of it."""
+
+    def list_pending_reviews(
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
+    ) -> list[PendingReviewEntry]:
+        """Return up to limit undecided current proposals matching filters, oldest first, after a page
+        key, each with its pending review and version count, from one snapshot."""
+        with self.transactions.read() as conn:
+            return pending_reviews_txn(conn, filters, limit, after)
+
+    def check_open_reviews(self, author: str, case_id: CaseId, open_review_limit: int) -> None:
+        """Raise TooManyOpenReviews when author already has open_review_limit proposals in the inbox on
+        cases other than case_id (0: no cap); the write that would add one checks again."""
+        with self.transactions.read() as conn:
+            check_open_reviews_txn(conn, author, case_id, open_review_limit, writing=False)

@@ -1,4 +1,6 @@
-"""Operations: reads, the reconciler's listing, and settling by lookup (joining a caller's transaction)."""
+"""Operations: ``OperationMethods`` reads one, lists them for the reconciler, tallies them and settles
+them by lookup, each public method one transaction, over helpers that join the caller's (ending in
+``_txn``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from orchestrator.store import _audit_entries
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import consistency_text, lookup_text, state_of, state_text, states_text
 from orchestrator.store._rows import operation_from
+from orchestrator.store._store_base import StoreBase
 
 
 def operation_txn(conn: sa.Connection, operation_id: OperationId) -> Operation:
@@ -142,3 +145,38 @@ def tally_txn(conn: sa.Connection) -> OperationTally:
         .where(operations.c.state.in_(q.OPEN))
     ).scalar_one_or_none()
     return OperationTally(by_state, oldest)
+
+
+class OperationMethods(StoreBase):
+    """Reading and settling operations."""
+
+    def get_operation(self, operation_id: OperationId) -> Operation:
+        """Return the operation with that id (SUPERSEDED when pending and no longer current), or raise NotFound."""
+        with self.transactions.read() as conn:
+            return operation_txn(conn, operation_id)
+
+    def list_operations(
+        self,
+        states: Sequence[OperationState],
+        changed_before: datetime,
+        limit: int,
+        after: tuple[datetime, OperationId] | None,
+        *,
+        case_id: CaseId | None = None,
+    ) -> list[Operation]:
+        """Return operations in states that entered them before changed_before (only case_id's when given),
+        oldest first, after a page key."""
+        with self.transactions.read() as conn:
+            return list_operations_txn(conn, states, changed_before, limit, after, case_id=case_id)
+
+    def tally(self) -> OperationTally:
+        """Return the operations per state and the decision time of the oldest open one, from one snapshot."""
+        with self.transactions.read() as conn:
+            return tally_txn(conn)
+
+    def settle(self, settlements: Sequence[Settlement], *, settled_by: str) -> list[tuple[Operation | None, bool]]:
+        """Record lookups in one transaction: APPLIED with a receipt commits an open operation (its
+        settlement leaf names settled_by, the caller); every lookup is noted. Returns, per settlement, the
+        operation (None if unknown) and whether it settled."""
+        with self.transactions.write() as conn:
+            return settle_txn(conn, settlements, settled_by)

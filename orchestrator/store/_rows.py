@@ -1,6 +1,8 @@
 """Rows to frozen domain values. Column names may carry a prefix (a label in a joined select).
 
-Timestamps arrive as aware UTC datetimes from the column type, on every backend.
+Timestamps arrive as aware UTC datetimes from the column type, on every backend. A proposal's row
+written without its authors (see schema.proposals.authors_json) gets them from its chain of parents,
+read in the caller's transaction (``proposal_row_txn``): the one conversion that reads.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from orchestrator.domain import (
     evidence_from_json,
     policy_from_json,
 )
+from orchestrator.schema import proposals
 from orchestrator.store._columns import consistency_of, decision_of, lookup_of, state_of
 
 
@@ -54,6 +57,34 @@ def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[s
         created_at=m[prefix + "created_at"],
         authors=authors,
     )
+
+
+def proposal_row_txn(conn: sa.Connection, m: sa.RowMapping, prefix: str = "") -> Proposal:
+    """Return the proposal in a row of the proposals table (columns under prefix); a row written
+    without its authors gets them from its chain of parents."""
+    legacy = None
+    if m[prefix + "authors_json"] is None:
+        legacy = chain_authors_txn(conn, OperationId(m[prefix + "operation_id"]))
+    return proposal_from(m, prefix, legacy)
+
+
+def chain_authors_txn(conn: sa.Connection, operation_id: OperationId) -> frozenset[str]:
+    """Return who created the proposal and each proposal it was edited from or replaced, back to the first.
+
+    Walks the parent links; used only for rows written without their authors.
+    """
+    first = sa.select(proposals.c.parent_operation_id, proposals.c.created_by).where(
+        proposals.c.operation_id == operation_id
+    )
+    chain = first.cte("proposal_chain", recursive=True)
+    parent = proposals.alias("parent")
+    # UNION, not UNION ALL: duplicates are dropped, so even a corrupted cycle of parents ends.
+    chain = chain.union(
+        sa.select(parent.c.parent_operation_id, parent.c.created_by).where(
+            parent.c.operation_id == chain.c.parent_operation_id
+        )
+    )
+    return frozenset(conn.execute(sa.select(chain.c.created_by)).scalars())
 
 
 def review_from(m: sa.RowMapping, prefix: str = "") -> PendingReview:

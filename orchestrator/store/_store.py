@@ -1,19 +1,25 @@
 """OrchestratorStore: each public method is one transaction, its read-back inside it.
 
-Its methods come in parts, one concept each: ``_store_proposals`` (proposals and pending reviews),
-``_store_ledger`` (the decision ledger and the effect record), ``_store_operations`` (reading and
-settling operations) and ``_store_audit`` (sequencing and reading the audit log, whose entries the
-others write with their events), on ``_store_base`` (the transactions and tables they share).
+Its methods come from the module of their concept, each beside the helpers it runs in its
+transaction: ``_proposals`` (starting, editing and reading proposals), ``_inbox`` (the pending
+reviews' listing and each author's share of it), ``_ledger`` (the decision ledger and the effect
+record), ``_operations`` (reading, listing and settling operations), ``_audit_tree`` (the sequencer's
+transaction) and ``_audit_reads`` (reading the audit log, whose entries the others write with their
+events), all on ``_store_base`` (the transactions and tables they share).
 """
 
 from __future__ import annotations
 
-from orchestrator.store._store_audit import AuditMethods
-from orchestrator.store._store_ledger import LedgerMethods
-from orchestrator.store._store_operations import OperationMethods
-from orchestrator.store._store_proposals import ProposalMethods
+from orchestrator.store._audit_reads import AuditReadMethods
+from orchestrator.store._audit_tree import AuditTreeMethods
+from orchestrator.store._inbox import InboxMethods
+from orchestrator.store._ledger import LedgerMethods
+from orchestrator.store._operations import OperationMethods
+from orchestrator.store._proposals import ProposalMethods
 
 
-class OrchestratorStore(ProposalMethods, LedgerMethods, OperationMethods, AuditMethods):
+class OrchestratorStore(
+    ProposalMethods, InboxMethods, LedgerMethods, OperationMethods, AuditTreeMethods, AuditReadMethods
+):
     """Proposals, pending reviews, the decision ledger, operation states, checkpoints and the audit log
     (an ``orchestrator.audit_log.ports.AuditLogReader``)."""
