@@ -1,27 +1,23 @@
 """Wiring of the orchestrator process: configuration, database, workflow, receiver client, server.
 
-The only reader of the environment. ``decisionflow-orchestrator serve`` (the default) runs the
-server; ``migrate`` upgrades the schema (decisionflow_server.storage.migrating); ``prune-checkpoints``,
-``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping commands; ``audit-checkpoint``
-and ``audit-keygen`` are the audit log's (orchestrator.audit.commands).
+With its commands, the only reader of the environment. ``decisionflow-orchestrator serve`` (the
+default) runs the server; ``migrate`` upgrades the schema (decisionflow_server.storage.migrating);
+``prune-checkpoints``, ``expire-reviews`` and ``reopen-reviews`` are the operators' housekeeping
+commands (orchestrator.housekeeping_commands); ``audit-checkpoint`` and ``audit-keygen`` are the audit
+log's (orchestrator.audit.commands).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import functools
-import json
 import logging
-import math
 import os
 import secrets
 import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import grpc
 from sqlalchemy.engine import Engine
@@ -36,15 +32,15 @@ from decisionflow.v1 import (
     review_pb2,
     review_pb2_grpc,
 )
-from decisionflow_server.foundation import arguments, logs, settings
-from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
+from decisionflow_server.foundation import arguments, logs
 from decisionflow_server.foundation.version import add_version_flag
-from decisionflow_server.runtime import housekeeping_commands, startup
+from decisionflow_server.runtime import startup
 from decisionflow_server.runtime.failpoints import Failpoints
 from decisionflow_server.runtime.host import Command, Host, Service, Wiring, command_line
 from decisionflow_server.runtime.serving import ReceiveLimits
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
+from orchestrator import housekeeping_commands
 from orchestrator.audit import commands as audit_commands
 from orchestrator.audit.grpc_api import AuditServicer
 from orchestrator.audit.publication import CheckpointDirectory
@@ -57,7 +53,6 @@ from orchestrator.effects import ReceiverEffects
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.holders import LeaseHolder
-from orchestrator.housekeeping import expire_reviews, prune_checkpoints, reopen_reviews
 from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpoints
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
@@ -77,14 +72,6 @@ SCHEMA = migrating.Schema(
     configuration.DATABASE_URL,
     configuration.SERVER.database_url_file,
     configuration.SERVER.migrate,
-    configuration.SERVER.logs.level,
-)
-# The housekeeping commands read these, with the same parsers as the server.
-HOUSEKEEPING_SETTINGS: tuple[Setting[Any], ...] = (
-    configuration.DATABASE_URL,
-    configuration.SERVER.database_url_file,
-    configuration.CHECKPOINT_KEYS,
-    configuration.CHECKPOINT_KEYS_FILE,
     configuration.SERVER.logs.level,
 )
 # What decides whether the receiver channel may carry the token: TLS, or the explicit opt-in.
@@ -278,105 +265,6 @@ SERVICE: Service[OrchestratorConfig] = Service(
 )
 
 
-# A hundred years: beyond it, now minus the retention falls outside the dates the database holds.
-MAX_RETENTION_DAYS = 36_525
-
-
-def _retention_days(value: str) -> float:
-    """Return a finite number of days from 0 to MAX_RETENTION_DAYS (argparse reports the refusal)."""
-    try:
-        days = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of days, not {value!r}") from None
-    if not (math.isfinite(days) and 0 <= days <= MAX_RETENTION_DAYS):
-        raise argparse.ArgumentTypeError(f"expected 0 to {MAX_RETENTION_DAYS} days, not {value!r}")
-    return days
-
-
-def _housekeeping(command: str, args: list[str]) -> int:
-    cli = housekeeping_commands.parser(PROGRAM, command, HOUSEKEEPING[command], HOUSEKEEPING_SETTINGS)
-    if command == "prune-checkpoints":
-        cli.add_argument(
-            "--older-than-days",
-            type=_retention_days,
-            required=True,
-            help=f"retention of settled operations' checkpoints (0 to {MAX_RETENTION_DAYS} days)",
-        )
-    if command == "expire-reviews":
-        cli.add_argument(
-            "--older-than",
-            required=True,
-            metavar="DURATION",
-            help="expire undecided proposals whose case has not moved for this long: seconds, or a number with "
-            "s, m, h or d (for example 30d), at most 100 years",
-        )
-    ns = cli.parse_args(args)
-    try:
-        older_than = settings.age(ns.older_than) if command == "expire-reviews" else None
-    except ValueError as error:
-        cli.error(f"--older-than: {error}")
-    try:
-        values = parse_settings(ns, HOUSEKEEPING_SETTINGS, os.environ)
-        # Only re-opening reads checkpoints, so only it needs the keys; given keys are checked either way.
-        pick_keys = values.required_one_of if command == "reopen-reviews" else values.one_of
-        keys = pick_keys(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE) or ()
-        database_url = values.required_one_of(configuration.DATABASE_URL, configuration.SERVER.database_url_file)
-    except SettingError as error:
-        cli.error(str(error))
-    level = values.required(configuration.SERVER.logs.level)
-    configure_logging(level)
-
-    def work(engine: Engine) -> int:
-        store = OrchestratorStore(engine)
-        if command == "prune-checkpoints":
-            pruned = prune_checkpoints(store, timedelta(days=ns.older_than_days), utc_now(), dry_run=ns.dry_run)
-            what = f"checkpoints of operations settled more than {ns.older_than_days:g} days ago"
-            housekeeping_commands.report_count(command, dry_run=ns.dry_run, noun="checkpoints", count=pruned, what=what)
-            return 0
-        if older_than is not None:
-            expired = expire_reviews(store, older_than, utc_now(), dry_run=ns.dry_run)
-            what = f"undecided reviews whose case has not moved for {ns.older_than.strip()}"
-            housekeeping_commands.report_count(
-                command, dry_run=ns.dry_run, noun="reviews", count=expired, what=what, verb="expire"
-            )
-            return 0
-        report = asyncio.run(
-            reopen_reviews(store, ReviewWorkflow(), CheckpointSealer(keys), utc_now, dry_run=ns.dry_run)
-        )
-        found = [
-            {"operation_id": r.operation_id, "workflow": f"{r.workflow_name}@{r.workflow_version}"}
-            for r in report.found
-        ]
-        print(
-            json.dumps(
-                {
-                    "command": command,
-                    "dry_run": ns.dry_run,
-                    "found": found,
-                    "reopened": report.reopened,
-                    "skipped": report.skipped,
-                }
-            )
-        )
-        return 0
-
-    return housekeeping_commands.on_existing_database(
-        SCHEMA, command, database_url, work, logger, debug=level == "debug"
-    )
-
-
-HOUSEKEEPING = {
-    "prune-checkpoints": "delete checkpoints of operations settled before a retention, and of undecided "
-    "proposals superseded on a case unchanged for as long; proposals, decisions and receipts are kept forever; "
-    "a case's current pending review is never touched",
-    "expire-reviews": "move undecided proposals whose case has not moved for a while to EXPIRED: they leave the "
-    "reviewers' inbox and their authors' open reviews, and can no longer be decided (an edit starts a new review); "
-    "proposals, decisions and receipts are kept",
-    "reopen-reviews": "re-open pending reviews recorded under another workflow graph under the running one "
-    "(same operation id; the old checkpoint is retired, never resumed)",
-}
-
-
 def load(args: list[str]) -> OrchestratorConfig:
     """Return the serving configuration from the command line and the environment (a bad value exits 2)."""
     cli = arguments.ArgumentParser(
@@ -395,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the decisionflow-orchestrator command (``serve``, the default, ``migrate``, ``prune-checkpoints``,
     ``expire-reviews``, ``reopen-reviews``, ``audit-checkpoint`` or ``audit-keygen``); returns the process exit
     status."""
-    commands: dict[str, Command] = {command: functools.partial(_housekeeping, command) for command in HOUSEKEEPING}
+    commands: dict[str, Command] = housekeeping_commands.commands(SCHEMA, configure_logging)
     commands.update(audit_commands.commands(SCHEMA))
     return command_line(SERVICE, sys.argv[1:] if argv is None else argv, os.environ, load, commands)
 
