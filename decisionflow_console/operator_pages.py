@@ -28,7 +28,7 @@ from decisionflow.vocabulary import OperationId
 from decisionflow_console.access import DESK, REDRIVE, SETTLE, Use
 from decisionflow_console.orchestrator import Orchestrator
 from decisionflow_console.pages import Pages
-from decisionflow_console.paging import Paging, Position, paging, position
+from decisionflow_console.paging import Paging, Position, counted_past, paging, position
 from decisionflow_console.posts import posted_form
 from decisionflow_console.refusals import explain
 from decisionflow_console.review_pages import signed_in, to_sign_in
@@ -159,15 +159,20 @@ class DeskSection:
 
 
 async def _section(client: AsyncOperationsClient, state: OperationState, at: Position) -> DeskSection:
-    """The page of state's operations at position at, asking one row past a full page to know if more follow."""
-    page = await client.list_operations_page([state], page_size=ROWS_PER_STATE, page_token=at.token)
-    more = False
-    if page.next_page_token:
-        after = await client.list_operations_page([state], page_size=1, page_token=page.next_page_token)
+    """The page of state's operations at position at with the state's total; a full page whose total does not
+    show more rows asks for one row past it to know."""
+    page = await client.list_operations_page(
+        [state], page_size=ROWS_PER_STATE, page_token=at.token, include_total_size=True
+    )
+    rows, token, total = len(page.operations), page.next_page_token, page.total_size
+    more = bool(token) and counted_past(at, rows=rows, page_size=ROWS_PER_STATE, total=total)
+    if token and not more:
+        after = await client.list_operations_page([state], page_size=1, page_token=token)
         more = bool(after.operations)
     kept = {"state": state.value.lower()}
-    rows, token = len(page.operations), page.next_page_token
-    shown = paging("/operations", kept, at, rows=rows, page_size=ROWS_PER_STATE, next_token=token, more=more)
+    shown = paging(
+        "/operations", kept, at, rows=rows, page_size=ROWS_PER_STATE, next_token=token, more=more, total=total
+    )
     return DeskSection(state, page.operations, shown)
 
 

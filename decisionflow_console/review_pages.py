@@ -26,7 +26,7 @@ from decisionflow_console.forms import FormError, ProposalForm, field_label, for
 from decisionflow_console.marking import reveal, revealed
 from decisionflow_console.orchestrator import Orchestrator
 from decisionflow_console.pages import Pages
-from decisionflow_console.paging import paging, position
+from decisionflow_console.paging import counted_past, paging, position
 from decisionflow_console.posts import posted_form
 from decisionflow_console.refusals import Link, explain, proposal_path
 from decisionflow_console.sessions import Session
@@ -78,10 +78,11 @@ class ReviewPages:
         at = position(request)
         review = self._review(session)
         try:
-            page = await _pending(review, filters, at.token, INBOX_PAGE_SIZE)
-            # A full page: one row more says whether a next page holds anything.
-            more = bool(page.next_page_token)
-            if more:
+            page = await _pending(review, filters, at.token, INBOX_PAGE_SIZE, counted=True)
+            rows, total = len(page.entries), page.total_size
+            more = bool(page.next_page_token) and counted_past(at, rows=rows, page_size=INBOX_PAGE_SIZE, total=total)
+            if page.next_page_token and not more:
+                # A full page the total does not show more after: one row more says whether a next page holds any.
                 more = bool((await _pending(review, filters, page.next_page_token, 1)).entries)
         except InvalidRequest as error:
             # A filter the orchestrator refused: said at its field, in the form that fixes it.
@@ -102,10 +103,11 @@ class ReviewPages:
                 "/inbox",
                 kept,
                 at,
-                rows=len(page.entries),
+                rows=rows,
                 page_size=INBOX_PAGE_SIZE,
                 next_token=page.next_page_token,
                 more=more,
+                total=total,
             ),
         )
 
@@ -242,9 +244,15 @@ def summary(body: str) -> str:
     return shown[:SUMMARY_CHARS] + "…" if cut else shown
 
 
-async def _pending(review: AsyncReviewClient, filters: dict[str, str], token: str, size: int) -> PendingReviewPage:
+async def _pending(
+    review: AsyncReviewClient, filters: dict[str, str], token: str, size: int, *, counted: bool = False
+) -> PendingReviewPage:
     return await review.list_pending_reviews(
-        page_size=size, page_token=token, case_id_prefix=filters["case"] or None, created_by=filters["author"] or None
+        page_size=size,
+        page_token=token,
+        case_id_prefix=filters["case"] or None,
+        created_by=filters["author"] or None,
+        include_total_size=counted,
     )
 
 

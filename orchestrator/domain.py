@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
 from decisionflow.vocabulary import (
@@ -24,6 +25,7 @@ from decisionflow.vocabulary import (
 from decisionflow_server.foundation.payload import EffectPayload
 
 SUPPORTED_ACTIONS = frozenset({"record_support_review"})
+T = TypeVar("T")
 
 
 def _utf8_bytes(*texts: str) -> int:
@@ -352,6 +354,15 @@ def policy_from_json(text: str) -> PolicyRef:
     """Restore a policy stored by policy_to_json."""
     raw = json.loads(text)
     return PolicyRef(raw["name"], raw["version_label"], int(raw["allowance_units"]), dict(raw["rules"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Listing(Generic[T]):
+    """One page of a listing, and how many rows its filters match across every page, read from the
+    page's own snapshot (None: not counted)."""
+
+    rows: tuple[T, ...]
+    total_size: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,11 +175,14 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             request.action if request.HasField("action") else None,
         )
         after = _parse_page_token(request.page_token, PENDING_LISTING)
-        page = await self._proposals.list_pending_reviews(filters, limit, after)
+        listing = await self._proposals.list_pending_reviews(filters, limit, after, counted=request.include_total_size)
+        page = listing.rows
         last = page[-1] if len(page) == limit else None
         token = "" if last is None else _page_token(last.pending_since, last.proposal.operation_id, PENDING_LISTING)
         return review_pb2.ListPendingReviewsResponse(
-            entries=[pending_entry_to_pb(entry) for entry in page], next_page_token=token
+            entries=[pending_entry_to_pb(entry) for entry in page],
+            next_page_token=token,
+            total_size=listing.total_size,
         )
 
     async def GetCaller(self, request: review_pb2.GetCallerRequest, context: Context) -> review_pb2.GetCallerResponse:
@@ -271,10 +274,13 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
         case_id = check_case_id(request.case_id) if request.HasField("case_id") else None
         limit = request.page_size or DEFAULT_PAGE
         after = _parse_page_token(request.page_token)
-        page = await self._operations.list_operations(states, min_age, limit, after, case_id=case_id)
+        listing = await self._operations.list_operations(
+            states, min_age, limit, after, case_id=case_id, counted=request.include_total_size
+        )
+        page = listing.rows
         token = _page_token(page[-1].state_changed_at, page[-1].operation_id) if len(page) == limit else ""
         return operations_pb2.ListOperationsResponse(
-            operations=[operation_to_pb(op) for op in page], next_page_token=token
+            operations=[operation_to_pb(op) for op in page], next_page_token=token, total_size=listing.total_size
         )
 
     async def _settle(

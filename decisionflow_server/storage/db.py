@@ -211,11 +211,16 @@ def _server_wrote(dbapi_connection: Any, driver_error: type[Exception]) -> bool:
 
 
 @contextmanager
-def reading(engine: Engine) -> Iterator[sa.Connection]:
+def reading(engine: Engine, *, one_snapshot: bool = False) -> Iterator[sa.Connection]:
     """A connection for reads only: on SQLite a deferred transaction (a WAL snapshot that does not
-    queue behind writers); elsewhere a plain connection."""
+    queue behind writers, held from its first read to its end); elsewhere a plain connection, whose
+    every statement sees its own snapshot unless one_snapshot asks for one the whole transaction
+    reads from (REPEATABLE READ: a page and its count agree)."""
+    options: dict[str, object] = {_READ_ONLY: True}
+    if one_snapshot and not is_sqlite(engine):
+        options["isolation_level"] = "REPEATABLE READ"
     with engine.connect() as conn:
-        yield conn.execution_options(**{_READ_ONLY: True})
+        yield conn.execution_options(**options)
 
 
 class WriteTurn:

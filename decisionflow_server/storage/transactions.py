@@ -107,9 +107,10 @@ class Transactions:
             return self.group.run(work)
 
     @contextmanager
-    def read(self) -> Iterator[sa.Connection]:
-        """One read-only snapshot (on SQLite it does not queue behind writers)."""
-        with reachable(self.database), db.reading(self.engine) as conn:
+    def read(self, *, one_snapshot: bool = False) -> Iterator[sa.Connection]:
+        """One read-only transaction (on SQLite a snapshot that does not queue behind writers);
+        one_snapshot: every statement in it reads the same snapshot on PostgreSQL too."""
+        with reachable(self.database), db.reading(self.engine, one_snapshot=one_snapshot) as conn:
             yield conn
 
     def savepoint_txn(self, conn: sa.Connection) -> AbstractContextManager[object]:

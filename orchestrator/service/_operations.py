@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, OperationId, OperationState
-from orchestrator.domain import DecisionResult, Operation, Settlement
+from orchestrator.domain import DecisionResult, Listing, Operation, Settlement
 from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._in_time import answer_by, answer_from_store
@@ -58,6 +58,11 @@ class OperationService:
         after: tuple[datetime, OperationId] | None,
         *,
         case_id: CaseId | None = None,
-    ) -> list[Operation]:
-        """Return operations in states for at least min_age (only case_id's when given), oldest first."""
-        return await self._store.list_operations(states, self._clock() - min_age, limit, after, case_id=case_id)
+        counted: bool = False,
+    ) -> Listing[Operation]:
+        """Return operations in states for at least min_age (only case_id's when given), oldest first;
+        counted: with how many match over every page, from the page's snapshot."""
+        changed_before = self._clock() - min_age
+        return await self._store.operations_listing(
+            states, changed_before, limit, after, case_id=case_id, counted=counted
+        )

@@ -17,6 +17,7 @@ from decisionflow.identity import identities
 from decisionflow.vocabulary import CaseId, OperationId
 from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
+    Listing,
     Operation,
     PendingReview,
     PendingReviewEntry,
@@ -163,7 +164,13 @@ class ProposalService:
         return await self._store.get_operation(operation_id)
 
     async def list_pending_reviews(
-        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
-    ) -> list[PendingReviewEntry]:
-        """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
-        return await self._store.list_pending_reviews(filters, limit, after)
+        self,
+        filters: PendingReviewFilter,
+        limit: int,
+        after: tuple[datetime, OperationId] | None,
+        *,
+        counted: bool = False,
+    ) -> Listing[PendingReviewEntry]:
+        """Return up to limit undecided current proposals matching filters, oldest first, after a page key;
+        counted: with how many match over every page, from the page's snapshot."""
+        return await self._store.pending_reviews_listing(filters, limit, after, counted=counted)

@@ -80,6 +80,7 @@ class AsyncOrchestratorStore:
     find_proposal = in_thread(OrchestratorStore.find_proposal)
     get_pending_review = in_thread(OrchestratorStore.get_pending_review)
     list_pending_reviews = in_thread(OrchestratorStore.list_pending_reviews)
+    pending_reviews_listing = in_thread(OrchestratorStore.pending_reviews_listing)
     proposal_view = in_thread(OrchestratorStore.proposal_view)
     decision_inputs = in_thread(OrchestratorStore.decision_inputs)
     record_decision = in_thread(OrchestratorStore.record_decision)
@@ -89,4 +90,5 @@ class AsyncOrchestratorStore:
     record_rejection = in_thread(OrchestratorStore.record_rejection)
     get_operation = in_thread(OrchestratorStore.get_operation)
     list_operations = in_thread(OrchestratorStore.list_operations)
+    operations_listing = in_thread(OrchestratorStore.operations_listing)
     settle = in_thread(OrchestratorStore.settle)

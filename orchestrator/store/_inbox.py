@@ -24,7 +24,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, OperationId, OperationState
-from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
+from orchestrator.domain import Listing, PendingReviewEntry, PendingReviewFilter
 from orchestrator.errors import TooManyOpenReviews
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._columns import state_text
@@ -108,6 +108,13 @@ def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
     return conditions
 
 
+def count_pending_reviews_txn(conn: sa.Connection, filters: PendingReviewFilter) -> int:
+    """Return how many entries pending_reviews_txn lists with filters, over every page: the same joins
+    and conditions, counted."""
+    counted = _PENDING.where(*_matching(filters)).with_only_columns(sa.func.count())
+    return int(conn.execute(counted).scalar_one())
+
+
 def pending_reviews_txn(
     conn: sa.Connection, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
 ) -> list[PendingReviewEntry]:
@@ -167,6 +174,16 @@ class InboxMethods(StoreBase):
         key, each with its pending review and version count, from one snapshot."""
         with self.transactions.read() as conn:
             return pending_reviews_txn(conn, filters, limit, after)
+
+    def pending_reviews_listing(
+        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None, *, counted: bool
+    ) -> Listing[PendingReviewEntry]:
+        """Return list_pending_reviews' page and, when counted, how many entries filters match over every
+        page, both read from one snapshot."""
+        with self.transactions.read(one_snapshot=counted) as conn:
+            rows = pending_reviews_txn(conn, filters, limit, after)
+            total = count_pending_reviews_txn(conn, filters) if counted else None
+        return Listing(tuple(rows), total)
 
     def check_open_reviews(self, author: str, case_id: CaseId, open_review_limit: int) -> None:
         """Raise TooManyOpenReviews when author already has open_review_limit proposals in the inbox on

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, LookupStatus, OperationId, OperationState
 from orchestrator.audit_log.events import settlement_entry
-from orchestrator.domain import Operation, OperationTally, Settlement
+from orchestrator.domain import Listing, Operation, OperationTally, Settlement
 from orchestrator.errors import NotFound
 from orchestrator.schema import cases, decisions, operations
 from orchestrator.store import _audit_entries
@@ -45,6 +45,16 @@ def _in_states(states: Sequence[OperationState]) -> sa.ColumnElement[bool]:
     return sa.or_(sa.false(), *conditions)
 
 
+def _listed(
+    states: Sequence[OperationState], changed_before: datetime, case_id: CaseId | None
+) -> list[sa.ColumnElement[bool]]:
+    """The conditions of a listing of operations, its page key aside: what the listing and its count share."""
+    conditions = [_in_states(states), operations.c.state_changed_at <= changed_before]
+    if case_id is not None:
+        conditions.append(operations.c.case_id == case_id)
+    return conditions
+
+
 def list_operations_txn(
     conn: sa.Connection,
     states: Sequence[OperationState],
@@ -56,9 +66,7 @@ def list_operations_txn(
 ) -> list[Operation]:
     """Return operations in states that entered them before changed_before (only case_id's when given),
     oldest first, after a page key."""
-    query = q.OPERATIONS.where(_in_states(states), operations.c.state_changed_at <= changed_before)
-    if case_id is not None:
-        query = query.where(operations.c.case_id == case_id)
+    query = q.OPERATIONS.where(*_listed(states, changed_before, case_id))
     if after is not None:
         at, op = after
         query = query.where(
@@ -69,6 +77,22 @@ def list_operations_txn(
         )
     query = query.order_by(operations.c.state_changed_at, operations.c.operation_id).limit(limit)
     return [operation_from(row) for row in conn.execute(query)]
+
+
+def count_operations_txn(
+    conn: sa.Connection, states: Sequence[OperationState], changed_before: datetime, *, case_id: CaseId | None = None
+) -> int:
+    """Return how many operations list_operations_txn lists with these filters, over every page.
+
+    The join to cases is there only when the states need it (PENDING_REVIEW and SUPERSEDED are told
+    apart by the case's current pointer): for stored states the count reads the (state,
+    state_changed_at) index alone; see docs/console.md for its cost."""
+    counted = sa.select(sa.func.count()).select_from(operations)
+    if OperationState.PENDING_REVIEW in states or OperationState.SUPERSEDED in states:
+        counted = sa.select(sa.func.count()).select_from(
+            operations.outerjoin(cases, cases.c.case_id == operations.c.case_id)
+        )
+    return int(conn.execute(counted.where(*_listed(states, changed_before, case_id))).scalar_one())
 
 
 def settle_txn(
@@ -168,6 +192,23 @@ class OperationMethods(StoreBase):
         oldest first, after a page key."""
         with self.transactions.read() as conn:
             return list_operations_txn(conn, states, changed_before, limit, after, case_id=case_id)
+
+    def operations_listing(
+        self,
+        states: Sequence[OperationState],
+        changed_before: datetime,
+        limit: int,
+        after: tuple[datetime, OperationId] | None,
+        *,
+        case_id: CaseId | None = None,
+        counted: bool = False,
+    ) -> Listing[Operation]:
+        """Return list_operations' page and, when counted, how many operations its filters match over
+        every page, both read from one snapshot."""
+        with self.transactions.read(one_snapshot=counted) as conn:
+            rows = list_operations_txn(conn, states, changed_before, limit, after, case_id=case_id)
+            total = count_operations_txn(conn, states, changed_before, case_id=case_id) if counted else None
+        return Listing(tuple(rows), total)
 
     def tally(self) -> OperationTally:
         """Return the operations per state and the decision time of the oldest open one, from one snapshot."""

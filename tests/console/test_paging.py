@@ -1,7 +1,8 @@
 """Paging the operator desk and the inbox: more rows than a page, walked forward and back.
 
-Each page says what it knows of the whole: "200+" while a row follows it, the exact count on the
-page that ends the listing. "Next" walks every row once and "previous" comes back to the same rows.
+Each page says the listing's total as the orchestrator counted it with the page ("rows 1–200 of
+206"), first page and last alike. "Next" walks every row once and "previous" comes back to the same
+rows.
 The desk's Unknowns are seeded through the orchestrator's store (as the reconciler's volume tests
 do); the inbox's proposals are started through the orchestrator.
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from playwright.sync_api import Page, expect
 
 from decisionflow_console.operator_pages import ROWS_PER_STATE
+from decisionflow_console.paging import Position, paging
 from decisionflow_console.review_pages import INBOX_PAGE_SIZE, summary
 from tests.support.console import ConsoleUnderTest
 from tests.support.seeding import seed_operations
@@ -30,9 +32,7 @@ def _cases(page: Page) -> list[str]:
     return page.locator("#inbox tbody tr td:first-child").all_inner_texts()
 
 
-def test_the_desk_pages_every_unknown_with_the_count_it_knows(
-    make_console: Callable[..., ConsoleUnderTest], page: Page
-) -> None:
+def test_the_desk_pages_every_unknown_with_the_total(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:
     console = make_console()
     total = ROWS_PER_STATE + 6
     seeded = seed_operations(console.stack.orchestrator_url, total, case_prefix="U")
@@ -40,10 +40,8 @@ def test_the_desk_pages_every_unknown_with_the_count_it_knows(
 
     page.goto(console.url("/operations"))
     unknown = page.locator("h2", has_text="Unknown")
-    expect(unknown.locator(".count")).to_have_text(f"({ROWS_PER_STATE}+)")
-    expect(page.locator("#rows-unknown")).to_have_text(
-        f"{ROWS_PER_STATE}+: rows 1–{ROWS_PER_STATE} here, more on the next page."
-    )
+    expect(unknown.locator(".count")).to_have_text(f"({total})")
+    expect(page.locator("#rows-unknown")).to_have_text(f"rows 1–{ROWS_PER_STATE} of {total}, more on the next page.")
     first = _operation_ids(page, "#operations-unknown")
     assert len(first) == ROWS_PER_STATE
     expect(page.locator("#previous-unknown")).to_have_count(0)
@@ -51,16 +49,14 @@ def test_the_desk_pages_every_unknown_with_the_count_it_knows(
     page.click("#next-unknown")
     expect(page.locator("#state")).to_have_value("unknown")  # the page of one state keeps it chosen
     expect(page.locator("h2", has_text="Unknown").locator(".count")).to_have_text(f"({total})")
-    expect(page.locator("#rows-unknown")).to_have_text(
-        f"{total}: rows {ROWS_PER_STATE + 1}–{total} here, the last page."
-    )
+    expect(page.locator("#rows-unknown")).to_have_text(f"rows {ROWS_PER_STATE + 1}–{total} of {total}, the last page.")
     second = _operation_ids(page, "#operations-unknown")
     expect(page.locator("#next-unknown")).to_have_count(0)
     # Every seeded Unknown once, oldest first, across the two pages.
     assert first + second == [s.operation_id for s in seeded]
 
     page.click("#previous-unknown")
-    expect(page.locator("#rows-unknown")).to_contain_text(f"rows 1–{ROWS_PER_STATE} here")
+    expect(page.locator("#rows-unknown")).to_contain_text(f"rows 1–{ROWS_PER_STATE} of {total}")
     assert _operation_ids(page, "#operations-unknown") == first
 
 
@@ -83,26 +79,25 @@ def test_the_inbox_pages_forward_and_back_with_the_count_and_a_summary(
     page.goto(console.url("/inbox?case=T-"))
     count = page.locator("#inbox-count")
     expect(count).to_have_text(
-        f"Waiting for a decision among these filters: {INBOX_PAGE_SIZE}+: rows 1–{INBOX_PAGE_SIZE} here, "
-        "more on the next page."
+        f"Waiting for a decision among these filters: rows 1–{INBOX_PAGE_SIZE} of {total}, more on the next page."
     )
     expect(page.locator("#previous-page")).to_have_count(0)
     walked = [_cases(page)]
     page.click("#next-page")
-    expect(count).to_contain_text(f"{2 * INBOX_PAGE_SIZE}+: rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} here")
+    expect(count).to_contain_text(f"rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} of {total}, more on the next page")
     walked.append(_cases(page))
     page.click("#next-page")
-    expect(count).to_contain_text(f"{total}: rows {2 * INBOX_PAGE_SIZE + 1}–{total} here, the last page.")
+    expect(count).to_contain_text(f"rows {2 * INBOX_PAGE_SIZE + 1}–{total} of {total}, the last page.")
     expect(page.locator("#next-page")).to_have_count(0)
     walked.append(_cases(page))
     assert [case for shown in walked for case in shown] == cases  # every case once, oldest first
 
     page.click("#previous-page")
-    expect(count).to_contain_text(f"rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} here")
+    expect(count).to_contain_text(f"rows {INBOX_PAGE_SIZE + 1}–{2 * INBOX_PAGE_SIZE} of {total}")
     assert _cases(page) == walked[1]
     assert "case=T-" in page.url  # the filter goes along
     page.click("#previous-page")
-    expect(count).to_contain_text(f"rows 1–{INBOX_PAGE_SIZE} here")
+    expect(count).to_contain_text(f"rows 1–{INBOX_PAGE_SIZE} of {total}")
     assert _cases(page) == walked[0]
     expect(page.locator("#previous-page")).to_have_count(0)
 
@@ -129,7 +124,7 @@ def test_an_inbox_that_fills_one_page_exactly_offers_no_empty_next_page(
     console.sign_in(page, "rita", groups=["reviewers"])
     page.goto(console.url("/inbox"))
     expect(page.locator("#inbox tbody tr")).to_have_count(INBOX_PAGE_SIZE)
-    # The orchestrator hands a page token back with any full page; only a row after it makes a next page.
+    # The orchestrator hands a page token back with any full page; its total says no row follows.
     expect(page.locator("#next-page")).to_have_count(0)
     expect(page.locator("#inbox-count")).to_have_text(f"Waiting for a decision: {INBOX_PAGE_SIZE}.")
 
@@ -138,3 +133,14 @@ def test_the_summary_splits_only_at_spaces_and_line_breaks_so_other_spaces_are_k
     assert summary("Refund\u00a010 EUR\nto the customer.") == "Refund\u00a010 EUR to the customer."
     assert summary("x" * 150) == "x" * 100 + "…"
     assert summary(" ".join("abcdefghijklmn")) == " ".join("abcdefghijkl") + "…"
+
+
+def test_without_a_total_a_page_says_what_it_knows() -> None:
+    # An orchestrator that does not count (an older one) leaves the total unset.
+    at, later = Position("", ()), Position("t2", ("", "t1"))
+    first = paging("/inbox", {}, at, rows=25, page_size=25, next_token="t1", more=True)
+    assert (first.count, first.summary) == ("25+", "25+: rows 1–25 here, more on the next page.")
+    last = paging("/inbox", {}, later, rows=3, page_size=25, next_token="", more=False)
+    assert (last.count, last.summary) == ("53", "53: rows 51–53 here, the last page.")
+    counted = paging("/inbox", {}, later, rows=3, page_size=25, next_token="", more=False, total=53)
+    assert (counted.count, counted.summary) == ("53", "rows 51–53 of 53, the last page.")

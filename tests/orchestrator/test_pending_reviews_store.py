@@ -144,3 +144,21 @@ def test_the_inbox_query_pages_through_the_state_index(store: OrchestratorStore)
         names = {index["name"] for index in sa.inspect(conn).get_indexes("operations")}
     assert "ix_operations_state_changed" in names
     assert store.list_pending_reviews(EVERYTHING, 10, None) == []
+
+
+def test_a_counted_inbox_totals_every_page_with_the_same_filters(store: OrchestratorStore) -> None:
+    started = [_start(store, f"T-{i}", minute=i, author="amy" if i % 3 == 0 else "arthur") for i in range(7)]
+    _edit(store, started[1], "Update to 4.2.2.", minute=20)  # replaces T-1's proposal: still one entry
+    _decide(store, started[2])  # decided: no longer in the inbox
+
+    page = store.pending_reviews_listing(EVERYTHING, 2, None, counted=True)
+    assert page.total_size == 6
+    last = page.rows[-1]
+    later = store.pending_reviews_listing(EVERYTHING, 2, (last.pending_since, last.proposal.operation_id), counted=True)
+    assert later.total_size == 6 and len(later.rows) == 2
+    assert store.pending_reviews_listing(PendingReviewFilter(created_by="amy"), 2, None, counted=True).total_size == 3
+    by_prefix = PendingReviewFilter(case_id_prefix="T-1")
+    assert store.pending_reviews_listing(by_prefix, 2, None, counted=True).total_size == 1
+    assert store.pending_reviews_listing(PendingReviewFilter(action="another"), 2, None, counted=True).total_size == 0
+    uncounted = store.pending_reviews_listing(EVERYTHING, 2, None, counted=False)
+    assert uncounted.total_size is None and uncounted.rows == page.rows

@@ -544,3 +544,33 @@ def test_timestamps_come_back_as_aware_utc(store: OrchestratorStore) -> None:
     assert inputs.checkpoint.created_at == T0
     with pytest.raises(sa.exc.StatementError):
         store.record_rejection(p.operation_id, "naive", datetime(2026, 11, 29))
+
+
+def test_a_counted_listing_totals_every_page_with_the_same_filters(store: OrchestratorStore) -> None:
+    ops = [
+        approved(store, proposal(case_id=f"T-{i % 2}", body=f"Reply {i}."), at=T0 + timedelta(seconds=i))
+        for i in range(5)
+    ]
+    approved(store, proposal(case_id="T-9"), at=T0 + timedelta(hours=1))  # too young for before
+    first = started(store, proposal(case_id="T-E", at=T0))
+    edit = proposal(case_id="T-E", body="Please update to 4.2.2.", parent=first.operation_id, at=T0)
+    store.create_edit(edit, first.operation_id, review(edit), [])
+    before = T0 + timedelta(minutes=1)
+    approved_only = [OperationState.APPROVED]
+
+    page = store.operations_listing(approved_only, before, 2, None, counted=True)
+    assert [op.operation_id for op in page.rows] == [p.operation_id for p in ops[:2]]
+    assert page.total_size == 5
+    # Every page counts the whole listing, not what follows its key.
+    last = page.rows[-1]
+    later = store.operations_listing(approved_only, before, 2, (last.state_changed_at, last.operation_id), counted=True)
+    assert later.total_size == 5
+    assert store.operations_listing(approved_only, before, 2, None, case_id=CaseId("T-1"), counted=True).total_size == 2
+    assert store.operations_listing(approved_only, T0 + timedelta(hours=2), 2, None, counted=True).total_size == 6
+    # SUPERSEDED and PENDING_REVIEW are counted as they are shown: derived from the case's pointer.
+    assert store.operations_listing([OperationState.SUPERSEDED], before, 2, None, counted=True).total_size == 1
+    assert store.operations_listing([OperationState.PENDING_REVIEW], before, 2, None, counted=True).total_size == 1
+    assert store.operations_listing([OperationState.UNKNOWN], before, 2, None, counted=True).total_size == 0
+    # Not asked: not counted, the same page.
+    uncounted = store.operations_listing(approved_only, before, 2, None)
+    assert uncounted.total_size is None and uncounted.rows == page.rows

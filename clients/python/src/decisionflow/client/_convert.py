@@ -124,7 +124,8 @@ def pending_review_page(message: review_pb2.ListPendingReviewsResponse) -> views
         views.PendingReviewEntry(proposal(e.proposal), e.versions, pending_review(e.pending_review))
         for e in message.entries
     )
-    return views.PendingReviewPage(entries, message.next_page_token)
+    total = message.total_size if message.HasField("total_size") else None
+    return views.PendingReviewPage(entries, message.next_page_token, total)
 
 
 def caller(message: review_pb2.GetCallerResponse) -> views.Caller:

@@ -39,6 +39,7 @@ def _request(
     case_id_prefix: str | None,
     created_by: str | None,
     action: str | None,
+    include_total_size: bool = False,
 ) -> review_pb2.ListPendingReviewsRequest:
     # None leaves a filter unset (any); the server refuses a filter set but empty.
     return review_pb2.ListPendingReviewsRequest(
@@ -48,6 +49,7 @@ def _request(
         case_id_prefix=case_id_prefix,
         created_by=created_by,
         action=action,
+        include_total_size=include_total_size,
     )
 
 
@@ -63,13 +65,16 @@ class Inbox:
         case_id_prefix: str | None = None,
         created_by: str | None = None,
         action: str | None = None,
+        include_total_size: bool = False,
     ) -> PendingReviewPage:
         """Return one page of the cases' current, undecided proposals, oldest first (page_size 0: 50).
 
         Filters left None match anything; case_id and case_id_prefix exclude each other. Pass the
-        page's next_page_token back (with the same filters) for the next page.
+        page's next_page_token back (with the same filters) for the next page. include_total_size:
+        the page's total_size says how many entries match over every page (a count the orchestrator
+        makes on each such call).
         """
-        request = _request(page_size, page_token, case_id, case_id_prefix, created_by, action)
+        request = _request(page_size, page_token, case_id, case_id_prefix, created_by, action, include_total_size)
         return convert.pending_review_page(call(self._stub.ListPendingReviews, request, self._settings))
 
     def iter_pending_reviews(
@@ -104,10 +109,11 @@ class AsyncInbox:
         case_id_prefix: str | None = None,
         created_by: str | None = None,
         action: str | None = None,
+        include_total_size: bool = False,
     ) -> PendingReviewPage:
         """Return one page of the cases' current, undecided proposals, oldest first (see
         ``ReviewClient.list_pending_reviews``)."""
-        request = _request(page_size, page_token, case_id, case_id_prefix, created_by, action)
+        request = _request(page_size, page_token, case_id, case_id_prefix, created_by, action, include_total_size)
         return convert.pending_review_page(await call_async(self._stub.ListPendingReviews, request, self._settings))
 
     async def iter_pending_reviews(

@@ -32,9 +32,14 @@ def _list_request(
     page_size: int,
     case_id: str | None,
     page_token: str = "",
+    include_total_size: bool = False,
 ) -> operations_pb2.ListOperationsRequest:
     request = operations_pb2.ListOperationsRequest(
-        states=[wire.state_to_pb(s) for s in states], page_size=page_size, page_token=page_token, case_id=case_id
+        states=[wire.state_to_pb(s) for s in states],
+        page_size=page_size,
+        page_token=page_token,
+        case_id=case_id,
+        include_total_size=include_total_size,
     )
     if min_age is not None:
         age = duration_pb2.Duration()
@@ -44,7 +49,8 @@ def _list_request(
 
 
 def _page(response: operations_pb2.ListOperationsResponse) -> OperationPage:
-    return OperationPage(tuple(convert.operation(o) for o in response.operations), response.next_page_token)
+    total = response.total_size if response.HasField("total_size") else None
+    return OperationPage(tuple(convert.operation(o) for o in response.operations), response.next_page_token, total)
 
 
 def _settle_request(settlement: Settlement) -> operations_pb2.SettleOperationRequest:
@@ -116,10 +122,14 @@ class OperationsClient:
         page_size: int = 0,
         page_token: str = "",
         case_id: str | None = None,
+        include_total_size: bool = False,
     ) -> OperationPage:
         """Return one page of list_operations' operations, for a console that pages: pass the page's
-        next_page_token back (with the same states, age and case) for the next page."""
-        request = _list_request(states, min_age, page_size, case_id, page_token)
+        next_page_token back (with the same states, age and case) for the next page.
+
+        include_total_size: the page's total_size says how many operations match over every page (a
+        count the orchestrator makes on each such call; leave it off to page through everything)."""
+        request = _list_request(states, min_age, page_size, case_id, page_token, include_total_size)
         return _page(call(self._stub.ListOperations, request, self._settings))
 
     def settle_operation(self, settlement: Settlement) -> SettleResult:
@@ -171,10 +181,14 @@ class AsyncOperationsClient(AsyncClient):
         page_size: int = 0,
         page_token: str = "",
         case_id: str | None = None,
+        include_total_size: bool = False,
     ) -> OperationPage:
         """Return one page of list_operations' operations, for a console that pages: pass the page's
-        next_page_token back (with the same states, age and case) for the next page."""
-        request = _list_request(states, min_age, page_size, case_id, page_token)
+        next_page_token back (with the same states, age and case) for the next page.
+
+        include_total_size: the page's total_size says how many operations match over every page (a
+        count the orchestrator makes on each such call; leave it off to page through everything)."""
+        request = _list_request(states, min_age, page_size, case_id, page_token, include_total_size)
         return _page(await call_async(self._stub.ListOperations, request, self._settings))
 
     async def settle_operation(self, settlement: Settlement) -> SettleResult:

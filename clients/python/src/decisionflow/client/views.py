@@ -142,18 +142,24 @@ class PendingReviewEntry:
 
 @dataclass(frozen=True, slots=True)
 class PendingReviewPage:
-    """One page of pending reviews, oldest proposal first; next_page_token is empty on the last page."""
+    """One page of pending reviews, oldest proposal first; next_page_token is empty on the last page.
+    total_size: how many entries the filters match over every page, read with this page (None: not
+    asked for, include_total_size)."""
 
     entries: tuple[PendingReviewEntry, ...]
     next_page_token: str
+    total_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OperationPage:
-    """One page of operations, oldest first; next_page_token is empty on the last page."""
+    """One page of operations, oldest first; next_page_token is empty on the last page. total_size:
+    how many operations the filters match over every page, read with this page (None: not asked
+    for, include_total_size)."""
 
     operations: tuple[OperationView, ...]
     next_page_token: str
+    total_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n decisionflow/v1/operations.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1c\x64\x65\x63isionflow/v1/common.proto\x1a\x1c\x64\x65\x63isionflow/v1/review.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n\x15ListOperationsRequest\x12/\n\x06states\x18\x01 \x03(\x0e\x32\x1f.decisionflow.v1.OperationState\x12*\n\x07min_age\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x07\x63\x61se_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\n\n\x08_case_id\"a\n\x16ListOperationsResponse\x12.\n\noperations\x18\x01 \x03(\x0b\x32\x1a.decisionflow.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xef\x01\n\nSettlement\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.decisionflow.v1.LookupStatus\x12)\n\x07receipt\x18\x03 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x31\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x1c.decisionflow.v1.Consistency\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"I\n\x16SettleOperationRequest\x12/\n\nsettlement\x18\x01 \x01(\x0b\x32\x1b.decisionflow.v1.Settlement\"Y\n\x17SettleOperationResponse\x12-\n\toperation\x18\x01 \x01(\x0b\x32\x1a.decisionflow.v1.Operation\x12\x0f\n\x07settled\x18\x02 \x01(\x08\"P\n\x1c\x42\x61tchSettleOperationsRequest\x12\x30\n\x0bsettlements\x18\x01 \x03(\x0b\x32\x1b.decisionflow.v1.Settlement\"Z\n\x1d\x42\x61tchSettleOperationsResponse\x12\x39\n\x07results\x18\x01 \x03(\x0b\x32(.decisionflow.v1.SettleOperationResponse\"/\n\x17RedriveOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"t\n\x18RedriveOperationResponse\x12-\n\toperation\x18\x01 \x01(\x0b\x32\x1a.decisionflow.v1.Operation\x12)\n\x07outcome\x18\x02 \x01(\x0e\x32\x18.decisionflow.v1.Outcome2\xbd\x03\n\x11OperationsService\x12\x61\n\x0eListOperations\x12&.decisionflow.v1.ListOperationsRequest\x1a\'.decisionflow.v1.ListOperationsResponse\x12\x64\n\x0fSettleOperation\x12\'.decisionflow.v1.SettleOperationRequest\x1a(.decisionflow.v1.SettleOperationResponse\x12v\n\x15\x42\x61tchSettleOperations\x12-.decisionflow.v1.BatchSettleOperationsRequest\x1a..decisionflow.v1.BatchSettleOperationsResponse\x12g\n\x10RedriveOperation\x12(.decisionflow.v1.RedriveOperationRequest\x1a).decisionflow.v1.RedriveOperationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n decisionflow/v1/operations.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1c\x64\x65\x63isionflow/v1/common.proto\x1a\x1c\x64\x65\x63isionflow/v1/review.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n\x15ListOperationsRequest\x12/\n\x06states\x18\x01 \x03(\x0e\x32\x1f.decisionflow.v1.OperationState\x12*\n\x07min_age\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x07\x63\x61se_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x1a\n\x12include_total_size\x18\x06 \x01(\x08\x42\n\n\x08_case_id\"\x89\x01\n\x16ListOperationsResponse\x12.\n\noperations\x18\x01 \x03(\x0b\x32\x1a.decisionflow.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\ntotal_size\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\r\n\x0b_total_size\"\xef\x01\n\nSettlement\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.decisionflow.v1.LookupStatus\x12)\n\x07receipt\x18\x03 \x01(\x0b\x32\x18.decisionflow.v1.Receipt\x12\x31\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x1c.decisionflow.v1.Consistency\x12/\n\x0bobserved_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"I\n\x16SettleOperationRequest\x12/\n\nsettlement\x18\x01 \x01(\x0b\x32\x1b.decisionflow.v1.Settlement\"Y\n\x17SettleOperationResponse\x12-\n\toperation\x18\x01 \x01(\x0b\x32\x1a.decisionflow.v1.Operation\x12\x0f\n\x07settled\x18\x02 \x01(\x08\"P\n\x1c\x42\x61tchSettleOperationsRequest\x12\x30\n\x0bsettlements\x18\x01 \x03(\x0b\x32\x1b.decisionflow.v1.Settlement\"Z\n\x1d\x42\x61tchSettleOperationsResponse\x12\x39\n\x07results\x18\x01 \x03(\x0b\x32(.decisionflow.v1.SettleOperationResponse\"/\n\x17RedriveOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"t\n\x18RedriveOperationResponse\x12-\n\toperation\x18\x01 \x01(\x0b\x32\x1a.decisionflow.v1.Operation\x12)\n\x07outcome\x18\x02 \x01(\x0e\x32\x18.decisionflow.v1.Outcome2\xbd\x03\n\x11OperationsService\x12\x61\n\x0eListOperations\x12&.decisionflow.v1.ListOperationsRequest\x1a\'.decisionflow.v1.ListOperationsResponse\x12\x64\n\x0fSettleOperation\x12\'.decisionflow.v1.SettleOperationRequest\x1a(.decisionflow.v1.SettleOperationResponse\x12v\n\x15\x42\x61tchSettleOperations\x12-.decisionflow.v1.BatchSettleOperationsRequest\x1a..decisionflow.v1.BatchSettleOperationsResponse\x12g\n\x10RedriveOperation\x12(.decisionflow.v1.RedriveOperationRequest\x1a).decisionflow.v1.RedriveOperationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'decisionflow.v1.operations_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTOPERATIONSREQUEST']._serialized_start=179
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=368
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=370
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=467
-  _globals['_SETTLEMENT']._serialized_start=470
-  _globals['_SETTLEMENT']._serialized_end=709
-  _globals['_SETTLEOPERATIONREQUEST']._serialized_start=711
-  _globals['_SETTLEOPERATIONREQUEST']._serialized_end=784
-  _globals['_SETTLEOPERATIONRESPONSE']._serialized_start=786
-  _globals['_SETTLEOPERATIONRESPONSE']._serialized_end=875
-  _globals['_BATCHSETTLEOPERATIONSREQUEST']._serialized_start=877
-  _globals['_BATCHSETTLEOPERATIONSREQUEST']._serialized_end=957
-  _globals['_BATCHSETTLEOPERATIONSRESPONSE']._serialized_start=959
-  _globals['_BATCHSETTLEOPERATIONSRESPONSE']._serialized_end=1049
-  _globals['_REDRIVEOPERATIONREQUEST']._serialized_start=1051
-  _globals['_REDRIVEOPERATIONREQUEST']._serialized_end=1098
-  _globals['_REDRIVEOPERATIONRESPONSE']._serialized_start=1100
-  _globals['_REDRIVEOPERATIONRESPONSE']._serialized_end=1216
-  _globals['_OPERATIONSSERVICE']._serialized_start=1219
-  _globals['_OPERATIONSSERVICE']._serialized_end=1664
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=396
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=399
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=536
+  _globals['_SETTLEMENT']._serialized_start=539
+  _globals['_SETTLEMENT']._serialized_end=778
+  _globals['_SETTLEOPERATIONREQUEST']._serialized_start=780
+  _globals['_SETTLEOPERATIONREQUEST']._serialized_end=853
+  _globals['_SETTLEOPERATIONRESPONSE']._serialized_start=855
+  _globals['_SETTLEOPERATIONRESPONSE']._serialized_end=944
+  _globals['_BATCHSETTLEOPERATIONSREQUEST']._serialized_start=946
+  _globals['_BATCHSETTLEOPERATIONSREQUEST']._serialized_end=1026
+  _globals['_BATCHSETTLEOPERATIONSRESPONSE']._serialized_start=1028
+  _globals['_BATCHSETTLEOPERATIONSRESPONSE']._serialized_end=1118
+  _globals['_REDRIVEOPERATIONREQUEST']._serialized_start=1120
+  _globals['_REDRIVEOPERATIONREQUEST']._serialized_end=1167
+  _globals['_REDRIVEOPERATIONRESPONSE']._serialized_start=1169
+  _globals['_REDRIVEOPERATIONRESPONSE']._serialized_end=1285
+  _globals['_OPERATIONSSERVICE']._serialized_start=1288
+  _globals['_OPERATIONSSERVICE']._serialized_end=1733
 # @@protoc_insertion_point(module_scope)

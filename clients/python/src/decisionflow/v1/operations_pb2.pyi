@@ -33,12 +33,18 @@ class ListOperationsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     CASE_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_TOTAL_SIZE_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum operations per page (1 to 5,000; 0 means 500)."""
     page_token: _builtins.str
     """Token from a previous response; empty for the first page."""
     case_id: _builtins.str
     """Only operations of this case (1 to 64 of letters, digits, '.', '_', '-'); unset means every case."""
+    include_total_size: _builtins.bool
+    """Also count every operation the filters above match, on every page, into the
+    response's total_size. The count reads each matching operation's index entry,
+    so a caller that pages through everything (the reconciler) leaves it unset.
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.OperationState.ValueType]:
         """States to include; empty means APPROVED and UNKNOWN."""
@@ -55,10 +61,11 @@ class ListOperationsRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         case_id: _builtins.str | None = ...,
+        include_total_size: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_case_id", b"_case_id", "case_id", b"case_id", "min_age", b"min_age"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_case_id", b"_case_id", "case_id", b"case_id", "min_age", b"min_age", "page_size", b"page_size", "page_token", b"page_token", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_case_id", b"_case_id", "case_id", b"case_id", "include_total_size", b"include_total_size", "min_age", b"min_age", "page_size", b"page_size", "page_token", b"page_token", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__case_id: _TypeAlias = _typing.Literal["case_id"]  # noqa: Y015
     _WhichOneofArgType__case_id: _TypeAlias = _typing.Literal["_case_id", b"_case_id"]  # noqa: Y015
@@ -74,8 +81,14 @@ class ListOperationsResponse(_message.Message):
 
     OPERATIONS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_SIZE_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token for the next page; empty when this is the last."""
+    total_size: _builtins.int
+    """How many operations the request's filters match, from the page's own
+    snapshot, across all pages (not only those after page_token); exact, not an
+    estimate. Set only when the request's include_total_size is.
+    """
     @_builtins.property
     def operations(self) -> _containers.RepeatedCompositeFieldContainer[_review_pb2.Operation]:
         """The operations, oldest first."""
@@ -85,12 +98,15 @@ class ListOperationsResponse(_message.Message):
         *,
         operations: _abc.Iterable[_review_pb2.Operation] | None = ...,
         next_page_token: _builtins.str = ...,
+        total_size: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_total_size", b"_total_size", "total_size", b"total_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "operations", b"operations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_total_size", b"_total_size", "next_page_token", b"next_page_token", "operations", b"operations", "total_size", b"total_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__total_size: _TypeAlias = _typing.Literal["total_size"]  # noqa: Y015
+    _WhichOneofArgType__total_size: _TypeAlias = _typing.Literal["_total_size", b"_total_size"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__total_size) -> _WhichOneofReturnType__total_size | None: ...
 
 Global___ListOperationsResponse: _TypeAlias = ListOperationsResponse  # noqa: Y015
 

@@ -631,6 +631,7 @@ class ListPendingReviewsRequest(_message.Message):
     CASE_ID_PREFIX_FIELD_NUMBER: _builtins.int
     CREATED_BY_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
+    INCLUDE_TOTAL_SIZE_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum entries per page (1 to 500; 0 means 50)."""
     page_token: _builtins.str
@@ -650,6 +651,11 @@ class ListPendingReviewsRequest(_message.Message):
     """
     action: _builtins.str
     """Only proposals of this registered action; unset means every action."""
+    include_total_size: _builtins.bool
+    """Also count every entry the filters above match, on every page, into the
+    response's total_size. The count joins each matching pending proposal, so
+    a caller that does not show it leaves it unset.
+    """
     def __init__(
         self,
         *,
@@ -659,10 +665,11 @@ class ListPendingReviewsRequest(_message.Message):
         case_id_prefix: _builtins.str | None = ...,
         created_by: _builtins.str | None = ...,
         action: _builtins.str | None = ...,
+        include_total_size: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_action", b"_action", "_case_id", b"_case_id", "_case_id_prefix", b"_case_id_prefix", "_created_by", b"_created_by", "action", b"action", "case_id", b"case_id", "case_id_prefix", b"case_id_prefix", "created_by", b"created_by"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_action", b"_action", "_case_id", b"_case_id", "_case_id_prefix", b"_case_id_prefix", "_created_by", b"_created_by", "action", b"action", "case_id", b"case_id", "case_id_prefix", b"case_id_prefix", "created_by", b"created_by", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_action", b"_action", "_case_id", b"_case_id", "_case_id_prefix", b"_case_id_prefix", "_created_by", b"_created_by", "action", b"action", "case_id", b"case_id", "case_id_prefix", b"case_id_prefix", "created_by", b"created_by", "include_total_size", b"include_total_size", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__action: _TypeAlias = _typing.Literal["action"]  # noqa: Y015
     _WhichOneofArgType__action: _TypeAlias = _typing.Literal["_action", b"_action"]  # noqa: Y015
@@ -727,8 +734,14 @@ class ListPendingReviewsResponse(_message.Message):
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_SIZE_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token for the next page; empty when this is the last."""
+    total_size: _builtins.int
+    """How many entries the request's filters match, from the page's own snapshot,
+    across all pages (not only those after page_token); exact, not an estimate.
+    Set only when the request's include_total_size is.
+    """
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingReviewEntry]:
         """The entries, oldest proposal first."""
@@ -738,12 +751,15 @@ class ListPendingReviewsResponse(_message.Message):
         *,
         entries: _abc.Iterable[Global___PendingReviewEntry] | None = ...,
         next_page_token: _builtins.str = ...,
+        total_size: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_total_size", b"_total_size", "total_size", b"total_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_total_size", b"_total_size", "entries", b"entries", "next_page_token", b"next_page_token", "total_size", b"total_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__total_size: _TypeAlias = _typing.Literal["total_size"]  # noqa: Y015
+    _WhichOneofArgType__total_size: _TypeAlias = _typing.Literal["_total_size", b"_total_size"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__total_size) -> _WhichOneofReturnType__total_size | None: ...
 
 Global___ListPendingReviewsResponse: _TypeAlias = ListPendingReviewsResponse  # noqa: Y015
 
