@@ -59,7 +59,7 @@ from decisionflow.transparency import (
 from decisionflow_console.access import READ_LOG
 from decisionflow_console.marking import revealed
 from decisionflow_console.orchestrator import Orchestrator
-from decisionflow_console.pages import Pages, when
+from decisionflow_console.pages import Pages, utc_text
 from decisionflow_console.refusals import explain
 from decisionflow_console.review_pages import OPERATION_ID, signed_in, to_sign_in
 from decisionflow_console.sessions import Session
@@ -218,12 +218,12 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
         case DecisionLeaf():
             return leaf.principal, decision_in_words(leaf.decision), ""
         case EffectLeaf():
-            applied = f", applied {when(leaf.applied_at)}" if leaf.applied_at else ""
+            applied = f", applied {utc_text(leaf.applied_at)}" if leaf.applied_at else ""
             return "", f"receipt {leaf.receipt_id}{applied}", ""
         case RejectionLeaf():
             return "", f"refused by the receiver: {leaf.reason}", ""
         case SettlementLeaf():
-            applied = f", applied {when(leaf.applied_at)}" if leaf.applied_at else ""
+            applied = f", applied {utc_text(leaf.applied_at)}" if leaf.applied_at else ""
             settled = state_in_words(leaf.state)
             return leaf.principal, f"settled by a lookup: {settled}, receipt {leaf.receipt_id}{applied}", ""
         case ExpiryLeaf():

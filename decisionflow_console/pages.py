@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -36,9 +37,19 @@ def age(moment: datetime | None, now: datetime | None = None) -> str:
     return f"{int(seconds)} s"
 
 
-def when(moment: datetime | None) -> str:
-    """Return moment as UTC to the second, or "-"."""
-    return "-" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def utc_text(moment: datetime) -> str:
+    """Return moment as UTC to the second, as text ("2026-12-02 09:00:00 UTC")."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def when(moment: datetime | None) -> Markup | str:
+    """Return moment as a ``<time>`` element: its text UTC to the second (what a page without script
+    shows), its datetime attribute the instant to the second, which static/local-times.js rewrites to
+    the browser's own time zone; "-" for no moment."""
+    if moment is None:
+        return "-"
+    instant = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Markup('<time datetime="{}">{}</time>').format(instant, utc_text(moment))
 
 
 class Pages:

@@ -1,8 +1,9 @@
 """The HTTP layer every page goes through: security headers, a bound on request bodies, the session
 lookup, and one JSON access-log line and two metric samples per request.
 
-Headers on every response: a Content-Security-Policy that admits only this origin's stylesheet
-and images and no script at all (the pages are plain HTML forms), no framing, no referrer, no
+Headers on every response: a Content-Security-Policy that admits only this origin's stylesheet,
+images and script files, never an inline script or handler (the pages are plain HTML forms; the one
+script, static/local-times.js, shows times in the browser's time zone), no framing, no referrer, no
 content sniffing, and no caching of pages that show proposals or tokens' holders.
 """
 
@@ -26,7 +27,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
 )
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
