@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
-import time
+import threading
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from decisionflow.client import AuditClient, DecisionflowError
 from decisionflow.transparency import (
@@ -149,19 +153,39 @@ def _write(path: Path, text: str) -> None:
 def run_monitor(args: argparse.Namespace) -> int:
     """Exit 0 when the published checkpoint extends the one kept (and keep it), 4 on a fork. With --every,
     check again every that many seconds until a fork, a refusal or bad input ends it (a checkpoint that
-    cannot be fetched, or an orchestrator unavailable, is said and tried again at the next round)."""
+    cannot be fetched, or an orchestrator unavailable, is said and tried again at the next round), or until
+    SIGTERM or SIGINT stops it between two checks (exit 0: a container stopped is not a failure)."""
     keys = read_keys(args.public_key)
-    while True:
-        try:
-            exit_code = _check_once(args, keys)
-        except CommandError as error:
-            if args.every is None or error.exit_code != EXIT_ERROR:
-                raise
-            say(f"audit monitor: {error.reason}; trying again in {args.every:g} s")
-            exit_code = EXIT_DONE
-        if args.every is None or exit_code != EXIT_DONE:
-            return exit_code
-        time.sleep(args.every)
+    with _until_stopped() as stop:
+        while True:
+            try:
+                exit_code = _check_once(args, keys)
+            except CommandError as error:
+                if args.every is None or error.exit_code != EXIT_ERROR:
+                    raise
+                say(f"audit monitor: {error.reason}; trying again in {args.every:g} s")
+                exit_code = EXIT_DONE
+            if args.every is None or exit_code != EXIT_DONE:
+                return exit_code
+            if stop.wait(args.every):
+                say("audit monitor: stopped")
+                return EXIT_DONE
+
+
+@contextmanager
+def _until_stopped() -> Iterator[threading.Event]:
+    """An event SIGTERM and SIGINT set while the monitor runs (their handlers restored after)."""
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {number: signal.signal(number, request_stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _check_once(args: argparse.Namespace, keys: list[NoteVerifier]) -> int:

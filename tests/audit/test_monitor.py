@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -156,3 +157,29 @@ def test_every_keeps_the_monitor_checking_until_a_fork_ends_it(tmp_path: Path) -
                 watching.kill()
         assert watching.stderr is not None
         assert "FORK: two checkpoints of size 5 with different roots" in watching.stderr.read()
+
+
+def test_sigterm_stops_a_monitor_between_checks_with_exit_0(tmp_path: Path) -> None:
+    """A container engine stops the monitor with SIGTERM: it ends while waiting for its next check, its state
+    kept, with exit 0 (a stop is not a fork nor an error)."""
+    key = NoteSigner.from_seed(DEFAULT_ORIGIN, bytes(range(32)))
+    vkey_file, state, published = tmp_path / "audit.vkey", tmp_path / "monitor.checkpoint", tmp_path / "checkpoint"
+    vkey_file.write_text(key.verifier().vkey + "\n")
+    published.write_text(sign_checkpoint(Checkpoint(DEFAULT_ORIGIN, 5, b"\x05" * 32), key))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}
+    argv = [sys.executable, "-m", "decisionflow_cli", "audit", "monitor", "--every", "600"]
+    args = ["--checkpoint", str(published), "--state", str(state), "--public-key", str(vkey_file)]
+    with subprocess.Popen([*argv, *args], env=clean, stderr=subprocess.PIPE, text=True) as watching:
+        try:
+            deadline = time.monotonic() + 30
+            while not state.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert state.exists() and watching.poll() is None  # kept, and waiting for its next check
+            watching.send_signal(signal.SIGTERM)
+            assert watching.wait(timeout=30) == 0
+        finally:
+            if watching.poll() is None:
+                watching.kill()
+        assert watching.stderr is not None
+        assert watching.stderr.read().splitlines()[-1] == "audit monitor: stopped"
+    assert state.read_text() == published.read_text()
