@@ -11,17 +11,20 @@
 #   receiver-credentials.json      hashed bearer tokens the receiver accepts: orchestrator.token,
 #                                  reconciler-receiver.token
 #   orchestrator-credentials.json  hashed bearer tokens the orchestrators accept:
-#                                  reconciler-orchestrator.token, author.token, reviewer.token
+#                                  reconciler-orchestrator.token, audit-monitor.token, author.token,
+#                                  reviewer.token
 #   orchestrator.token        effect_writer: the orchestrator's calls to the receiver
 #   reconciler-orchestrator.token  operator: the reconciler's calls to the orchestrator
 #   reconciler-receiver.token      effect_reader: the reconciler's calls to the receiver
+#   audit-monitor.token       auditor: the audit monitor's calls to the orchestrator (consistency proofs)
 #   author.token, reviewer.token   for people using the decisionflow command; mounted nowhere
 # One token per caller and service: a service never receives a token the other service accepts.
 #   checkpoint.keys           the orchestrators' checkpoint HMAC key
 #   audit-signing.key         the orchestrators' Ed25519 key that signs the audit log's checkpoints
 #                             (docs/audit-log.md), named after DECISIONFLOW_AUDIT_ORIGIN (default
 #                             decisionflow.local/audit)
-#   audit-log.vkey            its verifier key (public): give it to auditors; the console reads it
+#   audit-log.vkey            its verifier key (public): give it to auditors; the console and the
+#                             audit monitor read it
 #   postgres.password         the PostgreSQL superuser's password
 #   {orchestrator,receiver}-database.password   each service's PostgreSQL role password
 #   {orchestrator,receiver}-database.url        the URL each service connects with
@@ -139,6 +142,7 @@ token() {
 token receiver --principal orchestrator --role effect_writer >orchestrator.token
 token receiver --principal reconciler --role effect_reader >reconciler-receiver.token
 token orchestrator --principal reconciler --role operator >reconciler-orchestrator.token
+token orchestrator --principal audit-monitor --role auditor >audit-monitor.token
 token orchestrator --principal author --role author >author.token
 token orchestrator --principal reviewer --role reviewer >reviewer.token
 

@@ -6,7 +6,8 @@ What is carried over from each pod template, as a kubelet does it:
   ``value`` (``$(VAR)`` expanded), ``configMapKeyRef``, ``secretKeyRef`` and ``fieldRef``;
 - Secret and ConfigMap volumes written as files (owner root, group ``fsGroup``, the volume's or item's
   mode) and mounted read-only, ``items`` and ``subPath`` honoured; ``emptyDir`` as a writable folder of
-  group ``fsGroup``;
+  group ``fsGroup``; a ``persistentVolumeClaim`` as one writable folder per claim, shared by every pod
+  that mounts it (owner root, group ``fsGroup``, setgid, as a provisioner that applies ``fsGroup`` gives it);
 - the security context: ``runAsUser``/``runAsGroup``, ``fsGroup`` and ``supplementalGroups`` as groups,
   ``runAsNonRoot`` checked, ``readOnlyRootFilesystem`` (no tmpfs anywhere: podman's own /tmp and /run
   are turned off), ``capabilities``, ``allowPrivilegeEscalation: false`` as no-new-privileges, the
@@ -281,6 +282,12 @@ class Namespace:
                 _own_folders(place, group, 0o3777)
             elif "emptyDir" in volume:
                 _own_folders(place, group, 0o2777)
+            elif "persistentVolumeClaim" in volume:
+                place.rmdir()
+                place = folder.parent / "claims" / volume["persistentVolumeClaim"]["claimName"]
+                if not place.exists():
+                    place.mkdir(parents=True)
+                    _own(place, group, 0o2775)
             else:
                 unsupported(f"volume {name} of type {sorted(set(volume) - {'name'})}", workload.name)
             written[name] = place
@@ -289,7 +296,7 @@ class Namespace:
             volume = volumes[mount["name"]]
             source = written[mount["name"]] / mount.get("subPath", "")
             # Secret and ConfigMap volumes are read-only whatever the mount says.
-            read_only = mount.get("readOnly", False) or "emptyDir" not in volume
+            read_only = mount.get("readOnly", False) or not {"emptyDir", "persistentVolumeClaim"} & set(volume)
             arguments += ["--volume", f"{source}:{mount['mountPath']}:{'ro' if read_only else 'rw'}"]
         return arguments
 

@@ -10,6 +10,12 @@ approved through orchestrator-2's commits with exactly one effect in the receive
 loads the alert rules without an error and scrapes every target of deploy/prometheus.yml; on ``stop``
 every container ends by itself (exit status 0).
 
+The audit log: the orchestrators publish its signed checkpoint to the shared volume audit-publish (the file
+is there, written by uid 10001, the same in both containers); the audit-monitor service, healthy only once
+it has kept a checkpoint (an empty log has none: it turns healthy after the approval), keeps the one
+published, then accepts a larger one by a consistency proof (its log says ``consistent: checkpoint N
+extends checkpoint M``) and keeps it on its own volume.
+
 What the engine here does not do, said by a test that skips with the reason when it applies:
 - wait for ``condition: service_healthy``: podman-compose needs podman 4.6 for it and Debian 12 has
   4.3, so the services start in dependency order without waiting; one that comes up before the
@@ -52,6 +58,10 @@ CONSOLE = {
 }
 PROMETHEUS = "http://127.0.0.1:9090"
 HEALTHY_WITHIN = 180.0
+MONITOR = "audit-monitor"
+PUBLISHED = "/var/lib/decisionflow/audit-publish/checkpoint"
+# The monitor's --every (30 s) and the orchestrators' audit interval (10 s), with room.
+MONITOR_SEES_WITHIN = 90.0
 # The first scrape of a target comes within one scrape interval (15 s in deploy/prometheus.yml); a target found
 # down (a service restarting until what it needs answers: see the skip below) is scraped again each interval.
 SCRAPED_WITHIN = 60.0
@@ -143,12 +153,12 @@ def _containers(project: str) -> dict[str, str]:
     return {c["Labels"]["com.docker.compose.service"]: c["Names"][0] for c in json.loads(listed.stdout or "[]")}
 
 
-def _until_healthy(containers: dict[str, str]) -> dict[str, float]:
+def _until_healthy(containers: dict[str, str], within: float = HEALTHY_WITHIN) -> dict[str, float]:
     """Run each container's own healthcheck (the engine's timer, played here) until it passes; return when."""
     started = time.monotonic()
     healthy: dict[str, float] = {}
     said: dict[str, str] = {}
-    while len(healthy) < len(containers) and time.monotonic() - started < HEALTHY_WITHIN:
+    while len(healthy) < len(containers) and time.monotonic() - started < within:
         for service, name in containers.items():
             if service not in healthy:
                 checked = podman("healthcheck", "run", name, timeout=60)
@@ -158,7 +168,7 @@ def _until_healthy(containers: dict[str, str]) -> dict[str, float]:
         time.sleep(1)
     unhealthy = {s: said.get(s) for s in containers if s not in healthy}
     logs = {s: podman("logs", "--tail", "20", containers[s]).stderr[-1500:] for s in unhealthy}
-    assert not unhealthy, f"not healthy within {HEALTHY_WITHIN:.0f} s: {unhealthy}\n{logs}"
+    assert not unhealthy, f"not healthy within {within:.0f} s: {unhealthy}\n{logs}"
     return healthy
 
 
@@ -221,7 +231,8 @@ def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     containers = _containers(compose.project)
     assert sorted(containers) == sorted(_top_level("services")), sorted(containers)
-    healthy = _until_healthy(containers)
+    # The monitor is healthy once it has kept a checkpoint, and the log has none before its first event.
+    healthy = _until_healthy({s: n for s, n in containers.items() if s != MONITOR})
     figures = [f"up and healthy in {time.monotonic() - clock:.1f} s (slowest: {max(healthy, key=healthy.__getitem__)})"]
 
     # Started through orchestrator-1's published port, approved through orchestrator-2's.
@@ -240,6 +251,22 @@ def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
     counted = podman("exec", containers["postgres"], *psql)
     assert counted.returncode == 0 and counted.stdout.strip() == "1", counted
 
+    # The approval's events are signed and published; the monitor keeps the checkpoint (and turns healthy).
+    clock = time.monotonic()
+    _until_healthy({MONITOR: containers[MONITOR]}, within=MONITOR_SEES_WITHIN)
+    figures.append(f"audit monitor kept a checkpoint {time.monotonic() - clock:.1f} s after the approval")
+    published = {
+        name: podman("exec", containers[name], "stat", "--format", "%u:%g %a", PUBLISHED)
+        for name in ("orchestrator-1", "orchestrator-2")
+    }
+    assert {done.returncode for done in published.values()} == {0}, published
+    assert {done.stdout.strip() for done in published.values()} == {"10001:10001 644"}, published
+    # A second operation grows the log: the monitor's next round proves the larger checkpoint extends its own.
+    second = directory / "proposal-2.json"
+    second.write_text(json.dumps(PROPOSAL | {"case_id": "T-10"}))
+    again = _decisionflow("start", str(second), "--target", "localhost:50052", *ca, "--token-file", str(author))
+    assert again.returncode == 0, again.stderr
+
     # Prometheus: the rules load without an error and every target of deploy/prometheus.yml is scraped.
     groups = _prometheus("/api/v1/rules")["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
@@ -249,6 +276,8 @@ def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
     figures.append(f"{len(rules)} rules, {len(targets)} targets up after {time.monotonic() - clock:.1f} s")
     figures += came_up
 
+    figures += _monitor_accepts_a_larger_checkpoint(containers)
+
     clock = time.monotonic()
     stopped = compose("stop", timeout=600)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
@@ -257,3 +286,21 @@ def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
     ended = {service: state["ExitCode"] for service, state in states.items()}
     assert set(ended.values()) == {0}, f"exit statuses on stop (137: SIGKILL once the stop timeout was over): {ended}"
     return figures
+
+
+def _monitor_accepts_a_larger_checkpoint(containers: dict[str, str]) -> list[str]:
+    """The monitor's log lines once it has accepted a larger checkpoint by its consistency proof; the state it
+    kept on its volume is the checkpoint the orchestrators published."""
+    started = time.monotonic()
+    while True:
+        logged = podman("logs", containers[MONITOR])
+        lines = [line for line in (logged.stdout + logged.stderr).splitlines() if line.strip()]
+        kept = podman("exec", containers[MONITOR], "cat", "/var/lib/decisionflow/audit-monitor/checkpoint")
+        published = podman("exec", containers["orchestrator-1"], "cat", PUBLISHED)
+        caught_up = kept.returncode == 0 and kept.stdout == published.stdout
+        if caught_up and any(line.startswith("consistent: checkpoint ") for line in lines):
+            break
+        assert time.monotonic() - started < MONITOR_SEES_WITHIN, f"the monitor accepted no larger checkpoint: {lines}"
+        time.sleep(2)
+    assert not [line for line in lines if "FORK" in line], lines
+    return [f"monitor log: {line}" for line in lines]

@@ -8,7 +8,8 @@ service for this run, reached through the database host name the made URLs carry
 Jobs run to completion, then the receiver, the orchestrator and the console start and every probe of
 theirs answers, a person's StartReview and Approve sent through the orchestrator Service's name (from
 a client pod of the namespace) commit with exactly one effect in the receiver's database, the
-reconciler's pass succeeds, each server runs as uid 10001 with no capability, no new privileges,
+reconciler's pass succeeds, the audit monitor's check keeps the checkpoint the orchestrator published to
+its claim, each server runs as uid 10001 with no capability, no new privileges,
 seccomp and a read-only root, and each ends on SIGTERM (after its preStop hook) with exit status 0
 within its terminationGracePeriodSeconds. The pods share the host's network here, so one replica runs
 per workload (see the kubelet's module docstring for what else differs from a cluster).
@@ -136,6 +137,26 @@ def _hardened(pod: Pod) -> None:
         assert written.returncode != 0 and "Read-only file system" in written.stderr, (name, path, written)
 
 
+def _audit_monitor_keeps_what_the_orchestrator_published(services: Namespace, cronjob: Workload) -> str:
+    """The audit monitor's CronJob, one Job after another (exit 1 while the approval's checkpoint is not yet
+    signed and published) until a check keeps the checkpoint the orchestrator wrote to its claim, as uid 10001."""
+    started = time.monotonic()
+    for attempt in range(30):
+        checked = services.complete(Workload(f"audit-monitor-{attempt}", "Job", cronjob.template))
+        if checked.returncode == 0:
+            break
+        assert checked.returncode == 1 and "cannot fetch the checkpoint" in checked.stderr, checked.stderr
+        time.sleep(1)
+    assert checked.returncode == 0 and "the first one seen" in checked.stderr, checked.stderr
+    claims = services.root / "claims"
+    published = claims / "audit-publish" / "checkpoint"
+    assert f"{published.stat().st_uid}" == UID, published.stat()
+    assert (claims / "audit-monitor" / "checkpoint").read_text() == published.read_text()
+    return (
+        f"audit monitor kept the published checkpoint after {attempt + 1} check(s), {time.monotonic() - started:.1f} s"
+    )
+
+
 def _effects(url: str, operation_id: str) -> int:
     with psycopg.connect(url) as connection:
         row = connection.execute("SELECT count(*) FROM effects WHERE operation_id = %s", (operation_id,)).fetchone()
@@ -217,11 +238,14 @@ def _run_the_topology(
     figures.append(f"StartReview + Approve {time.monotonic() - clock:.1f} s")
 
     # The reconciler's CronJob: one pass, to completion, with nothing left unknown.
-    [cronjob] = [w for w in workloads(services.objects).values() if w.kind == "CronJob"]
-    passed = services.complete(cronjob)
+    cronjobs = {n: w for n, w in workloads(services.objects).items() if w.kind == "CronJob"}
+    assert set(cronjobs) == {"reconciler", "audit-monitor"}, sorted(cronjobs)
+    passed = services.complete(cronjobs["reconciler"])
     assert passed.returncode == 0, passed.stdout + passed.stderr
     summary = json.loads(passed.stdout.splitlines()[-1])
     assert summary["completed"] is True and summary["still_unknown"] == summary["lookup_failures"] == 0, summary
+
+    figures.append(_audit_monitor_keeps_what_the_orchestrator_published(services, cronjobs["audit-monitor"]))
 
     for pod in pods.values():
         assert pod.running(), f"{pod.workload.name} ended:\n{pod.logs()}"

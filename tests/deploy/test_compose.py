@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from decisionflow.addresses import check_address, split_host_port
+from decisionflow_cli.review._connection import CONNECTION_SETTINGS
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
@@ -36,6 +38,7 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,
+    "decisionflow": CONNECTION_SETTINGS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
 _ORCHESTRATOR = "decisionflow-orchestrator"
@@ -85,7 +88,7 @@ def test_the_supported_postgres_major_is_the_one_the_tests_run_against(postgres_
 
 def test_topology() -> None:
     services = COMPOSE["services"]
-    assert {"postgres", "receiver", "orchestrator-1", "orchestrator-2", "reconciler"} <= set(services)
+    assert {"postgres", "receiver", "orchestrator-1", "orchestrator-2", "reconciler", "audit-monitor"} <= set(services)
     first, second = services["orchestrator-1"], services["orchestrator-2"]
     # Both replicas read the URL of one database from the same secret; no password is in the file.
     url = "DECISIONFLOW_ORCHESTRATOR_DATABASE_URL_FILE"
@@ -122,7 +125,7 @@ def test_every_variable_is_one_the_service_reads(name: str) -> None:
     service = COMPOSE["services"][name]
     known = {s.env for s in SETTINGS_BY_SCRIPT[service["command"][0]] if not s.flag_only}
     assert "env_file" not in service, "secrets are mounted as files, never passed as environment"
-    unknown = sorted(v for v in service["environment"] if v not in known)
+    unknown = sorted(v for v in service.get("environment", {}) if v not in known)
     assert not unknown, f"{name} sets variables its configuration does not read: {unknown}"
 
 
@@ -130,7 +133,7 @@ def test_every_variable_is_one_the_service_reads(name: str) -> None:
 def test_every_secret_a_service_names_is_one_it_mounts(name: str) -> None:
     # That deploy/make-secrets.sh writes every mounted file: test_make_secrets.py.
     service = COMPOSE["services"][name]
-    texts = [*service.get("environment", {}).values(), *service["healthcheck"]["test"]]
+    texts = [*service.get("environment", {}).values(), *service["healthcheck"]["test"], *service.get("command", [])]
     named = {t for t in texts if isinstance(t, str) and t.startswith("/run/")}
     mounted = {_mount_path(entry) for entry in service.get("secrets", [])}
     assert named <= mounted, f"{name} names {sorted(named - mounted)} but does not mount them"
@@ -138,7 +141,7 @@ def test_every_secret_a_service_names_is_one_it_mounts(name: str) -> None:
         source = entry if isinstance(entry, str) else entry["source"]
         file = COMPOSE["secrets"][source]["file"]
         assert file.startswith("./deploy/secrets/") and "/ca/" not in file, file
-    assert "volumes" not in service or all("secrets" not in volume for volume in service["volumes"])
+    assert all("secrets" not in volume for volume in service.get("volumes", []))
 
 
 def _mount_path(entry: str | dict[str, str]) -> str:
@@ -193,7 +196,14 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
     orchestrator = None
     try:
         orchestrator_env = _local(made, "orchestrator-1", skip=hosts + local_database)
-        orchestrator_env.update(DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}")
+        # The published checkpoints in a folder here, signed every half second rather than every 10 s.
+        published = tmp_path / "audit-publish"
+        orchestrator_env.update(
+            DECISIONFLOW_RECEIVER_TARGET=f"localhost:{receiver.port}",
+            DECISIONFLOW_AUDIT_PUBLISH_DIR=str(published),
+            DECISIONFLOW_AUDIT_INTERVAL_SECONDS="0.5",
+        )
+        assert orchestrator_env["DECISIONFLOW_AUDIT_SIGNING_KEY_FILE"].startswith(str(secrets))
         orchestrator = spawn(
             "orchestrator.main",
             ["--address", "127.0.0.1:0", "--database-url", f"sqlite:///{tmp_path / 'orchestrator.db'}"],
@@ -217,14 +227,25 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
         )
         client = [_tool("decisionflow")]
         common = ["--target", f"localhost:{orchestrator.port}", "--ca-file", ca]
+        monitor = _monitor(made, tmp_path, published / "checkpoint", f"localhost:{orchestrator.port}")
+        nothing_yet = _run(monitor)  # an empty log has no checkpoint: nothing is published before the first event
+        assert nothing_yet.returncode == 2 and not (tmp_path / "audit-monitor" / "checkpoint").exists(), nothing_yet
         started = _run([*client, "start", str(proposal), *common, "--token-file", str(secrets / "author.token")])
         assert started.returncode == 0, started.stderr
         op = json.loads(started.stdout)["operation_id"]
+        first = _published_size(published, above=0)
+        kept = _run(monitor)
+        assert kept.returncode == 0 and "the first one seen" in kept.stderr, kept.stderr
         approved = _run([*client, "approve", op, *common, "--token-file", str(secrets / "reviewer.token")])
         assert approved.returncode == 0, approved.stderr
         assert json.loads(approved.stdout)["state"] == "COMMITTED"
         refused = _run([*client, "approve", op, *common])  # no token
         assert refused.returncode == 3
+        # The log grew: the monitor asks for the consistency proof with its auditor token and keeps the new one.
+        grown = _published_size(published, above=first)
+        checked = _run(monitor)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"checkpoint {grown} extends checkpoint {first}" in checked.stderr, checked.stderr
 
         reconciler_env = _local(made, "reconciler")
         reconciled = subprocess.run(
@@ -254,6 +275,31 @@ def _run_the_topology(made: MadeSecrets, tmp_path: Path) -> None:
         if orchestrator is not None:
             assert orchestrator.stop() == 0
         assert receiver.stop() == 0
+
+
+def _monitor(made: MadeSecrets, tmp_path: Path, checkpoint: Path, target: str) -> list[str]:
+    """The audit monitor's compose command once (no --every), its mounted secrets and volume mapped here:
+    it reads the published file for the orchestrator's /checkpoint and calls target."""
+    command = COMPOSE["services"]["audit-monitor"]["command"]
+    url, state = _flag(command, "--checkpoint"), _flag(command, "--state")
+    (tmp_path / "audit-monitor").mkdir()
+    mapped = {url: str(checkpoint), state: str(tmp_path / "audit-monitor" / Path(state).name)}
+    mapped[_flag(command, "--target")] = target
+    argv = [mapped.get(word, made.local("audit-monitor", word)) for word in command]
+    every = argv.index("--every")
+    return [_tool(argv[0]), *argv[1:every], *argv[every + 2 :]]
+
+
+def _published_size(published: Path, *, above: int) -> int:
+    """The size of the checkpoint published in the folder once it is larger than above (within 30 s)."""
+    from orchestrator.audit.publication import CheckpointDirectory
+
+    directory = CheckpointDirectory(published)
+    deadline = time.monotonic() + 30
+    while (note := directory.latest()) is None or note.checkpoint.size <= above:
+        assert time.monotonic() < deadline, f"no checkpoint larger than {above} published in {published}"
+        time.sleep(0.2)
+    return note.checkpoint.size
 
 
 def _answers_to(service: dict[str, Any], name: str) -> set[str]:
@@ -440,11 +486,79 @@ def test_the_console_starts_from_its_compose_files_alone_and_its_healthcheck_pas
 HARDENING = {"read_only": True, "cap_drop": ["ALL"]}
 
 
+PUBLISH_DIR = "/var/lib/decisionflow/audit-publish"
+MONITOR_DIR = "/var/lib/decisionflow/audit-monitor"
+# The only writable paths of the decisionflow containers: named volumes, each mounted read-write where the
+# image has a directory of its user's.
+WRITABLE = {
+    "orchestrator-1": [f"audit-publish:{PUBLISH_DIR}"],
+    "orchestrator-2": [f"audit-publish:{PUBLISH_DIR}"],
+    "audit-monitor": [f"audit-monitor:{MONITOR_DIR}"],
+}
+
+
 @pytest.mark.parametrize("name", [*OURS, "console"])
 def test_every_decisionflow_container_runs_as_its_pod_does(name: str) -> None:
     """A read-only root, no capabilities, no privilege escalation, as the Kubernetes pods'
-    securityContext; no writable path (no volume), as nothing in them writes a file."""
+    securityContext; the only writable paths are the audit log's named volumes (WRITABLE)."""
     service = CONSOLE if name == "console" else COMPOSE["services"][name]
     assert {key: service.get(key) for key in HARDENING} == HARDENING, name
     assert "no-new-privileges:true" in service.get("security_opt", []), name
-    assert "volumes" not in service and "privileged" not in service and "cap_add" not in service, name
+    assert "privileged" not in service and "cap_add" not in service, name
+    assert service.get("volumes", []) == WRITABLE.get(name, []), name
+
+
+def test_the_audit_volumes_are_named_and_owned_by_the_image_user() -> None:
+    """Both orchestrators publish to one named volume, the monitor keeps its state on another; each mount
+    point is a directory the Dockerfile makes, owned by the USER the containers run as, so a fresh named
+    volume (which takes its mount point's owner and mode) is writable by that user."""
+    declared = {volume.split(":")[0] for volumes in WRITABLE.values() for volume in volumes}
+    assert declared <= set(COMPOSE["volumes"]), "named volumes, not bind mounts"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [user] = re.findall(r"^USER (\d+):(\d+)$", dockerfile, flags=re.MULTILINE)
+    [made] = re.findall(r"install -d -o (\d+) -g (\d+) -m (0\d+) (.+)$", dockerfile, flags=re.MULTILINE)
+    assert (made[0], made[1]) == user and made[2] == "0755"
+    assert set(made[3].split()) == {PUBLISH_DIR, MONITOR_DIR}
+    for name in ("orchestrator-1", "orchestrator-2"):
+        assert COMPOSE["services"][name]["environment"]["DECISIONFLOW_AUDIT_PUBLISH_DIR"] == PUBLISH_DIR
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_audit_monitor_watches_what_both_orchestrators_publish() -> None:
+    """The monitor fetches /checkpoint from the metrics port both orchestrators serve under the alias it
+    resolves to, asks their gRPC port for proofs with its own token (role auditor: test_make_secrets.py),
+    checks signatures with the verifier key, keeps its state on its volume, and runs until a fork."""
+    monitor = COMPOSE["services"]["audit-monitor"]
+    command = monitor["command"]
+    assert command[:3] == ["decisionflow", "audit", "monitor"] and float(_flag(command, "--every")) > 0
+    orchestrators = {name: COMPOSE["services"][name] for name in ("orchestrator-1", "orchestrator-2")}
+    url = _flag(command, "--checkpoint")
+    found = re.fullmatch(r"http://([\w-]+):(\d+)/checkpoint", url)
+    assert found, url
+    for name, orchestrator in orchestrators.items():
+        assert found[1] in _answers_to(orchestrator, name), (name, url)
+        assert orchestrator["environment"]["DECISIONFLOW_ORCHESTRATOR_METRICS_PORT"] == found[2], name
+    host, port = split_host_port(check_address(_flag(command, "--target")))
+    for name, orchestrator in orchestrators.items():
+        assert (
+            host in _answers_to(orchestrator, name)
+            and orchestrator["environment"]["DECISIONFLOW_ORCHESTRATOR_ADDRESS"] == f"0.0.0.0:{port}"
+        ), name
+    assert Path(_flag(command, "--state")).parent == Path(MONITOR_DIR)
+    secrets = {entry["source"]: _mount_path(entry) for entry in monitor["secrets"]}
+    assert secrets == {
+        "ca_pem": _flag(command, "--ca-file"),
+        "audit_log_vkey": _flag(command, "--public-key"),
+        "audit_monitor_token": _flag(command, "--token-file"),
+    }
+    assert COMPOSE["secrets"]["audit_monitor_token"]["file"] == "./deploy/secrets/audit-monitor.token"
+    assert COMPOSE["secrets"]["audit_log_vkey"]["file"] == "./deploy/secrets/audit-log.vkey"
+    assert set(monitor["depends_on"]) == set(orchestrators)
+    # Its healthcheck: the monitor once on its own state (the same checkpoint: no call, nothing written).
+    check = monitor["healthcheck"]["test"][1:]
+    assert check[:3] == command[:3] and "--every" not in check
+    assert _flag(check, "--checkpoint") == _flag(check, "--state") == _flag(command, "--state")
+    assert _flag(check, "--public-key") == _flag(command, "--public-key")

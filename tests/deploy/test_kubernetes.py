@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from decisionflow_cli.review._connection import CONNECTION_SETTINGS
 from decisionflow_console.config import SETTINGS as CONSOLE_SETTINGS
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
@@ -51,6 +52,7 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,
     "decisionflow-console": CONSOLE_SETTINGS,
+    "decisionflow": CONNECTION_SETTINGS,
 }
 # Each workload and the compose service whose mounts it carries.
 COMPOSE_SERVICE = {
@@ -58,6 +60,13 @@ COMPOSE_SERVICE = {
     "receiver": COMPOSE["services"]["receiver"],
     "reconciler": COMPOSE["services"]["reconciler"],
     "console": CONSOLE_COMPOSE["services"]["console"],
+    "audit-monitor": COMPOSE["services"]["audit-monitor"],
+}
+# The only writable mounts: the audit log's claims (step 1), each where the image has a directory of uid 10001
+# (tests/deploy/test_compose.py checks the Dockerfile), mounted by these workloads only.
+CLAIMS = {
+    "orchestrator": ("audit-publish", "/var/lib/decisionflow/audit-publish", "ReadWriteMany"),
+    "audit-monitor": ("audit-monitor", "/var/lib/decisionflow/audit-monitor", "ReadWriteOnce"),
 }
 # The one difference: compose gives each orchestrator replica a certificate of its own name; the
 # Kubernetes replicas share one Service name and one certificate for it.
@@ -115,6 +124,8 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 def test_the_three_steps_render_and_only_the_second_migrates(rendered: Rendered) -> None:
     assert sorted((o["kind"], o["metadata"]["name"]) for o in rendered.common) == [
         ("Namespace", NAMESPACE),
+        ("PersistentVolumeClaim", "audit-monitor"),
+        ("PersistentVolumeClaim", "audit-publish"),
         ("Secret", "orchestrator-database"),
         ("Secret", "receiver-database"),
     ]
@@ -232,6 +243,8 @@ def _secret_files(rendered: Rendered, template: dict[str, Any]) -> dict[str, byt
     files: dict[str, bytes] = {}
     for mount in _container(template).get("volumeMounts", []):
         volume = volumes[mount["name"]]
+        if "persistentVolumeClaim" in volume:
+            continue  # written by the pod, not by the kubelet
         if "secret" in volume:
             source = objects["Secret", volume["secret"]["secretName"]]
             data = {k: base64.b64decode(v) for k, v in source["data"].items()}
@@ -278,10 +291,25 @@ def test_a_migration_job_holds_its_database_url_only(rendered: Rendered, service
 
 
 def test_every_mount_is_read_only_and_read_through_the_group(rendered: Rendered) -> None:
+    """Every Secret and ConfigMap read-only, through the group; the one writable mount of a workload is its
+    audit log claim (CLAIMS), made in step 1 so that deleting the services' step keeps it."""
+    claims = {o["metadata"]["name"]: o for o in rendered.common if o["kind"] == "PersistentVolumeClaim"}
     for name, template in _all_workloads(rendered).items():
         container = _container(template)
-        assert all(m["readOnly"] is True for m in container.get("volumeMounts", [])), name
+        claimed = {v["name"]: v for v in template["spec"].get("volumes", []) if "persistentVolumeClaim" in v}
+        writable = [m for m in container.get("volumeMounts", []) if m["name"] in claimed]
+        if name in CLAIMS:
+            claim, path, access = CLAIMS[name]
+            [mount] = writable
+            assert mount["mountPath"] == path and not mount.get("readOnly"), name
+            assert claimed[mount["name"]]["persistentVolumeClaim"] == {"claimName": claim}, name
+            assert claims[claim]["spec"]["accessModes"] == [access], claim
+        else:
+            assert not writable, name
+        assert all(m["readOnly"] is True for m in container.get("volumeMounts", []) if m not in writable), name
         for volume in template["spec"].get("volumes", []):
+            if "persistentVolumeClaim" in volume:
+                continue
             source = volume.get("secret") or volume.get("configMap")
             assert source is not None, f"{name} has a volume that is neither a Secret nor a ConfigMap: {volume}"
             assert source["defaultMode"] == (SECRET_MODE if "secret" in volume else 0o444), (name, volume)
@@ -457,14 +485,17 @@ def test_the_pods_are_scraped_on_their_metrics_port(rendered: Rendered) -> None:
     assert yaml.safe_load(rules["data"]["alerts.yml"])["groups"], "no alert rules"
 
 
-def test_the_reconciler_cronjob_rules_name_the_rendered_namespace_and_cronjob(rendered: Rendered) -> None:
-    """The alert rules the ConfigMap ships read kube-state-metrics' series of the CronJob this render
-    makes, in the namespace it makes it in (a rule naming another would never fire)."""
+@pytest.mark.parametrize(("name", "count"), [("reconciler", 4), ("audit-monitor", 1)])
+def test_the_cronjob_rules_name_the_rendered_namespace_and_cronjob(rendered: Rendered, name: str, count: int) -> None:
+    """The alert rules the ConfigMap ships read kube-state-metrics' series of the CronJobs this render
+    makes, in the namespace it makes them in (a rule naming another would never fire)."""
     rules = yaml.safe_load(rendered.one("ConfigMap", "decisionflow-alert-rules")["data"]["alerts.yml"])
     [group] = [g for g in rules["groups"] if g["name"] == "decisionflow-kubernetes"]
-    cronjob = rendered.one("CronJob", "reconciler")
-    expressions = [rule["expr"] for rule in group["rules"]]
-    assert len(expressions) == 4 and all("kube_" in e for e in expressions)
+    cronjob = rendered.one("CronJob", name)
+    prefix = "DecisionflowReconciler" if name == "reconciler" else "DecisionflowAuditMonitor"
+    expressions = [rule["expr"] for rule in group["rules"] if rule["alert"].startswith(prefix)]
+    assert len(expressions) == count and all("kube_" in e for e in expressions)
+    assert len(group["rules"]) == 5, "the reconciler's four and the audit monitor's one"
     for expr in expressions:
         for selector in re.findall(r"kube_\w+\{([^}]*)\}", expr):
             matchers = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', selector))
@@ -474,7 +505,7 @@ def test_the_reconciler_cronjob_rules_name_the_rendered_namespace_and_cronjob(re
     assert {m for e in expressions for m in re.findall(r'owner_kind="(\w+)"', e)} == {"CronJob"}
     # The Jobs the CronJob makes are the ones its alert tells to read the logs of.
     labels = cronjob["spec"]["jobTemplate"]["metadata"]["labels"]
-    [failed] = [rule for rule in group["rules"] if rule["alert"] == "DecisionflowReconcilerJobFailed"]
+    [failed] = [rule for rule in group["rules"] if rule["alert"] == f"{prefix}JobFailed"]
     selector = f"app.kubernetes.io/component={labels['app.kubernetes.io/component']}"
     assert selector in failed["annotations"]["description"]
 
@@ -566,13 +597,42 @@ def test_only_the_orchestrators_and_the_reconciler_reach_the_receiver(rendered: 
     assert _callers(rendered, "receiver", "grpc") == {"orchestrator", "reconciler"}
 
 
-def test_only_callers_the_console_and_the_reconciler_reach_the_orchestrator(rendered: Rendered) -> None:
-    assert _callers(rendered, "orchestrator", "grpc") == {"client", "console", "reconciler"}
+def test_only_callers_the_console_the_reconciler_and_the_audit_monitor_reach_the_orchestrator(
+    rendered: Rendered,
+) -> None:
+    assert _callers(rendered, "orchestrator", "grpc") == {"client", "console", "reconciler", "audit-monitor"}
 
 
 @pytest.mark.parametrize("target", ["orchestrator", "receiver"])
-def test_only_prometheus_reaches_the_metrics(rendered: Rendered, target: str) -> None:
-    assert _callers(rendered, target, "metrics") == {"prometheus"}
+def test_only_prometheus_reaches_the_metrics_and_the_audit_monitor_the_published_checkpoint(
+    rendered: Rendered, target: str
+) -> None:
+    assert _callers(rendered, target, "metrics") == (
+        {"prometheus", "audit-monitor"} if target == "orchestrator" else {"prometheus"}
+    )
+
+
+def test_the_audit_monitor_checks_what_the_orchestrators_publish_once_a_minute(rendered: Rendered) -> None:
+    """The orchestrators publish to their claim and serve it on their metrics port; the monitor's CronJob
+    fetches it there through the orchestrator Service's name, with compose's command less --every: one
+    check per Job, never two at once, a failure reported, not retried."""
+    orchestrator = _container(_workloads(rendered.services)["orchestrator"])
+    env = _env(orchestrator)
+    assert env["DECISIONFLOW_AUDIT_PUBLISH_DIR"] == CLAIMS["orchestrator"][1]
+    cronjob = rendered.one("CronJob", "audit-monitor")
+    spec = cronjob["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid" and spec["schedule"] == "* * * * *"
+    assert spec["jobTemplate"]["spec"]["backoffLimit"] == 0 and spec["jobTemplate"]["spec"]["activeDeadlineSeconds"] > 0
+    command = _container(spec["jobTemplate"]["spec"]["template"])["command"]
+    composed = COMPOSE["services"]["audit-monitor"]["command"]
+    every = composed.index("--every")
+    assert command == composed[:every] + composed[every + 2 :]
+    ports = {p["name"]: p["containerPort"] for p in orchestrator["ports"]}
+    assert f"http://orchestrator:{ports['metrics']}/checkpoint" in command
+    assert f"orchestrator:{ports['grpc']}" in command
+    [service] = [o for o in rendered.services if o["kind"] == "Service" and o["metadata"]["name"] == "orchestrator"]
+    assert service["spec"]["clusterIP"] == "None", "headless: the name resolves to the pods, any port of theirs"
+    assert Path(command[command.index("--state") + 1]).parent == Path(CLAIMS["audit-monitor"][1])
 
 
 def test_only_the_ingress_reaches_the_console(rendered: Rendered) -> None:
@@ -707,6 +767,10 @@ def test_a_site_component_opens_its_provider_and_pooler_to_the_pods_that_need_th
 # --- The pods' own environment and files, run as the pods' user ------------------------------------
 
 
+# The paths inside a pod that are its files here: Secrets, ConfigMaps and claims.
+MAPPED = ("/run/", "/etc/", "/var/lib/decisionflow/")
+
+
 class _Pod:
     """One pod of the render, run here: its Secret and ConfigMap files written as the kubelet writes
     them (owner root, group fsGroup, the volume's mode), its environment with those paths mapped onto
@@ -738,7 +802,14 @@ class _Pod:
                 value = config_maps[reference["name"]][reference["key"]]
             else:
                 value = entry["value"]
-            self.env[entry["name"]] = self.local(value) if value.startswith(("/run/", "/etc/")) else value
+            self.env[entry["name"]] = self.local(value) if value.startswith(MAPPED) else value
+        # A claim as a provisioner with fsGroup support gives it: a directory of root and fsGroup, setgid.
+        for mount in self.container.get("volumeMounts", []):
+            if "persistentVolumeClaim" in volumes[mount["name"]]:
+                claim = Path(self.local(mount["mountPath"]))
+                claim.mkdir(parents=True)
+                os.chown(claim, 0, group)
+                claim.chmod(0o2775)
         security = self.template["spec"]["securityContext"]
         self.user = [
             "setpriv",
@@ -756,7 +827,7 @@ class _Pod:
 
     def argv(self, argv: list[str]) -> list[str]:
         """Return a command of the pod as run here: its user, the project's script, its paths mapped."""
-        mapped = [self.local(a) if a.startswith(("/run/", "/etc/")) else a for a in argv]
+        mapped = [self.local(a) if a.startswith(MAPPED) else a for a in argv]
         return [*self.user, str(Path(sys.executable).with_name(mapped[0])), *mapped[1:]]
 
     def run(self, argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:

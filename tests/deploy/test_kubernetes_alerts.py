@@ -3,7 +3,7 @@ from deploy/alerts.yml, the one source, by tools/kubernetes_alerts.py; it is cur
 the rules on the reconciler loop's own series, and adds in their place the reconciler CronJob's rules
 (deploy/kubernetes/reconciler-alerts.yml), which promtool's unit tests drive here with the series
 kube-state-metrics reports: a failed pass, passes that stop succeeding, passes no longer started, no
-CronJob at all."""
+CronJob at all; and the audit monitor CronJob's failed checks."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ CRONJOB_ALERTS = {
     "DecisionflowReconcilerCronJobStale",
     "DecisionflowReconcilerCronJobNotScheduled",
     "DecisionflowReconcilerCronJobAbsent",
+    "DecisionflowAuditMonitorJobFailed",
 }
 
 
@@ -195,3 +196,34 @@ def test_passes_no_longer_started_page_and_a_missing_cronjob_pages(tmp_path: Pat
             {"interval": "1m", "input_series": deleted, "alert_rule_test": deleted_cases},
         ],
     )
+
+
+def test_a_failed_audit_monitor_check_pages_while_checks_keep_failing(tmp_path: Path) -> None:
+    # The monitor's Job created at 2 min fails at 3 min (a fork); after it every check fails too (the one
+    # created at 10 min). A failed reconciler Job is not the monitor's.
+    owned = 'owner_kind="CronJob", owner_name="audit-monitor", owner_is_controller="true"'
+    first, second = 'job_name="audit-monitor-28000002"', 'job_name="audit-monitor-28000010"'
+    series = [
+        _series("kube_job_owner", f"{HERE}, {first}, {owned}", "1x40"),
+        _series("kube_job_created", f"{HERE}, {first}", "120x40"),
+        _series("kube_job_failed", f'{HERE}, {first}, condition="true"', "_ _ _ 1x37"),
+        _series("kube_job_owner", f"{HERE}, {second}, {owned}", "_ _ _ _ _ _ _ _ _ _ 1x30"),
+        _series("kube_job_created", f"{HERE}, {second}", "_ _ _ _ _ _ _ _ _ _ 600x30"),
+        _series("kube_job_failed", f'{HERE}, {second}, condition="true"', "_ _ _ _ _ _ _ _ _ _ _ 1x29"),
+        _series(
+            "kube_job_owner",
+            f'{HERE}, job_name="reconciler-28000002", owner_kind="CronJob", owner_name="reconciler"',
+            "1x40",
+        ),
+        _series("kube_job_created", f'{HERE}, job_name="reconciler-28000002"', "120x40"),
+        _series("kube_job_failed", f'{HERE}, job_name="reconciler-28000002", condition="true"', "1x40"),
+    ]
+    rule, labels = "DecisionflowAuditMonitorJobFailed", {"namespace": "decisionflow"}
+    cases = [
+        _alert(rule, 2),
+        _alert(rule, 4, labels, "1"),
+        _alert(rule, 12, labels, "2"),
+        _alert(rule, 17, labels, "1"),
+        _alert(rule, 25),
+    ]
+    _run(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": cases}])

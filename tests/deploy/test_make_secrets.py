@@ -72,6 +72,8 @@ def test_least_privilege_mounts(made: MadeSecrets) -> None:
         assert "receiver-database.url" not in mounted[name]
         assert {f for f in mounted[name] if f.endswith(".token")} == {"orchestrator.token"}
     assert mounted["reconciler"] == {"ca.pem", "reconciler-orchestrator.token", "reconciler-receiver.token"}
+    # The audit monitor: its own token, the verifier key (public) and the CA; no signing key, no credentials.
+    assert mounted["audit-monitor"] == {"ca.pem", "audit-log.vkey", "audit-monitor.token"}
     assert all("checkpoint.keys" not in mounted[name] for name in ("receiver", "reconciler", "postgres"))
     # The audit log's signing key is the orchestrators' alone.
     assert {name for name in mounted if "audit-signing.key" in mounted[name]} == {"orchestrator-1", "orchestrator-2"}
@@ -90,6 +92,7 @@ def test_tokens_carry_only_the_roles_each_caller_needs(made: MadeSecrets) -> Non
     assert _principal_roles(made, "orchestrator.token", "receiver") == {"effect_writer"}
     assert _principal_roles(made, "reconciler-receiver.token", "receiver") == {"effect_reader"}
     assert _principal_roles(made, "reconciler-orchestrator.token", "orchestrator") == {"operator"}
+    assert _principal_roles(made, "audit-monitor.token", "orchestrator") == {"auditor"}
     assert _principal_roles(made, "author.token", "orchestrator") == {"author"}
     assert _principal_roles(made, "reviewer.token", "orchestrator") == {"reviewer"}
 
@@ -101,7 +104,12 @@ def test_each_service_accepts_only_the_tokens_that_call_it(made: MadeSecrets) ->
         for service in ("receiver", "orchestrator")
     }
     assert accepted["receiver"] == {"orchestrator.token", "reconciler-receiver.token"}
-    assert accepted["orchestrator"] == {"reconciler-orchestrator.token", "author.token", "reviewer.token"}
+    assert accepted["orchestrator"] == {
+        "reconciler-orchestrator.token",
+        "audit-monitor.token",
+        "author.token",
+        "reviewer.token",
+    }
 
 
 @pytest.mark.parametrize("name", ["receiver", "orchestrator-1", "orchestrator-2", "orchestrator"])
