@@ -2,6 +2,8 @@
 log's published checkpoint (its URL or its file), and accept it only if it extends the one kept.
 
     the new checkpoint, against the one kept      answer                                   exit
+    none published yet (404, no file), no state   nothing to check yet                      0
+    none published, a checkpoint kept             cannot check: the publication is gone     1
     no state file yet                             kept (trusted on first use)               0
     not signed by the key, or another origin      refused; the state is kept                4
     the same size and root                        unchanged                                 0
@@ -27,10 +29,12 @@ import signal
 import sys
 import tempfile
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from types import FrameType
 
@@ -56,6 +60,10 @@ MAX_CHECKPOINT_BYTES = 64 * 1024
 FETCH_SECONDS = 10.0
 
 
+class NothingPublished(Exception):
+    """The log has published no checkpoint: its URL answers 404, or its file does not exist."""
+
+
 class ForkFound(Exception):
     """The new checkpoint does not extend the one kept (or is not the log's): the monitor's alarm."""
 
@@ -69,14 +77,20 @@ class Seen:
 
 
 def fetch(source: str) -> str:
-    """The signed note at source: an http(s) URL (the log's ``/checkpoint``) or a file; CommandError (exit 1)
-    when it cannot be fetched."""
+    """The signed note at source: an http(s) URL (the log's ``/checkpoint``) or a file; NothingPublished when the
+    URL answers 404 or the file does not exist, CommandError (exit 1) when it cannot be fetched."""
     if not source.startswith(("http://", "https://")):
+        if source != "-" and not Path(source).exists():
+            raise NothingPublished(f"{source} does not exist")
         return read_input(source, "the checkpoint")
     try:
         with urllib.request.urlopen(source, timeout=FETCH_SECONDS) as answer:  # noqa: S310 (http(s) only)
             raw: bytes = answer.read(MAX_CHECKPOINT_BYTES + 1)
-    except OSError as exc:  # urllib's URLError and HTTPError among them
+    except urllib.error.HTTPError as exc:
+        if exc.code == HTTPStatus.NOT_FOUND:
+            raise NothingPublished(f"{source} answered 404") from exc
+        raise CommandError(f"cannot fetch the checkpoint {source}: {exc}", EXIT_ERROR) from exc
+    except OSError as exc:  # urllib's URLError among them
         raise CommandError(f"cannot fetch the checkpoint {source}: {exc}", EXIT_ERROR) from exc
     if len(raw) > MAX_CHECKPOINT_BYTES:
         raise CommandError(f"{source} answered more than {MAX_CHECKPOINT_BYTES} bytes: not a checkpoint", EXIT_FORK)
@@ -190,8 +204,18 @@ def _until_stopped() -> Iterator[threading.Event]:
 
 def _check_once(args: argparse.Namespace, keys: list[NoteVerifier]) -> int:
     state = Path(args.state)
-    signed_note = fetch(args.checkpoint)
     old = kept(state) if state.exists() else None
+    try:
+        signed_note = fetch(args.checkpoint)
+    except NothingPublished as nothing:
+        if old is not None:  # a log never unpublishes: its publication was emptied, or it is another log
+            raise CommandError(
+                f"no checkpoint is published ({nothing}), but checkpoint {old.checkpoint.size} of "
+                f"{old.checkpoint.origin} was seen before and is kept in {state}",
+                EXIT_ERROR,
+            ) from nothing
+        say(f"no checkpoint is published yet ({nothing}): the log has no event; nothing to check")
+        return EXIT_DONE
     try:
         new = opened(signed_note, keys, args.origin, f"the checkpoint {args.checkpoint}")
         if old is None:

@@ -183,3 +183,38 @@ def test_sigterm_stops_a_monitor_between_checks_with_exit_0(tmp_path: Path) -> N
         assert watching.stderr is not None
         assert watching.stderr.read().splitlines()[-1] == "audit monitor: stopped"
     assert state.read_text() == published.read_text()
+
+
+def test_nothing_published_yet_is_nothing_to_check_but_a_publication_gone_is_an_error(tmp_path: Path) -> None:
+    key_file, vkey_file = tmp_path / "audit.key", tmp_path / "audit.vkey"
+    state = tmp_path / "monitor.checkpoint"
+    vkey_file.write_text(write_new_key(key_file, DEFAULT_ORIGIN).verifier().vkey + "\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/checkpoint"
+    receiver = spawn_receiver(tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}")
+    flags = ["--audit-signing-key-file", str(key_file), "--audit-interval-seconds", "0.2"]
+    flags += ["--audit-publish-dir", str(tmp_path / "published"), "--metrics-port", str(port)]
+    empty = spawn_orchestrator(
+        tmp_path, f"sqlite:///{tmp_path / 'orchestrator.db'}", receiver, "orchestrator", extra=flags
+    )
+    try:
+        assert _fetch(url)[0] == 404  # a log with no event has signed no checkpoint
+        quiet = _monitor("--checkpoint", url, "--state", str(state), "--public-key", str(vkey_file))
+        assert quiet.returncode == 0, quiet.stderr
+        assert "no checkpoint is published yet" in quiet.stderr and f"{url} answered 404" in quiet.stderr
+        assert not state.exists()
+    finally:
+        empty.stop()
+        receiver.stop()
+
+    # Once a checkpoint was kept, a publication that is gone is not "nothing yet": the monitor cannot check.
+    signer = NoteSigner.from_seed(DEFAULT_ORIGIN, bytes(range(32)))
+    vkey_file.write_text(signer.verifier().vkey + "\n")
+    first = tmp_path / "first.checkpoint"
+    first.write_text(sign_checkpoint(Checkpoint(DEFAULT_ORIGIN, 3, b"\x03" * 32), signer))
+    kept = _monitor("--checkpoint", str(first), "--state", str(state), "--public-key", str(vkey_file))
+    assert kept.returncode == 0, kept.stderr
+    gone = _monitor("--checkpoint", str(tmp_path / "gone"), "--state", str(state), "--public-key", str(vkey_file))
+    assert gone.returncode == 1, gone.stderr
+    assert "no checkpoint is published" in gone.stderr and "checkpoint 3 of" in gone.stderr
+    assert state.read_text() == first.read_text()
