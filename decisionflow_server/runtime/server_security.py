@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,12 @@ def role_map(value: str) -> tuple[tuple[str, frozenset[Role]], ...]:
     return tuple((group, frozenset(roles)) for group, roles in granted.items())
 
 
+def _oidc_default(field: str) -> str:
+    """Return the default of OidcConfig's field as a setting's default text (its one declaration)."""
+    default = {f.name: f.default for f in dataclasses.fields(OidcConfig)}[field]
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
 OIDC_ISSUER = Setting(
     "oidc_issuer",
     "DECISIONFLOW_OIDC_ISSUER",
@@ -87,7 +94,7 @@ OIDC_ROLES_CLAIM = Setting(
     "oidc_roles_claim",
     "DECISIONFLOW_OIDC_ROLES_CLAIM",
     "the token claim listing the caller's groups (a list, or a space-separated string)",
-    "groups",
+    _oidc_default("roles_claim"),
     parse=non_empty,
 )
 OIDC_ROLE_MAP = Setting(
@@ -102,14 +109,14 @@ OIDC_SUBJECT_CLAIM = Setting(
     "oidc_subject_claim",
     "DECISIONFLOW_OIDC_SUBJECT_CLAIM",
     "the token claim naming the caller, recorded as author or reviewer (e.g. email)",
-    "sub",
+    _oidc_default("subject_claim"),
     parse=non_empty,
 )
 OIDC_LEEWAY = Setting(
     "oidc_leeway_seconds",
     "DECISIONFLOW_OIDC_LEEWAY_SECONDS",
     "clock skew allowed when checking a token's exp, nbf and iat",
-    "60",
+    _oidc_default("leeway_seconds"),
     parse=seconds,
 )
 OIDC_SETTINGS: tuple[Setting[Any], ...] = (
