@@ -14,8 +14,15 @@ from typing import Any
 from decisionflow_server.foundation import arguments, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
 from decisionflow_server.foundation.version import add_version_flag
+from reconciler.service import MAX_BATCH_SIZE, PassSettings
 
-MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
+# The pass's knobs are declared once, with their defaults, in PassSettings.
+_PASS = PassSettings()
+
+
+def _seconds(duration: timedelta) -> str:
+    return f"{duration.total_seconds():g}"
+
 
 ORCHESTRATOR_TARGET = settings.orchestrator_target_setting(note=" (OperationsService)")
 RECEIVER_TARGET = settings.receiver_target_setting()
@@ -45,28 +52,28 @@ GRACE_SECONDS = Setting(
     "grace_seconds",
     "DECISIONFLOW_RECONCILER_GRACE_SECONDS",
     "APPROVED operations older than this are re-driven (younger ones may still be in their own commit step)",
-    "30",
+    _seconds(_PASS.grace),
     parse=settings.seconds,
 )
 ALERT_AFTER_SECONDS = Setting(
     "alert_after_seconds",
     "DECISIONFLOW_RECONCILER_ALERT_AFTER_SECONDS",
     "exit 1 when an operation decided longer ago than this is still not confirmed after the pass",
-    "300",
+    _seconds(_PASS.alert_after),
     parse=settings.seconds,
 )
 BATCH_SIZE = Setting(
     "batch_size",
     "DECISIONFLOW_RECONCILER_BATCH_SIZE",
     f"operations per ListOperations page, BatchLookup and BatchSettleOperations call (1 to {MAX_BATCH_SIZE})",
-    "500",
+    str(_PASS.batch_size),
     parse=settings.integer(1, MAX_BATCH_SIZE),
 )
 TIMEOUT_SECONDS = Setting(
     "timeout_seconds",
     "DECISIONFLOW_RECONCILER_TIMEOUT_SECONDS",
     "deadline of each call attempt (transient failures are retried within the client policy)",
-    "10",
+    _seconds(_PASS.redrive_margin),
     parse=settings.positive_seconds,
 )
 METRICS = settings.metrics_settings("RECONCILER", port_note=", and /healthz (with --interval only)")

@@ -49,11 +49,12 @@ PROGRESS_EVERY = 2000
 REDRIVE_WORKERS = 8
 # Batches listed and looked up ahead of the one being settled.
 LOOKAHEAD_BATCHES = 2
+MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
 
 
 @dataclass(frozen=True, slots=True)
 class PassSettings:
-    """The knobs of one pass."""
+    """The knobs of one pass; its defaults are the reconciler's settings' defaults (``reconciler.config``)."""
 
     grace: timedelta = timedelta(seconds=30)
     alert_after: timedelta = timedelta(seconds=300)
@@ -63,8 +64,8 @@ class PassSettings:
     redrive_margin: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.batch_size <= 1000:
-            raise ValueError("batch_size must be 1 to 1,000 (the BatchLookup and BatchSettle limit)")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,} (the BatchLookup and BatchSettle limit)")
 
 
 @dataclass
