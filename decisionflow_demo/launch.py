@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
+from orchestrator.config import CHECKPOINT_KEYS
 
-CHECKPOINT_KEYS_ENV = "DECISIONFLOW_CHECKPOINT_KEYS"
+CHECKPOINT_KEYS_ENV = CHECKPOINT_KEYS.env  # in the environment, never on a command line where ps shows it
 RECEIVER_MODULE = "effect_receiver.main"
 ORCHESTRATOR_MODULE = "orchestrator.main"
 RECONCILER_MODULE = "reconciler.main"
