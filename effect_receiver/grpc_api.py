@@ -16,13 +16,16 @@ from decisionflow.vocabulary import CaseId, EffectRequest, LookupStatus, Operati
 from decisionflow_server.runtime.auth import AUTH_STATUS
 from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from effect_receiver.domain import AppliedEffect, LookupAnswer
-from effect_receiver.errors import FieldViolation, InvalidRequest, ReceiverError, Unavailable
+from effect_receiver.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, ReceiverError, Unavailable
 from effect_receiver.service import ReceiverService
 
 SERVICE_NAME = effect_receiver_pb2.DESCRIPTOR.services_by_name["EffectReceiverService"].full_name
 
 # Every refusal of this server: the shared ones and the receiver's own (effect_receiver.errors).
-STATUS_TABLE: StatusTable = {**AUTH_STATUS, **status_table(InvalidRequest, Unavailable, ReceiverError)}
+STATUS_TABLE: StatusTable = {
+    **AUTH_STATUS,
+    **status_table(InvalidRequest, Unavailable, KeyRetentionExceeded, ReceiverError),
+}
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

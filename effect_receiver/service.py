@@ -119,7 +119,8 @@ class ReceiverService:
                     "apply refused: first attempt beyond the key retention",
                     extra={"rpc": "Apply", "operation_id": operation_id, "case_id": case_id},
                 )
-                raise KeyRetentionExceeded(operation_id, first_attempted_at, self.key_retention)
+                retention = f"{self.key_retention.total_seconds():g}s"
+                raise KeyRetentionExceeded(operation_id, first_attempted_at.isoformat(), retention)
             answer = replayed
         else:
             answer = self._primary.apply(checked, Receipt(self._receipt_ids(), operation_id, now))

@@ -7,14 +7,14 @@ domain's own types.
 DomainError (decisionflow_server.foundation.errors)
 ├── InvalidRequest             bad fields, decision omitted          INVALID_ARGUMENT
 ├── Unavailable                database down, shutting down          UNAVAILABLE
+├── KeyRetentionExceeded       a re-drive beyond the receiver's       FAILED_PRECONDITION
+│                              key retention: escalate
 └── OrchestratorError
     ├── NotFound               unknown case or operation             NOT_FOUND
     ├── StaleProposal          operation is not the case's current   FAILED_PRECONDITION
     ├── CaseHasOpenProposal    case's current proposal is undecided  FAILED_PRECONDITION
     ├── DecisionConflict       another decision is recorded          ALREADY_EXISTS
     ├── NotRedrivable          operation is not APPROVED/UNKNOWN      FAILED_PRECONDITION
-    ├── KeyRetentionExceeded   a re-drive beyond the receiver's       FAILED_PRECONDITION
-    │                          key retention: escalate
     ├── ReviewExpired          an operator expired the review        FAILED_PRECONDITION
     ├── WorkflowVersionMismatch checkpoint from another graph        FAILED_PRECONDITION
     ├── CheckpointIntegrity    checkpoint failed its HMAC check      DATA_LOSS
@@ -122,27 +122,6 @@ class NotRedrivable(OrchestratorError):
         )
         self.operation_id = operation_id
         self.state = current
-
-
-class KeyRetentionExceeded(OrchestratorError):
-    """The receiver refused a re-drive: its first attempt is beyond the key retention, so the key may have
-    been pruned; nothing was written, the operation stays UNKNOWN and must be escalated, never re-driven."""
-
-    reason = reasons.KEY_RETENTION_EXCEEDED
-
-    def __init__(self, operation_id: str, first_attempted_at: str, key_retention: str) -> None:
-        super().__init__(
-            f"operation {operation_id} was first attempted at {first_attempted_at}, beyond the receiver's key "
-            f"retention of {key_retention}; it stays unknown and must be escalated, never re-driven",
-            metadata={
-                reasons.OPERATION_ID: operation_id,
-                reasons.FIRST_ATTEMPTED_AT: first_attempted_at,
-                reasons.KEY_RETENTION: key_retention,
-            },
-        )
-        self.operation_id = operation_id
-        self.first_attempted_at = first_attempted_at
-        self.key_retention = key_retention
 
 
 class ReviewExpired(OrchestratorError):

@@ -20,7 +20,7 @@ from decisionflow.identity import is_operation_id
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt
 from decisionflow_server.foundation import page_tokens
-from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, Unavailable
+from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, Unavailable
 from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
 from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from orchestrator import errors
@@ -48,7 +48,9 @@ from orchestrator.wire import (
 # Every refusal of this server: the shared ones and the orchestrator's own (orchestrator.errors).
 STATUS_TABLE: StatusTable = {
     **AUTH_STATUS,
-    **status_table(InvalidRequest, Unavailable, errors.OrchestratorError, audit_errors.AuditLogError),
+    **status_table(
+        InvalidRequest, Unavailable, KeyRetentionExceeded, errors.OrchestratorError, audit_errors.AuditLogError
+    ),
 }
 
 # Time kept back from the caller's deadline so the reply (even "Unknown") still reaches it: after

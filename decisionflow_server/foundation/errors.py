@@ -3,6 +3,8 @@
     DomainError                      every refusal a service reports on the wire
     ├── InvalidRequest               bad fields (INVALID_ARGUMENT), with field violations
     ├── Unavailable                  a dependency is down; retry with the same key (UNAVAILABLE)
+    ├── KeyRetentionExceeded         an Apply beyond the receiver's key retention (FAILED_PRECONDITION):
+    │                                the receiver refuses it, the orchestrator passes it on; escalate
     └── (each service's errors.py)   the service's own refusals
 
 No grpc here: stores, validation and use cases raise these; ``decisionflow_server.runtime.rpc_errors`` turns
@@ -19,7 +21,7 @@ from datetime import timedelta
 from decisionflow import reasons
 from decisionflow.reasons import FieldViolation
 
-__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "Unavailable", "duration_text"]
+__all__ = ["DomainError", "FieldViolation", "InvalidRequest", "KeyRetentionExceeded", "Unavailable", "duration_text"]
 
 
 def duration_text(delay: timedelta) -> str:
@@ -64,3 +66,29 @@ class Unavailable(DomainError):
     """A dependency (database, shutdown in progress) is unavailable; retry with the same key."""
 
     reason = reasons.UNAVAILABLE
+
+
+class KeyRetentionExceeded(DomainError):
+    """operation_id's key is absent at the receiver and its first attempt beyond the key retention, so the
+    key may have been pruned: nothing was written; the operation stays unknown, to escalate, never re-drive.
+
+    The receiver raises it for an Apply; the orchestrator for a re-drive the receiver refused so. Both
+    values are as the wire carries them: an RFC 3339 time and a duration such as "86400s".
+    """
+
+    reason = reasons.KEY_RETENTION_EXCEEDED
+
+    def __init__(self, operation_id: str, first_attempted_at: str, key_retention: str) -> None:
+        super().__init__(
+            f"operation {operation_id} was first attempted at {first_attempted_at}, beyond the receiver's key "
+            f"retention of {key_retention}; its key may have been pruned, so it is not applied: escalate it, "
+            "never re-drive it",
+            metadata={
+                reasons.OPERATION_ID: operation_id,
+                reasons.FIRST_ATTEMPTED_AT: first_attempted_at,
+                reasons.KEY_RETENTION: key_retention,
+            },
+        )
+        self.operation_id = operation_id
+        self.first_attempted_at = first_attempted_at
+        self.key_retention = key_retention

@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from decisionflow.vocabulary import OPEN_STATES, CaseId, OperationId, OperationState
+from decisionflow_server.foundation.errors import KeyRetentionExceeded
 from orchestrator.domain import DecisionResult, Listing, Operation, Settlement
-from orchestrator.errors import KeyRetentionExceeded, NotRedrivable
+from orchestrator.errors import NotRedrivable
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.store import AsyncOrchestratorStore

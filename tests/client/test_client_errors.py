@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import grpc
 import pytest
@@ -284,7 +284,7 @@ def test_a_class_that_disagrees_with_the_declaration_fails_the_check(monkeypatch
         ),
         (receiver_errors.IdempotencyKeyReused(OP), {reasons.OPERATION_ID: OP}, {"operation_id": OP}),
         (
-            receiver_errors.KeyRetentionExceeded(OP, datetime(2026, 11, 29, 21, 0, tzinfo=UTC), timedelta(days=1)),
+            receiver_errors.KeyRetentionExceeded(OP, "2026-11-29T21:00:00+00:00", "86400s"),
             {
                 reasons.OPERATION_ID: OP,
                 reasons.FIRST_ATTEMPTED_AT: "2026-11-29T21:00:00+00:00",
