@@ -87,8 +87,9 @@ def test_each_async_client_has_the_sync_clients_methods_and_parameters(sync: typ
     for name, signature in sync_methods.items():
         assert list(aio_methods[name].parameters) == list(signature.parameters), name
         assert inspect.iscoroutinefunction(getattr(aio, name)) or inspect.isasyncgenfunction(getattr(aio, name))
-    init = inspect.signature(aio).parameters
-    assert init["timeout"].default == 5.0 and init["policy"].default is CLIENT_DEFAULT
+    init, sync_init = inspect.signature(aio).parameters, inspect.signature(sync).parameters
+    assert init["timeout"].default == sync_init["timeout"].default == 5.0
+    assert aio.default_policy is sync_init["policy"].default is CLIENT_DEFAULT
 
 
 def test_async_approve_is_retried_with_the_same_operation_id_and_a_deadline_each_time(server: StandIn) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import grpc
 
@@ -26,6 +26,9 @@ _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 Metadata = tuple[tuple[str, str | bytes], ...]
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds one attempt of a call may take, unless the client is given another ``timeout``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,28 +67,58 @@ class AsyncCallSettings:
             raise ValueError("timeout must be positive: every call carries a deadline")
 
 
-class AsyncClient:
-    """What every asyncio client of the orchestrator takes: a ``grpc.aio`` channel, the per-attempt
-    timeout, the retry policy, metadata for every call, the injectable sleep and clock.
+class Client:
+    """What every synchronous client takes: a channel, the per-attempt timeout, the retry policy,
+    metadata for every call, the injectable sleep and clock. A subclass names its stub on
+    ``self._channel`` and sends each call through ``call(..., self._settings)``."""
 
-    With wait_for_ready (off by default, as on the synchronous clients) an attempt made while the
-    channel reconnects waits for the connection within its deadline instead of failing at once.
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        policy: RetryPolicy = CLIENT_DEFAULT,
+        sleep: Callable[[float], None] = time.sleep,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._channel = channel
+        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+
+
+class AsyncClient:
+    """What every asyncio client takes: a ``grpc.aio`` channel, the per-attempt timeout, the retry
+    policy, metadata for every call, the injectable sleep and clock.
+
+    With wait_for_ready an attempt made while the channel reconnects waits for the connection within
+    its deadline instead of failing at once. A policy or wait_for_ready not given is the class's
+    default (``default_policy``, ``default_wait_for_ready``).
     """
+
+    default_policy: ClassVar[RetryPolicy] = CLIENT_DEFAULT
+    """The retry policy of a client given none."""
+    default_wait_for_ready: ClassVar[bool] = False
+    """wait_for_ready of a client not told (off, as on the synchronous clients)."""
 
     def __init__(
         self,
         channel: grpc.aio.Channel,
         *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
+        timeout: float = DEFAULT_TIMEOUT,
+        policy: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         metadata: Sequence[tuple[str, str | bytes]] = (),
         clock: Clock = time.monotonic,
-        wait_for_ready: bool = False,
+        wait_for_ready: bool | None = None,
     ) -> None:
         self._channel = channel
         self._settings = AsyncCallSettings(
-            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
+            timeout,
+            self.default_policy if policy is None else policy,
+            metadata_tuple(metadata),
+            sleep,
+            clock,
+            wait_for_ready=self.default_wait_for_ready if wait_for_ready is None else wait_for_ready,
         )
 
 

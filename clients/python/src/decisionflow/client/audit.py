@@ -9,13 +9,10 @@ open a checkpoint with the log's verifier key and verify proofs against it (``ve
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from functools import cached_property
 
-import grpc
-
-from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client.audit_views import (
     AuditLeaf,
     ConsistencyProof,
@@ -23,7 +20,6 @@ from decisionflow.client.audit_views import (
     LeafInclusion,
     SignedCheckpoint,
 )
-from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
 from decisionflow.timestamps import from_timestamp
 from decisionflow.v1 import audit_pb2, audit_pb2_grpc
 
@@ -86,21 +82,12 @@ def _consistency(response: audit_pb2.GetConsistencyProofResponse) -> Consistency
     )
 
 
-class AuditClient:
+class AuditClient(Client):
     """Synchronous client of AuditService: checkpoints, inclusion and consistency proofs, the leaves."""
 
-    def __init__(
-        self,
-        channel: grpc.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], None] = time.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self._stub = audit_pb2_grpc.AuditServiceStub(channel)
-        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+    @cached_property
+    def _stub(self) -> audit_pb2_grpc.AuditServiceStub:
+        return audit_pb2_grpc.AuditServiceStub(self._channel)
 
     def get_checkpoint(self, tree_size: int = 0) -> SignedCheckpoint:
         """The latest signed checkpoint (tree_size 0), or the one signed at tree_size; NotFound when none was."""

@@ -3,17 +3,15 @@ uses it. Both build the same requests and read the same responses; only the call
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import timedelta
 from functools import cached_property
 
-import grpc
 from google.protobuf import duration_pb2
 
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
-from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client.views import (
     OperationPage,
     OperationState,
@@ -22,7 +20,6 @@ from decisionflow.client.views import (
     Settlement,
     SettleResult,
 )
-from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
 from decisionflow.v1 import operations_pb2, operations_pb2_grpc
 
 
@@ -73,25 +70,16 @@ def _redrive_result(response: operations_pb2.RedriveOperationResponse) -> Redriv
     return RedriveResult(wire.outcome_from_pb(response.outcome), convert.operation(response.operation))
 
 
-class OperationsClient:
+class OperationsClient(Client):
     """Synchronous client of OperationsService: list open operations, record lookups, re-drive.
 
     Every call is safe to retry: a settlement records an observation (recording it twice
     changes nothing), and a re-drive calls Apply with the same operation id and stored payload.
     """
 
-    def __init__(
-        self,
-        channel: grpc.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], None] = time.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self._stub = operations_pb2_grpc.OperationsServiceStub(channel)
-        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+    @cached_property
+    def _stub(self) -> operations_pb2_grpc.OperationsServiceStub:
+        return operations_pb2_grpc.OperationsServiceStub(self._channel)
 
     def list_operations(
         self,

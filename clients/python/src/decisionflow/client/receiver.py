@@ -9,36 +9,24 @@ by a lookup).
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-
-import grpc
+from collections.abc import AsyncIterator, Iterator, Sequence
+from functools import cached_property
 
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
-from decisionflow.client._calls import AsyncCallSettings, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client.views import AppliedEffect, EffectRecord, LookupAnswer, LookupBatch
-from decisionflow.retry import CLIENT_DEFAULT, ORCHESTRATOR_TO_RECEIVER, Clock, RetryPolicy
+from decisionflow.retry import ORCHESTRATOR_TO_RECEIVER
 from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
 from decisionflow.vocabulary import EffectRequest
 
 
-class ReceiverClient:
+class ReceiverClient(Client):
     """Synchronous client of EffectReceiverService (operators, the reconciler, the demo)."""
 
-    def __init__(
-        self,
-        channel: grpc.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], None] = time.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
-        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+    @cached_property
+    def _stub(self) -> effect_receiver_pb2_grpc.EffectReceiverServiceStub:
+        return effect_receiver_pb2_grpc.EffectReceiverServiceStub(self._channel)
 
     def apply(self, request: EffectRequest) -> AppliedEffect:
         """Write the effect of request.operation_id once; a repeat with the same payload replays the receipt.
@@ -73,34 +61,25 @@ class ReceiverClient:
                 return
 
 
-class AsyncReceiverClient:
+class AsyncReceiverClient(AsyncClient):
     """asyncio client of EffectReceiverService, used by the orchestrator's commit step.
 
     ``apply`` retries transient failures with the same request until the caller's deadline
     (never starting a wait that would end after it), then raises. Check ``error.definite``:
     True is a definite refusal (nothing written); False is indeterminate (the effect may exist).
 
-    With wait_for_ready (the default) a call made while the channel is reconnecting waits for
+    With wait_for_ready (its default) a call made while the channel is reconnecting waits for
     the connection within its deadline rather than failing at once, so a receiver that comes
     back during a call is reached by that call. A receiver that stays away for the whole
     deadline still ends the call indeterminate (DEADLINE_EXCEEDED), never a definite answer.
     """
 
-    def __init__(
-        self,
-        channel: grpc.aio.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = ORCHESTRATOR_TO_RECEIVER,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-        wait_for_ready: bool = True,
-    ) -> None:
-        self._stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
-        self._settings = AsyncCallSettings(
-            timeout, policy, metadata_tuple(metadata), sleep, clock, wait_for_ready=wait_for_ready
-        )
+    default_policy = ORCHESTRATOR_TO_RECEIVER
+    default_wait_for_ready = True
+
+    @cached_property
+    def _stub(self) -> effect_receiver_pb2_grpc.EffectReceiverServiceAsyncStub:
+        return effect_receiver_pb2_grpc.EffectReceiverServiceStub(self._channel)
 
     async def apply(self, request: EffectRequest, *, deadline: float) -> AppliedEffect:
         """Write the effect of request.operation_id once, retrying until deadline (an absolute clock() time).

@@ -8,15 +8,12 @@ each with a deadline on every attempt, the named retry policy and the one mappin
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
-
-import grpc
 
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client import _convert as convert
-from decisionflow.client._calls import AsyncClient, CallSettings, call, call_async, metadata_tuple
+from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
 from decisionflow.client.views import (
@@ -30,7 +27,6 @@ from decisionflow.client.views import (
     StartedReview,
 )
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, identities
-from decisionflow.retry import CLIENT_DEFAULT, Clock, RetryPolicy
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 
 
@@ -129,7 +125,7 @@ def _operation(response: review_pb2.GetOperationResponse) -> OperationView:
     return convert.operation(response.operation)
 
 
-class ReviewClient(Inbox):
+class ReviewClient(Client, Inbox):
     """Synchronous client of ReviewService.
 
     Every call carries a deadline (``timeout`` per attempt, never beyond the policy's total
@@ -139,18 +135,9 @@ class ReviewClient(Inbox):
     operation id and replayed, and a retried edit recognises its own earlier success.
     """
 
-    def __init__(
-        self,
-        channel: grpc.Channel,
-        *,
-        timeout: float = 5.0,
-        policy: RetryPolicy = CLIENT_DEFAULT,
-        sleep: Callable[[float], None] = time.sleep,
-        metadata: Sequence[tuple[str, str | bytes]] = (),
-        clock: Clock = time.monotonic,
-    ) -> None:
-        self._stub = review_pb2_grpc.ReviewServiceStub(channel)
-        self._settings = CallSettings(timeout, policy, metadata_tuple(metadata), sleep, clock)
+    @cached_property
+    def _stub(self) -> review_pb2_grpc.ReviewServiceStub:
+        return review_pb2_grpc.ReviewServiceStub(self._channel)
 
     def start_review(
         self,
