@@ -24,6 +24,7 @@ from decisionflow.client import (
     StaleProposal,
     Unavailable,
 )
+from decisionflow.client._calls import AsyncClient
 from decisionflow.retry import CLIENT_DEFAULT, RetryPolicy
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 
@@ -80,7 +81,7 @@ def _public(cls: type) -> dict[str, inspect.Signature]:
 @pytest.mark.parametrize(
     ("sync", "aio"), [(ReviewClient, AsyncReviewClient), (OperationsClient, AsyncOperationsClient)]
 )
-def test_each_async_client_has_the_sync_clients_methods_and_parameters(sync: type, aio: type) -> None:
+def test_each_async_client_has_the_sync_clients_methods_and_parameters(sync: type, aio: type[AsyncClient]) -> None:
     sync_methods, aio_methods = _public(sync), _public(aio)
 
     assert sorted(aio_methods) == sorted(sync_methods)
