@@ -23,12 +23,10 @@ from decisionflow_server.foundation.settings import Setting, add_settings
 
 __all__ = ["register"]
 
-# The keys of the review commands' connection settings, declared for the receiver: its own target
-# variable (the one the orchestrator and the reconciler read) and help that names it.
+# The keys of the review commands' connection settings, declared for the receiver: its own target, CA
+# and cleartext variables (the ones the orchestrator and the reconciler read) and help that names it.
 TARGET = settings.receiver_target_setting("target")
-CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
-    "", "DECISIONFLOW_", "CA bundle (PEM) of the receiver's certificate: connect over TLS", "the receiver"
-)
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.receiver_tls_settings()
 CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE, INSECURE_CLEARTEXT_TOKEN)
 
 EXIT_CODES_HELP = (

@@ -78,21 +78,7 @@ PUBLIC_URL = Setting(
     parse=public_url,
 )
 ORCHESTRATOR_TARGET = settings.orchestrator_target_setting()
-CA_FILE = Setting(
-    "ca_file",
-    "DECISIONFLOW_CONSOLE_CA_FILE",
-    "CA bundle (PEM) of the orchestrator's certificate: call it over TLS (unset: plaintext, loopback use)",
-    parse=settings.readable_file,
-)
-INSECURE_CLEARTEXT_TOKEN = Setting(
-    "insecure_cleartext_token",
-    "DECISIONFLOW_CONSOLE_INSECURE_CLEARTEXT_TOKEN",
-    "true: send people's access tokens to the orchestrator without TLS even beyond loopback (anyone on the "
-    "path can read and replay them); without it an orchestrator that is not localhost, 127.x or ::1 needs "
-    "--ca-file",
-    "false",
-    parse=settings.boolean,
-)
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.orchestrator_tls_settings()
 TIMEOUT_SECONDS = Setting(
     "timeout_seconds",
     "DECISIONFLOW_CONSOLE_TIMEOUT_SECONDS",
@@ -274,6 +260,12 @@ def _check(values: SettingValues) -> None:
 
 def from_namespace(cli: argparse.ArgumentParser, ns: argparse.Namespace, environ: Mapping[str, str]) -> ConsoleConfig:
     """Return the configuration from parsed flags and environ; a bad value exits with status 2."""
+    try:
+        settings.refuse_retired_tls_variables(
+            environ, ("DECISIONFLOW_CONSOLE_CA_FILE", "DECISIONFLOW_CONSOLE_INSECURE_CLEARTEXT_TOKEN")
+        )
+    except SettingError as error:
+        cli.error(str(error))
     return settings.load(ConsoleConfig, cli, ns, environ, check=_check)
 
 

@@ -37,12 +37,7 @@ RECEIVER_TOKEN_FILE = Setting(
     "file holding the bearer token the orchestrator presents to the receiver (role effect_writer)",
     parse=settings.token_file,
 )
-RECEIVER_CA_FILE, RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
-    "receiver_",
-    "DECISIONFLOW_RECEIVER_",
-    "CA bundle of the receiver's certificate: call the receiver over TLS",
-    "the receiver",
-)
+RECEIVER_CA_FILE, RECEIVER_INSECURE_CLEARTEXT_TOKEN = settings.receiver_tls_settings("receiver_")
 RECEIVER_TIMEOUT_SECONDS = Setting(
     "receiver_timeout_seconds",
     "DECISIONFLOW_RECEIVER_TIMEOUT_SECONDS",

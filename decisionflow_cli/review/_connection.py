@@ -31,10 +31,9 @@ TIMEOUT = Setting(
     "10",
     parse=settings.positive_seconds,
 )
-CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.client_tls_settings(
-    "", "DECISIONFLOW_", "CA bundle (PEM) of the orchestrator's certificate: connect over TLS", "the orchestrator"
-)
+CA_FILE, INSECURE_CLEARTEXT_TOKEN = settings.orchestrator_tls_settings()
 CONNECTION_SETTINGS: tuple[Setting[Any], ...] = (TARGET, TOKEN_FILE, TIMEOUT, CA_FILE, INSECURE_CLEARTEXT_TOKEN)
+_RETIRED = ("DECISIONFLOW_CA_FILE", "DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN")
 
 
 def read_input(path: str, what: str = "input") -> str:
@@ -67,6 +66,7 @@ def connection(
     orchestrator's by default, or another service's declarations of the same keys (target, token file,
     timeout, CA file, cleartext opt-in) with its own variables and help."""
     try:
+        settings.refuse_retired_tls_variables(os.environ, _RETIRED)
         values = parse_settings(args, declared, os.environ)
     except SettingError as error:
         raise CommandError(str(error)) from None
@@ -82,7 +82,9 @@ def connection(
             allow_cleartext_token=values.required(INSECURE_CLEARTEXT_TOKEN),
         )
     except CleartextTokenRefused as refused:
-        raise CommandError(f"{refused} ({CA_FILE.names}, or {INSECURE_CLEARTEXT_TOKEN.flag}=true)") from None
+        # Named as declared: the receiver's commands read the receiver's variables under the same flags.
+        ca_file = next(setting for setting in declared if setting.key == CA_FILE.key)
+        raise CommandError(f"{refused} ({ca_file.names}, or {INSECURE_CLEARTEXT_TOKEN.flag}=true)") from None
     try:
         yield Connection(channel, timeout, policy)
     finally:

@@ -18,6 +18,7 @@ import pytest
 from decisionflow.channels import CleartextTokenRefused, open_aio_channel, open_channel
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 from decisionflow_cli import main as cli_main
+from decisionflow_console import config as console_config
 from decisionflow_server.foundation.processes import free_port
 from decisionflow_server.foundation.startup_errors import EXIT_CONFIGURATION, StartupError
 from decisionflow_server.runtime.auth import AUTH_STATUS, RPC_ROLES, AuthInterceptor
@@ -131,7 +132,7 @@ def test_with_the_opt_in_the_token_reaches_a_server_named_beyond_loopback() -> N
 def test_the_review_commands_refuse_then_honour_the_opt_in(
     token_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN", raising=False)
+    monkeypatch.delenv("DECISIONFLOW_ORCHESTRATOR_INSECURE_CLEARTEXT_TOKEN", raising=False)
     argv = ["status", "op-v1-x", "--target", "vm:50051", "--token-file", str(token_file), "--timeout", "1"]
     assert cli_main(argv) == 2
     refused = capsys.readouterr()
@@ -141,7 +142,7 @@ def test_the_review_commands_refuse_then_honour_the_opt_in(
     assert "--ca-file" in line and "--insecure-cleartext-token=true" in line
     # With the opt-in (here from the environment) the command goes on to call: nothing listens there.
     name = _this_host_by_name()
-    monkeypatch.setenv("DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN", "true")
+    monkeypatch.setenv("DECISIONFLOW_ORCHESTRATOR_INSECURE_CLEARTEXT_TOKEN", "true")
     closed = ["status", "op-v1-x", "--target", f"{name}:{free_port()}", "--token-file", str(token_file)]
     assert cli_main([*closed, "--timeout", "1"]) == 1
     assert '"code": "UNAVAILABLE"' in capsys.readouterr().out
@@ -180,3 +181,42 @@ def test_the_orchestrator_refuses_a_cleartext_receiver_channel_before_opening_it
     assert not database.exists()
     asyncio.run(scenario(dataclasses.replace(config, receiver_allow_cleartext_token=True)))
     assert database.exists()
+
+
+def test_each_command_reads_the_cleartext_opt_in_of_the_server_it_calls(
+    token_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The orchestrator's opt-in says nothing of the receiver: receiver lookup still refuses, naming its own CA.
+    monkeypatch.setenv("DECISIONFLOW_ORCHESTRATOR_INSECURE_CLEARTEXT_TOKEN", "true")
+    monkeypatch.delenv("DECISIONFLOW_RECEIVER_INSECURE_CLEARTEXT_TOKEN", raising=False)
+    argv = ["receiver", "lookup", "op-v1-x", "--target", "vm:50061", "--token-file", str(token_file), "--timeout", "1"]
+    assert cli_main(argv) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "refusing to send a bearer token in cleartext to vm:50061" in line
+    assert "--ca-file (env DECISIONFLOW_RECEIVER_CA_FILE)" in line
+
+
+@pytest.mark.parametrize("retired", ["DECISIONFLOW_CA_FILE", "DECISIONFLOW_INSECURE_CLEARTEXT_TOKEN"])
+def test_a_retired_variable_stops_the_command_and_names_its_successors(
+    retired: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(retired, "true")
+    assert cli_main(["status", "op-v1-x", "--timeout", "1"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"{retired} is retired: set DECISIONFLOW_ORCHESTRATOR_" in line and "DECISIONFLOW_RECEIVER_" in line
+
+
+@pytest.mark.parametrize(
+    ("retired", "successor"),
+    [
+        ("DECISIONFLOW_CONSOLE_CA_FILE", "DECISIONFLOW_ORCHESTRATOR_CA_FILE"),
+        ("DECISIONFLOW_CONSOLE_INSECURE_CLEARTEXT_TOKEN", "DECISIONFLOW_ORCHESTRATOR_INSECURE_CLEARTEXT_TOKEN"),
+    ],
+)
+def test_the_console_refuses_a_retired_variable_and_names_its_successor(
+    retired: str, successor: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        console_config.load([], {retired: "true"})
+    assert stopped.value.code == 2
+    assert f"{retired} is retired: set {successor}" in capsys.readouterr().err

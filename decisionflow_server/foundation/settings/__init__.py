@@ -18,7 +18,8 @@ fields, and the one loader), ``_parsers`` (text to typed values), ``_security``
 (secrets from files, checkpoint keys, the cleartext opt-in), ``_transport`` (a server's transport
 limits), ``_service`` (what every server declares alike: log levels, shutdown grace, workers,
 port file, migration, metrics; ``server_settings`` all of them) and ``_targets`` (where each server
-listens by default, and the one setting per server that tells its clients where to call it).
+listens by default, and the settings, one per server and meaning, that tell its clients where to call
+it and which CA to trust).
 """
 
 from __future__ import annotations
@@ -76,8 +77,12 @@ from decisionflow_server.foundation.settings._setting import Setting, SettingErr
 from decisionflow_server.foundation.settings._targets import (
     ORCHESTRATOR_ADDRESS,
     RECEIVER_ADDRESS,
+    RETIRED_TLS_VARIABLES,
     orchestrator_target_setting,
+    orchestrator_tls_settings,
     receiver_target_setting,
+    receiver_tls_settings,
+    refuse_retired_tls_variables,
 )
 from decisionflow_server.foundation.settings._transport import TransportSettings, transport_settings
 from decisionflow_server.foundation.settings._values import SettingValues, add_settings, parse_settings, resolve
@@ -92,6 +97,7 @@ __all__ = [
     "ORCHESTRATOR_ADDRESS",
     "PORT_FILE",
     "RECEIVER_ADDRESS",
+    "RETIRED_TLS_VARIABLES",
     "TRUE_WORDS",
     "LogSettings",
     "MetricsSettings",
@@ -124,6 +130,7 @@ __all__ = [
     "networks",
     "non_empty",
     "orchestrator_target_setting",
+    "orchestrator_tls_settings",
     "parse_settings",
     "part",
     "path",
@@ -132,6 +139,8 @@ __all__ = [
     "rate",
     "readable_file",
     "receiver_target_setting",
+    "receiver_tls_settings",
+    "refuse_retired_tls_variables",
     "required",
     "resolve",
     "seconds",
