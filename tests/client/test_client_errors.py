@@ -121,7 +121,8 @@ def test_idempotency_key_reused_names_the_key(server: StandIn) -> None:
         (grpc.StatusCode.PERMISSION_DENIED, reasons.FOUR_EYES, errors.FourEyes, True),
         (grpc.StatusCode.UNAUTHENTICATED, reasons.UNAUTHENTICATED, errors.Unauthenticated, True),
         (grpc.StatusCode.UNAVAILABLE, reasons.UNAVAILABLE, errors.Unavailable, False),
-        (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED, errors.CheckpointSaveFailed, False),
+        # Nothing was recorded (orchestrator saves are checked first); retried all the same.
+        (grpc.StatusCode.UNAVAILABLE, reasons.CHECKPOINT_SAVE_FAILED, errors.CheckpointSaveFailed, True),
         (grpc.StatusCode.UNAVAILABLE, reasons.REPLY_LOST, errors.ReplyLost, False),
         (grpc.StatusCode.INTERNAL, reasons.WORKFLOW_PROTOCOL, errors.WorkflowProtocolError, False),
         (grpc.StatusCode.ALREADY_EXISTS, "SOMETHING_ELSE", errors.ServerError, True),
@@ -176,6 +177,14 @@ def test_a_caller_dependent_refusal_after_a_retry_is_indeterminate(server: Stand
     # The same bytes are invalid on every attempt, so no attempt can have acted.
     assert errors.map_rpc_error(invalid, attempts=2).definite is True
     assert errors.map_rpc_error(invalid, attempts=2).attempts == 2
+
+
+def test_a_checkpoint_save_failure_is_definite_for_its_own_attempt_only(server: StandIn) -> None:
+    save_failed = raw_failure(server, Fail(grpc.StatusCode.UNAVAILABLE, Refusal(reasons.CHECKPOINT_SAVE_FAILED)))
+
+    assert errors.map_rpc_error(save_failed, attempts=1).definite is True
+    # An earlier attempt (a deadline, say) may have recorded what this one could not.
+    assert errors.map_rpc_error(save_failed, attempts=2).definite is False
 
 
 def test_an_rpc_error_without_a_call_becomes_a_server_error() -> None:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from decisionflow import reasons
 from decisionflow.status_details import error_info
-from decisionflow.v1 import review_pb2
+from decisionflow.v1 import review_pb2, review_pb2_grpc
 from decisionflow_server.storage import db
 from orchestrator.workflow import ReviewWorkflow
 from tests.support.stack import CHECKPOINT_KEY, Stack, approve, count, start_request
@@ -156,3 +156,56 @@ def test_a_review_writes_the_one_checkpoint_it_resumes_from_and_its_approval_wri
     stack.review().Approve(approve(op), timeout=10)
     assert stored() == [resumes_from]
     assert stack.decisions() == 1 and stack.effects() == 1
+
+
+_ORCHESTRATOR_TABLES = (
+    "cases",
+    "proposals",
+    "pending_reviews",
+    "decisions",
+    "operations",
+    "checkpoints",
+    "audit_entries",
+)
+
+
+def _recorded(stack: Stack) -> dict[str, int]:
+    rows = {table: count(stack.orchestrator_url, f"SELECT count(*) FROM {table}") for table in _ORCHESTRATOR_TABLES}
+    return {**rows, "effects": stack.effects()}
+
+
+@pytest.mark.parametrize("rpc", ["StartReview", "EditProposal", "Approve"])
+def test_a_checkpoint_save_failed_refusal_recorded_nothing_wherever_the_save_failed(
+    make_stack: Callable[..., Stack], rpc: str
+) -> None:
+    """CHECKPOINT_SAVE_FAILED is definite: whichever of a call's checkpoint saves fails (the first, the second, …),
+    the call is either refused so with no row and no audit leaf written, or (a save after the commit step)
+    answered as if nothing failed; never refused after recording something."""
+    stack = make_stack()
+    first = stack.review().StartReview(start_request(case_id="T-0"), timeout=10).proposal.operation_id
+    original = start_request(case_id="T-0")
+    calls: dict[str, Callable[[review_pb2_grpc.ReviewServiceStub, int], object]] = {
+        "StartReview": lambda review, n: review.StartReview(start_request(case_id=f"T-{n}"), timeout=10),
+        "EditProposal": lambda review, n: review.EditProposal(
+            review_pb2.EditProposalRequest(
+                expected_operation_id=first, body=f"edit {n}", evidence=original.evidence, policy=original.policy
+            ),
+            timeout=10,
+        ),
+        "Approve": lambda review, n: review.Approve(approve(first), timeout=10),
+    }
+    refused_at = []
+    for nth in range(1, 5):
+        stack.stop_orchestrator()
+        stack.start_orchestrator(failpoints=f"orchestrator.checkpoint_save=raise@{nth}")
+        before = _recorded(stack)
+        try:
+            calls[rpc](stack.review(), nth)
+        except grpc.RpcError as refused:
+            assert refused.code() == grpc.StatusCode.UNAVAILABLE
+            assert error_info(refused)[0] == reasons.CHECKPOINT_SAVE_FAILED
+            assert _recorded(stack) == before, f"save {nth} of {rpc} failed"
+            refused_at.append(nth)
+            continue
+        break  # answered: this save, if the call made one, came after everything was recorded
+    assert refused_at, f"no failed save refused {rpc}"

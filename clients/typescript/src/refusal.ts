@@ -74,9 +74,11 @@ const DEFINITE_CODES: ReadonlySet<Code> = new Set([
 ]);
 
 // Reasons definite under a status that is not, whatever the status says: CHECKPOINT_INTEGRITY
-// (DATA_LOSS), CALL_RATE_EXCEEDED (RESOURCE_EXHAUSTED), CONTENT_BUDGET_EXCEEDED (RESOURCE_EXHAUSTED).
+// (DATA_LOSS), CHECKPOINT_SAVE_FAILED (UNAVAILABLE), CALL_RATE_EXCEEDED (RESOURCE_EXHAUSTED),
+// CONTENT_BUDGET_EXCEEDED (RESOURCE_EXHAUSTED).
 const DEFINITE_REASONS: ReadonlySet<string> = new Set([
   "CHECKPOINT_INTEGRITY",
+  "CHECKPOINT_SAVE_FAILED",
   "CALL_RATE_EXCEEDED",
   "CONTENT_BUDGET_EXCEEDED",
 ]);
@@ -101,7 +103,9 @@ const RETRIED_CODES: ReadonlySet<Code> = new Set([
 /** Whether a failure with this code and reason is definite, and what a caller does next. */
 export function contractOf(code: Code, reason: string, attempts = 1): { definite: boolean; retry: Retry } {
   let definite = DEFINITE_REASONS.has(reason) || DEFINITE_CODES.has(code);
-  if (attempts > 1 && CALLER_DEPENDENT_CODES.has(code)) {
+  // After an earlier attempt, a refusal that depends on the caller, or that only its reason makes definite
+  // under a retried status (CHECKPOINT_SAVE_FAILED), speaks for its own attempt only.
+  if (attempts > 1 && (CALLER_DEPENDENT_CODES.has(code) || RETRIED_CODES.has(code))) {
     definite = false;
   }
   const retry: Retry = RETRIED_CODES.has(code) ? "automatic" : definite ? "no" : "yes";

@@ -159,7 +159,7 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(IDEMPOTENCY_KEY_REUSED, "FAILED_PRECONDITION", True, (OPERATION_ID,)),
     Refusal(KEY_RETENTION_EXCEEDED, "FAILED_PRECONDITION", True, (OPERATION_ID, FIRST_ATTEMPTED_AT, KEY_RETENTION)),
     Refusal(CHECKPOINT_INTEGRITY, "DATA_LOSS", True, (OPERATION_ID, CHECKPOINT_ID)),
-    Refusal(CHECKPOINT_SAVE_FAILED, "UNAVAILABLE", False, ()),
+    Refusal(CHECKPOINT_SAVE_FAILED, "UNAVAILABLE", True, ()),
     Refusal(UNAVAILABLE, "UNAVAILABLE", False, (RETRY_AFTER,)),
     Refusal(REPLY_LOST, "UNAVAILABLE", False, (OPERATION_ID,)),
     Refusal(WORKFLOW_PROTOCOL, "INTERNAL", False, ()),
@@ -258,7 +258,9 @@ GUIDE: Mapping[str, Guide] = {
     ),
     CHECKPOINT_SAVE_FAILED: Guide(
         "StartReview, EditProposal, Approve",
-        when="a checkpoint could not be stored; nothing was recorded: retry with the same request",
+        when="a checkpoint could not be stored; nothing was recorded (the orchestrator checks its saves before it "
+        "writes the call's rows or audit leaves), so it is definite, yet the same request may pass: the clients "
+        "retry it. After an earlier attempt that may have acted it proves nothing of that one",
     ),
     UNAVAILABLE: Guide(
         "every RPC",

@@ -37,11 +37,12 @@ FAILED_PRECONDITION). docs/clients.md lists each reason's status, definiteness a
 
 ``definite`` is True only when the request certainly had no effect: a refusal with
 INVALID_ARGUMENT, FAILED_PRECONDITION, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED or
-NOT_FOUND, a checkpoint refused as tampered (it needs an operator, not a retry), or a spent budget
-(refused before anything ran). Everything else is indeterminate: the server may have acted before
-the reply was lost, so the outcome must be settled by a lookup or a retry with the same operation
-id. ``retry_after`` is the delay the server's RetryInfo asked for (seconds; None when it sent
-none): the retry policy waits at least that long before repeating the call.
+NOT_FOUND, a checkpoint refused as tampered (it needs an operator, not a retry), a spent budget
+(refused before anything ran), or a checkpoint that could not be saved (checked before anything is
+written; retried all the same, and after retries indeterminate). Everything else is indeterminate:
+the server may have acted before the reply was lost, so the outcome must be settled by a lookup or a
+retry with the same operation id. ``retry_after`` is the delay the server's RetryInfo asked for
+(seconds; None when it sent none): the retry policy waits at least that long before repeating the call.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
 )
 _CALLER_DEPENDENT_CODES: frozenset[grpc.StatusCode] = frozenset(
     grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.caller_dependent
+)
+# Statuses that are indeterminate without a reason: one made definite by its reason (CHECKPOINT_SAVE_FAILED's
+# UNAVAILABLE) speaks for its own attempt only.
+_INDETERMINATE_CODES: frozenset[grpc.StatusCode] = frozenset(
+    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if not rule.definite
 )
 
 
@@ -306,6 +312,10 @@ class Unavailable(DecisionflowError, reason=reasons.UNAVAILABLE):
 class CheckpointSaveFailed(Unavailable, reason=reasons.CHECKPOINT_SAVE_FAILED):
     """The orchestrator could not store a checkpoint, so the request was not recorded; retry it as it was."""
 
+    # Saves are checked before anything is written. After earlier attempts of the same call it is not
+    # definite (see map_rpc_error): one of them may have acted.
+    always_definite = True
+
 
 class ReplyLost(Unavailable, reason=reasons.REPLY_LOST):
     """The receiver committed the effect but withheld the reply (fault switch); a lookup shows it."""
@@ -349,8 +359,9 @@ def error_class(code: grpc.StatusCode, reason: str) -> type[DecisionflowError]:
 def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError:
     """Return the typed error for a failed call; attempts is how many times the call was sent.
 
-    A caller-dependent refusal (PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, RESOURCE_EXHAUSTED)
-    after an earlier indeterminate attempt is itself indeterminate: that attempt may have acted.
+    A caller-dependent refusal (PERMISSION_DENIED, UNAUTHENTICATED, NOT_FOUND, RESOURCE_EXHAUSTED), or
+    one definite only by its reason (CHECKPOINT_SAVE_FAILED), after an earlier indeterminate attempt is
+    itself indeterminate: that attempt may have acted.
     """
     code_method = getattr(err, "code", None)
     code = code_method() if callable(code_method) else grpc.StatusCode.UNKNOWN
@@ -366,7 +377,7 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         reason, metadata, violations = "", {}, []
     cls = error_class(code, reason)
     definite: bool | None = None
-    if attempts > 1 and code in _CALLER_DEPENDENT_CODES:
+    if attempts > 1 and code in _CALLER_DEPENDENT_CODES | _INDETERMINATE_CODES:
         definite = False
     return cls(
         code,
