@@ -1,18 +1,14 @@
 """Every refusal and failure of a call to the orchestrator, said in words a reviewer or operator can
 act on: what happened, what it means for the decision, and where to go next.
 
+A refusal whose reason is declared with words of its own (``decisionflow.reasons.GUIDE``, ``words``:
+stale, conflict, open proposal, not re-drivable, key retention, expired, four eyes, too many open
+reviews, beyond the checkpoint) is said in them, its metadata filled in, with the HTTP status of its
+gRPC status. Any other is said in the words of the class the client raises it as:
+
     error (decisionflow.client.errors)   page                                               HTTP
-    StaleProposal                        replaced by … — open the current one (link)         409
-    DecisionConflict                     another decision is recorded; decisions are final   409
-    CaseHasOpenProposal                  the case has an open proposal (link)                409
-    NotRedrivable                        already settled, in state …                         409
-    KeyRetentionExceeded                 never re-drive; escalate                            409
-    ReviewExpired                        an operator expired it; edit it to ask again         409
-    TooManyOpenReviews                   you have the most open proposals one author may      409
-    BeyondCheckpoint                     no signed checkpoint covers it yet; try again soon   409
     PreconditionFailed (other reasons)   the orchestrator's message                          409
     QuotaExceeded                        too many or too large, too fast; try again in … s   429
-    FourEyes                             you created this proposal (or one it came from)     403
     PermissionDenied                     your account lacks the role                         403
     Unauthenticated                      your sign-in is no longer accepted (link: sign in)  401
     NotFound                             no such operation or case                           404
@@ -20,41 +16,33 @@ act on: what happened, what it means for the decision, and where to go next.
     Unavailable, DeadlineExceeded        the orchestrator is not answering                   503
     anything else                        the orchestrator failed                             502
 
-The console decides none of this: each page says what the orchestrator answered. Its words are its
-own; which error each refusal arrives as is the declaration's (``decisionflow.reasons``), and a
-refusal declared without words here is said in the words of its status's class.
+The console decides none of this: each page says what the orchestrator answered, and which error each
+refusal arrives as is the declaration's.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import grpc
 
 from decisionflow import reasons
 from decisionflow.client import (
-    BeyondCheckpoint,
-    CaseHasOpenProposal,
     DeadlineExceeded,
-    DecisionConflict,
     DecisionflowError,
-    FourEyes,
     InvalidRequest,
-    KeyRetentionExceeded,
     NotFound,
-    NotRedrivable,
     PermissionDenied,
     PreconditionFailed,
     QuotaExceeded,
-    ReviewExpired,
-    StaleProposal,
-    TooManyOpenReviews,
     Unauthenticated,
     Unavailable,
 )
 from decisionflow.client.errors import error_class
+from decisionflow_console.words import decision_in_words, state_in_words
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +82,42 @@ class _Asked:
 def explain(error: DecisionflowError, *, doing: str, role: str, deciding: bool = False) -> Refusal:
     """Return the words for error, raised while doing (for example "approve this proposal"), which
     needs role; deciding says a decision was being sent, so an indeterminate failure may have recorded it."""
-    return replace(_words(error, _Asked(doing, role, deciding)), reason=error.reason or error.code.name)
+    guide = reasons.GUIDE.get(error.reason)
+    if guide is not None and guide.words is not None:
+        said = _declared(error, guide.words)
+    else:
+        said = _words(error, _Asked(doing, role, deciding))
+    return replace(said, reason=error.reason or error.code.name)
+
+
+# The HTTP status of a page saying a refusal declared with words of its own, by its gRPC status.
+_HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 503,
+}
+# Metadata values that are enum values on the wire, in words.
+_VALUE_IN_WORDS: dict[str, Callable[[str], str]] = {
+    reasons.RECORDED_DECISION: lambda value: decision_in_words(value.removeprefix("DECISION_")),
+    reasons.STATE: lambda value: state_in_words(value.removeprefix("OPERATION_STATE_")),
+}
+
+
+class _Metadata(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "(not named)"  # a server that left the key out: the words still read
+
+
+def _declared(error: DecisionflowError, words: reasons.Words) -> Refusal:
+    metadata = _Metadata({key: _VALUE_IN_WORDS.get(key, str)(value) for key, value in error.metadata.items() if value})
+    link = _proposal_link(error.metadata.get(words.link, ""), words.link_text) if words.link else None
+    return Refusal(_HTTP_STATUS.get(error.code, 502), words.title, words.text.format_map(metadata), link=link)
 
 
 # The words for each error the client raises, its most specific class first: a refusal declared without
@@ -102,57 +125,6 @@ def explain(error: DecisionflowError, *, doing: str, role: str, deciding: bool =
 @functools.singledispatch
 def _words(error: DecisionflowError, asked: _Asked) -> Refusal:
     return Refusal(502, "The orchestrator failed", error.message or error.reason or error.code.name)
-
-
-@_words.register
-def _stale(error: StaleProposal, asked: _Asked) -> Refusal:
-    current = error.current_operation_id
-    words = f"This proposal was replaced by {current or 'a newer one'} — open the current one."
-    return Refusal(409, "This proposal was replaced", words, link=_proposal_link(current, "Open the current proposal"))
-
-
-@_words.register
-def _conflict(error: DecisionConflict, asked: _Asked) -> Refusal:
-    recorded = error.recorded_decision.value.lower()
-    words = f"A decision is already recorded for this operation: {recorded}. Decisions cannot be changed."
-    return Refusal(409, "Already decided", words, link=_operation_link(error))
-
-
-@_words.register
-def _open_proposal(error: CaseHasOpenProposal, asked: _Asked) -> Refusal:
-    current = error.current_operation_id
-    words = (
-        f"Case {error.case_id} already has a proposal waiting for review ({current}). Open it and edit it, "
-        "or decide it first."
-    )
-    return Refusal(409, "This case has an open proposal", words, link=_proposal_link(current, "Open the open proposal"))
-
-
-@_words.register
-def _not_redrivable(error: NotRedrivable, asked: _Asked) -> Refusal:
-    words = f"The operation is already settled (state {error.state.value}); there is nothing to re-drive."
-    return Refusal(409, "Nothing to re-drive", words, link=_operation_link(error))
-
-
-@_words.register
-def _open_reviews(error: TooManyOpenReviews, asked: _Asked) -> Refusal:
-    limit = "the most" if error.open_review_limit is None else str(error.open_review_limit)
-    words = (
-        f"You already have {limit} proposals waiting for review, the most one author may have. Nothing was "
-        "changed. Try again once reviewers have decided some of them."
-    )
-    return Refusal(409, "Too many proposals waiting for review", words)
-
-
-@_words.register
-def _beyond_checkpoint(error: BeyondCheckpoint, asked: _Asked) -> Refusal:
-    size = error.checkpoint_size
-    latest = f"its latest covers {size} leaves" if size else "none is signed yet"
-    words = (
-        f"No checkpoint the audit log signed covers this yet ({latest}). The orchestrator signs one within an "
-        "interval of its sequencer; try again in a moment."
-    )
-    return Refusal(409, "Not in a signed checkpoint yet", words)
 
 
 @_words.register
@@ -203,40 +175,18 @@ def _not_answering(error: DecisionflowError, asked: _Asked) -> Refusal:
 
 @dataclass(frozen=True, slots=True)
 class _Said:
-    """Words that read nothing of the refusal (but, with links_operation, its operation id)."""
+    """Words that read nothing of the refusal."""
 
     status: int
     title: str
     words: str
     link: Link | None = None
-    links_operation: bool = False
 
     def __call__(self, error: DecisionflowError, asked: _Asked) -> Refusal:
-        link = _operation_link(error) if self.links_operation else self.link
-        return Refusal(self.status, self.title, self.words, link=link)
+        return Refusal(self.status, self.title, self.words, link=self.link)
 
 
 _SAID: dict[type[DecisionflowError], _Said] = {
-    KeyRetentionExceeded: _Said(
-        409,
-        "Escalate: beyond the receiver's key retention",
-        "The receiver refused the re-drive: the first attempt is older than its key retention, so a re-drive "
-        "could write a second effect. Nothing was written. Never re-drive this operation; escalate it.",
-        links_operation=True,
-    ),
-    ReviewExpired: _Said(
-        409,
-        "This review expired",
-        "Nobody decided this proposal in time and an operator expired its review, so it can no longer be "
-        "decided. Nothing was recorded. To ask for a review again, edit it.",
-        links_operation=True,
-    ),
-    FourEyes: _Said(
-        403,
-        "You cannot decide your own proposal",
-        "The four-eyes rule is on: nobody who created this proposal, or a proposal it was edited from or "
-        "replaced, can decide it. Ask another reviewer.",
-    ),
     Unauthenticated: _Said(
         401,
         "Sign in again",
@@ -251,10 +201,6 @@ for _class, _said in _SAID.items():
 
 def _proposal_link(operation_id: str, text: str) -> Link | None:
     return Link(proposal_path(operation_id), text) if operation_id else None
-
-
-def _operation_link(error: DecisionflowError) -> Link | None:
-    return _proposal_link(error.operation_id, "Open the proposal")
 
 
 def _check_against_the_declaration() -> None:

@@ -59,32 +59,11 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
-# What the operator or reviewer should do, by ErrorInfo reason first, then by status code. Only a
-# failure that may have acted, or that nothing was recorded for, is worth repeating; a definite
-# refusal or a server fault is not fixed by sending the same request again.
-_ADVICE_BY_REASON: Mapping[str, str] = {
-    reasons.CHECKPOINT_INTEGRITY: "the stored checkpoint fails its integrity check; an operator must restore the "
-    "checkpoint key (or the altered row), else the review must be started again with an edited proposal; "
-    "repeating will not help",
-    reasons.WORKFLOW_VERSION_MISMATCH: "the review was recorded under another workflow graph; an operator must run "
-    "decisionflow-orchestrator reopen-reviews; repeating will not help",
-    reasons.NOT_REDRIVABLE: "the operation is already settled; check {subject} with decisionflow status",
-    reasons.IDEMPOTENCY_KEY_REUSED: "an effect with another payload exists under this operation id; an operator "
-    "must look; repeating will not help",
-    reasons.FOUR_EYES: "the proposal's author cannot decide it; another reviewer must",
-    reasons.CHECKPOINT_SAVE_FAILED: "nothing was recorded; repeat the command as it was",
-    reasons.REPLY_LOST: "the effect was committed but its reply lost; check {subject} with decisionflow status",
-    reasons.WORKFLOW_PROTOCOL: "a server fault, reported to its log; check {subject} with decisionflow status "
-    "before repeating, and tell an operator",
-    reasons.CALL_RATE_EXCEEDED: "nothing was recorded: this author sent proposals faster than its budget allows; "
-    "repeat the command after the delay the message names",
-    reasons.CONTENT_BUDGET_EXCEEDED: "nothing was recorded: this author sent more proposal text than its budget "
-    "allows per minute; repeat the command after the delay the message names",
-    reasons.TOO_MANY_OPEN_REVIEWS: "this author has the most undecided proposals one author may have; repeating "
-    "will not help until reviewers decide some (or an operator expires abandoned ones)",
-    reasons.REVIEW_EXPIRED: "an operator expired this review; edit the proposal to ask for a new review; "
-    "repeating will not help",
-}
+# What the operator or reviewer should do, by ErrorInfo reason first (its declaration's advice,
+# decisionflow.reasons.GUIDE), then by status code. Only a failure that may have acted, or that nothing
+# was recorded for, is worth repeating; a definite refusal or a server fault is not fixed by sending the
+# same request again.
+_ADVICE_BY_REASON: Mapping[str, str] = {reason: guide.advice for reason, guide in reasons.GUIDE.items() if guide.advice}
 _ADVICE_BY_CODE: Mapping[grpc.StatusCode, str] = {
     grpc.StatusCode.INVALID_ARGUMENT: "correct the request; repeating it unchanged will not help",
     grpc.StatusCode.NOT_FOUND: "check the id; repeating will not help",

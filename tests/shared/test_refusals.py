@@ -4,6 +4,7 @@ made (a misdeclared reason, words for an error nobody raises, a generated table 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -12,7 +13,10 @@ import pytest
 
 from decisionflow import reasons
 from decisionflow.client import DecisionflowError
+from decisionflow.client.errors import error_class
+from decisionflow_cli.review._output import advice
 from decisionflow_console import refusals as console_refusals
+from decisionflow_console.refusals import explain
 from decisionflow_server.foundation.errors import DomainError
 from decisionflow_server.runtime.rpc_errors import code_for, status_table
 from effect_receiver import errors as receiver_errors
@@ -99,3 +103,34 @@ def test_a_generated_table_edited_by_hand_is_written_again() -> None:
     assert edited != current
 
     assert gen_refusals.render(path, edited) == current
+
+
+def test_advice_and_words_name_only_what_their_reason_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    stale = reasons.GUIDE[reasons.STALE_PROPOSAL]
+    for guide, named in [
+        (dataclasses.replace(stale, advice="check {operation_id}"), r"advice names \['operation_id'\]"),
+        (
+            dataclasses.replace(stale, words=reasons.Words("Stale", "by {principal}")),
+            r"words name metadata keys it does not declare: \['principal'\]",
+        ),
+        (
+            dataclasses.replace(stale, words=reasons.Words("Stale", "replaced", link=reasons.CASE_ID)),
+            r"does not declare: \['case_id'\]",
+        ),
+    ]:
+        monkeypatch.setattr(reasons, "GUIDE", {**reasons.GUIDE, reasons.STALE_PROPOSAL: guide})
+        with pytest.raises(ValueError, match=named):
+            reasons._check_advice_and_words()
+
+
+def test_the_command_line_and_the_console_say_a_refusal_as_its_declaration_does() -> None:
+    for reason, guide in reasons.GUIDE.items():
+        code = grpc.StatusCode[reasons.refusal(reason).status]
+        metadata = dict.fromkeys(reasons.refusal(reason).metadata, "op-v1-x")
+        error = error_class(code, reason)(code, "message", reason=reason, metadata=metadata)
+        if guide.advice:
+            assert advice(error, "op-v1-x") == guide.advice.format(subject="op-v1-x"), reason
+        if guide.words is not None:
+            said = explain(error, doing="approve this proposal", role="reviewer")
+            assert (said.title, said.words) == (guide.words.title, guide.words.text.format_map(metadata)), reason
+            assert (said.link is not None) is bool(guide.words.link), reason
