@@ -40,28 +40,27 @@ def receiver_target_setting(key: str = "receiver_target") -> Setting[str]:
     )
 
 
+def _tls_settings(server: str, whom: str, key_prefix: str) -> tuple[Setting[Path], Setting[bool]]:
+    return client_tls_settings(
+        key_prefix,
+        f"DECISIONFLOW_{server}_",
+        f"CA bundle (PEM) of {whom}'s certificate: call it over TLS (unset: plaintext, loopback use)",
+        whom,
+    )
+
+
 def orchestrator_tls_settings(key_prefix: str = "") -> tuple[Setting[Path], Setting[bool]]:
     """How a client reaches the orchestrator over TLS: the CA bundle of its certificate
     (``DECISIONFLOW_ORCHESTRATOR_CA_FILE``) and the cleartext opt-in
     (``DECISIONFLOW_ORCHESTRATOR_INSECURE_CLEARTEXT_TOKEN``), under flags prefixed by key_prefix."""
-    return client_tls_settings(
-        key_prefix,
-        "DECISIONFLOW_ORCHESTRATOR_",
-        "CA bundle (PEM) of the orchestrator's certificate: call it over TLS (unset: plaintext, loopback use)",
-        "the orchestrator",
-    )
+    return _tls_settings("ORCHESTRATOR", "the orchestrator", key_prefix)
 
 
 def receiver_tls_settings(key_prefix: str = "") -> tuple[Setting[Path], Setting[bool]]:
     """How a client reaches the EffectReceiver over TLS: the CA bundle of its certificate
     (``DECISIONFLOW_RECEIVER_CA_FILE``) and the cleartext opt-in
     (``DECISIONFLOW_RECEIVER_INSECURE_CLEARTEXT_TOKEN``), under flags prefixed by key_prefix."""
-    return client_tls_settings(
-        key_prefix,
-        "DECISIONFLOW_RECEIVER_",
-        "CA bundle (PEM) of the receiver's certificate: call it over TLS (unset: plaintext, loopback use)",
-        "the receiver",
-    )
+    return _tls_settings("RECEIVER", "the receiver", key_prefix)
 
 
 # Variables that named a CA or the cleartext opt-in without naming the server: the review commands' and
