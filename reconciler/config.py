@@ -14,7 +14,7 @@ from typing import Any
 from decisionflow_server.foundation import arguments, settings
 from decisionflow_server.foundation.settings import Setting, SettingError, SettingValues, add_settings
 from decisionflow_server.foundation.version import add_version_flag
-from reconciler.service import MAX_BATCH_SIZE, PassSettings
+from reconciler.domain import MAX_BATCH_SIZE, PassSettings
 
 # The pass's knobs are declared once, with their defaults, in PassSettings.
 _PASS = PassSettings()

@@ -203,3 +203,22 @@ class PassSummary:
             "duration_seconds": round(self.duration_seconds, 3),
             "completed": self.completed,
         }
+
+
+MAX_BATCH_SIZE = 1000  # the BatchLookup and BatchSettleOperations limit
+
+
+@dataclass(frozen=True, slots=True)
+class PassSettings:
+    """The knobs of one pass; its defaults are the reconciler's settings' defaults (``reconciler.config``)."""
+
+    grace: timedelta = timedelta(seconds=30)
+    alert_after: timedelta = timedelta(seconds=300)
+    batch_size: int = 500
+    redrive_enabled: bool = True
+    # The longest a re-drive may take to reach the receiver (the per-call timeout).
+    redrive_margin: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,} (the BatchLookup and BatchSettle limit)")

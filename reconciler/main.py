@@ -30,9 +30,9 @@ from decisionflow_server.foundation.startup_errors import StartupError
 from decisionflow_server.runtime import grpc_core_logs, startup
 from reconciler import config as configuration
 from reconciler.config import ReconcilerConfig
-from reconciler.domain import PassSummary
+from reconciler.domain import PassSettings, PassSummary
 from reconciler.metrics import ReconcilerMetrics
-from reconciler.service import PassSettings, Reconciler
+from reconciler.service import Reconciler
 
 logger = logging.getLogger("decisionflow.reconciler")
 PROGRAM = "decisionflow-reconciler"

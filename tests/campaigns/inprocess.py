@@ -8,8 +8,8 @@ from pathlib import Path
 
 from decisionflow.client import OperationsClient, ReceiverClient
 from decisionflow.retry import NO_RETRY
-from reconciler.domain import PassSummary
-from reconciler.service import PassSettings, Reconciler
+from reconciler.domain import PassSettings, PassSummary
+from reconciler.service import Reconciler
 from tests.campaigns.workload import channel
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack

@@ -27,8 +27,9 @@ from decisionflow.client import (
 )
 from decisionflow.client.errors import DecisionflowError
 from decisionflow.v1 import common_pb2, review_pb2
+from reconciler.domain import PassSettings
 from reconciler.main import open_channels, utc_now
-from reconciler.service import PassSettings, Reconciler
+from reconciler.service import Reconciler
 from tests.support.reconciling import AFTER_DECISION, approve_and_crash, operation, reconciler_config
 from tests.support.stack import Stack, start_request
 

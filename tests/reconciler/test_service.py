@@ -31,7 +31,8 @@ from decisionflow.client import (
 )
 from decisionflow.client.errors import error_class
 from decisionflow.vocabulary import OperationId
-from reconciler.service import PassSettings, Reconciler
+from reconciler.domain import PassSettings
+from reconciler.service import Reconciler
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
 OPEN = (OperationState.APPROVED, OperationState.UNKNOWN)
