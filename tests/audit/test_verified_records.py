@@ -6,7 +6,7 @@ afterwards, and bundles whose records were removed, doubled or added after expor
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import pytest
 
 from decisionflow.transparency import EffectLeaf, SettlementLeaf
 from decisionflow_server.runtime.server_security import ServerSecurity
-from tests.support.audit_history import History, bundle_leaves, new_history
+from tests.support.audit_history import History, HistoryImages, bundle_leaves
 from tests.support.reconciling import LOST_REPLY, reconcile
 from tests.support.review_cli import Cli
 
@@ -32,17 +32,15 @@ class Receipts:
     committed: str
 
 
-@pytest.fixture
-def receipts(make_cli: Callable[..., Cli], database_url: str, tmp_path: Path) -> Receipts:
-    cli = make_cli(orchestrator_url=database_url, receiver_failpoints=LOST_REPLY, receiver_timeout_seconds=1.0)
-    history = new_history(cli, tmp_path)
+def build_receipts(cli: Cli, history: History) -> tuple[str, str]:
+    """A settlement leaf and an effect leaf in a signed log, kept by the auditor; their operations."""
     settled = history.start("T-settled")
     # The receiver commits and loses every reply: the approval ends Unknown, its effect written.
     assert cli("approve", settled, "--timeout", "3").exit_code in (EXIT_UNKNOWN, 1)
     stack = cli.stack
     stack.stop_orchestrator()
     stack.start_receiver()  # replies are delivered again from here on
-    stack.start_orchestrator(security=ServerSecurity(credentials_file=tmp_path / "credentials.json"))
+    stack.start_orchestrator(security=ServerSecurity(credentials_file=cli.tokens["ops"].with_name("credentials.json")))
     committed = history.start("T-committed")
     assert cli("approve", committed).exit_code == 0
     summary = reconcile(stack, orchestrator_token=cli.tokens["ops"].read_text().strip(), no_redrive=True)
@@ -51,7 +49,28 @@ def receipts(make_cli: Callable[..., Cli], database_url: str, tmp_path: Path) ->
     kinds = {type(leaf): leaf.operation_id for _, leaf in bundle_leaves(history.export())}
     assert (kinds[SettlementLeaf], kinds[EffectLeaf]) == (settled, committed)
     assert history.verify(history.export())[0] == 0
-    return Receipts(history, settled, committed)
+    return settled, committed
+
+
+@pytest.fixture
+def receipts(
+    history_images: HistoryImages,
+    database_kind: str,
+    make_cli: Callable[..., Cli],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> Iterator[Receipts]:
+    """build_receipts' history (built once per worker and kind of database), on a copy of its databases."""
+    image = history_images.get(
+        "receipts",
+        database_kind,
+        capsys,
+        build_receipts,
+        receiver_failpoints=LOST_REPLY,
+        receiver_timeout_seconds=1.0,
+    )
+    with image.copy(make_cli, tmp_path) as history:
+        yield Receipts(history, *image.made)
 
 
 def _logged_receipt(bundle: Path, operation_id: str) -> tuple[int, str]:

@@ -8,18 +8,22 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from decisionflow.transparency import decode_leaf
 from decisionflow_server.storage import db
-from tests.support.review_cli import Cli, proposal_file
+from tests.support.databases import copy_database, create_postgres_database, drop_postgres_database
+from tests.support.review_cli import Cli, cli_in, proposal_file
 
 
 def orchestrator_command(*args: str) -> dict[str, Any]:
@@ -105,11 +109,83 @@ class History:
             engine.dispose()
 
 
-def new_history(cli: Cli, directory: Path) -> History:
-    """A History on cli's stack with a fresh signing key and its verifier key file; nothing signed yet."""
+def new_history(cli: Cli, directory: Path, *, keys: bool = True) -> History:
+    """A History on cli's stack with a fresh signing key and its verifier key file (keys=False: the files
+    directory holds already); nothing signed yet."""
     key_file, vkey_file = directory / "audit.key", directory / "audit.vkey"
-    vkey_file.write_text(keygen(key_file) + "\n")
+    if keys:
+        vkey_file.write_text(keygen(key_file) + "\n")
     return History(cli, directory, key_file, vkey_file, directory / "kept-checkpoint.txt")
+
+
+@dataclass
+class HistoryImage:
+    """A history built once and stopped: its files (keys, kept checkpoint, proposals), its databases, and
+    what its builder returned (the operations a test looks for)."""
+
+    files: Path
+    orchestrator_url: str
+    receiver_url: str
+    approved: str = ""
+    made: Any = None
+
+    @contextmanager
+    def copy(self, make_cli: Callable[..., Cli], directory: Path) -> Iterator[History]:
+        """The image's files copied to directory, its databases copied (the orchestrator's to
+        directory/test.db on SQLite, the receiver's to directory/receiver.db, make_stack's own), and a
+        stack of make_cli's on the copies: a history as the builder left it, this test's alone."""
+        shutil.copytree(self.files, directory, dirs_exist_ok=True)
+        orchestrator_url = copy_database(self.orchestrator_url, directory, "test")
+        try:
+            receiver_url = copy_database(self.receiver_url, directory, "receiver")
+            cli = make_cli(orchestrator_url=orchestrator_url, receiver_url=receiver_url)
+            fresh = new_history(cli, directory, keys=False)
+            fresh.approved = self.approved
+            yield fresh
+        finally:
+            if not orchestrator_url.startswith("sqlite:"):
+                drop_postgres_database(orchestrator_url)
+
+
+@dataclass
+class HistoryImages:
+    """The histories built in this session (this worker's), by name and kind of database ("sqlite",
+    "postgres"): each built once, on the first test to ask for it, and copied for every test."""
+
+    factory: pytest.TempPathFactory
+    images: dict[tuple[str, str], HistoryImage] = field(default_factory=dict)
+    databases: list[str] = field(default_factory=list)
+
+    def get(
+        self,
+        name: str,
+        kind: str,
+        capsys: pytest.CaptureFixture[str],
+        build: Callable[[Cli, History], Any],
+        **settings: object,
+    ) -> HistoryImage:
+        """The image of build's history on kind: build(cli, history) runs once, on a stack with settings (as
+        make_cli takes them) whose databases are kept, its return value kept as the image's made."""
+        if (name, kind) not in self.images:
+            root = self.factory.mktemp(f"{name}-{kind}")
+            (files := root / "files").mkdir()
+            (stack := root / "stack").mkdir()
+            if kind == "sqlite":
+                orchestrator_url = f"sqlite:///{stack / 'orchestrator.db'}"
+            else:
+                orchestrator_url = create_postgres_database()
+                self.databases.append(orchestrator_url)
+            with cli_in(stack, capsys, orchestrator_url=orchestrator_url, **settings) as cli:
+                history = new_history(cli, files)
+                made = build(cli, history)
+            image = HistoryImage(files, orchestrator_url, f"sqlite:///{stack / 'receiver.db'}", history.approved, made)
+            self.images[name, kind] = image
+        return self.images[name, kind]
+
+    def drop(self) -> None:
+        """Drop the images' PostgreSQL databases."""
+        for url in self.databases:
+            drop_postgres_database(url)
 
 
 def bundle_leaves(bundle: Path) -> list[tuple[int, Any]]:

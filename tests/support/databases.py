@@ -8,6 +8,7 @@ database). Without a reachable server they skip with the reason, unless
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,31 @@ def drop_postgres_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(_postgres_base_url(), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def copy_database(url: str, directory: Path, name: str) -> str:
+    """A copy of the database at url, which nothing may be writing: a SQLite file copied by SQLite's own
+    backup (what its log holds included) to directory/name.db, or a PostgreSQL database made with the
+    original as its template (drop it with drop_postgres_database); the copy's URL."""
+    if url.startswith("sqlite:///"):
+        copy = directory / f"{name}.db"
+        source, target = sqlite3.connect(url.removeprefix("sqlite:///")), sqlite3.connect(copy)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        return f"sqlite:///{copy}"
+    template = url.rsplit("/", 1)[1]
+    copy_name = "dftest_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(_postgres_base_url(), autocommit=True) as admin:
+        # A template must have no session: a pooled connection the stopped servers left is ended first.
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (template,),
+        )
+        admin.execute(f'CREATE DATABASE "{copy_name}" TEMPLATE "{template}"')
+    return _replace_database(url, copy_name)
 
 
 @pytest.fixture

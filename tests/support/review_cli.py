@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from decisionflow_cli import main
 from decisionflow_server.runtime.auth import Role, issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
-from tests.support.stack import T1042_BODY, Stack, make_stack
+from tests.support.stack import T1042_BODY, Stack, make_stack, open_stack
 
 __all__ = ["make_stack"]  # re-exported so pytest finds the fixture in this directory
 
@@ -77,15 +79,21 @@ class Cli:
         return Run(exit_code, json.loads(lines[0]) if lines else {}, err)
 
 
-@pytest.fixture
-def tokens(tmp_path: Path) -> dict[str, Path]:
-    """A credentials file with ava (author), rita (reviewer) and ops (operator), and their token files."""
-    credentials = tmp_path / "credentials.json"
+def write_tokens(directory: Path) -> dict[str, Path]:
+    """A credentials file in directory with PRINCIPALS, and their token files."""
+    credentials = directory / "credentials.json"
     files: dict[str, Path] = {}
     for principal, roles in PRINCIPALS.items():
-        files[principal] = tmp_path / f"{principal}.token"
+        files[principal] = directory / f"{principal}.token"
         files[principal].write_text(issue_token(credentials, principal, roles) + "\n")
     return files
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> dict[str, Path]:
+    """A credentials file with ava (author), rita (reviewer), ops (operator) and audrey (auditor), and
+    their token files."""
+    return write_tokens(tmp_path)
 
 
 @pytest.fixture
@@ -100,6 +108,18 @@ def make_cli(
         return Cli(stack, tokens, capsys)
 
     yield make
+
+
+@contextmanager
+def cli_in(directory: Path, capsys: pytest.CaptureFixture[str], **settings: Any) -> Iterator[Cli]:
+    """What make_cli makes, outside any test's stacks: a stack with authentication on (its databases by default
+    in directory, settings as make_cli takes them) and fresh tokens in directory, stopped on leaving."""
+    tokens = write_tokens(directory)
+    stack = open_stack(directory, security=ServerSecurity(credentials_file=directory / "credentials.json"), **settings)
+    try:
+        yield Cli(stack, tokens, capsys)
+    finally:
+        stack.close()
 
 
 def proposal_file(

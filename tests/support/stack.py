@@ -188,30 +188,42 @@ class Stack:
         self.loop.close()
 
 
+def open_stack(
+    directory: Path,
+    orchestrator_url: str | None = None,
+    receiver_failpoints: str = "",
+    *,
+    receiver_url: str | None = None,
+    receiver: dict[str, Any] | None = None,
+    audit_log: InMemoryAuditLog | None = None,
+    **orchestrator: Any,
+) -> Stack:
+    """Start an in-process stack (databases by default SQLite files in directory) that the caller closes;
+    the arguments as make_stack takes them."""
+    stack = Stack(
+        receiver_url or f"sqlite:///{directory / 'receiver.db'}",
+        orchestrator_url or f"sqlite:///{directory / 'orchestrator.db'}",
+        LoopThread(),
+        audit_log=audit_log,
+    )
+    try:
+        stack.start_receiver(receiver_failpoints, **(receiver or {}))
+        stack.start_orchestrator(**orchestrator)
+    except BaseException:
+        stack.close()
+        raise
+    return stack
+
+
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     """Build in-process stacks: make_stack(orchestrator_url=..., receiver_url=..., receiver_failpoints=...,
     receiver={ReceiverConfig overrides}, audit_log=a fake log to serve, **OrchestratorConfig overrides)."""
     stacks: list[Stack] = []
 
-    def make(
-        orchestrator_url: str | None = None,
-        receiver_failpoints: str = "",
-        *,
-        receiver_url: str | None = None,
-        receiver: dict[str, Any] | None = None,
-        audit_log: InMemoryAuditLog | None = None,
-        **orchestrator: Any,
-    ) -> Stack:
-        stack = Stack(
-            receiver_url or f"sqlite:///{tmp_path / 'receiver.db'}",
-            orchestrator_url or f"sqlite:///{tmp_path / 'orchestrator.db'}",
-            LoopThread(),
-            audit_log=audit_log,
-        )
+    def make(*args: Any, **kwargs: Any) -> Stack:
+        stack = open_stack(tmp_path, *args, **kwargs)
         stacks.append(stack)
-        stack.start_receiver(receiver_failpoints, **(receiver or {}))
-        stack.start_orchestrator(**orchestrator)
         return stack
 
     yield make
