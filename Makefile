@@ -32,13 +32,15 @@ typecheck: setup
 proto-check: setup
 	PYTHON=$(PY) tools/proto_check.sh
 
+# --dist worksteal: each worker starts on half of the tests and takes from the other's queue when its own is done,
+# so the minutes-long campaigns and benches do not leave one worker running alone at the end.
 unit: setup
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 test: lint typecheck proto-check unit
 
 check: lint typecheck
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal -q -m 'not slow and not campaign' $(PYTEST_ARGS)
 
 # The demo and the checkpoint tests under every other Python 3.11+ on this machine (.venvs/VERSION).
 pythons: setup
