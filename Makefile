@@ -40,7 +40,7 @@ unit: setup
 test: lint typecheck proto-check unit
 
 check: lint typecheck
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal -q -m 'not slow and not campaign' $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)
 
 # The demo and the checkpoint tests under every other Python 3.11+ on this machine (.venvs/VERSION).
 pythons: setup
