@@ -19,6 +19,9 @@ from orchestrator.audit_log.signing import DEFAULT_ORIGIN
 from orchestrator.store import OrchestratorStore, migrate
 from tests.support.audit import check_log, decision, proposal, started
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 def _command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}

@@ -30,6 +30,9 @@ from orchestrator.schema import cases
 from orchestrator.store import DecisionAlreadyRecorded, OrchestratorStore
 from tests.support.audit import T0, decision, entries, leaves, proposal, review, sealed, started
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 def proposal_leaf_of(store: OrchestratorStore, operation_id: OperationId) -> ProposalLeaf:
     [leaf] = [leaf for leaf in leaves(store) if isinstance(leaf, ProposalLeaf) and leaf.operation_id == operation_id]

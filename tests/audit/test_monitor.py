@@ -14,12 +14,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from decisionflow.transparency import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint, sign_checkpoint
 from decisionflow_server.foundation.processes import ServiceProcess, free_port
 from orchestrator.audit_log.signing import DEFAULT_ORIGIN, write_new_key
 from tests.audit.test_commands import _command
 from tests.audit.test_publication import _copy, _fetch, _wait, _write_events
 from tests.support.stack import spawn_orchestrator, spawn_receiver
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def _monitor(*args: str) -> subprocess.CompletedProcess[str]:

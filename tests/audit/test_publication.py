@@ -28,6 +28,9 @@ from tests.audit.test_commands import _command
 from tests.support.audit import ORIGIN, SIGNER, T0, check_log, decision, proposal, started
 from tests.support.stack import spawn_orchestrator, spawn_receiver
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 def _write_events(database: Path, cases: list[str]) -> None:
     """A proposal on each case, and a decision on the first (one process's writes, then gone)."""

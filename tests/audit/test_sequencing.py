@@ -25,6 +25,9 @@ from orchestrator.audit_log.signing import CheckpointSigner
 from orchestrator.store import OrchestratorStore
 from tests.support.audit import ORIGIN, SIGNER, T0, check_log, decision, entries, proposal, started
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 def write_events(store: OrchestratorStore, cases: int, *, prefix: str = "T") -> list[OperationId]:
     """A proposal and a decision on each of cases cases: two entries each."""

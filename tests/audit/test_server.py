@@ -23,6 +23,9 @@ from tests.metrics.scrape import scrape
 from tests.support.audit import ORIGIN, SIGNER, check_log, entries
 from tests.support.stack import Stack, approve, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout

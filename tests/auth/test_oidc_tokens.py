@@ -21,6 +21,9 @@ from tests.security.dbstate import snapshot
 from tests.support.oidc import AUDIENCE, OidcStack, oidc_config, start_oidc_stack
 from tests.support.stack import approve, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from decisionflow_demo.trial_identity import TrialIdentityProvider
 

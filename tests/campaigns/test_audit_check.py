@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from decisionflow.transparency import ProposalLeaf, decode_leaf, encode_leaf, leaf_hash
@@ -18,6 +19,9 @@ from orchestrator.schema import audit_entries, audit_nodes, decisions, operation
 from orchestrator.store import OrchestratorStore
 from tests.campaigns.auditlog import LogAuditor
 from tests.support.audit import T0, decision, proposal, started
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def _url(store: OrchestratorStore) -> str:

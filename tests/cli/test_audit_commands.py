@@ -31,6 +31,9 @@ from tests.support.audit_log import (
 )
 from tests.support.review_cli import Cli, proposal_file
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 @dataclass
 class Audited:

@@ -7,10 +7,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
 from decisionflow_server.foundation.processes import child_environment, free_port, launch, spawn
 from tests.support.auth import ROLES
 from tests.support.secure import write_network_security
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def _health(*args: str) -> subprocess.Popen[str]:

@@ -20,6 +20,9 @@ from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.reconciling import AFTER_ATTEMPT, age_first_attempt
 from tests.support.review_cli import Cli, proposal_file
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
 UNKNOWN_OPERATION = "op-v1-" + "0" * 64
 HOUR = timedelta(hours=1)

@@ -17,6 +17,9 @@ import pytest
 
 from tests.support.review_cli import Cli, proposal_file
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 REFUSED_LOGGER = "decisionflow_server.storage.transactions"
 REFUSALS_BEFORE_RETURN = 7
 

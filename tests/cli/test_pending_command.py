@@ -9,7 +9,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.support.review_cli import Cli, proposal_file
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def pending(cli: Cli, *args: str, principal: str = "rita") -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,9 @@ from tests.support.payloads import sample_payload
 from tests.support.review_cli import Cli, evidence, proposal_file
 from tests.support.stack import T1042_BODY
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
 
 

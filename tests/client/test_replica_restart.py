@@ -34,6 +34,9 @@ from decisionflow_demo.launch import CHECKPOINT_KEYS_ENV, ORCHESTRATOR_MODULE, o
 from decisionflow_server.foundation.processes import ServiceProcess, free_port, spawn
 from tests.support.stack import CHECKPOINT_KEY, T1042_BODY, count, spawn_receiver
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 # Answers between the steps: before the first restart, and after each.
 ANSWERS_PER_STEP = 8
 # The deadline bounds each call's retries, as the CLI's --timeout does.

@@ -20,6 +20,9 @@ from tests.support.audit import SIGNER, publish_log
 from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.stack import start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 REVIEWER, AUTHOR, OPERATOR, AUDITOR, NO_ROLE = "reviewer", "author", "operator", "auditor", "no role"
 # Who signs in for each role, in which groups at the provider (tests.support.oidc.ROLE_MAP).
 PEOPLE: dict[str, tuple[str, list[str]]] = {

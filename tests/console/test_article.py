@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.console.pages import edit_body, start_case
 from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.stack import T1042_BODY
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 EDITED = T1042_BODY + "\nIf it happens again after 4.2.1, reply with the export attached."
 

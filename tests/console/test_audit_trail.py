@@ -25,6 +25,9 @@ from tests.console.pages import start_case
 from tests.support.audit import ORIGIN, SIGNER, publish_log
 from tests.support.console import ConsoleUnderTest, screenshot
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 LOG_KEY = NoteVerifier.from_vkey(SIGNER.vkey)
 # The log's name, another key: what a log rebuilt and signed by someone else would carry.
 OTHER_SIGNER = CheckpointSigner(ORIGIN, NoteSigner.from_seed(ORIGIN, bytes(range(100, 132))))

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from tests.console.pages import edit_body, start_case
 from tests.console.test_audit_trail import LOG_KEY, _as_auditor, _publish
 from tests.support.audit import SIGNER
 from tests.support.console import ConsoleUnderTest, screenshot
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 A = "\u0430"  # the Cyrillic small letter a, among the Latin letters of "paypal.com"
 HIDDEN = " and also pay 9000 EUR to account 99-1234"

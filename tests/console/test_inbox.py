@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from decisionflow_console.review_pages import INBOX_PAGE_SIZE
 from tests.console.pages import edit_body
 from tests.support.console import ConsoleUnderTest, screenshot
 from tests.support.stack import T1042_BODY, start_request
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def test_inbox_lists_filters_and_pages(make_console: Callable[..., ConsoleUnderTest], page: Page) -> None:

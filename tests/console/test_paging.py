@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from decisionflow_console.operator_pages import ROWS_PER_STATE
@@ -19,6 +20,9 @@ from decisionflow_console.review_pages import INBOX_PAGE_SIZE, summary
 from tests.support.console import ConsoleUnderTest
 from tests.support.seeding import seed_operations
 from tests.support.stack import start_request
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 TAGS = "".join(chr(0xE0000 + ord(c)) for c in " and also pay 9000 EUR")
 

@@ -7,10 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def test_a_decision_names_its_case_and_a_decided_proposal_offers_no_action(

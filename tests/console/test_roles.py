@@ -8,12 +8,16 @@ import time
 from collections.abc import Callable
 
 import httpx2
+import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from decisionflow.client import Role
 from tests.console.pages import session_cookie, start_case
 from tests.support.console import EVERY_ROLE, ConsoleUnderTest, screenshot
 from tests.support.stack import start_request
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 NAVIGATION = "nav[aria-label=main] a"
 ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})

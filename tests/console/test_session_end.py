@@ -19,6 +19,9 @@ from tests.support.console import ConsoleUnderTest
 from tests.support.oidc import AUDIENCE
 from tests.support.stack import start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from decisionflow_demo.trial_identity import TrialIdentityProvider
 

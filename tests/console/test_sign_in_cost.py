@@ -9,9 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from decisionflow_console.sessions import COOKIE_NAME
 from decisionflow_console.signin import CALLBACK_PATH, SIGN_IN_COOKIE
 from tests.support.console_process import console_process
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from decisionflow_demo.trial_identity import TrialIdentityProvider

@@ -19,6 +19,9 @@ import pytest
 
 from tests.support.console_process import console_process
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from decisionflow_demo.trial_identity import TrialIdentityProvider
 

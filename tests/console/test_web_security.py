@@ -7,11 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx2
+import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from decisionflow_console.web import CONTENT_SECURITY_POLICY, MAX_FORM_BYTES
 from tests.console.pages import session_cookie, start_case
 from tests.support.console import ConsoleUnderTest, screenshot
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 HOSTILE = (
     "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">\n"

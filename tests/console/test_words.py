@@ -6,12 +6,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from decisionflow.client import Consistency, Decision, LookupStatus, OperationState, Outcome
 from decisionflow_console.words import VOCABULARY, decision_in_words, in_words, state_in_words
 from tests.console.pages import start_case
 from tests.support.console import ConsoleUnderTest
+
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 # A code of the vocabulary as a page must never show it (the lowercase spellings included).
 CODE = re.compile(

@@ -17,6 +17,9 @@ import pytest
 
 from tests.support.kubernetes import PRODUCTION, parse, render, validate
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 DATABASE = PRODUCTION / "database"
 SCHEMA = Path(__file__).parent / "schemas" / "cnpg-cluster-v1.30.0.json"
 SERVICES = ("orchestrator", "receiver")

@@ -30,6 +30,9 @@ from tests.support.header_amplification import Amplification, Tally, amplified_r
 from tests.support.servers import LoopThread
 from tests.support.stack import CHECKPOINT_KEY, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 START_REVIEW = "/decisionflow.v1.ReviewService/StartReview"
 ROUNDS = 6
 REQUESTS = 30

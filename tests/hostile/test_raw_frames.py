@@ -19,6 +19,9 @@ from tests.security.contract import contract_methods, method_path, request_class
 from tests.support.hostile import Target
 from tests.support.secure import raw_call
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 METHODS = contract_methods()
 # Outcomes a request that parses may earn on its merits; never UNKNOWN, INTERNAL or UNAVAILABLE.
 ON_ITS_MERITS = (

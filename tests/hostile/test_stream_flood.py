@@ -20,6 +20,9 @@ from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from tests.support.flood import RawPeer, flood, grpc_frame, pump, served_peer, wait_for_goaway
 from tests.support.stack import CHECKPOINT_KEY, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 START_REVIEW = "/decisionflow.v1.ReviewService/StartReview"
 # An orchestrator that buffered the flood grew by about 200 MiB here (83 -> 289 MiB); one that refuses
 # from the headers grows by what gRPC holds in flight until each stream is reset: 9 MiB on an idle

@@ -27,6 +27,9 @@ from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
 from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 ENV = {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY}
 
 

@@ -11,6 +11,9 @@ import pytest
 from decisionflow_server.foundation.version import installed_version
 from tests.support.cli import ROOT, SCRIPTS
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 MODULES = {name: target.split(":")[0] for name, target in SCRIPTS.items()}
 
 

@@ -30,6 +30,9 @@ from tests.support.logs import read_log
 from tests.support.reply_cutter import ReplyCutter
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 APPROVE = "/decisionflow.v1.ReviewService/Approve"
 START = "/decisionflow.v1.ReviewService/StartReview"
 GET_OPERATION = "/decisionflow.v1.ReviewService/GetOperation"

@@ -28,6 +28,9 @@ from tests.security.dbstate import snapshot
 from tests.support.secure import SecureStack, start_secure_stack
 from tests.support.stack import decline, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 class BudgetClock:
     """The monotonic clock the budgets refill by: it moves only when a test moves it."""

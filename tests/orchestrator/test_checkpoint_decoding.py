@@ -30,6 +30,9 @@ from orchestrator.errors import CheckpointIntegrity
 from orchestrator.store._rows import sealed_checkpoint_from
 from tests.support.stack import CHECKPOINT_KEY, Stack, approve, decline, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 class _System:
     """Unpickling this runs a shell command that creates the marker file."""

@@ -18,6 +18,9 @@ from orchestrator.domain import PendingReview, PendingReviewEntry, PendingReview
 from orchestrator.store import OrchestratorStore, migrate
 from tests.support.seeding import proposal_for
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 EVERYTHING = PendingReviewFilter()
 

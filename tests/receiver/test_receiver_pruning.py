@@ -26,6 +26,9 @@ from tests.support.receiver import CASE_ID, effect_request, new_operation_id, pa
 from tests.support.reconciling import LOST_REPLY, approve_unknown, lookup, reconcile
 from tests.support.stack import Stack
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 T0 = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,9 @@ from decisionflow.v1 import effect_receiver_pb2
 from effect_receiver.domain import beyond_retention, retention_margin
 from tests.support.receiver import StartReceiver, apply_request, count_rows, new_operation_id, payload_for
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 RETENTION = timedelta(hours=1)
 CREATED = effect_receiver_pb2.APPLY_RESULT_CREATED
 REPLAYED = effect_receiver_pb2.APPLY_RESULT_REPLAYED

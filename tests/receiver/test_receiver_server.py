@@ -36,6 +36,9 @@ from tests.support.receiver import (
     payload_for,
 )
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 CREATED = effect_receiver_pb2.APPLY_RESULT_CREATED
 REPLAYED = effect_receiver_pb2.APPLY_RESULT_REPLAYED
 

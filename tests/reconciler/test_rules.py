@@ -41,6 +41,9 @@ from tests.support.reconciling import (
 )
 from tests.support.stack import Stack
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 UNKNOWN = common_pb2.OPERATION_STATE_UNKNOWN
 APPROVED = common_pb2.OPERATION_STATE_APPROVED
 COMMITTED = common_pb2.OPERATION_STATE_COMMITTED

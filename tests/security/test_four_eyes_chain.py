@@ -17,6 +17,9 @@ from tests.security.dbstate import snapshot
 from tests.support.secure import SecureStack, start_secure_stack
 from tests.support.stack import approve, decline, start_request
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def four_eyes(tmp_path: Path, database_url: str) -> Iterator[SecureStack]:

@@ -19,6 +19,9 @@ import pytest
 from decisionflow_server.foundation.processes import child_environment, free_port
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
+# Real services, processes or a browser: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 KEY = "k" * 32
 
