@@ -23,7 +23,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/gen_refusals.py --check
 
 typecheck: setup
