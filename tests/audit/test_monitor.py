@@ -199,17 +199,20 @@ def test_nothing_published_yet_is_nothing_to_check_but_a_publication_gone_is_an_
     receiver = spawn_receiver(tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}")
     flags = ["--audit-signing-key-file", str(key_file), "--audit-interval-seconds", "0.2"]
     flags += ["--audit-publish-dir", str(tmp_path / "published"), "--metrics-port", str(port)]
-    empty = spawn_orchestrator(
-        tmp_path, f"sqlite:///{tmp_path / 'orchestrator.db'}", receiver, "orchestrator", extra=flags
-    )
+    started: list[ServiceProcess] = []
     try:
+        empty = spawn_orchestrator(
+            tmp_path, f"sqlite:///{tmp_path / 'orchestrator.db'}", receiver, "orchestrator", extra=flags
+        )
+        started.append(empty)
         assert _fetch(url)[0] == 404  # a log with no event has signed no checkpoint
         quiet = _monitor("--checkpoint", url, "--state", str(state), "--public-key", str(vkey_file))
         assert quiet.returncode == 0, quiet.stderr
         assert "no checkpoint is published yet" in quiet.stderr and f"{url} answered 404" in quiet.stderr
         assert not state.exists()
     finally:
-        empty.stop()
+        for process in started:
+            process.stop()
         receiver.stop()
 
     # Once a checkpoint was kept, a publication that is gone is not "nothing yet": the monitor cannot check.
