@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 # autovacuum and autoanalyze (off on the test server, on by default elsewhere).
 SERVER_NOISE = 2
 
+# Real services and pgbench against a real PostgreSQL: make check leaves this module out.
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
 
 def _pgbench() -> str:
     found = find_pgbench()
@@ -32,8 +35,6 @@ def _pgbench() -> str:
     return found
 
 
-@pytest.mark.postgres
-@pytest.mark.slow
 def _scale_plan(postgres_url: str, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], list[str]]:
     """Run the quick scale plan; return its run, its JSON document and every count that disagrees."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONFLOW_")}

@@ -55,7 +55,6 @@ def _tracing_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
 
 
-@pytest.mark.slow
 def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
     stack = ProcessStack(
         tmp_path, f"sqlite:///{tmp_path / 'receiver.db'}", f"sqlite:///{tmp_path / 'orch.db'}", CHECKPOINT_KEY
@@ -119,7 +118,6 @@ def test_access_lines_key_warning_and_data_loss_advice(tmp_path: Path) -> None:
     assert "an operator must restore the checkpoint key" in cli.stderr
 
 
-@pytest.mark.slow
 def _unavailable(_request: bytes, context: grpc.ServicerContext) -> bytes:
     context.abort(grpc.StatusCode.UNAVAILABLE, "receiver database unavailable")
 
@@ -174,7 +172,6 @@ def test_retry_lines_name_the_operation_while_the_receiver_is_unavailable(
     assert "the effect may have been written" in str(unknown["message"])
 
 
-@pytest.mark.slow
 def test_a_reply_lost_after_the_receiver_committed_is_logged_as_what_is_known(tmp_path: Path) -> None:
     receiver = spawn(RECEIVER_MODULE, receiver_args(f"sqlite:///{tmp_path / 'receiver.db'}"), tmp_path, "receiver")
     cutter = ReplyCutter(receiver.port)
