@@ -47,6 +47,7 @@ COMMANDS: Mapping[str, str] = {
     "decline": _REVIEW,
     "status": _REVIEW,
     "pending": _REVIEW,
+    "whoami": _REVIEW,
     "ops": "decisionflow_cli.ops",
     "audit": "decisionflow_cli.audit",
     "receiver": "decisionflow_cli.receiver",

@@ -21,7 +21,7 @@ def register(subparsers: Subparsers) -> None:
         "new",
         help="issue a token for a principal and print it once",
         description=(
-            "Generate a random token, append its hash with the principal and roles to the credentials "
+            "Generate a random token, append its hash with the principal, roles and groups to the credentials "
             "file (created with mode 0600 if absent; else replaced atomically, mode 0600 plus the group read "
             "access and the group it had, and through a symbolic link, which stays) and print the token once."
         ),
@@ -35,6 +35,15 @@ def register(subparsers: Subparsers) -> None:
         metavar="ROLE",
         help=f"a role the token grants; repeat for several ({', '.join(ROLE_NAMES)})",
     )
+    new_parser.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group the principal belongs to, as review rules name it; repeat for several "
+        "(1 to 64 of a-z 0-9 . _ -, starting with a letter or digit)",
+    )
     new_parser.add_argument("--file", required=True, metavar="PATH", help="the credentials file (JSON)")
     new_parser.set_defaults(func=_run_new)
 
@@ -42,7 +51,7 @@ def register(subparsers: Subparsers) -> None:
 def _run_new(args: argparse.Namespace) -> int:
     try:
         roles: list[Role] = [parse_role(name) for name in args.roles]
-        token = issue_token(args.file, args.principal, roles)
+        token = issue_token(args.file, args.principal, roles, args.groups)
     except ValueError as exc:  # CredentialsError included
         raise CommandError(str(exc)) from exc
     except OSError as exc:

@@ -188,6 +188,7 @@ def settle_result_to_pb(operation: Operation, settled: bool) -> operations_pb2.S
 
 
 def caller_to_pb(principal: Principal) -> review_pb2.GetCallerResponse:
-    """Return the GetCaller answer for principal: its name and its roles, in the order of the enum."""
+    """Return the GetCaller answer for principal: its name, its roles in the order of the enum and its
+    groups sorted."""
     roles = [wire.role_to_pb(role) for role in Role if role in principal.roles]
-    return review_pb2.GetCallerResponse(principal=principal.name, roles=roles)
+    return review_pb2.GetCallerResponse(principal=principal.name, roles=roles, groups=sorted(principal.groups))

@@ -1,4 +1,5 @@
-"""``decisionflow start|show|edit|approve|decline|status|pending``: the review commands against an orchestrator.
+"""``decisionflow start|show|edit|approve|decline|status|pending|whoami``: the review commands against an
+orchestrator.
 
 Each command prints one JSON object on stdout (the operation id, its state, and for a decision
 the outcome, replay flag and receipt; for a failure the error's code, reason and metadata) and
@@ -31,6 +32,7 @@ from decisionflow_cli.review._commands import (
     run_show,
     run_start,
     run_status,
+    run_whoami,
 )
 from decisionflow_cli.review._connection import CONNECTION_SETTINGS
 from decisionflow_cli.review._output import (
@@ -47,7 +49,7 @@ __all__ = ["EXIT_DONE", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNKNOWN", "edit_from
 
 
 def register(subparsers: Subparsers) -> None:
-    """Add ``start``, ``show``, ``edit``, ``approve``, ``decline``, ``status`` and ``pending``."""
+    """Add ``start``, ``show``, ``edit``, ``approve``, ``decline``, ``status``, ``pending`` and ``whoami``."""
     connection = CommandParser(add_help=False)
     add_settings(connection, CONNECTION_SETTINGS)
 
@@ -131,3 +133,12 @@ def register(subparsers: Subparsers) -> None:
     pending.add_argument("--action", metavar="ACTION", help="only proposals of this action")
     pending.add_argument("--limit", type=positive_count, metavar="N", help="print at most N pending reviews")
     pending.add_argument("--json", action="store_true", help="print one JSON object per pending review per line")
+
+    command(
+        "whoami",
+        "show who the orchestrator takes you to be",
+        "Print the principal the orchestrator authenticates these credentials as, with the roles granted to it "
+        "and the groups it belongs to, which review rules name (any of the roles reviewer, author, operator or "
+        "auditor may ask).",
+        run_whoami,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient
+from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient, Role
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef
 from decisionflow_cli.command import CommandError
 from decisionflow_cli.review._connection import read_input, review_client
@@ -198,4 +198,18 @@ def run_status(args: argparse.Namespace) -> int:
     )
     receipt = f", receipt {operation.receipt_id}" if operation.receipt_id else ""
     say(f"operation {operation.operation_id}: {operation.state.value}{receipt}")
+    return EXIT_DONE
+
+
+def run_whoami(args: argparse.Namespace) -> int:
+    """Print who the orchestrator takes the given credentials to be: principal, roles and groups."""
+    with review_client(args) as reviews:
+        try:
+            caller = reviews.get_caller()
+        except DecisionflowError as error:
+            raise failed("whoami", error, "the caller") from error
+    roles = [role.value for role in Role if role in caller.roles]
+    groups = sorted(caller.groups)
+    emit({"command": "whoami", "principal": caller.principal, "roles": roles, "groups": groups})
+    say(f"{caller.principal}: roles {', '.join(roles) or '(none)'}; groups {', '.join(groups) or '(none)'}")
     return EXIT_DONE

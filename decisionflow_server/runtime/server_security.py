@@ -93,7 +93,7 @@ OIDC_JWKS_URL = Setting(
 OIDC_ROLES_CLAIM = Setting(
     "oidc_roles_claim",
     "DECISIONFLOW_OIDC_ROLES_CLAIM",
-    "the token claim listing the caller's groups (a list, or a space-separated string)",
+    "the token claim listing the groups --oidc-role-map maps to roles (a list, or a space-separated string)",
     _oidc_default("roles_claim"),
     parse=non_empty,
 )
@@ -104,6 +104,14 @@ OIDC_ROLE_MAP = Setting(
     "another role; other groups grant nothing)",
     "",
     parse=role_map,
+)
+OIDC_GROUPS_CLAIM = Setting(
+    "oidc_groups_claim",
+    "DECISIONFLOW_OIDC_GROUPS_CLAIM",
+    "the token claim listing the caller's groups, as review rules name them (a list, or a space-separated "
+    "string; a name that is not 1 to 64 of a-z 0-9 . _ - is left out)",
+    _oidc_default("groups_claim"),
+    parse=non_empty,
 )
 OIDC_SUBJECT_CLAIM = Setting(
     "oidc_subject_claim",
@@ -125,6 +133,7 @@ OIDC_SETTINGS: tuple[Setting[Any], ...] = (
     OIDC_JWKS_URL,
     OIDC_ROLES_CLAIM,
     OIDC_ROLE_MAP,
+    OIDC_GROUPS_CLAIM,
     OIDC_SUBJECT_CLAIM,
     OIDC_LEEWAY,
 )
@@ -160,6 +169,7 @@ def _oidc(values: SettingValues) -> OidcConfig | None:
         jwks_url=values[OIDC_JWKS_URL],
         roles_claim=values.required(OIDC_ROLES_CLAIM),
         role_map=values.required(OIDC_ROLE_MAP),
+        groups_claim=values.required(OIDC_GROUPS_CLAIM),
         subject_claim=values.required(OIDC_SUBJECT_CLAIM),
         leeway_seconds=values.required(OIDC_LEEWAY),
     )

@@ -97,6 +97,71 @@ def test_malformed_documents_are_refused_with_the_entry_named(document: Any, mes
     assert str(refused.value).startswith("creds.json")
 
 
+def test_groups_are_optional_and_carried_to_the_principal() -> None:
+    document = {
+        "tokens": [
+            _token(groups=["payments-leads", "emea", "team.eu_2", "0f1e"]),
+            _token(principal="bob", sha256=token_sha256("bob's token"), groups=[]),
+            _token(principal="carl", sha256=token_sha256("carl's token")),  # written before groups existed
+        ],
+        "certificates": [
+            {"principal": "console", "roles": ["reviewer"], "groups": ["reviewers"]},
+            {"principal": "orchestrator", "roles": ["effect_writer"]},
+        ],
+    }
+    credentials = parse_credentials(document)
+
+    alice = credentials.principal_for_token("some token")
+    assert alice == Principal(
+        "alice", frozenset({Role.REVIEWER}), "token", frozenset({"payments-leads", "emea", "team.eu_2", "0f1e"})
+    )
+    assert credentials.principal_for_token("bob's token") == Principal("bob", frozenset({Role.REVIEWER}), "token")
+    assert credentials.principal_for_token("carl's token") == Principal("carl", frozenset({Role.REVIEWER}), "token")
+    assert credentials.principal_for_certificate(["console"]) == Principal(
+        "console", frozenset({Role.REVIEWER}), "certificate", frozenset({"reviewers"})
+    )
+    orchestrator = credentials.principal_for_certificate(["orchestrator"])
+    assert orchestrator is not None and orchestrator.groups == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"groups": "reviewers"}, "tokens[1].groups: must be a list of group names"),
+        ({"groups": None}, "tokens[1].groups: must be a list of group names"),
+        ({"groups": ["ok", 3]}, "tokens[1].groups[1]: must be a string"),
+        ({"groups": [""]}, "tokens[1].groups[0]: invalid group name ''"),
+        ({"groups": ["Reviewers"]}, "tokens[1].groups[0]: invalid group name 'Reviewers'"),
+        ({"groups": ["/support/leads"]}, "invalid group name '/support/leads'"),
+        ({"groups": ["-leads"]}, "invalid group name '-leads'"),
+        ({"groups": ["night shift"]}, "invalid group name 'night shift'"),
+        ({"groups": ["x" * 65]}, "tokens[1].groups[0]: invalid group name"),
+        ({"groups": ["emea", "leads", "emea"]}, "tokens[1].groups[2]: group 'emea' is listed twice (also at [0])"),
+        ({"group": ["emea"]}, "tokens[1]: unknown field 'group'"),
+    ],
+)
+def test_bad_groups_are_refused_with_the_entry_named(entry: dict[str, Any], message: str) -> None:
+    second = {**_token(principal="bob", sha256=token_sha256("bob's token")), **entry}
+    with pytest.raises(CredentialsError) as refused:
+        parse_credentials({"tokens": [_token(), second]}, "creds.json")
+    assert str(refused.value).startswith("creds.json: ")
+    assert message in str(refused.value)
+
+
+def test_bad_certificate_groups_are_refused_with_the_entry_named() -> None:
+    certificate = {"principal": "console", "roles": ["reviewer"], "groups": ["reviewers", "Leads"]}
+    with pytest.raises(
+        CredentialsError, match=r"creds\.json: certificates\[0\]\.groups\[1\]: invalid group name 'Leads'"
+    ):
+        parse_credentials({"certificates": [certificate]}, "creds.json")
+
+
+def test_a_64_character_group_name_is_the_longest_accepted() -> None:
+    longest = "a" + "b" * 63
+    credentials = parse_credentials({"tokens": [_token(groups=[longest])]})
+    assert credentials.tokens[0].groups == frozenset({longest})
+
+
 def test_unreadable_or_non_json_files_are_refused_with_the_path(tmp_path: Path) -> None:
     with pytest.raises(CredentialsError, match="cannot read credentials file"):
         load_credentials(tmp_path / "absent.json")
@@ -143,6 +208,36 @@ def test_issue_token_appends_and_keeps_existing_entries(tmp_path: Path) -> None:
     os.chmod(path, 0o604)
     issue_token(path, "dora", [Role.AUTHOR])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_issue_token_records_the_groups_and_a_token_without_groups_keeps_the_old_shape(tmp_path: Path) -> None:
+    path = tmp_path / "credentials.json"
+    pia = issue_token(path, "pia", [Role.REVIEWER], ["payments-leads", "emea"])
+    rita = issue_token(path, "rita", [Role.REVIEWER])
+    entries = json.loads(path.read_text())["tokens"]
+    assert entries[0]["groups"] == ["payments-leads", "emea"]
+    assert "groups" not in entries[1]
+    credentials = load_credentials(path)
+    assert credentials.principal_for_token(pia) == Principal(
+        "pia", frozenset({Role.REVIEWER}), "token", frozenset({"payments-leads", "emea"})
+    )
+    assert credentials.principal_for_token(rita) == Principal("rita", frozenset({Role.REVIEWER}), "token")
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [(["Emea"], "groups[0]: invalid group name 'Emea'"), (["emea", "emea"], "groups[1]: group 'emea' is listed twice")],
+)
+def test_issue_token_refuses_bad_groups_and_leaves_the_file_as_it_was(
+    tmp_path: Path, groups: list[str], message: str
+) -> None:
+    path = tmp_path / "credentials.json"
+    issue_token(path, "rita", [Role.REVIEWER])
+    before = path.read_bytes()
+    with pytest.raises(CredentialsError) as refused:
+        issue_token(path, "pia", [Role.REVIEWER], groups)
+    assert message in str(refused.value)
+    assert path.read_bytes() == before
 
 
 def test_issue_token_refuses_bad_input_and_never_rewrites_a_malformed_file(tmp_path: Path) -> None:

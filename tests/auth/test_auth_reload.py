@@ -1,5 +1,6 @@
 """Credentials reloaded on SIGHUP, without a restart: a new token is accepted, a revoked one refused,
-and a file that cannot be used keeps the credentials in force (logged, naming the file)."""
+a principal's groups are the file's new ones, and a file that cannot be used keeps the credentials in
+force (logged, naming the file)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,10 @@ def test_credentials_cannot_be_given_to_a_server_without_authentication() -> Non
         AuthInterceptor(None, RPC_ROLES).replace_credentials(Credentials())
 
 
-def _token_new(path: Path, principal: str, role: str) -> str:
+def _token_new(path: Path, principal: str, role: str, *groups: str) -> str:
+    """Run ``decisionflow token new`` as its own process, with a --group per group; return the token it printed."""
     command = ["token", "new", "--principal", principal, "--role", role, "--file", str(path)]
+    command += [argument for group in groups for argument in ("--group", group)]
     done = subprocess.run(
         [sys.executable, "-m", "decisionflow_cli", *command],
         capture_output=True,
@@ -153,5 +156,45 @@ def test_sighup_reloads_the_credentials_file_of_a_running_server(
             assert probe(channel, first) == grpc.StatusCode.UNAUTHENTICATED
         [refusal] = [line for line in server.log().splitlines() if "not reloaded" in line]
         assert str(path) in refusal
+    finally:
+        stack.close()
+
+
+def _groups(channel: grpc.Channel, token: str) -> list[str]:
+    answer = review_pb2_grpc.ReviewServiceStub(channel).GetCaller(
+        review_pb2.GetCallerRequest(), timeout=5, metadata=bearer_metadata(token)
+    )
+    return list(answer.groups)
+
+
+def _set_groups(path: Path, principal: str, groups: list[str]) -> None:
+    document = json.loads(path.read_text(encoding="utf-8"))
+    for entry in document["tokens"]:
+        if entry["principal"] == principal:
+            entry["groups"] = groups
+    path.write_text(json.dumps(document), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_groups_given_to_token_new_are_answered_by_get_caller_and_follow_a_reload(tmp_path: Path) -> None:
+    path = tmp_path / "credentials.json"
+    pia = _token_new(path, "pia", "reviewer", "payments-leads", "emea")
+    stack = ProcessStack(tmp_path, f"sqlite:///{tmp_path / 'r.db'}", f"sqlite:///{tmp_path / 'o.db'}", CHECKPOINT_KEY)
+    try:
+        stack.start_receiver()
+        server = stack.start_orchestrator(args=["--credentials-file", str(path)])
+        with grpc.insecure_channel(server.target) as channel:
+            assert _groups(channel, pia) == ["emea", "payments-leads"]
+
+            _set_groups(path, "pia", ["payments-leads", "apac"])
+            hang_up(server, "credentials reloaded", 0)
+            assert _groups(channel, pia) == ["apac", "payments-leads"]
+
+            # A bad group name keeps the groups in force, and the log names the entry.
+            _set_groups(path, "pia", ["Payments"])
+            hang_up(server, "credentials not reloaded", 0)
+            assert _groups(channel, pia) == ["apac", "payments-leads"]
+        [refusal] = [line for line in server.log().splitlines() if "not reloaded" in line]
+        assert "tokens[0].groups[0]: invalid group name 'Payments'" in refusal
     finally:
         stack.close()

@@ -68,6 +68,11 @@ def test_a_second_token_is_appended(tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--principal", "", "--role", "reviewer"], "principal: must be a non-empty string"),
         (["--principal", "carol"], "--role"),
         (["--role", "reviewer"], "--principal"),
+        (["--principal", "carol", "--role", "reviewer", "--group", "Leads"], "groups[0]: invalid group name 'Leads'"),
+        (
+            ["--principal", "carol", "--role", "reviewer", "--group", "emea", "--group", "emea"],
+            "groups[1]: group 'emea' is listed twice",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(

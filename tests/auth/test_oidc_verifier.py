@@ -138,23 +138,51 @@ def test_discovery_must_describe_the_configured_issuer(trial_identity: TrialIden
 
 
 @pytest.mark.parametrize(
-    ("groups", "roles"),
+    ("groups", "roles", "listed"),
     [
-        (["reviewers", "authors", "visitors"], {Role.REVIEWER, Role.AUTHOR}),
-        ("reviewers operators", {Role.REVIEWER, Role.OPERATOR}),
-        (["visitors"], set()),
-        (None, set()),
+        (["reviewers", "authors", "visitors"], {Role.REVIEWER, Role.AUTHOR}, {"reviewers", "authors", "visitors"}),
+        ("reviewers operators", {Role.REVIEWER, Role.OPERATOR}, {"reviewers", "operators"}),
+        (["visitors"], set(), {"visitors"}),
+        (None, set(), set()),
     ],
 )
 def test_groups_map_to_roles_and_unmapped_groups_grant_nothing(
-    trial_identity: TrialIdentityProvider, groups: object, roles: set[Role]
+    trial_identity: TrialIdentityProvider, groups: object, roles: set[Role], listed: set[str]
 ) -> None:
     verifier = _verifier(trial_identity, Clock())
     claims = {} if groups is None else {"groups": groups}
 
     principal = verifier.verify(_token(trial_identity, **claims))
 
-    assert principal == Principal("rita", frozenset(roles), "oidc")
+    # Every group the claim lists is one of the principal's, whether or not it maps to a role.
+    assert principal == Principal("rita", frozenset(roles), "oidc", frozenset(listed))
+
+
+def test_groups_that_are_not_group_names_are_left_out_and_the_rest_hold(trial_identity: TrialIdentityProvider) -> None:
+    verifier = _verifier(trial_identity, Clock())
+    # Keycloak's full group paths and capitalised names could never match a review rule's group.
+    listed = ["reviewers", "/support/leads", "Payments", "payments-leads", "", "x" * 65, "team.eu_2"]
+
+    principal = verifier.verify(_token(trial_identity, groups=listed))
+
+    assert principal.groups == frozenset({"reviewers", "payments-leads", "team.eu_2"})
+    assert principal.roles == frozenset({Role.REVIEWER})
+
+
+def test_roles_and_groups_come_from_their_own_claims_when_configured_apart(
+    trial_identity: TrialIdentityProvider,
+) -> None:
+    # Entra ID's shape: app roles in "roles", group object ids in "groups".
+    verifier = _verifier(trial_identity, Clock(), roles_claim="roles", groups_claim="groups")
+    group_id = "3f0c5a52-4d1b-4b7e-9a57-0c6f2d9e8b11"
+
+    principal = verifier.verify(_token(trial_identity, roles=["reviewers"], groups=[group_id, "authors"]))
+
+    assert principal == Principal("rita", frozenset({Role.REVIEWER}), "oidc", frozenset({group_id, "authors"}))
+    # The groups claim is read as strictly as the roles claim: one that is neither a list of strings nor a string
+    # refuses the token, naming the claim.
+    with pytest.raises(Unauthenticated, match="its groups claim is neither"):
+        verifier.verify(_token(trial_identity, roles=["reviewers"], groups={"id": group_id}))
 
 
 @pytest.mark.parametrize(
@@ -164,6 +192,7 @@ def test_groups_map_to_roles_and_unmapped_groups_grant_nothing(
         ({"sub": " rita"}, "surrounding spaces"),
         ({"sub": None}, "sub claim"),
         ({"groups": {"reviewers": True}}, "groups claim"),
+        ({"groups": ["reviewers", 7]}, "groups claim"),
         ({"exp": None}, "required claim"),
         ({"nbf": NOT_BEFORE_IN_TEN_MINUTES}, "not valid yet"),
     ],

@@ -33,6 +33,7 @@ def test_both_services_read_the_oidc_settings_from_flags_and_environment() -> No
         "DECISIONFLOW_OIDC_ISSUER": ISSUER,
         "DECISIONFLOW_OIDC_AUDIENCE": "decisionflow",
         "DECISIONFLOW_OIDC_ROLE_MAP": "reviewers=reviewer, leads=reviewer,leads=author",
+        "DECISIONFLOW_OIDC_GROUPS_CLAIM": "team_ids",
         "DECISIONFLOW_CHECKPOINT_KEYS": "k" * 32,
     }
     flags = ["--oidc-subject-claim", "email", "--oidc-leeway-seconds", "30"]
@@ -40,6 +41,7 @@ def test_both_services_read_the_oidc_settings_from_flags_and_environment() -> No
         ISSUER,
         "decisionflow",
         role_map=(("reviewers", frozenset({Role.REVIEWER})), ("leads", frozenset({Role.REVIEWER, Role.AUTHOR}))),
+        groups_claim="team_ids",
         subject_claim="email",
         leeway_seconds=30.0,
     )
@@ -47,6 +49,13 @@ def test_both_services_read_the_oidc_settings_from_flags_and_environment() -> No
     assert load_orchestrator(flags, environ).security.oidc == expected
     assert load_receiver(flags, environ).security.oidc == expected
     assert load_receiver([], {}).security.oidc is None
+    # Unset, the groups come from the claim the roles come from by default: Keycloak's and Entra ID's "groups".
+    defaults = load_receiver(["--oidc-issuer", ISSUER, "--oidc-audience", "decisionflow"], {}).security.oidc
+    assert defaults is not None and (defaults.groups_claim, defaults.roles_claim) == ("groups", "groups")
+    flagged = load_receiver(
+        ["--oidc-issuer", ISSUER, "--oidc-audience", "decisionflow", "--oidc-groups-claim", "g"], {}
+    )
+    assert flagged.security.oidc is not None and flagged.security.oidc.groups_claim == "g"
 
 
 @pytest.mark.parametrize("argv", [["--oidc-issuer", ISSUER], ["--oidc-audience", "decisionflow"]])

@@ -1,9 +1,9 @@
 """Authentication and authorization for every decisionflow server and client.
 
-_roles.py        Role, Principal
+_roles.py        Role, Principal, group names
 _errors.py       Unauthenticated, IdentityProviderUnavailable, PermissionDenied, FourEyesViolation, AUTH_STATUS
 _credentials.py  the credentials file (hashed bearer tokens, certificate principals)
-_jwt.py          OIDC access tokens (JWTs): OidcConfig, JwtVerifier (claims to a principal and roles)
+_jwt.py          OIDC access tokens (JWTs): OidcConfig, JwtVerifier (claims to a principal, roles and groups)
 _jwks.py         the issuer's signing keys, fetched off the event loop, cached and refreshed
 _policy.py       RPC_ROLES, the roles allowed per RPC; the four-eyes rule
 _server.py       AuthInterceptor (admission of a call), admitted() and current_principal()
@@ -42,7 +42,16 @@ from decisionflow_server.runtime.auth._jwks import ALLOWED_ALGORITHMS, JwksCache
 from decisionflow_server.runtime.auth._jwt import JwtVerifier, OidcConfig, looks_like_jwt
 from decisionflow_server.runtime.auth._policy import RPC_ROLES, all_rpc_methods, check_four_eyes, policy_gaps
 from decisionflow_server.runtime.auth._reload import CredentialsReloader, principal_count
-from decisionflow_server.runtime.auth._roles import ALL_ROLES, ANONYMOUS, ROLE_NAMES, Principal, Role, parse_role
+from decisionflow_server.runtime.auth._roles import (
+    ALL_ROLES,
+    ANONYMOUS,
+    GROUP_NAME,
+    ROLE_NAMES,
+    Principal,
+    Role,
+    parse_group,
+    parse_role,
+)
 from decisionflow_server.runtime.auth._server import (
     EXEMPT_METHOD_PREFIXES,
     AuthInterceptor,
@@ -57,6 +66,7 @@ __all__ = [
     "AUTHORIZATION",
     "AUTH_STATUS",
     "EXEMPT_METHOD_PREFIXES",
+    "GROUP_NAME",
     "ROLE_NAMES",
     "RPC_ROLES",
     "AuthError",
@@ -87,6 +97,7 @@ __all__ = [
     "load_credentials",
     "looks_like_jwt",
     "parse_credentials",
+    "parse_group",
     "parse_role",
     "policy_gaps",
     "principal_count",

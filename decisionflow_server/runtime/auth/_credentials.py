@@ -1,8 +1,11 @@
 """The credentials file: bearer tokens, stored only as SHA-256 hashes, and the principals allowed
 to authenticate with a verified client certificate.
 
-    {"tokens": [{"principal": "alice", "sha256": "<lowercase hex>", "roles": ["reviewer"]}],
+    {"tokens": [{"principal": "alice", "sha256": "<lowercase hex>", "roles": ["reviewer"],
+                 "groups": ["payments-leads"]}],
      "certificates": [{"principal": "orchestrator", "roles": ["effect_writer", "effect_reader"]}]}
+
+``groups`` is optional in either kind of entry (absent: no group); review rules name the groups.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from decisionflow_server.foundation import strict_json
-from decisionflow_server.runtime.auth._roles import Principal, Role, parse_role
+from decisionflow_server.runtime.auth._roles import Principal, Role, parse_group, parse_role
 
 StrPath = str | os.PathLike[str]
 
@@ -32,6 +35,8 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # name would be admitted and then fail every write it makes.
 _MAX_PRINCIPAL_CHARS = 128
 _ENTRY_FIELDS = {"tokens": ("principal", "sha256", "roles"), "certificates": ("principal", "roles")}
+# Fields an entry may leave out; files written before groups existed stay valid.
+_OPTIONAL_FIELDS = ("groups",)
 
 
 class CredentialsError(ValueError):
@@ -40,19 +45,21 @@ class CredentialsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TokenEntry:
-    """One bearer token, known only by its hash, and the roles it grants."""
+    """One bearer token, known only by its hash, the roles it grants and its principal's groups."""
 
     principal: str
     sha256: str
     roles: frozenset[Role]
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class CertificateEntry:
-    """A principal that authenticates with a verified client certificate (CN or SAN)."""
+    """A principal that authenticates with a verified client certificate (CN or SAN), and its groups."""
 
     principal: str
     roles: frozenset[Role]
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +77,7 @@ class Credentials:
             # No early exit: every entry is compared, so timing does not tell which entry matched.
             if hmac.compare_digest(entry.sha256.encode("ascii"), digest):
                 found = entry
-        return None if found is None else Principal(found.principal, found.roles, "token")
+        return None if found is None else Principal(found.principal, found.roles, "token", found.groups)
 
     def principal_for_certificate(self, names: Sequence[str]) -> Principal | None:
         """Return the principal of the first certificate name (CN, then SANs) listed, or None."""
@@ -78,7 +85,7 @@ class Credentials:
         for name in names:
             entry = by_name.get(name)
             if entry is not None:
-                return Principal(entry.principal, entry.roles, "certificate")
+                return Principal(entry.principal, entry.roles, "certificate", entry.groups)
         return None
 
 
@@ -112,6 +119,24 @@ def _roles(value: object, where: str) -> frozenset[Role]:
     return frozenset(roles)
 
 
+def _groups(value: object, where: str) -> frozenset[str]:
+    if not isinstance(value, list):
+        raise CredentialsError(f"{where}: must be a list of group names")
+    first_index: dict[str, int] = {}
+    for index, name in enumerate(value):
+        if not isinstance(name, str):
+            raise CredentialsError(f"{where}[{index}]: must be a string")
+        try:
+            parse_group(name)
+        except ValueError as exc:
+            raise CredentialsError(f"{where}[{index}]: {exc}") from None
+        # A repeated group is most likely another group misspelt; refusing it keeps the file saying what was meant.
+        if name in first_index:
+            raise CredentialsError(f"{where}[{index}]: group {name!r} is listed twice (also at [{first_index[name]}])")
+        first_index[name] = index
+    return frozenset(value)
+
+
 def _entries(document: dict[str, Any], key: str, source: str) -> Iterator[tuple[str, dict[str, Any]]]:
     entries = document.get(key, [])
     if not isinstance(entries, list):
@@ -125,7 +150,7 @@ def _entries(document: dict[str, Any], key: str, source: str) -> Iterator[tuple[
         if missing:
             raise CredentialsError(f"{where}: missing field {missing[0]!r}")
         # Unknown fields are refused: a misspelt field must not silently change what a credential grants.
-        unknown = sorted(set(entry) - set(fields))
+        unknown = sorted(set(entry) - set(fields) - set(_OPTIONAL_FIELDS))
         if unknown:
             raise CredentialsError(f"{where}: unknown field {unknown[0]!r}")
         yield where, entry
@@ -148,7 +173,8 @@ def parse_credentials(document: object, source: str = "credentials") -> Credenti
             raise CredentialsError(f"{where}.sha256: duplicate of {first_use[digest]}")
         first_use[digest] = where.removeprefix(f"{source}: ")
         principal = check_principal_name(entry["principal"], f"{where}.principal")
-        tokens.append(TokenEntry(principal, digest, _roles(entry["roles"], f"{where}.roles")))
+        roles, groups = _roles(entry["roles"], f"{where}.roles"), _groups(entry.get("groups", []), f"{where}.groups")
+        tokens.append(TokenEntry(principal, digest, roles, groups))
     certificates: list[CertificateEntry] = []
     seen: set[str] = set()
     for where, entry in _entries(document, "certificates", source):
@@ -156,7 +182,8 @@ def parse_credentials(document: object, source: str = "credentials") -> Credenti
         if principal in seen:
             raise CredentialsError(f"{where}.principal: {principal!r} is listed twice")
         seen.add(principal)
-        certificates.append(CertificateEntry(principal, _roles(entry["roles"], f"{where}.roles")))
+        roles, groups = _roles(entry["roles"], f"{where}.roles"), _groups(entry.get("groups", []), f"{where}.groups")
+        certificates.append(CertificateEntry(principal, roles, groups))
     return Credentials(tuple(tokens), tuple(certificates))
 
 
@@ -223,14 +250,16 @@ def _write_atomically(path: Path, text: str) -> None:
         os.close(directory)
 
 
-def issue_token(path: StrPath, principal: str, roles: Iterable[Role]) -> str:
-    """Generate a token, append its hash to the credentials file (created mode 0600 if absent,
-    else replaced atomically with mode 0600 plus the group read access and the group it had; a
-    symlink is followed and kept) and return the token, which is stored nowhere."""
+def issue_token(path: StrPath, principal: str, roles: Iterable[Role], groups: Sequence[str] = ()) -> str:
+    """Generate a token, append its hash (with the principal's roles and groups) to the credentials
+    file (created mode 0600 if absent, else replaced atomically with mode 0600 plus the group read
+    access and the group it had; a symlink is followed and kept) and return the token, which is
+    stored nowhere. Bad input raises CredentialsError and leaves the file as it was."""
     check_principal_name(principal)
     granted = set(roles)
     if not granted:
         raise CredentialsError("a token needs at least one role")
+    _groups(groups if isinstance(groups, str) else list(groups), "groups")  # one string is no list of groups
     # A symlinked file is written through: the link's target is replaced and the link stays.
     file = Path(os.path.realpath(path))
     token = secrets.token_urlsafe(32)
@@ -239,6 +268,8 @@ def issue_token(path: StrPath, principal: str, roles: Iterable[Role]) -> str:
         "sha256": token_sha256(token),
         "roles": [role.value for role in Role if role in granted],
     }
+    if groups:
+        entry["groups"] = list(groups)  # an entry without groups keeps the shape older files have
     with _directory_lock(file.parent.resolve()):
         document = _read_document(file) if file.exists() else {"tokens": [], "certificates": []}
         parse_credentials(document, str(file))  # never rewrite a file that is already malformed

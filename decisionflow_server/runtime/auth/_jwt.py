@@ -1,6 +1,7 @@
 """OIDC access tokens (JWTs) as principals: the signature checked against the issuer's keys
 (``_jwks``), then ``iss``, ``aud``, ``exp``, ``nbf`` and ``iat``; the principal named by a claim
-(``sub`` by default) and given the roles its groups map to.
+(``sub`` by default), given the roles its groups map to and the groups its groups claim lists (those
+that are valid group names).
 
 ``JwtVerifier.verify`` never does I/O. When the keys must be fetched first it raises ``KeysNeeded``,
 which the caller (``AuthInterceptor.intercept_service``) answers by awaiting ``refresh`` and verifying
@@ -19,7 +20,7 @@ import jwt
 from decisionflow_server.runtime.auth._credentials import CredentialsError, check_principal_name
 from decisionflow_server.runtime.auth._errors import IdentityProviderUnavailable, Unauthenticated
 from decisionflow_server.runtime.auth._jwks import ALLOWED_ALGORITHMS, Fetch, JwksCache, Unavailable
-from decisionflow_server.runtime.auth._roles import Principal, Role
+from decisionflow_server.runtime.auth._roles import GROUP_NAME, Principal, Role
 
 logger = logging.getLogger("decisionflow.auth")
 
@@ -39,6 +40,9 @@ class OidcConfig:
     """A list of strings, or one space-separated string, each looked up in role_map."""
     role_map: RoleMap = ()
     """(group, roles) pairs; a group not listed grants nothing."""
+    groups_claim: str = "groups"
+    """A list of strings, or one space-separated string: the principal's groups, those that are valid
+    group names (Keycloak's and Entra ID's ``groups`` claim, which roles_claim also names by default)."""
     subject_claim: str = "sub"
     """The claim whose value is the principal's name (recorded as author or reviewer)."""
     leeway_seconds: float = 60.0
@@ -147,10 +151,16 @@ class JwtVerifier:
             name = check_principal_name(claims.get(config.subject_claim), f"the token's {config.subject_claim} claim")
         except CredentialsError as exc:
             raise Unauthenticated(f"OIDC token refused: {exc}") from None
-        return Principal(name, config.roles_for(_groups(claims.get(config.roles_claim), config.roles_claim)), "oidc")
+        roles = config.roles_for(_strings(claims.get(config.roles_claim), config.roles_claim))
+        # A group no review rule could name (a Keycloak path such as /org/team, a capitalised name) is
+        # left out rather than refusing the token: it could only ever fail to match, and the person's
+        # other groups and roles still hold.
+        listed = _strings(claims.get(config.groups_claim), config.groups_claim)
+        groups = frozenset(group for group in listed if GROUP_NAME.fullmatch(group))
+        return Principal(name, roles, "oidc", groups)
 
 
-def _groups(value: object, claim: str) -> list[str]:
+def _strings(value: object, claim: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):

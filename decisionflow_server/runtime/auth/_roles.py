@@ -1,28 +1,45 @@
-"""Roles (the shared vocabulary's Role, re-exported) and the authenticated principal."""
+"""Roles (the shared vocabulary's Role, re-exported), group names and the authenticated principal."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 # One definition, shared with the clients that read a caller's roles (GetCaller).
 from decisionflow.vocabulary import Role
 
-__all__ = ["ALL_ROLES", "ANONYMOUS", "ROLE_NAMES", "Principal", "Role", "Via", "parse_role"]
+__all__ = [
+    "ALL_ROLES",
+    "ANONYMOUS",
+    "GROUP_NAME",
+    "ROLE_NAMES",
+    "Principal",
+    "Role",
+    "Via",
+    "parse_group",
+    "parse_role",
+]
 
 Via = Literal["token", "certificate", "oidc", "anonymous"]
 
 ALL_ROLES: frozenset[Role] = frozenset(Role)
 ROLE_NAMES: tuple[str, ...] = tuple(role.value for role in Role)
 
+# A group is named by review rules and compared byte for byte: one spelling only (lowercase, no
+# spaces, no path separators), short enough to record beside a decision.
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling, with the roles granted to that credential and how it was proven."""
+    """Who is calling, with the roles granted to that credential, how it was proven and the groups
+    it belongs to (each a valid group name)."""
 
     name: str
     roles: frozenset[Role]
     via: Via
+    groups: frozenset[str] = frozenset()
 
     def has_any(self, roles: frozenset[Role]) -> bool:
         """Return True when the principal holds at least one of roles."""
@@ -39,3 +56,10 @@ def parse_role(name: str) -> Role:
         return Role(name)
     except ValueError:
         raise ValueError(f"unknown role {name!r} (known: {', '.join(ROLE_NAMES)})") from None
+
+
+def parse_group(name: str) -> str:
+    """Return name if it is a valid group name, else raise ValueError saying what a group name is."""
+    if not GROUP_NAME.fullmatch(name):
+        raise ValueError(f"invalid group name {name!r} (1 to 64 of a-z 0-9 . _ -, starting with a letter or digit)")
+    return name

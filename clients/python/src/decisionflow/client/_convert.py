@@ -130,7 +130,7 @@ def pending_review_page(message: review_pb2.ListPendingReviewsResponse) -> views
 
 def caller(message: review_pb2.GetCallerResponse) -> views.Caller:
     """Return the caller of a GetCaller answer (a role this client does not know is left out)."""
-    return views.Caller(message.principal, wire.roles_from_pb(message.roles))
+    return views.Caller(message.principal, wire.roles_from_pb(message.roles), frozenset(message.groups))
 
 
 def applied_effect(message: effect_receiver_pb2.ApplyResponse) -> views.AppliedEffect:

@@ -211,7 +211,7 @@ class ReviewClient(Client, Inbox):
         return _operation(call(self._stub.GetOperation, _get_operation_request(operation_id), self._settings))
 
     def get_caller(self) -> Caller:
-        """Return who the orchestrator takes this client's credentials to be, with their roles."""
+        """Return who the orchestrator takes this client's credentials to be, with their roles and groups."""
         return convert.caller(call(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))
 
 
@@ -289,5 +289,5 @@ class AsyncReviewClient(AsyncClient, AsyncInbox):
         return _operation(await call_async(self._stub.GetOperation, request, self._settings))
 
     async def get_caller(self) -> Caller:
-        """Return who the orchestrator takes this client's credentials to be, with their roles."""
+        """Return who the orchestrator takes this client's credentials to be, with their roles and groups."""
         return convert.caller(await call_async(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))

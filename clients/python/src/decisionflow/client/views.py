@@ -193,14 +193,17 @@ class ProposalRecord:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who the orchestrator takes the caller to be: its principal and every role granted to it.
+    """Who the orchestrator takes the caller to be: its principal, every role granted to it and the
+    groups it belongs to.
 
     What the roles allow is the orchestrator's policy (docs/security.md#roles), checked again on
-    every call; a user interface reads them only to leave out what would be refused.
+    every call; a user interface reads them only to leave out what would be refused. The groups are
+    those review rules name (from the credentials file, or the OIDC token's groups claim).
     """
 
     principal: str
     roles: frozenset[Role]
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -790,6 +790,7 @@ class GetCallerResponse(_message.Message):
 
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     ROLES_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     principal: _builtins.str
     """The principal: the name decisions and proposals record (Operation.reviewer,
     Proposal.created_by).
@@ -800,15 +801,23 @@ class GetCallerResponse(_message.Message):
         receiver roles it also holds (effect_reader) are listed too.
         """
 
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The groups the principal belongs to, each once, sorted: its credentials
+        file entry's groups, or the valid group names of an OIDC token's groups
+        claim. Review rules name these groups; empty when it belongs to none.
+        """
+
     def __init__(
         self,
         *,
         principal: _builtins.str = ...,
         roles: _abc.Iterable[_common_pb2.Role.ValueType] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "roles", b"roles"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "principal", b"principal", "roles", b"roles"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

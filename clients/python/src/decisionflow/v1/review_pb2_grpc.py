@@ -205,12 +205,13 @@ class ReviewServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetCaller(self, request, context):
-        """Returns the authenticated caller: its principal and the roles granted to it,
-        as the orchestrator's authorization policy sees them (a token's groups mapped
-        to roles, a credentials file's entry). Any principal holding one of the
-        orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
-        interface reads it to show only what those roles allow; every other RPC
-        still checks its own roles on each call. See docs/security.md#roles.
+        """Returns the authenticated caller: its principal, the roles granted to it and
+        the groups it belongs to, as the orchestrator's authorization policy sees
+        them (a token's groups mapped to roles, a credentials file's entry). Any
+        principal holding one of the orchestrator's roles (reviewer, author, operator
+        or auditor) may call it. A user interface reads it to show only what those
+        roles allow; every other RPC still checks its own roles on each call. See
+        docs/security.md#roles.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):

@@ -136,12 +136,13 @@ class ReviewServiceStub:
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
     """
     GetCaller: _grpc.UnaryUnaryMultiCallable[_review_pb2.GetCallerRequest, _review_pb2.GetCallerResponse]
-    """Returns the authenticated caller: its principal and the roles granted to it,
-    as the orchestrator's authorization policy sees them (a token's groups mapped
-    to roles, a credentials file's entry). Any principal holding one of the
-    orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
-    interface reads it to show only what those roles allow; every other RPC
-    still checks its own roles on each call. See docs/security.md#roles.
+    """Returns the authenticated caller: its principal, the roles granted to it and
+    the groups it belongs to, as the orchestrator's authorization policy sees
+    them (a token's groups mapped to roles, a credentials file's entry). Any
+    principal holding one of the orchestrator's roles (reviewer, author, operator
+    or auditor) may call it. A user interface reads it to show only what those
+    roles allow; every other RPC still checks its own roles on each call. See
+    docs/security.md#roles.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -259,12 +260,13 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
       PERMISSION_DENIED         PERMISSION_DENIED    the principal lacks the role (reviewer, author or operator)
     """
     GetCaller: _aio.UnaryUnaryMultiCallable[_review_pb2.GetCallerRequest, _review_pb2.GetCallerResponse]  # type: ignore[assignment]
-    """Returns the authenticated caller: its principal and the roles granted to it,
-    as the orchestrator's authorization policy sees them (a token's groups mapped
-    to roles, a credentials file's entry). Any principal holding one of the
-    orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
-    interface reads it to show only what those roles allow; every other RPC
-    still checks its own roles on each call. See docs/security.md#roles.
+    """Returns the authenticated caller: its principal, the roles granted to it and
+    the groups it belongs to, as the orchestrator's authorization policy sees
+    them (a token's groups mapped to roles, a credentials file's entry). Any
+    principal holding one of the orchestrator's roles (reviewer, author, operator
+    or auditor) may call it. A user interface reads it to show only what those
+    roles allow; every other RPC still checks its own roles on each call. See
+    docs/security.md#roles.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -421,12 +423,13 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _review_pb2.GetCallerRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.GetCallerResponse, _abc.Awaitable[_review_pb2.GetCallerResponse]]:
-        """Returns the authenticated caller: its principal and the roles granted to it,
-        as the orchestrator's authorization policy sees them (a token's groups mapped
-        to roles, a credentials file's entry). Any principal holding one of the
-        orchestrator's roles (reviewer, author, operator or auditor) may call it. A user
-        interface reads it to show only what those roles allow; every other RPC
-        still checks its own roles on each call. See docs/security.md#roles.
+        """Returns the authenticated caller: its principal, the roles granted to it and
+        the groups it belongs to, as the orchestrator's authorization policy sees
+        them (a token's groups mapped to roles, a credentials file's entry). Any
+        principal holding one of the orchestrator's roles (reviewer, author, operator
+        or auditor) may call it. A user interface reads it to show only what those
+        roles allow; every other RPC still checks its own roles on each call. See
+        docs/security.md#roles.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):
