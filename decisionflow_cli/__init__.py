@@ -50,6 +50,7 @@ COMMANDS: Mapping[str, str] = {
     "whoami": _REVIEW,
     "ops": "decisionflow_cli.ops",
     "audit": "decisionflow_cli.audit",
+    "rules": "decisionflow_cli.rules",
     "receiver": "decisionflow_cli.receiver",
     "demo": "decisionflow_cli.demo",
 }
