@@ -8,13 +8,14 @@ from datetime import timedelta
 from hypothesis import strategies as st
 
 from decisionflow.review_rules import MAX_DURATION, ReviewRule, Stage
+from decisionflow.vocabulary import GROUP_NAME
 
 GROUPS = ("g0", "g1", "g2", "g3")
 PRINCIPALS = ("p0", "p1", "p2", "p3", "p4", "p5")
 
 # Any valid name or group, for the encoding; the small world above, for evaluation.
 names = st.text(st.sampled_from("abz09_-AZ"), min_size=1, max_size=8)
-group_names = st.text(st.sampled_from("ab09._:/@-Z"), min_size=1, max_size=8)
+group_names = st.from_regex(GROUP_NAME, fullmatch=True).filter(lambda name: len(name) <= 12)
 durations = st.integers(1, int(MAX_DURATION.total_seconds())).map(lambda seconds: timedelta(seconds=seconds))
 # Minutes to a few hours: the span votes are cast over, so due times and deadlines fall among them.
 short_durations = st.integers(1, 240).map(lambda minutes: timedelta(minutes=minutes))

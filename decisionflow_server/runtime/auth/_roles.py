@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 # One definition, shared with the clients that read a caller's roles (GetCaller).
-from decisionflow.vocabulary import Role
+from decisionflow.vocabulary import GROUP_NAME, Role
 
 __all__ = [
     "ALL_ROLES",
@@ -25,10 +24,6 @@ Via = Literal["token", "certificate", "oidc", "anonymous"]
 
 ALL_ROLES: frozenset[Role] = frozenset(Role)
 ROLE_NAMES: tuple[str, ...] = tuple(role.value for role in Role)
-
-# A group is named by review rules and compared byte for byte: one spelling only (lowercase, no
-# spaces, no path separators), short enough to record beside a decision.
-GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,11 @@ from typing import NewType
 
 from decisionflow.reasons import FieldViolation
 
+# A group is named by review rules and by identities (credentials files, OIDC claims) and compared byte
+# for byte: one spelling only (lowercase, no spaces, no path separators), short enough to record beside a
+# decision in the audit log.
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
 __all__ = [
     "CASE_ID_PATTERN",
     "OPEN_STATES",

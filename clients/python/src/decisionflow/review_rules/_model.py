@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from decisionflow.review_rules._durations import format_duration
 from decisionflow.review_rules._errors import InvalidRule, RuleProblem
+from decisionflow.vocabulary import GROUP_NAME
 
 MAX_STAGES = 10
 MAX_COUNT = 100
@@ -31,9 +32,9 @@ DEFAULT_STAGE_NAME = "review"
 
 # Action and stage names are TOML bare keys (so a file names them unquoted) and log fields.
 NAME_PATTERN = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
-# Group names come from credentials files and OIDC claims (Keycloak writes paths such as /team/leads);
-# no spaces, no commas (--known-groups splits on them), nothing a log line would need to quote.
-GROUP_PATTERN = re.compile(r"\A[A-Za-z0-9._:/@-]{1,128}\Z")
+# Group names are the identities' own (decisionflow.vocabulary.GROUP_NAME): a rule naming any other
+# spelling could never be met.
+GROUP_PATTERN = GROUP_NAME
 
 Where = tuple[str | int, ...]
 
@@ -185,10 +186,12 @@ def _group_problems(where: Where, groups: Sequence[str]) -> list[RuleProblem]:
         problems.append(RuleProblem(where, f"names {len(groups)} groups, at most {MAX_GROUPS} are allowed"))
     seen: set[str] = set()
     for group in groups:
-        if not isinstance(group, str) or not GROUP_PATTERN.match(group):
+        if not isinstance(group, str) or not GROUP_PATTERN.fullmatch(group):
             problems.append(
                 RuleProblem(
-                    where, f"{group!r} is not a group name: 1 to 128 of letters, digits, '.', '_', ':', '/', '@', '-'"
+                    where,
+                    f"{group!r} is not a group name: 1 to 64 of lowercase letters, digits, '.', '_', '-', "
+                    "starting with a letter or digit",
                 )
             )
         elif group in seen:
