@@ -37,7 +37,15 @@ proto-check: setup
 unit: setup
 	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
-test: lint typecheck proto-check unit
+# While lint, the type check and the proto check run side by side (mostly one core busy), the tools some tests
+# install or build on first use (the images, checkov, kustomize, podman-compose, Patroni, the TypeScript client)
+# are prepared beside them; a test that needs one waits for its step or finds it done (tests/support/prepare.py).
+test: setup
+	@mkdir -p .venvs; $(PY) -m tests.support.prepare > .venvs/prepare.log 2>&1 & prepare=$$!; \
+	status=0; \
+	$(MAKE) --no-print-directory -j 3 --output-sync=target lint typecheck proto-check && \
+	  $(MAKE) --no-print-directory unit || status=$$?; \
+	wait $$prepare; sed 's/^/make test: /' .venvs/prepare.log; exit $$status
 
 check: lint typecheck
 	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)

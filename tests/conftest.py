@@ -47,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the partition and full-disk scenarios against copies with one guard removed (about 70 s)",
     )
     group.addoption(
-        "--soak-seconds", type=float, default=60, help="length of the soak's mixed traffic in seconds (default 60)"
+        "--soak-seconds", type=float, default=30, help="length of the soak's mixed traffic in seconds (default 30)"
     )
     group.addoption(
         "--starvation-seconds",

@@ -56,6 +56,8 @@ REQUIREMENTS = ROOT / "tools" / "patroni" / "requirements.txt"
 # Under the system's temporary folder, not the clone: the postgres OS user must reach it, and a
 # clone under root's home is out of its reach. Named by the requirements' hash.
 VENV_PARENT = Path(tempfile.gettempdir())
+# One installer on this machine at a time (the virtual environment is shared by every checkout here).
+INSTALL_LOCK = VENV_PARENT / "decisionflow-patroni.lock"
 # Debian's interpreter: one under root's home (pyenv) is out of the postgres user's reach.
 PATRONI_PYTHON = "/usr/bin/python3"
 REQUIRE_ENV = "DECISIONFLOW_REQUIRE_PATRONI"
@@ -110,7 +112,7 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def install_patroni(lock: Path) -> str:
+def install_patroni(lock: Path = INSTALL_LOCK) -> str:
     """The path of the pinned Patroni, installed into a virtual environment on first use (one installer at a
     time, under lock); skips, or fails under DECISIONFLOW_REQUIRE_PATRONI=1, when it cannot be."""
     reason = available()

@@ -72,11 +72,9 @@ OUTAGE_ENDINGS = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"}
 
 
 @pytest.fixture
-def database_cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PatroniCluster]:
+def database_cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
     """Three nodes under the pinned Patroni, synchronous unless --failover-async."""
-    patroni_bin = patroni.install_patroni(tmp_path_factory.getbasetemp().parent / "decisionflow-patroni.lock")
+    patroni_bin = patroni.install_patroni()
     synchronous = not request.config.getoption("--failover-async")
     with patroni.patroni_cluster(patroni_bin, synchronous=synchronous) as cluster:
         on_failure(request, "the Patroni nodes' logs", cluster.log_tails)

@@ -210,18 +210,21 @@ def page(context: BrowserContext) -> Page:
 @pytest.fixture
 def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
     """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
-    console={ConsoleConfig overrides}, **OrchestratorConfig overrides). One per test."""
+    console={ConsoleConfig overrides}, clock=the sessions' clock, **OrchestratorConfig overrides). One per
+    test."""
     from decisionflow_console.app import create_app
     from decisionflow_console.sessions import SessionStore
 
     consoles: list[ConsoleUnderTest] = []
 
-    def make(*, console: dict[str, Any] | None = None, **stack_settings: Any) -> ConsoleUnderTest:
+    def make(
+        *, console: dict[str, Any] | None = None, clock: Callable[[], float] = time.time, **stack_settings: Any
+    ) -> ConsoleUnderTest:
         servers = start_console_stack(tmp_path, trial_identity, **stack_settings)
         listener = socket.create_server(("127.0.0.1", 0))
         base = f"http://127.0.0.1:{listener.getsockname()[1]}"
         config = console_config(trial_identity.issuer, servers.stack.orchestrator_port, **(console or {}))
-        sessions = SessionStore(config.session_key, config.session_lifetime_seconds)
+        sessions = SessionStore(config.session_key, config.session_lifetime_seconds, clock=clock)
         server = ConsoleServer(create_app(config, base, sessions=sessions), listener)
         made = ConsoleUnderTest(base, trial_identity, servers, sessions, [server])
         consoles.append(made)

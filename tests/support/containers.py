@@ -83,7 +83,8 @@ def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _why_podman_cannot_run() -> str | None:
+def why_podman_cannot_run() -> str | None:
+    """Why rootful podman, runc and mmdebstrap cannot run the container tests here, or None when they can."""
     missing = [tool for tool in ("podman", "runc", "mmdebstrap") if shutil.which(tool) is None]
     if missing:
         names = " ".join(missing)
@@ -238,7 +239,7 @@ def build_image(base: str, folder: Path, tag: str) -> tuple[Built, str]:
 @pytest.fixture(scope="session")
 def podman_ready() -> None:
     """Podman, runc and mmdebstrap usable here (skips, or fails in CI, when not)."""
-    reason = _why_podman_cannot_run()
+    reason = why_podman_cannot_run()
     if reason is not None:
         unavailable(reason)
 
@@ -246,6 +247,11 @@ def podman_ready() -> None:
 @pytest.fixture(scope="session")
 def base_image(podman_ready: None) -> Built:
     """The Debian base made with mmdebstrap, from the machine's cache when its key is there."""
+    return ensure_base_image()
+
+
+def ensure_base_image() -> Built:
+    """The Debian base made with mmdebstrap unless the machine's cache holds its key."""
     reference = f"localhost/decisionflow-base:{base_key()}"
     with machine_lock("base"):
         started = time.monotonic()
@@ -260,7 +266,7 @@ def image(base_image: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The repository's Dockerfile built on the Debian base (one build at a time on this machine)."""
     folder = tmp_path_factory.mktemp("image-build")
     with machine_lock("build"):
-        built, _ = build_image(base_image.reference, folder, "localhost/decisionflow:test")
+        built, _ = build_image(base_image.reference, folder, IMAGE_TAG)
     return built
 
 
@@ -268,6 +274,9 @@ POSTGRES_CONTEXT = ROOT / "tests" / "containers" / "postgres"
 PROMETHEUS_CONTEXT = ROOT / "tests" / "containers" / "prometheus"
 PODMAN_COMPOSE_REQUIREMENTS = ROOT / "tools" / "podman-compose" / "requirements.txt"
 PODMAN_COMPOSE_VENV = ROOT / ".venvs" / "podman-compose"
+IMAGE_TAG = "localhost/decisionflow:test"
+POSTGRES_TAG = "localhost/decisionflow-postgres:test"
+PROMETHEUS_TAG = "localhost/decisionflow-prometheus:test"
 
 
 def build_context(context: Path, base: str, tag: str) -> Built:
@@ -285,18 +294,23 @@ def build_context(context: Path, base: str, tag: str) -> Built:
 @pytest.fixture(scope="session")
 def postgres_image(base_image: Built) -> Built:
     """PostgreSQL 15 from Debian's packages on the same base, standing in for compose's postgres:15."""
-    return build_context(POSTGRES_CONTEXT, base_image.reference, "localhost/decisionflow-postgres:test")
+    return build_context(POSTGRES_CONTEXT, base_image.reference, POSTGRES_TAG)
 
 
 @pytest.fixture(scope="session")
 def prometheus_image(base_image: Built) -> Built:
     """Prometheus from Debian's package on the same base, standing in for compose's prom/prometheus."""
-    return build_context(PROMETHEUS_CONTEXT, base_image.reference, "localhost/decisionflow-prometheus:test")
+    return build_context(PROMETHEUS_CONTEXT, base_image.reference, PROMETHEUS_TAG)
 
 
 @pytest.fixture(scope="session")
 def podman_compose(podman_ready: None) -> str:
     """The pinned podman-compose, installed into .venvs/podman-compose on first use."""
+    return ensure_podman_compose()
+
+
+def ensure_podman_compose() -> str:
+    """The pinned podman-compose, installed into .venvs/podman-compose unless it is there."""
     wanted = hashlib.sha256(PODMAN_COMPOSE_REQUIREMENTS.read_bytes()).hexdigest()
     stamp = PODMAN_COMPOSE_VENV / ".installed"
     with machine_lock("podman-compose"):

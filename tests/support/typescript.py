@@ -27,6 +27,8 @@ PACKAGE = ROOT / "clients" / "typescript"
 # What tsc reads (tsconfig.json's include, and the pinned compiler and types); its digest is written
 # beside what it built.
 BUILT_FROM = PACKAGE / "dist" / ".built-from.sha256"
+# One build per checkout at a time: xdist workers and make test's preparation (tests.support.prepare).
+LOCK = ROOT / ".venvs" / "locks" / "typescript.lock"
 
 
 def _require_node() -> bool:
@@ -53,7 +55,7 @@ def _step(argv: list[str], timeout: float) -> None:
 
 
 @pytest.fixture(scope="session")
-def typescript_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TypeScriptPackage]:
+def typescript_package() -> Iterator[TypeScriptPackage]:
     """The TypeScript client, its dependencies installed (npm ci) and compiled (tsc)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
@@ -61,8 +63,14 @@ def typescript_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Typ
         if _require_node():
             pytest.fail(f"{reason}; required here (CI=true or DECISIONFLOW_REQUIRE_NODE=1)")
         pytest.skip(reason)
-    lock = tmp_path_factory.getbasetemp().parent / "decisionflow-typescript.lock"
-    with lock.open("w") as held:
+    build_client(node, npm)
+    yield TypeScriptPackage(PACKAGE, node)
+
+
+def build_client(node: str, npm: str) -> None:
+    """npm ci unless node_modules is there, then tsc unless the sources are what it last compiled."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not (PACKAGE / "node_modules" / ".package-lock.json").exists():
             _step([npm, "ci", "--no-audit", "--no-fund"], timeout=600)
@@ -71,7 +79,6 @@ def typescript_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Typ
             BUILT_FROM.unlink(missing_ok=True)
             _step([node, str(PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"), "-p", "tsconfig.json"], 300)
             BUILT_FROM.write_text(digest)
-    yield TypeScriptPackage(PACKAGE, node)
 
 
 def _sources_digest() -> str:
