@@ -35,7 +35,11 @@ def test_two_commands() -> None:
     assert commands == ["make demo", "make test"]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo: setup$", makefile, re.MULTILINE)
-    assert re.search(r"^test: .*unit", makefile, re.MULTILINE)
+    test = re.search(r"^test: setup\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert test is not None
+    # make test runs every check make check runs, the proto check and the whole suite.
+    for target in ("lint", "typecheck", "proto-check", "unit"):
+        assert re.search(rf"\$\(MAKE\)[^\n]* {target}\b", test[1]), target
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
