@@ -37,18 +37,25 @@ proto-check: setup
 unit: setup
 	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
-# While lint, the type check and the proto check run side by side (mostly one core busy), the tools some tests
-# install or build on first use (the images, checkov, kustomize, podman-compose, Patroni, the TypeScript client)
-# are prepared beside them; a test that needs one waits for its step or finds it done (tests/support/prepare.py).
+# Lint, the type check and the proto check (mostly one core) run beside the tests; their output is shown when the
+# tests end, and a failure of either fails the target. make test also prepares, beside them, the tools some tests
+# install or build on first use (the images, checkov, kustomize, podman-compose, Patroni, the TypeScript client);
+# a test that needs one waits for its step or finds it done (tests/support/prepare.py).
 test: setup
-	@mkdir -p .venvs; $(PY) -m tests.support.prepare > .venvs/prepare.log 2>&1 & prepare=$$!; \
-	status=0; \
-	$(MAKE) --no-print-directory -j 3 --output-sync=target lint typecheck proto-check && \
-	  $(MAKE) --no-print-directory unit || status=$$?; \
-	wait $$prepare; sed 's/^/make test: /' .venvs/prepare.log; exit $$status
+	@mkdir -p .venvs; \
+	$(PY) -m tests.support.prepare > .venvs/prepare.log 2>&1 & prepare=$$!; \
+	$(MAKE) --no-print-directory -j 3 --output-sync=target lint typecheck proto-check > .venvs/test-checks.log 2>&1 & checks=$$!; \
+	echo "make test: lint, typecheck and proto-check run beside the tests; their output follows the tests"; \
+	status=0; $(MAKE) --no-print-directory unit || status=$$?; \
+	wait $$prepare; sed 's/^/make test: /' .venvs/prepare.log; \
+	wait $$checks || status=$$?; cat .venvs/test-checks.log; exit $$status
 
-check: lint typecheck
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS)
+check: setup
+	@mkdir -p .venvs; \
+	$(MAKE) --no-print-directory -j 2 --output-sync=target lint typecheck > .venvs/check-checks.log 2>&1 & checks=$$!; \
+	echo "make check: lint and typecheck run beside the tests; their output follows the tests"; \
+	status=0; $(VENV)/bin/pytest -n $(or $(JOBS),2) -q -m 'not slow and not campaign' $(PYTEST_ARGS) || status=$$?; \
+	wait $$checks || status=$$?; cat .venvs/check-checks.log; exit $$status
 
 # The demo and the checkpoint tests under every other Python 3.11+ on this machine (.venvs/VERSION).
 pythons: setup
