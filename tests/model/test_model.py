@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-# spin compiles and searches the model (about 50 s of CPU in all): `make test` runs it, `make check` does not.
+# spin compiles and searches the model (about 60 s of CPU in all): `make test` runs it, `make check` does not.
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +50,8 @@ class SpinRun:
         return f"errors: {self.errors}, states stored: {self.states}, depth reached: {self.depth}"
 
 
+_RULES = ("RULES=1", "NOPS=1", "REVIEWERS=3", "LOSSES=0", "CRASHES=0", "RETRIES=0", "PASSES=0")
+
 # CI bounds: each configuration is exhaustive for its bounds and all of them together finish
 # well under two minutes on one core.
 CI_BOUNDS = (
@@ -67,6 +69,15 @@ CI_BOUNDS = (
         "age-anytime-failures",
         ("AGE_ANYTIME", "AUTHORS=1", "REVIEWERS=1", "LOSSES=2", "CRASHES=2", "RETRIES=2", "PASSES=2"),
     ),
+    # The two-stage review rule (2 of {REVIEWER1, REVIEWER2, the author}, then 1 of {REVIEWER3}): every
+    # approver, the author and the escalation reviewer race the deadlines job's escalations and expiry.
+    Bounds("rules", _RULES),
+    # A lost reply, a crash and retries against the rule (no REVIEWER3 and no author: the second
+    # stage completes only through its escalation, and the escalation reviewer counts once).
+    Bounds(
+        "rules-failures",
+        ("RULES=1", "NOPS=1", "REVIEWERS=2", "AUTHOR_APPROVES=0", "LOSSES=1", "CRASHES=1", "RETRIES=1", "PASSES=0"),
+    ),
 )
 
 DEEP_BOUNDS = (
@@ -75,6 +86,13 @@ DEEP_BOUNDS = (
     Bounds("commit-deep", ("AUTHORS=1", "REVIEWERS=2", "LOSSES=2", "CRASHES=1", "RETRIES=2", "PASSES=2")),
     Bounds("failures-deep", ("AUTHORS=1", "REVIEWERS=1", "LOSSES=3", "CRASHES=3", "RETRIES=3", "PASSES=3")),
     Bounds("liveness-deep", ("LIVENESS", "AUTHORS=1", "REVIEWERS=2", "LOSSES=1", "CRASHES=1", "RETRIES=1"), True),
+    # the escalation reviewer approves twice: once counted, in one stage only
+    Bounds("rules-deep", (*_RULES, "ESCALATION_REQS=2")),
+    # the author's Approve too, and a reconciler pass
+    Bounds(
+        "rules-failures-deep",
+        ("RULES=1", "NOPS=1", "REVIEWERS=2", "LOSSES=1", "CRASHES=1", "RETRIES=1", "PASSES=1"),
+    ),
 )
 
 
@@ -86,6 +104,8 @@ class Fault:
     bounds: tuple[str, ...]
     violation: str
     liveness: bool = False
+    # a global's value the replayed trail must show on its way (spin -t -g prints each change)
+    replay_shows: str | None = None
 
 
 _SMALL = ("AUTHORS=1", "REVIEWERS=1", "PASSES=1")
@@ -124,6 +144,13 @@ FAULTS = (
     # property 6: a lease that never passes after its holder crashed pins the operation: every
     # re-drive meets it and answers Unknown, pass after pass
     Fault("NO_LEASE_EXPIRY", ("LIVENESS", "AUTHORS=1", "REVIEWERS=1"), "acceptance cycle", liveness=True),
+    # property 8: the stage and its approvals read before the approvals insert: two approvals that
+    # each read the first stage one short both advance the stage, and the second stage is skipped
+    Fault("CHECK_THEN_INSERT", _RULES, "assertion violated (spec_stages_done[op]==2)"),
+    # property 8: the author's approval (row (1, AUTHOR1): vote[6]) completes the first stage
+    Fault("AUTHOR_COUNTS", _RULES, "assertion violated (spec_stages_done[op]==2)", replay_shows="vote[6] = 1"),
+    # property 3: the expiry listed an open review and ends it after its last approval recorded APPROVED
+    Fault("NO_EXPIRY_RECHECK", _RULES, "assertion violated ((first_decision[1]==0)&&(acked_decision[1]==0))"),
 )
 
 
@@ -211,8 +238,10 @@ def test_each_seeded_fault_fails_its_property(fault: Fault, tmp_path: Path) -> N
     assert f"pan:1: {fault.violation}" in result.output, result.output
     assert result.trail is not None, "spin wrote no counterexample trail"
     flags = [f"-D{d}" for d in (fault.switch, *fault.bounds)]
-    replay = _run(["spin", "-t", *flags, MODEL.name], tmp_path, check=False)
+    replay = _run(["spin", "-t", "-g", *flags, MODEL.name], tmp_path, check=False)
     replayed = replay.stdout + replay.stderr
     # The trail replays to the same end: the violated assertion, or the start of the accepting cycle.
     expected = "<<<<<START OF CYCLE>>>>>" if fault.liveness else "Error: assertion violated"
     assert expected in replayed, replayed
+    if fault.replay_shows is not None:
+        assert re.search(rf"^\s+{re.escape(fault.replay_shows)}$", replayed, re.MULTILINE), replayed
