@@ -86,6 +86,14 @@ AUDIT_INTERVAL_SECONDS = Setting(
     "10",
     parse=settings.seconds,
 )
+REVIEW_RULES_FILE = Setting(
+    "review_rules_file",
+    "DECISIONFLOW_REVIEW_RULES_FILE",
+    "TOML file of review rules: per action, the stages of approval a review goes through (docs/review-rules.md); "
+    "read at start-up (a file with a problem stops it, naming FILE:LINE) and again on SIGHUP (a file with a "
+    "problem keeps the rules in force); unset: every action follows the default rule (any reviewer, one approval)",
+    parse=settings.path,
+)
 FOUR_EYES = Setting(
     "four_eyes",
     "DECISIONFLOW_FOUR_EYES",
@@ -174,6 +182,7 @@ class OrchestratorConfig:
     metrics_port: int | None = settings.value_or_none(SERVER.metrics.port)
     metrics_address: str = settings.value(SERVER.metrics.address)
     workers: int = settings.value(SERVER.workers)
+    review_rules_file: Path | None = settings.value_or_none(REVIEW_RULES_FILE)
     four_eyes: bool = settings.value(FOUR_EYES)
     author_limits: AuthorLimits = settings.group(
         AuthorLimits,

@@ -57,6 +57,7 @@ from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpo
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
 from orchestrator.quotas import AuthorBudgets
+from orchestrator.rules_in_force import RulesInForce
 from orchestrator.service import AttemptBudget, OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
@@ -203,14 +204,19 @@ async def create_server(
     """Migrate the database and serve ReviewService, OperationsService and AuditService (over the store's
     audit log) on config.address (the steps of decisionflow_server.runtime.host);
     workflow, effects and audit_log replace the real ones, monotonic the clock the author budgets
-    refill by (tests). A setting that stops it, or a database or port that is not ready, raises StartupError
-    naming the setting; listening beyond loopback without TLS and authentication raises ExposureRefused."""
+    refill by (tests). A setting that stops it (a review rules file with a problem among them), or a database
+    or port that is not ready, raises StartupError naming the setting; listening beyond loopback without TLS
+    and authentication raises ExposureRefused."""
     published = None if config.audit_publish_dir is None else CheckpointDirectory(config.audit_publish_dir)
     metrics = OrchestratorMetrics(published=published)
 
+    rules = RulesInForce()
+
     def check() -> None:
+        nonlocal rules
         if effects is None:
             check_receiver_channel(config)
+        rules = RulesInForce.at_start(config.review_rules_file)
 
     async def build(host: Host, engine: Engine) -> Wiring:
         store = OrchestratorStore(engine, on_checkpoints_written=metrics.checkpoint_bytes.inc)
@@ -228,6 +234,7 @@ async def create_server(
             Failpoints(config.failpoints, FAILPOINTS),
             clock,
             four_eyes=config.four_eyes,
+            rules=rules,
             attempt_budget=attempt_budget(config.receiver_timeout_seconds),
             author_budgets=AuthorBudgets(config.author_limits, monotonic=monotonic),
             on_budget_refused=metrics.count_quota_refusal,
@@ -246,6 +253,7 @@ async def create_server(
         return Wiring(
             register(ReviewServicer(service), OperationsServicer(service, clock), audit),
             jobs=() if sequencer is None else (sequencer,),
+            reload=() if config.review_rules_file is None else (rules.reload,),
         )
 
     return await Host.start(SERVICE, config, metrics, build, check=check)

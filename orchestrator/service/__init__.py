@@ -23,6 +23,7 @@ from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.ports import EffectPort
 from orchestrator.quotas import AuthorBudgets
+from orchestrator.rules_in_force import RulesInForce
 from orchestrator.service._attempts import AttemptBudget
 from orchestrator.service._decisions import DecisionService
 from orchestrator.service._operations import OperationService
@@ -54,10 +55,12 @@ class OrchestratorService:
         clock: Callable[[], datetime],
         *,
         four_eyes: bool = False,
+        rules: RulesInForce | None = None,
         attempt_budget: AttemptBudget,
         author_budgets: AuthorBudgets,
         on_budget_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
+        self.rules = RulesInForce() if rules is None else rules
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
         self.proposals = ProposalService(async_store, runs, clock, author_budgets, on_budget_refused)

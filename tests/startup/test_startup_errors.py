@@ -173,6 +173,21 @@ def test_a_missing_credentials_file_is_a_configuration_error(name: str, tmp_path
     assert not (tmp_path / "service.db").exists()
 
 
+def test_a_review_rules_file_with_a_problem_is_a_configuration_error_naming_file_and_line(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('version = 1\n\n[[actions.refund.stages]]\nname = "leads"\naprovals = 2\n', encoding="utf-8")
+    failure = start(SERVERS["orchestrator"], tmp_path, "--address", "127.0.0.1:0", "--review-rules-file", str(rules))
+    assert failure.returncode == 2
+    assert_one_line(failure)
+    assert failure.entry["message"] == (
+        "decisionflow-orchestrator: cannot use the review rules file (--review-rules-file / "
+        f"DECISIONFLOW_REVIEW_RULES_FILE): {rules}:5: actions.refund.stages[0].aprovals: unknown key "
+        "(did you mean 'approvals'?)"
+    )
+    assert failure.entry["setting"] == "--review-rules-file"
+    assert not (tmp_path / "service.db").exists()
+
+
 @pytest.mark.parametrize(
     ("files", "setting", "cause"),
     [

@@ -122,6 +122,8 @@ class Wiring:
     caller never reaches them; decisionflow_server.runtime.served_calls)."""
     jobs: Sequence[Job] = ()
     """Started once the server serves, stopped before it stops."""
+    reload: Sequence[Callable[[], object]] = ()
+    """What SIGHUP re-reads of the service's own (e.g. a rules file), after the credentials file."""
 
 
 def _nothing() -> None:
@@ -159,7 +161,7 @@ class Host:
         self.port = 0
         self.metrics_port: int | None = None
         self.reload: tuple[Callable[[], object], ...] = ()
-        """What SIGHUP re-reads (the credentials file, when authentication is on)."""
+        """What SIGHUP re-reads (the credentials file, when authentication is on, then the service's own)."""
         self._running: RunningServer | None = None
         self._opened = AsyncExitStack()
         self._grace = 0.0
@@ -230,7 +232,7 @@ class Host:
             job.start()
             self.close_on_stop(job.stop)
         reloader = server_security.credentials_reloader(config.security, auth)
-        self.reload = () if reloader is None else (reloader,)
+        self.reload = (() if reloader is None else (reloader,)) + tuple(wiring.reload)
 
     def engine(self, url: str, setting: Setting[str]) -> Engine:
         """Return an engine for url, disposed at stop; a URL that cannot be used raises StartupError naming setting."""
