@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
+from decisionflow.review_rules import ReviewRule, default_rule
 from decisionflow.vocabulary import (
     CaseId,
     Consistency,
@@ -114,11 +115,23 @@ class Proposal:
     # Who created this proposal or any proposal in its chain of edits and replacements; the
     # four-eyes rule bars each of them from deciding it (see carry_authors).
     authors: frozenset[str]
+    # The review rule in force for its action when it was recorded; None: the action's default rule
+    # (also every proposal recorded before rules existed).
+    rule: ReviewRule | None = None
 
     @property
     def case_id(self) -> CaseId:
         """The case this proposal answers."""
         return self.content.case_id
+
+    def review_rule(self) -> ReviewRule:
+        """Return the rule its review follows: the one captured with it, else its action's default rule."""
+        return default_rule(self.content.action) if self.rule is None else self.rule
+
+
+def captured_rule(rule: ReviewRule) -> ReviewRule | None:
+    """Return rule as a proposal captures it: None for its action's default rule (stored as no rule at all)."""
+    return None if rule == default_rule(rule.action) else rule
 
 
 def carry_authors(proposal: Proposal, parent: Proposal | None) -> Proposal:

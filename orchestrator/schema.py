@@ -47,6 +47,38 @@ proposals = sa.Table(
     # one column instead of walking the chain. NULL only on a row a replica of an earlier release
     # wrote during an upgrade: its authors are then read from the chain of parents.
     sa.Column("authors_json", sa.Text, nullable=True),
+    # The review rule in force for the action when the proposal was recorded (review_rules.digest).
+    # NULL: the action's default rule, which is also what every row written before rules existed means.
+    sa.Column("rule_digest", sa.String(72), nullable=True),
+)
+
+# Each review rule a proposal follows, once by its digest (content-addressed: a row never changes, and
+# the same rule captured by many proposals is one row).
+review_rules = sa.Table(
+    "review_rules",
+    metadata,
+    # "rule-v1-" and the lowercase hex SHA-256 of encoded (decisionflow.review_rules.rule_digest).
+    sa.Column("digest", sa.String(72), primary_key=True),
+    # The rule's canonical bytes (decisionflow.review_rules.encode_rule).
+    sa.Column("encoded", sa.LargeBinary, nullable=False),
+)
+
+# The votes of reviews under a rule other than the default one, in the order they were recorded: one per
+# principal and operation (the unique key decides a principal's race with themself), with the groups
+# the principal held when voting, as eligibility was decided by them.
+votes = sa.Table(
+    "votes",
+    metadata,
+    # Integer on SQLite: only an INTEGER PRIMARY KEY is its rowid, numbered by the database.
+    sa.Column("vote_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("operation_id", sa.String(70), sa.ForeignKey("proposals.operation_id"), nullable=False),
+    sa.Column("principal", sa.String(128), nullable=False),
+    sa.Column("decision", sa.String(16), nullable=False),
+    # Comma-joined, sorted in code point order (a group name holds no comma: decisionflow.vocabulary.GROUP_NAME).
+    sa.Column("groups", sa.Text, nullable=False),
+    sa.Column("stage_index", sa.SmallInteger, nullable=False),
+    sa.Column("voted_at", _ts, nullable=False),
+    sa.UniqueConstraint("operation_id", "principal", name="uq_votes_operation_principal"),
 )
 
 pending_reviews = sa.Table(

@@ -62,7 +62,8 @@ def proposal_entry(
     proposal: Proposal, event: str, principal: str, at: datetime, previous: OperationId | None
 ) -> AuditEntry:
     """A proposal that became its case's current one: started (previous None), replaced or edited
-    from previous, by principal at at, with the whole content its operation id is computed from."""
+    from previous, by principal at at, with the whole content its operation id is computed from and
+    the review rule it follows (none written: the default rule)."""
     content = proposal.content
     leaf = ProposalLeaf(
         at,
@@ -75,6 +76,7 @@ def proposal_entry(
         content.body,
         content.evidence,
         content.policy,
+        proposal.rule,
     )
     return AuditEntry.of(leaf, "proposal", content.case_id)
 

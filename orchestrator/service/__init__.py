@@ -63,7 +63,7 @@ class OrchestratorService:
         self.rules = RulesInForce() if rules is None else rules
         async_store = AsyncOrchestratorStore(store)
         runs = ReviewRuns(async_store, workflow, sealer, failpoints, clock)
-        self.proposals = ProposalService(async_store, runs, clock, author_budgets, on_budget_refused)
+        self.proposals = ProposalService(async_store, runs, clock, author_budgets, on_budget_refused, self.rules)
         self.decisions = DecisionService(
             async_store,
             runs,

@@ -27,9 +27,11 @@ from orchestrator.domain import (
     ProposalEdit,
     ProposalStart,
     ProposalView,
+    captured_rule,
 )
 from orchestrator.errors import BudgetExceeded, NotFound, StaleProposal
 from orchestrator.quotas import AuthorBudgets
+from orchestrator.rules_in_force import RulesInForce
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.store import AsyncOrchestratorStore
 
@@ -58,8 +60,10 @@ class ProposalService:
         clock: Callable[[], datetime],
         budgets: AuthorBudgets,
         on_budget_refused: Callable[[str], None],
+        rules: RulesInForce,
     ) -> None:
         self._store = store
+        self._rules = rules
         self._runs = runs
         self._clock = clock
         self._budgets = budgets
@@ -88,6 +92,8 @@ class ProposalService:
             author,
             self._clock(),
             frozenset({author}),
+            # The rule in force now: a rules file reloaded later does not change this review's rule.
+            captured_rule(self._rules.rule_for(content.action)),
         )
 
     async def start_review(self, start: ProposalStart, author: str) -> StartedReview:

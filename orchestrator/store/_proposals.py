@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
+from decisionflow.review_rules import ReviewRule, encode_rule, rule_digest
 from decisionflow.vocabulary import CaseId, OperationId
 from orchestrator.audit_log.events import EDITED, REPLACED, STARTED, proposal_entry
 from orchestrator.domain import (
@@ -28,7 +30,7 @@ from orchestrator.domain import (
     policy_to_json,
 )
 from orchestrator.errors import CaseHasOpenProposal, NotFound, StaleProposal
-from orchestrator.schema import operations, pending_reviews
+from orchestrator.schema import operations, pending_reviews, review_rules
 from orchestrator.store import _audit_entries, _inbox, _operations
 from orchestrator.store import _statements as q
 from orchestrator.store._rows import operation_id_of, proposal_row_txn, review_from
@@ -41,6 +43,7 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
     parent = None if proposal.parent_operation_id is None else find_proposal_txn(conn, proposal.parent_operation_id)
     proposal = carry_authors(proposal, parent)
     content = proposal.content
+    digest = None if proposal.rule is None else store_rule_txn(conn, proposal.rule)
     conn.execute(
         q.INSERT_PROPOSAL,
         {
@@ -57,9 +60,23 @@ def insert_proposal_row_txn(conn: sa.Connection, proposal: Proposal) -> Proposal
             "created_by": proposal.created_by,
             "created_at": proposal.created_at,
             "authors_json": authors_to_json(proposal.authors),
+            "rule_digest": digest,
         },
     )
     return proposal
+
+
+def store_rule_txn(conn: sa.Connection, rule: ReviewRule) -> str:
+    """Store the rule under its digest unless it is stored already (the same bytes: content-addressed);
+    return the digest."""
+    digest = rule_digest(rule)
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    conn.execute(
+        insert(review_rules)
+        .values(digest=digest, encoded=encode_rule(rule))
+        .on_conflict_do_nothing(index_elements=[review_rules.c.digest])
+    )
+    return digest
 
 
 def insert_operation_and_review_txn(conn: sa.Connection, proposal: Proposal, review: PendingReview) -> None:

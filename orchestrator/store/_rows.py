@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from decisionflow.review_rules import ReviewRule, decode_rule, rule_digest
 from decisionflow.vocabulary import CaseId, OperationId, OperationState, Receipt
 from orchestrator.domain import (
     LookupNote,
@@ -24,7 +25,7 @@ from orchestrator.domain import (
     evidence_from_json,
     policy_from_json,
 )
-from orchestrator.schema import proposals
+from orchestrator.schema import proposals, review_rules
 from orchestrator.store._columns import consistency_of, decision_of, lookup_of, state_of
 
 
@@ -33,9 +34,12 @@ def operation_id_of(value: str | None) -> OperationId | None:
     return None if value is None else OperationId(value)
 
 
-def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[str] | None = None) -> Proposal:
+def proposal_from(
+    m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[str] | None = None, rule: ReviewRule | None = None
+) -> Proposal:
     """Return the proposal in a row of the proposals table; chain_authors stands in for the authors
-    of a row written without them (see schema.proposals.authors_json)."""
+    of a row written without them (see schema.proposals.authors_json), rule is the review rule its
+    rule_digest names (None: the default rule)."""
     stored = m[prefix + "authors_json"]
     authors = authors_from_json(stored) if stored is not None else chain_authors
     if authors is None:
@@ -56,6 +60,7 @@ def proposal_from(m: sa.RowMapping, prefix: str = "", chain_authors: frozenset[s
         created_by=m[prefix + "created_by"],
         created_at=m[prefix + "created_at"],
         authors=authors,
+        rule=rule,
     )
 
 
@@ -65,7 +70,34 @@ def proposal_row_txn(conn: sa.Connection, m: sa.RowMapping, prefix: str = "") ->
     legacy = None
     if m[prefix + "authors_json"] is None:
         legacy = chain_authors_txn(conn, OperationId(m[prefix + "operation_id"]))
-    return proposal_from(m, prefix, legacy)
+    digest = m[prefix + "rule_digest"]
+    # A proposal under the default rule (rule_digest NULL) costs no statement more than before rules.
+    return proposal_from(m, prefix, legacy, None if digest is None else rule_txn(conn, digest))
+
+
+# Decoded rules by digest: a digest names its bytes for good (content-addressed), so a rule decoded
+# once never needs reading again; the few rules a server meets stay well under the bound.
+_DECODED_RULES: dict[str, ReviewRule] = {}
+_MAX_DECODED_RULES = 4096
+
+
+def rule_txn(conn: sa.Connection, digest: str) -> ReviewRule:
+    """Return the review rule stored under digest; ValueError when its bytes are missing or are not the digest's."""
+    rule = _DECODED_RULES.get(digest)
+    if rule is not None:
+        return rule
+    encoded = conn.execute(
+        sa.select(review_rules.c.encoded).where(review_rules.c.digest == sa.bindparam("b_digest")), {"b_digest": digest}
+    ).scalar_one_or_none()
+    if encoded is None:
+        raise ValueError(f"review rule {digest} is not stored")
+    rule = decode_rule(encoded)
+    if rule_digest(rule) != digest:
+        raise ValueError(f"the review rule stored under {digest} has the digest {rule_digest(rule)}")
+    if len(_DECODED_RULES) >= _MAX_DECODED_RULES:
+        _DECODED_RULES.clear()
+    _DECODED_RULES[digest] = rule
+    return rule
 
 
 def chain_authors_txn(conn: sa.Connection, operation_id: OperationId) -> frozenset[str]:

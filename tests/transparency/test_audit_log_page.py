@@ -9,9 +9,10 @@ import hashlib
 import re
 from pathlib import Path
 
-from decisionflow.transparency import NoteVerifier, open_checkpoint
+from decisionflow.transparency import NoteVerifier, encode_leaf, leaf_hash, open_checkpoint
 from tests.transparency import note_reference
 from tests.transparency.published import vectors
+from tests.transparency.test_leaves import TWO_STAGES, proposal
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "audit-log.md").read_text(encoding="utf-8")
 TREE = vectors("reference_tree")
@@ -34,7 +35,10 @@ def test_every_hash_on_the_page_is_a_published_one_or_the_examples_key() -> None
     leaf_vector = hashlib.sha256(b"\x00" + bytes.fromhex("".join(leaf_block.split()))).hexdigest()
     on_page = set(re.findall(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])", PAGE.replace(leaf_block, "")))
 
-    assert on_page - published == {seed.hex(), key, leaf_vector}
+    # The proposal leaf with a rule: its hash, computed from the leaf its vector test builds.
+    rule_vector = leaf_hash(encode_leaf(proposal(rule=TWO_STAGES))).hex()
+
+    assert on_page - published == {seed.hex(), key, leaf_vector, rule_vector}
     rows = re.findall(r"^\| (\d) \| (?:`([0-9a-f]+)`|\(none\)) \| `([0-9a-f]{64})` \|$", PAGE, re.MULTILINE)
     assert [(int(i), data, hashed) for i, data, hashed in rows] == [
         (i, data, hashed) for i, (data, hashed) in enumerate(zip(TREE["leaves"], TREE["node_hashes"][0], strict=True))

@@ -4,13 +4,14 @@ another encoder would not have written is refused, and a proposal leaf's content
 from __future__ import annotations
 
 import struct
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from decisionflow.identity import EvidenceItem, PolicyRef, frame, identities
+from decisionflow.review_rules import ReviewRule, Stage, default_rule, rule_fields
 from decisionflow.transparency import (
     DecisionLeaf,
     EffectLeaf,
@@ -56,8 +57,19 @@ def proposal(**changes: object) -> ProposalLeaf:
     return ProposalLeaf(**fields)  # type: ignore[arg-type]
 
 
+# Two leads of support-leads, then one of finance (docs/review-rules.md's first example, for this action).
+TWO_STAGES = ReviewRule(
+    "record_support_review",
+    (
+        Stage("leads", ("support-leads",), 2, 1, timedelta(hours=4), ("on-call-leads",)),
+        Stage("finance", ("finance",)),
+    ),
+    timedelta(hours=72),
+)
+
 LEAVES: list[Leaf] = [
     proposal(),
+    proposal(rule=TWO_STAGES),
     proposal(event="edited", previous_operation_id=OperationId("op-v1-" + "a" * 64)),
     DecisionLeaf(AT, OPERATION, "APPROVE", "reviewer-1"),
     EffectLeaf(AT, OPERATION, "rcpt-1", AT),
@@ -93,6 +105,52 @@ def test_a_decision_leaf_is_the_documented_frame() -> None:
         "6364616337313600000007415050524f56450000000a72657669657765722d31"
     )
     assert leaf_hash(data).hex() == "4410a041d2081091c2177b95a75475533b9acae46939ac7291a64b7cac0d1d01"
+
+
+def test_a_proposal_leaf_with_a_two_stage_rule_is_the_documented_frame() -> None:
+    leaf = proposal(rule=TWO_STAGES)
+    data = encode_leaf(leaf)
+    # The proposal's fields as a leaf without a rule writes them, then the rule's, its domain first.
+    assert data == encode_leaf(proposal()) + frame(rule_fields(TWO_STAGES))
+    assert rule_fields(TWO_STAGES)[:5] == ["decisionflow.review-rule.v1", "record_support_review", "259200", "1", "2"]
+    # docs/audit-log.md, "Leaves", gives this leaf's length and hash.
+    assert len(encode_leaf(proposal())) == 494 and len(data) == 688
+    assert leaf_hash(data).hex() == "f6877ea7a4908a5584316e5f8bd0e353392b2c75ff034a8c1cfa60c70967fb4b"
+    assert decode_leaf(data) == leaf
+    assert isinstance(leaf, ProposalLeaf) and leaf.review_rule() == TWO_STAGES
+
+
+def test_a_proposal_leaf_without_rule_fields_follows_the_default_rule() -> None:
+    decoded = decode_leaf(encode_leaf(proposal()))
+    assert isinstance(decoded, ProposalLeaf) and decoded.rule is None
+    assert decoded.review_rule() == default_rule("record_support_review")
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        (default_rule("record_support_review"), "default rule"),
+        (default_rule("refund"), "rule of 'refund'"),
+    ],
+)
+def test_a_rule_an_encoder_does_not_write_is_refused_both_ways(rule: ReviewRule, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        encode_leaf(proposal(rule=rule))
+    with pytest.raises(MalformedLeaf, match=message):
+        decode_leaf(encode_leaf(proposal()) + frame(rule_fields(rule)))
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (["decisionflow.review-rule.v2"], "review rule is malformed"),
+        (rule_fields(TWO_STAGES)[:-1], "review rule is malformed"),
+        ([*rule_fields(TWO_STAGES), "x"], "more fields"),
+    ],
+)
+def test_fields_after_the_policy_that_are_not_exactly_one_rule_are_refused(tail: list[str], message: str) -> None:
+    with pytest.raises(MalformedLeaf, match=message):
+        decode_leaf(encode_leaf(proposal()) + frame(tail))
 
 
 def test_sources_and_rules_are_written_in_one_order_whatever_the_order_given() -> None:

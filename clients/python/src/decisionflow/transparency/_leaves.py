@@ -11,7 +11,9 @@ UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian l
                 previous_operation_id ("" for started), action, body,
                 number of sources, then source_id, version, quotation for each (sorted by source_id as framed),
                 policy name, version_label, allowance_units, number of rules, then key, value for each
-                (sorted by key as framed)
+                (sorted by key as framed), then, only when the review follows a rule other than its
+                action's default rule, that rule's fields (decisionflow.review_rules.rule_fields, its
+                domain first)
     decision    operation_id, decision (APPROVE|DECLINE), principal (the reviewer)
     effect      operation_id, receipt_id, applied_at ("" when the receiver left it out)
     rejection   operation_id, reason (the receiver refused the effect for good)
@@ -21,8 +23,12 @@ UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian l
 
 A proposal leaf carries the whole content its operation id is computed from, so an auditor
 recomputes the id from the leaf alone (``check_proposal``) and never trusts the id written beside
-it. Decoding refuses anything another encoder would not have written: an unknown version or kind,
-a field count that does not match, bytes left over, a non-canonical number.
+it; and the review rule in force when it started, so an auditor checks the quorum offline. A leaf
+without rule fields means the default rule: every leaf written before rules existed stays valid,
+and the default rule is never written out (one rule, one way to write it). Decoding refuses
+anything another encoder would not have written: an unknown version or kind, a field count that
+does not match, bytes left over, a non-canonical number, after the policy anything but one valid
+rule of the proposal's action other than its default rule.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, frame, identities, normalise
+from decisionflow.review_rules import MalformedRule, ReviewRule, default_rule, rule_fields, rule_from_fields
 from decisionflow.transparency._errors import TransparencyError
 from decisionflow.vocabulary import CaseId, OperationId
 
@@ -60,6 +67,12 @@ class ProposalLeaf:
     body: str
     evidence: tuple[EvidenceItem, ...]
     policy: PolicyRef
+    rule: ReviewRule | None = None
+    """The review rule the review follows; None: its action's default rule (docs/review-rules.md)."""
+
+    def review_rule(self) -> ReviewRule:
+        """Return the rule the review follows: the one the leaf carries, else the action's default rule."""
+        return default_rule(self.action) if self.rule is None else self.rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +174,12 @@ def _proposal_fields(leaf: ProposalLeaf) -> list[str]:
     fields += [policy.name, policy.version_label, str(policy.allowance_units), str(len(policy.rules))]
     for key in sorted(policy.rules, key=normalise):
         fields += [key, policy.rules[key]]
+    if leaf.rule is not None:
+        if leaf.rule.action != leaf.action:
+            raise ValueError(f"the rule of {leaf.rule.action!r} cannot be the rule of a proposal of {leaf.action!r}")
+        if leaf.rule == default_rule(leaf.action):
+            raise ValueError("the default rule is written as no rule at all (rule=None)")
+        fields += rule_fields(leaf.rule)
     return fields
 
 
@@ -205,6 +224,10 @@ class _Fields:
         if not text.isascii() or not text.isdigit() or str(int(text)) != text:
             raise MalformedLeaf(f"{text!r} is not a canonical non-negative decimal")
         return int(text)
+
+    def left(self) -> list[str]:
+        """Take every field not taken yet."""
+        return list(self._rest)
 
     def done(self) -> None:
         if next(self._rest, None) is not None:
@@ -253,7 +276,25 @@ def _decode_proposal(at: datetime, rest: _Fields) -> ProposalLeaf:
     rules = {rest.take(): rest.take() for _ in range(rest.number())}
     policy = PolicyRef(name, label, allowance, rules)
     previous_id = OperationId(previous) if previous else None
-    return ProposalLeaf(at, event, principal, case_id, operation_id, previous_id, action, body, evidence, policy)
+    rule = _decode_rule(action, rest.left())
+    return ProposalLeaf(at, event, principal, case_id, operation_id, previous_id, action, body, evidence, policy, rule)
+
+
+def _decode_rule(action: str, fields: list[str]) -> ReviewRule | None:
+    """The rule in a proposal leaf's last fields (none: the default rule), refusing what no encoder writes."""
+    if not fields:
+        return None
+    try:
+        rule, end = rule_from_fields(fields)
+    except MalformedRule as exc:
+        raise MalformedLeaf(f"the proposal's review rule is malformed: {exc}") from exc
+    if end != len(fields):
+        raise MalformedLeaf("the leaf has more fields than its kind calls for")
+    if rule.action != action:
+        raise MalformedLeaf(f"the proposal of {action!r} carries the rule of {rule.action!r}")
+    if rule == default_rule(action):
+        raise MalformedLeaf("the proposal carries the default rule, which a leaf never writes out")
+    return rule
 
 
 def check_proposal(leaf: ProposalLeaf) -> None:
