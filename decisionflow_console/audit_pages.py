@@ -53,6 +53,7 @@ from decisionflow.transparency import (
     ProposalLeaf,
     RejectionLeaf,
     SettlementLeaf,
+    VoteLeaf,
     decode_leaf,
     leaf_hash,
 )
@@ -228,6 +229,13 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
             return leaf.principal, f"settled by a lookup: {settled}, receipt {leaf.receipt_id}{applied}", ""
         case ExpiryLeaf():
             return "", "review expired", ""
+        case VoteLeaf():
+            groups = ", ".join(leaf.groups) or "no groups"
+            return (
+                leaf.principal,
+                f"vote: {decision_in_words(leaf.decision)} in stage {leaf.stage_index + 1} ({groups})",
+                "",
+            )
 
 
 def _token(session: Session) -> str:

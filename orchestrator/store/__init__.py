@@ -14,6 +14,7 @@ of) beside the helpers they run in their transaction:
 - ``_proposals``: starting and editing proposals, the case's current pointer, reading them back;
 - ``_inbox``: the pending reviews' listing and each author's share of it;
 - ``_ledger``: the decision ledger and the effect record (attempts, receipts, rejections);
+- ``_votes``: the votes of reviews under a rule other than the default one, decided one at a time;
 - ``_operations``: reading, listing, tallying and settling operations;
 - ``_audit_entries``: the audit log's entries, written with each event;
 - ``_audit_tree``: sequencing the log and signing its checkpoints;
@@ -36,6 +37,7 @@ from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
 from orchestrator.store._store import OrchestratorStore
+from orchestrator.store._votes import CastVote, VoteAlreadyCast
 
 __all__ = [
     "MIGRATIONS",
@@ -43,10 +45,12 @@ __all__ = [
     "VERSION_TABLE",
     "AsyncOrchestratorStore",
     "AttemptInFlight",
+    "CastVote",
     "CheckpointTable",
     "DecisionAlreadyRecorded",
     "Housekeeping",
     "OrchestratorStore",
     "Transactions",
+    "VoteAlreadyCast",
     "migrate",
 ]

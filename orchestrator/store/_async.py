@@ -84,6 +84,8 @@ class AsyncOrchestratorStore:
     proposal_view = in_thread(OrchestratorStore.proposal_view)
     decision_inputs = in_thread(OrchestratorStore.decision_inputs)
     record_decision = in_thread(OrchestratorStore.record_decision)
+    votes = in_thread(OrchestratorStore.votes)
+    cast_vote = in_thread(OrchestratorStore.cast_vote)
     record_attempt = in_thread(OrchestratorStore.record_attempt)
     release_attempt = in_thread(OrchestratorStore.release_attempt)
     record_receipt = in_thread(OrchestratorStore.record_receipt)

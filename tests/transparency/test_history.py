@@ -16,9 +16,11 @@ from decisionflow.transparency import (
     Leaf,
     RejectionLeaf,
     SettlementLeaf,
+    VoteLeaf,
     encode_leaf,
 )
 from tests.support.audit_log import AT, sample_proposal
+from tests.transparency.test_leaves import TWO_STAGES
 
 A = sample_proposal("T-1", "Known issue; update to 4.2.1.")
 B = sample_proposal("T-2", "Please send the diagnostic export.")
@@ -84,3 +86,71 @@ def test_leaves_are_read_in_index_order() -> None:
     with pytest.raises(HistoryError) as refused:
         history.read(2, encode_leaf(B))
     assert (refused.value.index, refused.value.reason) == (2, "comes after leaf 3: leaves are read in index order")
+
+
+# Under the two-stage rule: two of support-leads, then one of finance; the proposal's author is A's principal.
+R = dataclasses.replace(sample_proposal("T-3", "Refund the order."), rule=TWO_STAGES)
+LEADS, FINANCE = ("support-leads",), ("finance",)
+
+
+def _vote(principal: str, stage: int, groups: tuple[str, ...], decision: str = "APPROVE") -> VoteLeaf:
+    return VoteLeaf(AT, R.operation_id, decision, principal, stage, groups)
+
+
+def test_an_approval_after_votes_that_complete_the_rule_passes() -> None:
+    history = _read(
+        R,
+        _vote("lee", 0, LEADS),
+        _vote("lin", 0, ("finance", "support-leads")),
+        _vote("fay", 1, FINANCE),
+        DecisionLeaf(AT, R.operation_id, "APPROVE", "fay"),
+        EffectLeaf(AT, R.operation_id, "r-1", AT),
+    )
+    assert history.kinds == {"proposal": 1, "vote": 3, "decision": 1, "effect": 1}
+    assert [v.principal for v in history.operations[R.operation_id].votes] == ["lee", "lin", "fay"]
+
+
+def test_a_decline_after_the_vote_that_ended_the_review_passes() -> None:
+    _read(R, _vote("lee", 0, LEADS, "DECLINE"), DecisionLeaf(AT, R.operation_id, "DECLINE", "lee"))
+
+
+QUORUM_REFUSED: list[tuple[str, list[Leaf], int, str]] = [
+    (
+        "an approval short of the quorum",
+        [R, _vote("lee", 0, LEADS), _vote("lin", 0, LEADS), DecisionLeaf(AT, R.operation_id, "APPROVE", "lin")],
+        3,
+        "do not complete its rule",
+    ),
+    ("an approval without votes", [R, DecisionLeaf(AT, R.operation_id, "APPROVE", "rita")], 1, "do not complete"),
+    ("a decline nobody voted", [R, DecisionLeaf(AT, R.operation_id, "DECLINE", "rita")], 1, "do not end"),
+    ("a vote outside the stage's groups", [R, _vote("lee", 0, FINANCE)], 1, "in none of the groups"),
+    ("the author's vote", [R, _vote(R.principal, 0, LEADS)], 1, "author"),
+    ("a second vote", [R, _vote("lee", 0, LEADS), _vote("lee", 0, LEADS)], 2, "already decided"),
+    (
+        "one principal in two stages",
+        [R, _vote("lee", 0, LEADS), _vote("lin", 0, LEADS), _vote("lin", 1, ("finance", "support-leads"))],
+        3,
+        "earlier stage",
+    ),
+    ("a vote naming another stage", [R, _vote("lee", 1, LEADS)], 1, "names stage 1"),
+    (
+        "a vote after the decision",
+        [
+            R,
+            _vote("lee", 0, LEADS, "DECLINE"),
+            DecisionLeaf(AT, R.operation_id, "DECLINE", "lee"),
+            _vote("lin", 0, LEADS),
+        ],
+        3,
+        "after its decision",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("leaves", "index", "said"), [c[1:] for c in QUORUM_REFUSED], ids=[c[0] for c in QUORUM_REFUSED]
+)
+def test_the_first_leaf_that_breaks_the_rule_is_named(leaves: list[Leaf], index: int, said: str) -> None:
+    with pytest.raises(HistoryError) as refused:
+        _read(*leaves)
+    assert refused.value.index == index and said in refused.value.reason

@@ -21,6 +21,7 @@ from decisionflow.transparency import (
     ProposalLeaf,
     RejectionLeaf,
     SettlementLeaf,
+    VoteLeaf,
     check_proposal,
     decode_leaf,
     encode_leaf,
@@ -78,6 +79,8 @@ LEAVES: list[Leaf] = [
     SettlementLeaf(AT, OPERATION, "COMMITTED", "operator-1", "rcpt-2", AT),
     SettlementLeaf(AT, OPERATION, "COMMITTED", "reconciler", "rcpt-2", None),
     ExpiryLeaf(AT, OPERATION),
+    VoteLeaf(AT, OPERATION, "APPROVE", "lee", 0, ("finance", "support-leads")),
+    VoteLeaf(AT, OPERATION, "DECLINE", "lee", 1, ()),
 ]
 
 
@@ -153,6 +156,42 @@ def test_fields_after_the_policy_that_are_not_exactly_one_rule_are_refused(tail:
         decode_leaf(encode_leaf(proposal()) + frame(tail))
 
 
+def test_a_vote_leaf_is_its_documented_fields() -> None:
+    data = encode_leaf(VoteLeaf(AT, OPERATION, "APPROVE", "lee", 1, ("finance", "support-leads")))
+    assert data == frame(
+        [
+            "decisionflow.audit.leaf.v1",
+            "vote",
+            "2026-12-04T08:30:00.123456Z",
+            OPERATION,
+            "APPROVE",
+            "lee",
+            "1",
+            "2",
+            "finance",
+            "support-leads",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (["APPROVE", "lee", "0", "2", "support-leads", "finance"], "code point order"),
+        (["APPROVE", "lee", "0", "2", "finance", "finance"], "code point order"),
+        (["ABSTAIN", "lee", "0", "0"], "neither APPROVE nor DECLINE"),
+        (["APPROVE", "lee", "01", "0"], "canonical"),
+        (["APPROVE", "lee", "0", "1"], "fewer fields"),
+    ],
+)
+def test_a_vote_leaf_no_encoder_writes_is_refused(fields: list[str], message: str) -> None:
+    with pytest.raises(MalformedLeaf, match=message):
+        decode_leaf(frame(["decisionflow.audit.leaf.v1", "vote", "2026-12-04T08:30:00.123456Z", OPERATION, *fields]))
+    if message == "code point order":
+        with pytest.raises(ValueError, match="code point order"):
+            encode_leaf(VoteLeaf(AT, OPERATION, "APPROVE", "lee", 0, tuple(fields[4:])))
+
+
 def test_sources_and_rules_are_written_in_one_order_whatever_the_order_given() -> None:
     reordered = proposal(
         evidence=EVIDENCE[::-1],
@@ -190,7 +229,7 @@ def _with_fields(*fields: str) -> bytes:
         (b"", "not a decisionflow.audit.leaf.v1 leaf"),
         (_with_fields("decisionflow.audit.leaf.v2", "expiry", "2026-12-04T08:30:00.123456Z", OPERATION), "not a"),
         (
-            _with_fields("decisionflow.audit.leaf.v1", "vote", "2026-12-04T08:30:00.123456Z", OPERATION),
+            _with_fields("decisionflow.audit.leaf.v1", "ballot", "2026-12-04T08:30:00.123456Z", OPERATION),
             "unknown leaf kind",
         ),
         (_with_fields("decisionflow.audit.leaf.v1", "expiry", "2026-12-04T08:30:00Z", OPERATION), "RFC 3339"),

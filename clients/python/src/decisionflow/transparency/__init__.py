@@ -15,7 +15,7 @@ proofs and checkpoints", gives every format byte for byte):
   hashes from those stored nodes (``subtree_hashes_of_leaves`` when every leaf hash is at hand);
 - checkpoints: ``Checkpoint``, ``sign_checkpoint`` (the log's side, with a ``NoteSigner``) and
   ``open_checkpoint(message, [NoteVerifier.from_vkey(vkey)], origin=...)`` (the auditor's side);
-- the audit log's entries: ``encode_leaf``/``decode_leaf`` for the six kinds of ``Leaf``, and
+- the audit log's entries: ``encode_leaf``/``decode_leaf`` for the seven kinds of ``Leaf``, and
   ``check_proposal`` (a proposal leaf's content yields the operation id it names);
 - a run of leaves read in index order: ``History`` (each decodes, a decision follows its proposal
   and is the operation's only one, an effect follows an approval), ``HistoryError`` naming the
@@ -82,6 +82,7 @@ from decisionflow.transparency._leaves import (
     ProposalLeaf,
     RejectionLeaf,
     SettlementLeaf,
+    VoteLeaf,
     check_proposal,
     decode_leaf,
     encode_leaf,
@@ -146,6 +147,7 @@ __all__ = [
     "SubtreeHash",
     "TransparencyError",
     "UnknownKey",
+    "VoteLeaf",
     "WrongOrigin",
     "WrongProofLength",
     "WrongRoot",

@@ -3,7 +3,13 @@
     every leaf          decodes canonically (decode_leaf)
     proposal            its content yields the operation id it names (check_proposal)
     any other leaf      names an operation whose proposal leaf came earlier
-    decision            the operation's first and only decision: decisions never change
+    decision            the operation's first and only decision: decisions never change; under a rule
+                        other than the default one (the proposal leaf carries it), an APPROVE
+                        completes the votes before it and a DECLINE follows the vote that ended it
+    vote                the rule admits it after the operation's votes before it (open review, before
+                        the deadline, no author, no second vote, no counting in two stages unless the
+                        rule allows, eligible groups) and it counts in the stage it names; never after
+                        the decision
     effect, rejection,  follow an approval of the operation: only an approved operation's
     settlement          effect is written, refused or settled
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from decisionflow.review_rules import ReviewRecord, ReviewStatus, Vote, review_progress, vote_effect
 from decisionflow.transparency._errors import TransparencyError
 from decisionflow.transparency._leaves import (
     DecisionLeaf,
@@ -27,10 +34,11 @@ from decisionflow.transparency._leaves import (
     ProposalLeaf,
     RejectionLeaf,
     SettlementLeaf,
+    VoteLeaf,
     check_proposal,
     decode_leaf,
 )
-from decisionflow.vocabulary import OperationId
+from decisionflow.vocabulary import Decision, OperationId
 
 DECISIONS = ("APPROVE", "DECLINE")
 
@@ -57,6 +65,13 @@ class LoggedOperation:
     decision: DecisionLeaf | None = None
     decision_index: int | None = None
     leaves: dict[int, Leaf] = field(default_factory=dict)
+    authors: frozenset[str] = frozenset()
+    """Who created the proposal, or one it was edited from or replaced, as far as the leaves read tell."""
+    votes: list[Vote] = field(default_factory=list)
+
+    def record(self) -> ReviewRecord:
+        """The review as its leaves record it: the rule its proposal leaf carries, its authors, start and votes."""
+        return ReviewRecord(self.proposal.review_rule(), self.authors, self.proposal.recorded_at, tuple(self.votes))
 
     @property
     def effects(self) -> tuple[EffectLeaf, ...]:
@@ -92,7 +107,13 @@ class History:
         operation = self.operations.get(leaf.operation_id)
         if isinstance(leaf, ProposalLeaf):
             if operation is None:
-                self.operations[leaf.operation_id] = LoggedOperation(leaf.operation_id, leaf, leaves={index: leaf})
+                previous = (
+                    None if leaf.previous_operation_id is None else self.operations.get(leaf.previous_operation_id)
+                )
+                authors = frozenset({leaf.principal}) | (frozenset() if previous is None else previous.authors)
+                self.operations[leaf.operation_id] = LoggedOperation(
+                    leaf.operation_id, leaf, leaves={index: leaf}, authors=authors
+                )
             else:
                 operation.leaves[index] = leaf
             return
@@ -106,10 +127,37 @@ class History:
                 raise HistoryError(
                     index, f"a second decision of {leaf.operation_id} (leaf {operation.decision_index} decided it)"
                 )
+            if operation.proposal.rule is not None:
+                _check_quorum(index, operation, leaf)
             operation.decision, operation.decision_index = leaf, index
+        elif isinstance(leaf, VoteLeaf):
+            _admit_vote(index, operation, leaf)
         elif isinstance(leaf, EffectLeaf | RejectionLeaf | SettlementLeaf):
             if operation.decision is None or operation.decision.decision != "APPROVE":
                 raise HistoryError(index, f"a {kind} of {leaf.operation_id}, which no leaf before approved")
         else:
             assert isinstance(leaf, ExpiryLeaf)
         operation.leaves[index] = leaf
+
+
+def _admit_vote(index: int, operation: LoggedOperation, leaf: VoteLeaf) -> None:
+    if operation.decision is not None:
+        raise HistoryError(index, f"a vote on {leaf.operation_id} after its decision (leaf {operation.decision_index})")
+    record = operation.record()
+    vote = Vote(leaf.principal, Decision(leaf.decision), frozenset(leaf.groups), leaf.recorded_at)
+    stage = len(review_progress(record, leaf.recorded_at).stages) - 1
+    effect = vote_effect(record, vote)
+    if effect.refusal is not None:
+        raise HistoryError(index, f"a vote of {leaf.principal} the review's rule refuses: {effect.refusal.explanation}")
+    if leaf.stage_index != stage:
+        raise HistoryError(index, f"a vote counted in stage {stage} names stage {leaf.stage_index}")
+    operation.votes.append(vote)
+
+
+def _check_quorum(index: int, operation: LoggedOperation, leaf: DecisionLeaf) -> None:
+    """Under a rule other than the default one a decision only follows the votes that made it."""
+    status = review_progress(operation.record(), leaf.recorded_at).status
+    if leaf.decision == "APPROVE" and status is not ReviewStatus.COMPLETE:
+        raise HistoryError(index, f"an approval of {leaf.operation_id} whose votes before it do not complete its rule")
+    if leaf.decision == "DECLINE" and status is not ReviewStatus.DECLINED:
+        raise HistoryError(index, f"a decline of {leaf.operation_id} whose votes before it do not end its review")

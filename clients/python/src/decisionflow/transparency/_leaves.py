@@ -20,6 +20,9 @@ UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian l
     settlement  operation_id, state (the state a lookup settled it to), principal (who settled it),
                 receipt_id, applied_at ("" when the receiver left it out): the receipt the lookup found
     expiry      operation_id (an abandoned review, moved to EXPIRED)
+    vote        operation_id, decision (APPROVE|DECLINE), principal, stage index, number of groups,
+                then the groups the principal held when voting (code point order, each once): one
+                vote of a review under a rule other than the default rule
 
 A proposal leaf carries the whole content its operation id is computed from, so an auditor
 recomputes the id from the leaf alone (``check_proposal``) and never trusts the id written beside
@@ -125,7 +128,21 @@ class ExpiryLeaf:
     operation_id: OperationId
 
 
-Leaf = ProposalLeaf | DecisionLeaf | EffectLeaf | RejectionLeaf | SettlementLeaf | ExpiryLeaf
+@dataclass(frozen=True, slots=True)
+class VoteLeaf:
+    """One vote of a review under a rule other than the default rule: the stage it was counted in, and the
+    groups its principal held then (code point order), by which its eligibility was decided."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    decision: str
+    principal: str
+    stage_index: int
+    groups: tuple[str, ...]
+
+
+Leaf = ProposalLeaf | DecisionLeaf | EffectLeaf | RejectionLeaf | SettlementLeaf | ExpiryLeaf | VoteLeaf
+VOTE_DECISIONS = ("APPROVE", "DECLINE")
 
 
 def format_time(moment: datetime) -> str:
@@ -161,6 +178,19 @@ def _fields(leaf: Leaf) -> list[str]:
             return ["settlement", leaf.operation_id, leaf.state, leaf.principal, leaf.receipt_id, applied]
         case ExpiryLeaf():
             return ["expiry", leaf.operation_id]
+        case VoteLeaf():
+            return _vote_fields(leaf)
+
+
+def _vote_fields(leaf: VoteLeaf) -> list[str]:
+    if leaf.decision not in VOTE_DECISIONS:
+        raise ValueError(f"a vote approves or declines, not {leaf.decision!r}")
+    if leaf.stage_index < 0:
+        raise ValueError(f"stage index {leaf.stage_index} is negative")
+    if list(leaf.groups) != sorted(set(leaf.groups)):
+        raise ValueError("a vote's groups are written in code point order, each once")
+    fields = ["vote", leaf.operation_id, leaf.decision, leaf.principal, str(leaf.stage_index)]
+    return [*fields, str(len(leaf.groups)), *leaf.groups]
 
 
 def _proposal_fields(leaf: ProposalLeaf) -> list[str]:
@@ -263,6 +293,8 @@ def _decode_kind(kind: str, at: datetime, rest: _Fields) -> Leaf:
         return SettlementLeaf(at, operation_id, state, principal, receipt_id, _parse_time(applied) if applied else None)
     if kind == "expiry":
         return ExpiryLeaf(at, OperationId(rest.take()))
+    if kind == "vote":
+        return _decode_vote(at, rest)
     raise MalformedLeaf(f"unknown leaf kind {kind!r}")
 
 
@@ -295,6 +327,16 @@ def _decode_rule(action: str, fields: list[str]) -> ReviewRule | None:
     if rule == default_rule(action):
         raise MalformedLeaf("the proposal carries the default rule, which a leaf never writes out")
     return rule
+
+
+def _decode_vote(at: datetime, rest: _Fields) -> VoteLeaf:
+    operation_id, decision, principal, stage = OperationId(rest.take()), rest.take(), rest.take(), rest.number()
+    if decision not in VOTE_DECISIONS:
+        raise MalformedLeaf(f"vote {decision!r} is neither APPROVE nor DECLINE")
+    groups = tuple(rest.take() for _ in range(rest.number()))
+    if list(groups) != sorted(set(groups)):
+        raise MalformedLeaf("a vote's groups are not in code point order, each once")
+    return VoteLeaf(at, operation_id, decision, principal, stage, groups)
 
 
 def check_proposal(leaf: ProposalLeaf) -> None:
