@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
-from decisionflow.review_rules import ReviewRule, default_rule
+from decisionflow.review_rules import ReviewProgress, ReviewRule, default_rule
 from decisionflow.vocabulary import (
     CaseId,
     Consistency,
@@ -309,6 +309,8 @@ class DecisionResult:
     outcome: Outcome
     replay: bool
     retention_refusal: RetentionRefusal | None = None
+    # Where the review stands under its rule (None: the default rule, whose answers say nothing more).
+    progress: ReviewProgress | None = None
 
 
 def outcome_of(state: OperationState) -> Outcome:

@@ -15,7 +15,10 @@ DomainError (decisionflow_server.foundation.errors)
     ├── CaseHasOpenProposal    case's current proposal is undecided  FAILED_PRECONDITION
     ├── DecisionConflict       another decision is recorded          ALREADY_EXISTS
     ├── NotRedrivable          operation is not APPROVED/UNKNOWN      FAILED_PRECONDITION
-    ├── ReviewExpired          an operator expired the review        FAILED_PRECONDITION
+    ├── ReviewExpired          an operator expired the review, or    FAILED_PRECONDITION
+    │                          its rule's deadline passed
+    ├── NotEligibleToDecide    the review's rule does not count the  PERMISSION_DENIED
+    │                          vote (author, earlier stage, groups)
     ├── WorkflowVersionMismatch checkpoint from another graph        FAILED_PRECONDITION
     ├── CheckpointIntegrity    checkpoint failed its HMAC check      DATA_LOSS
     ├── CheckpointSaveFailed   a checkpoint could not be stored      UNAVAILABLE
@@ -36,6 +39,7 @@ from datetime import timedelta
 
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
+from decisionflow.review_rules import VoteRefusal
 from decisionflow.v1 import common_pb2
 from decisionflow.vocabulary import Decision, OperationState
 from decisionflow_server.foundation.errors import DomainError, duration_text
@@ -122,6 +126,25 @@ class NotRedrivable(OrchestratorError):
         )
         self.operation_id = operation_id
         self.state = current
+
+
+class NotEligibleToDecide(OrchestratorError):
+    """The review's rule does not count the principal's vote now; nothing was recorded."""
+
+    reason = reasons.NOT_ELIGIBLE_TO_DECIDE
+
+    def __init__(self, operation_id: str, principal: str, refusal: VoteRefusal) -> None:
+        super().__init__(
+            f"the review of operation {operation_id} does not count a vote of {principal}: {refusal.explanation}",
+            metadata={
+                reasons.OPERATION_ID: operation_id,
+                reasons.PRINCIPAL: principal,
+                reasons.VOTE_REFUSAL: refusal.value,
+            },
+        )
+        self.operation_id = operation_id
+        self.principal = principal
+        self.refusal = refusal
 
 
 class ReviewExpired(OrchestratorError):

@@ -149,11 +149,12 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         """Record the authenticated reviewer's decision; the outcome may be Unknown."""
         decision = decision_from_pb(request.decision)  # checked first: an omitted decision is not consent
         operation_id = check_operation_id(request.operation_id)
+        caller = current_principal()
         result = await self._decisions.decide(
-            operation_id, decision, current_principal().name, _deadline(context), _reply_by(context)
+            operation_id, decision, caller.name, _deadline(context), _reply_by(context), groups=caller.groups
         )
         return review_pb2.ApproveResponse(
-            operation=operation_to_pb(result.operation),
+            operation=operation_to_pb(result.operation, result.progress),
             outcome=wire.outcome_to_pb(result.outcome),
             replay=result.replay,
         )

@@ -15,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
 from decisionflow.identity import EvidenceItem, PolicyRef
+from decisionflow.review_rules import ReviewProgress
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState, Role
@@ -147,8 +148,27 @@ def pending_entry_to_pb(entry: PendingReviewEntry) -> review_pb2.PendingReviewEn
     )
 
 
-def operation_to_pb(operation: Operation) -> review_pb2.Operation:
-    """Return the protobuf form of an operation."""
+def progress_to_pb(progress: ReviewProgress) -> review_pb2.ReviewProgress:
+    """Return the protobuf form of where a review under a rule stands (its current stage)."""
+    tally = progress.current
+    message = review_pb2.ReviewProgress(
+        stage_index=tally.index,
+        stage_name=tally.stage.name,
+        stage_count=len(progress.rule.stages),
+        approvals_given=tally.approvals,
+        approvals_needed=tally.stage.approvals,
+        eligible_groups=tally.eligible_groups(progress.now),
+        escalated=tally.escalated_by(progress.now),
+    )
+    if tally.due_at is not None:
+        message.due_time.CopyFrom(to_timestamp(tally.due_at))
+    if progress.deadline_at is not None:
+        message.deadline.CopyFrom(to_timestamp(progress.deadline_at))
+    return message
+
+
+def operation_to_pb(operation: Operation, progress: ReviewProgress | None = None) -> review_pb2.Operation:
+    """Return the protobuf form of an operation, with its review's progress when it follows a rule."""
     message = review_pb2.Operation(
         operation_id=operation.operation_id,
         case_id=operation.case_id,
@@ -179,6 +199,8 @@ def operation_to_pb(operation: Operation) -> review_pb2.Operation:
                 error=lookup.error,
             )
         )
+    if progress is not None:
+        message.progress.CopyFrom(progress_to_pb(progress))
     return message
 
 

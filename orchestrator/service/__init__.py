@@ -9,7 +9,11 @@ expired; the pending review must come from the running workflow graph; then the 
 checkpoint and the ``commit`` step records the decision once, records the attempt, and
 calls the receiver with the operation id as key.
 
-Parts: ``_proposals`` (start, edit, read), ``_decisions`` (decide, commit, replay, drive),
+Under a review rule other than the default one, Approve is a vote (``_votes``): the effect is written
+once the votes complete the rule.
+
+Parts: ``_proposals`` (start, edit, read), ``_decisions`` (decide, commit, replay, drive), ``_votes``
+(votes under a rule),
 ``_attempts`` (each attempt's budget and lease), ``_outcome_lines`` (what is logged of an outcome),
 ``_operations`` (the reconciler's API), ``_runs`` (workflow runs and their checkpoints).
 """

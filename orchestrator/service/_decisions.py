@@ -16,12 +16,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from decisionflow.retry import call_deadline
-from decisionflow.vocabulary import OPEN_STATES, Decision, EffectRequest, OperationId, OperationState, Outcome
+from decisionflow.review_rules import ReviewProgress
+from decisionflow.vocabulary import OPEN_STATES, Decision, EffectRequest, OperationId, Outcome
 from decisionflow_server.runtime import tracing
 from decisionflow_server.runtime.auth import check_four_eyes
 from decisionflow_server.runtime.failpoints import Failpoints
 from orchestrator.checkpoints import RunCheckpoints
 from orchestrator.domain import (
+    DecisionInputs,
     DecisionResult,
     FirstAttempt,
     Operation,
@@ -36,8 +38,6 @@ from orchestrator.errors import (
     DecisionConflict,
     NotFound,
     NotRedrivable,
-    ReviewExpired,
-    StaleProposal,
     WorkflowProtocolError,
     WorkflowVersionMismatch,
 )
@@ -53,6 +53,7 @@ from orchestrator.service._attempts import Attempt, AttemptBudget
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._outcome_lines import log_outcome, refused_caller
 from orchestrator.service._runs import ReviewRuns
+from orchestrator.service._votes import Votes, check_open
 from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
@@ -86,6 +87,7 @@ class DecisionService:
         self._budget = attempt_budget
         # The drive in flight per operation in this process; its answer (None: it ended without one).
         self._flights: dict[OperationId, asyncio.Future[DecisionResult | None]] = {}
+        self._votes = Votes(store, self, clock)
 
     async def decide(
         self,
@@ -94,32 +96,53 @@ class DecisionService:
         reviewer: str,
         deadline: float | None,
         reply_by: float | None = None,
+        *,
+        groups: frozenset[str] = frozenset(),
     ) -> DecisionResult:
         """Record reviewer's decision on exactly this operation and, on approval, write its effect once.
 
+        Under a review rule other than the default one the decision is a vote (orchestrator.service._votes),
+        decided by the groups reviewer holds; the effect is written once the votes complete the rule.
         Apply gets until deadline; should the work outlast reply_by (both time.monotonic() instants)
         once the decision is recorded, the answer is the operation as stored then (outcome Unknown
         while the effect is open) and the work carries on to record the receiver's answer.
         """
         early = answer_from_store(self._store, operation_id, decision, self._clock())
-        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, deadline), early)
+        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, groups, deadline), early)
 
     async def _decide(
-        self, operation_id: OperationId, decision: Decision, reviewer: str, deadline: float | None
+        self,
+        operation_id: OperationId,
+        decision: Decision,
+        reviewer: str,
+        groups: frozenset[str],
+        deadline: float | None,
     ) -> DecisionResult:
         inputs = await self._store.decision_inputs(operation_id)
         recorded = inputs.operation.decision
         if recorded is not None:
-            return await self._replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
+            return await self.replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
         proposal = inputs.proposal
+        if proposal.rule is not None:
+            return await self._votes.vote(inputs, decision, reviewer, groups, deadline)
         # Every author in the chain of edits and replacements, stored with the proposal: a colleague
         # changing one character, or replacing the proposal, must not let its author approve it.
         check_four_eyes(proposal.authors, reviewer, enabled=self._four_eyes)
-        current = inputs.current_operation_id
-        if current != operation_id:
-            raise StaleProposal(operation_id, current or "")
-        if inputs.operation.state is OperationState.EXPIRED:
-            raise ReviewExpired(operation_id)
+        check_open(inputs)
+        return await self.resume(inputs, decision, reviewer, deadline)
+
+    async def resume(
+        self,
+        inputs: DecisionInputs,
+        decision: Decision,
+        reviewer: str,
+        deadline: float | None,
+        progress: ReviewProgress | None = None,
+    ) -> DecisionResult:
+        """Resume the pending review's workflow with reviewer's decision: its commit step records the
+        decision once and, on approval, writes the effect once (the answer carries progress)."""
+        operation_id = inputs.operation.operation_id
+        proposal = inputs.proposal
         review = inputs.review
         if review is None:
             raise NotFound("pending review", operation_id)
@@ -152,7 +175,7 @@ class DecisionService:
         result: DecisionResult = await self._runs.workflow.resume_and_answer(
             review.checkpoint_id, checkpoint, answer, run, check_request, commit
         )
-        return result
+        return result if progress is None else dataclasses.replace(result, progress=progress)
 
     async def _commit(
         self, proposal: Proposal, answer: ReviewAnswer, run: RunCheckpoints, deadline: float | None
@@ -164,7 +187,7 @@ class DecisionService:
             try:
                 operation = await self._store.record_decision(decided, proposal.case_id, ())
             except DecisionAlreadyRecorded as race:
-                return await self._replay(race.recorded, decided.decision, deadline)
+                return await self.replay(race.recorded, decided.decision, deadline)
             self._failpoints.hit(AFTER_DECISION)
             log_outcome("decision recorded", proposal, decided.reviewer, decided.decision)
             return DecisionResult(operation, Outcome.DECLINED, replay=False)
@@ -181,7 +204,7 @@ class DecisionService:
         except DecisionAlreadyRecorded as race:
             self._end_flight(operation_id, flight, None)
             flight = None
-            return await self._replay(race.recorded, decided.decision, deadline)
+            return await self.replay(race.recorded, decided.decision, deadline)
         finally:
             self._end_flight(operation_id, flight, result)
 
@@ -208,7 +231,7 @@ class DecisionService:
         # Both crash points are after the one transaction: the decision and the attempt are durable.
         return await self._apply_holding(proposal, decided, operation, attempt, replay=False)
 
-    async def _replay(
+    async def replay(
         self,
         recorded: RecordedDecision,
         requested: Decision,

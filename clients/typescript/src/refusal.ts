@@ -57,6 +57,7 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
   },
   TOO_MANY_OPEN_REVIEWS: { code: Code.FailedPrecondition, metadataKeys: ["principal", "open_review_limit"] },
   REVIEW_EXPIRED: { code: Code.FailedPrecondition, metadataKeys: ["operation_id"] },
+  NOT_ELIGIBLE_TO_DECIDE: { code: Code.PermissionDenied, metadataKeys: ["operation_id", "principal", "vote_refusal"] },
   BEYOND_CHECKPOINT: {
     code: Code.FailedPrecondition,
     metadataKeys: ["checkpoint_size", "tree_size", "leaf_index", "operation_id", "case_id"],

@@ -127,6 +127,12 @@ OPEN_REVIEW_LIMIT = _key("open_review_limit", "the most undecided proposals one 
 TREE_SIZE = _key("tree_size", "the audit log's tree size the request asked for (or the latest checkpoint's)")
 LEAF_INDEX = _key("leaf_index", "the audit log leaf index the request asked for")
 CHECKPOINT_SIZE = _key("checkpoint_size", "the size of the audit log's latest signed checkpoint")
+# Why a review's rule does not count a vote (decisionflow.review_rules.VoteRefusal, lower case).
+VOTE_REFUSAL = _key(
+    "vote_refusal",
+    "why the review's rule does not count the vote: `author`, `already_voted`, `counted_in_earlier_stage` or "
+    "`not_eligible`",
+)
 METADATA_KEY_MEANINGS: Mapping[str, str] = MappingProxyType(_MEANINGS)
 
 # The reasons, in the order the guides list them.
@@ -152,6 +158,7 @@ CALL_RATE_EXCEEDED = "CALL_RATE_EXCEEDED"
 CONTENT_BUDGET_EXCEEDED = "CONTENT_BUDGET_EXCEEDED"
 TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
+NOT_ELIGIBLE_TO_DECIDE = "NOT_ELIGIBLE_TO_DECIDE"
 BEYOND_CHECKPOINT = "BEYOND_CHECKPOINT"
 
 
@@ -194,6 +201,7 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(CONTENT_BUDGET_EXCEEDED, "RESOURCE_EXHAUSTED", True, (PRINCIPAL, RETRY_AFTER, CONTENT_BYTES)),
     Refusal(TOO_MANY_OPEN_REVIEWS, "FAILED_PRECONDITION", True, (PRINCIPAL, OPEN_REVIEW_LIMIT)),
     Refusal(REVIEW_EXPIRED, "FAILED_PRECONDITION", True, (OPERATION_ID,)),
+    Refusal(NOT_ELIGIBLE_TO_DECIDE, "PERMISSION_DENIED", True, (OPERATION_ID, PRINCIPAL, VOTE_REFUSAL)),
     Refusal(
         BEYOND_CHECKPOINT, "FAILED_PRECONDITION", True, (CHECKPOINT_SIZE, TREE_SIZE, LEAF_INDEX, OPERATION_ID, CASE_ID)
     ),
@@ -408,6 +416,21 @@ GUIDE: Mapping[str, Guide] = {
             "This review expired",
             "Nobody decided this proposal in time and an operator expired its review, so it can no longer be "
             "decided. Nothing was recorded. To ask for a review again, edit it.",
+            link=OPERATION_ID,
+        ),
+    ),
+    NOT_ELIGIBLE_TO_DECIDE: Guide(
+        "Approve",
+        when="the review follows a rule ([docs/review-rules.md](docs/review-rules.md)) that does not count this "
+        "principal's vote now: an author of the proposal, a principal who decided an earlier stage (the rule counts "
+        "one principal in one stage), or one in none of the current stage's groups; nothing was recorded",
+        advice="the review's rule does not count your vote on {subject}; a reviewer the current stage admits "
+        "must decide it; repeating will not help",
+        words=Words(
+            "Your vote does not count here",
+            "This review follows a rule that does not count your vote now ({vote_refusal}): the current stage is for "
+            "reviewers of other groups, or you are an author, or you decided an earlier stage. Nothing was "
+            "recorded. Ask a reviewer the current stage admits.",
             link=OPERATION_ID,
         ),
     ),

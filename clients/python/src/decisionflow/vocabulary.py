@@ -111,12 +111,15 @@ OPEN_STATES = frozenset({OperationState.APPROVED, OperationState.UNKNOWN})
 
 
 class Outcome(_Word):
-    """What a decision or re-drive achieved. UNKNOWN is neither success nor failure: a lookup settles it."""
+    """What a decision or re-drive achieved. UNKNOWN is neither success nor failure: a lookup settles it.
+    AWAITING_APPROVALS is an answer, not an error: the vote counts, and the review's rule needs more
+    approvals before the effect is written (the operation stays PENDING_REVIEW)."""
 
     COMMITTED = "COMMITTED"
     DECLINED = "DECLINED"
     REJECTED = "REJECTED"
     UNKNOWN = "UNKNOWN"
+    AWAITING_APPROVALS = "AWAITING_APPROVALS"
 
 
 class LookupStatus(_Word):

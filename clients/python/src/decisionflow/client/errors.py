@@ -6,7 +6,8 @@
     ├── NotFound                       NOT_FOUND; operation_id, case_id, or an audit log's tree_size
     ├── Unauthenticated                UNAUTHENTICATED; no or bad credentials
     ├── PermissionDenied               PERMISSION_DENIED; role missing
-    │   └── FourEyes                   FOUR_EYES: the author cannot decide
+    │   ├── FourEyes                   FOUR_EYES: the author cannot decide
+    │   └── NotEligibleToDecide        NOT_ELIGIBLE_TO_DECIDE: the review's rule does not count the vote
     ├── PreconditionFailed             FAILED_PRECONDITION; any reason, including those below
     │   ├── StaleProposal              STALE_PROPOSAL
     │   ├── CaseHasOpenProposal        CASE_HAS_OPEN_PROPOSAL
@@ -243,6 +244,15 @@ class TooManyOpenReviews(PreconditionFailed, reason=reasons.TOO_MANY_OPEN_REVIEW
         """The cap on one author's open reviews, as reported by the server (None when not reported)."""
         value = self.metadata.get(reasons.OPEN_REVIEW_LIMIT, "")
         return int(value) if value.isdigit() else None
+
+
+class NotEligibleToDecide(PermissionDenied, reason=reasons.NOT_ELIGIBLE_TO_DECIDE):
+    """The review's rule does not count the principal's vote now; nothing was recorded."""
+
+    @property
+    def vote_refusal(self) -> str:
+        """Why the rule does not count the vote (``not_eligible``, ``author``, ...)."""
+        return self.metadata.get(reasons.VOTE_REFUSAL, "")
 
 
 class ReviewExpired(PreconditionFailed, reason=reasons.REVIEW_EXPIRED):

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64\x65\x63isionflow/v1/common.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n\x08\x45vidence\x12\x11\n\tsource_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tquotation\x18\x03 \x01(\t\"\xa7\x01\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rversion_label\x18\x02 \x01(\t\x12\x17\n\x0f\x61llowance_units\x18\x03 \x01(\x04\x12\x31\n\x05rules\x18\x04 \x03(\x0b\x32\".decisionflow.v1.Policy.RulesEntry\x1a,\n\nRulesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"c\n\x07Receipt\x12\x12\n\nreceipt_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12.\n\napplied_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*P\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45\x43ISION_APPROVE\x10\x01\x12\x14\n\x10\x44\x45\x43ISION_DECLINE\x10\x02*\xa8\x02\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\"\n\x1eOPERATION_STATE_PENDING_REVIEW\x10\x01\x12\x1c\n\x18OPERATION_STATE_APPROVED\x10\x02\x12\x1b\n\x17OPERATION_STATE_UNKNOWN\x10\x03\x12\x1d\n\x19OPERATION_STATE_COMMITTED\x10\x04\x12\x1c\n\x18OPERATION_STATE_DECLINED\x10\x05\x12\x1c\n\x18OPERATION_STATE_REJECTED\x10\x06\x12\x1e\n\x1aOPERATION_STATE_SUPERSEDED\x10\x07\x12\x1b\n\x17OPERATION_STATE_EXPIRED\x10\x08*z\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_COMMITTED\x10\x01\x12\x14\n\x10OUTCOME_DECLINED\x10\x02\x12\x14\n\x10OUTCOME_REJECTED\x10\x03\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x04*\\\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONSISTENCY_STRONG\x10\x01\x12\x18\n\x14\x43ONSISTENCY_EVENTUAL\x10\x02*e\n\x0cLookupStatus\x12\x1d\n\x19LOOKUP_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15LOOKUP_STATUS_APPLIED\x10\x01\x12\x1b\n\x17LOOKUP_STATUS_NOT_FOUND\x10\x02*\x95\x01\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n\rROLE_REVIEWER\x10\x01\x12\x0f\n\x0bROLE_AUTHOR\x10\x02\x12\x11\n\rROLE_OPERATOR\x10\x03\x12\x16\n\x12ROLE_EFFECT_WRITER\x10\x04\x12\x16\n\x12ROLE_EFFECT_READER\x10\x05\x12\x10\n\x0cROLE_AUDITOR\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64\x65\x63isionflow/v1/common.proto\x12\x0f\x64\x65\x63isionflow.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n\x08\x45vidence\x12\x11\n\tsource_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x11\n\tquotation\x18\x03 \x01(\t\"\xa7\x01\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rversion_label\x18\x02 \x01(\t\x12\x17\n\x0f\x61llowance_units\x18\x03 \x01(\x04\x12\x31\n\x05rules\x18\x04 \x03(\x0b\x32\".decisionflow.v1.Policy.RulesEntry\x1a,\n\nRulesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"c\n\x07Receipt\x12\x12\n\nreceipt_id\x18\x01 \x01(\t\x12\x14\n\x0coperation_id\x18\x02 \x01(\t\x12.\n\napplied_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*P\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45\x43ISION_APPROVE\x10\x01\x12\x14\n\x10\x44\x45\x43ISION_DECLINE\x10\x02*\xa8\x02\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\"\n\x1eOPERATION_STATE_PENDING_REVIEW\x10\x01\x12\x1c\n\x18OPERATION_STATE_APPROVED\x10\x02\x12\x1b\n\x17OPERATION_STATE_UNKNOWN\x10\x03\x12\x1d\n\x19OPERATION_STATE_COMMITTED\x10\x04\x12\x1c\n\x18OPERATION_STATE_DECLINED\x10\x05\x12\x1c\n\x18OPERATION_STATE_REJECTED\x10\x06\x12\x1e\n\x1aOPERATION_STATE_SUPERSEDED\x10\x07\x12\x1b\n\x17OPERATION_STATE_EXPIRED\x10\x08*\x9a\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_COMMITTED\x10\x01\x12\x14\n\x10OUTCOME_DECLINED\x10\x02\x12\x14\n\x10OUTCOME_REJECTED\x10\x03\x12\x13\n\x0fOUTCOME_UNKNOWN\x10\x04\x12\x1e\n\x1aOUTCOME_AWAITING_APPROVALS\x10\x05*\\\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONSISTENCY_STRONG\x10\x01\x12\x18\n\x14\x43ONSISTENCY_EVENTUAL\x10\x02*e\n\x0cLookupStatus\x12\x1d\n\x19LOOKUP_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15LOOKUP_STATUS_APPLIED\x10\x01\x12\x1b\n\x17LOOKUP_STATUS_NOT_FOUND\x10\x02*\x95\x01\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n\rROLE_REVIEWER\x10\x01\x12\x0f\n\x0bROLE_AUTHOR\x10\x02\x12\x11\n\rROLE_OPERATOR\x10\x03\x12\x16\n\x12ROLE_EFFECT_WRITER\x10\x04\x12\x16\n\x12ROLE_EFFECT_READER\x10\x05\x12\x10\n\x0cROLE_AUDITOR\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,14 +38,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DECISION']._serialized_end=500
   _globals['_OPERATIONSTATE']._serialized_start=503
   _globals['_OPERATIONSTATE']._serialized_end=799
-  _globals['_OUTCOME']._serialized_start=801
-  _globals['_OUTCOME']._serialized_end=923
-  _globals['_CONSISTENCY']._serialized_start=925
-  _globals['_CONSISTENCY']._serialized_end=1017
-  _globals['_LOOKUPSTATUS']._serialized_start=1019
-  _globals['_LOOKUPSTATUS']._serialized_end=1120
-  _globals['_ROLE']._serialized_start=1123
-  _globals['_ROLE']._serialized_end=1272
+  _globals['_OUTCOME']._serialized_start=802
+  _globals['_OUTCOME']._serialized_end=956
+  _globals['_CONSISTENCY']._serialized_start=958
+  _globals['_CONSISTENCY']._serialized_end=1050
+  _globals['_LOOKUPSTATUS']._serialized_start=1052
+  _globals['_LOOKUPSTATUS']._serialized_end=1153
+  _globals['_ROLE']._serialized_start=1156
+  _globals['_ROLE']._serialized_end=1305
   _globals['_EVIDENCE']._serialized_start=82
   _globals['_EVIDENCE']._serialized_end=147
   _globals['_POLICY']._serialized_start=150

@@ -116,6 +116,12 @@ class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.Value
     """The effect may or may not have been written. Not a success, not a failure:
     the reconciler (or a retry with the same operation id) settles it.
     """
+    OUTCOME_AWAITING_APPROVALS: _Outcome.ValueType  # 5
+    """An answer, not an error: the vote is recorded and counts, but the review's
+    rule needs more approvals (in this stage or a later one) before the effect
+    is written. The operation stays OPERATION_STATE_PENDING_REVIEW; its
+    progress says where the review stands.
+    """
 
 class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
     """What a caller learns from an Approve or a re-drive."""
@@ -131,6 +137,12 @@ OUTCOME_REJECTED: Outcome.ValueType  # 3
 OUTCOME_UNKNOWN: Outcome.ValueType  # 4
 """The effect may or may not have been written. Not a success, not a failure:
 the reconciler (or a retry with the same operation id) settles it.
+"""
+OUTCOME_AWAITING_APPROVALS: Outcome.ValueType  # 5
+"""An answer, not an error: the vote is recorded and counts, but the review's
+rule needs more approvals (in this stage or a later one) before the effect
+is written. The operation stays OPERATION_STATE_PENDING_REVIEW; its
+progress says where the review stands.
 """
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
 

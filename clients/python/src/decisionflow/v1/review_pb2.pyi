@@ -199,6 +199,7 @@ class Operation(_message.Message):
     LAST_LOOKUP_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     ATTEMPT_LEASE_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     """The operation id."""
     case_id: _builtins.str
@@ -243,6 +244,12 @@ class Operation(_message.Message):
         unset when no attempt holds it.
         """
 
+    @_builtins.property
+    def progress(self) -> Global___ReviewProgress:
+        """Where the review stands under its rule (docs/review-rules.md); unset for an
+        operation whose review follows the default rule (one approval by any reviewer).
+        """
+
     def __init__(
         self,
         *,
@@ -259,14 +266,82 @@ class Operation(_message.Message):
         last_lookup: Global___LookupNote | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         attempt_lease: Global___AttemptLease | None = ...,
+        progress: Global___ReviewProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "decided_at", b"decided_at", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "receipt", b"receipt", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "decided_at", b"decided_at", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "progress", b"progress", "receipt", b"receipt", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "attempts", b"attempts", "case_id", b"case_id", "decided_at", b"decided_at", "decision", b"decision", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "operation_id", b"operation_id", "receipt", b"receipt", "rejection_reason", b"rejection_reason", "reviewer", b"reviewer", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_lease", b"attempt_lease", "attempts", b"attempts", "case_id", b"case_id", "decided_at", b"decided_at", "decision", b"decision", "first_attempt_at", b"first_attempt_at", "last_lookup", b"last_lookup", "operation_id", b"operation_id", "progress", b"progress", "receipt", b"receipt", "rejection_reason", b"rejection_reason", "reviewer", b"reviewer", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
+@_typing.final
+class ReviewProgress(_message.Message):
+    """Where a review under a rule other than the default one stands: its current
+    stage (the last one when the review is complete), who approved it and what
+    it still needs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_INDEX_FIELD_NUMBER: _builtins.int
+    STAGE_NAME_FIELD_NUMBER: _builtins.int
+    STAGE_COUNT_FIELD_NUMBER: _builtins.int
+    APPROVALS_GIVEN_FIELD_NUMBER: _builtins.int
+    APPROVALS_NEEDED_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_GROUPS_FIELD_NUMBER: _builtins.int
+    DUE_TIME_FIELD_NUMBER: _builtins.int
+    ESCALATED_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    stage_index: _builtins.int
+    """The current stage, 0 for the first."""
+    stage_name: _builtins.str
+    """The current stage's name, as the rules file names it."""
+    stage_count: _builtins.int
+    """How many stages the rule has."""
+    approvals_needed: _builtins.int
+    """How many approvals the current stage needs in all."""
+    escalated: _builtins.bool
+    """True once the current stage was escalated to its escalation groups."""
+    @_builtins.property
+    def approvals_given(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The principals whose approvals count in the current stage, in the order given."""
+
+    @_builtins.property
+    def eligible_groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The groups whose members may decide the current stage now, in code point
+        order; empty: any reviewer.
+        """
+
+    @_builtins.property
+    def due_time(self) -> _timestamp_pb2.Timestamp:
+        """When the current stage is due; unset when it has no due time."""
+
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the review expires unless decided; unset when the rule has no deadline."""
+
+    def __init__(
+        self,
+        *,
+        stage_index: _builtins.int = ...,
+        stage_name: _builtins.str = ...,
+        stage_count: _builtins.int = ...,
+        approvals_given: _abc.Iterable[_builtins.str] | None = ...,
+        approvals_needed: _builtins.int = ...,
+        eligible_groups: _abc.Iterable[_builtins.str] | None = ...,
+        due_time: _timestamp_pb2.Timestamp | None = ...,
+        escalated: _builtins.bool = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "due_time", b"due_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals_given", b"approvals_given", "approvals_needed", b"approvals_needed", "deadline", b"deadline", "due_time", b"due_time", "eligible_groups", b"eligible_groups", "escalated", b"escalated", "stage_count", b"stage_count", "stage_index", b"stage_index", "stage_name", b"stage_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReviewProgress: _TypeAlias = ReviewProgress  # noqa: Y015
 
 @_typing.final
 class AttemptLease(_message.Message):

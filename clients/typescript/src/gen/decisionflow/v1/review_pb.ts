@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file decisionflow/v1/review.proto.
  */
 export const file_decisionflow_v1_review: GenFile = /*@__PURE__*/
-  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSL2AwoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2UiTgoMQXR0ZW1wdExlYXNlEg4KBmhvbGRlchgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoSU3RhcnRSZXZpZXdSZXF1ZXN0Eg8KB2Nhc2VfaWQYASABKAkSDgoGYWN0aW9uGAIgASgJEgwKBGJvZHkYAyABKAkSKwoIZXZpZGVuY2UYBCADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAUgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeRIdChVleHBlY3RlZF9vcGVyYXRpb25faWQYBiABKAkiiwEKE1N0YXJ0UmV2aWV3UmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSDwoHY3JlYXRlZBgCIAEoCBI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IjsKEkdldFByb3Bvc2FsUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSDwoHY2FzZV9pZBgCIAEoCSJxChNHZXRQcm9wb3NhbFJlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEi0KCW9wZXJhdGlvbhgCIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24imAEKE0VkaXRQcm9wb3NhbFJlcXVlc3QSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAEgASgJEgwKBGJvZHkYAiABKAkSKwoIZXZpZGVuY2UYAyADKAsyGS5kZWNpc2lvbmZsb3cudjEuRXZpZGVuY2USJwoGcG9saWN5GAQgASgLMhcuZGVjaXNpb25mbG93LnYxLlBvbGljeSJ7ChRFZGl0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBI2Cg5wZW5kaW5nX3JldmlldxgCIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IlMKDkFwcHJvdmVSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIrCghkZWNpc2lvbhgCIAEoDjIZLmRlY2lzaW9uZmxvdy52MS5EZWNpc2lvbiJ7Cg9BcHByb3ZlUmVzcG9uc2USLQoJb3BlcmF0aW9uGAEgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbhIpCgdvdXRjb21lGAIgASgOMhguZGVjaXNpb25mbG93LnYxLk91dGNvbWUSDgoGcmVwbGF5GAMgASgIIisKE0dldE9wZXJhdGlvblJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJIkUKFEdldE9wZXJhdGlvblJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24i+AEKGUxpc3RQZW5kaW5nUmV2aWV3c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSFAoHY2FzZV9pZBgDIAEoCUgAiAEBEhsKDmNhc2VfaWRfcHJlZml4GAQgASgJSAGIAQESFwoKY3JlYXRlZF9ieRgFIAEoCUgCiAEBEhMKBmFjdGlvbhgGIAEoCUgDiAEBEhoKEmluY2x1ZGVfdG90YWxfc2l6ZRgHIAEoCEIKCghfY2FzZV9pZEIRCg9fY2FzZV9pZF9wcmVmaXhCDQoLX2NyZWF0ZWRfYnlCCQoHX2FjdGlvbiKLAQoSUGVuZGluZ1Jldmlld0VudHJ5EisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEhAKCHZlcnNpb25zGAIgASgNEjYKDnBlbmRpbmdfcmV2aWV3GAMgASgLMh4uZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXcikwEKGkxpc3RQZW5kaW5nUmV2aWV3c1Jlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1Jldmlld0VudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIXCgp0b3RhbF9zaXplGAMgASgDSACIAQFCDQoLX3RvdGFsX3NpemUiEgoQR2V0Q2FsbGVyUmVxdWVzdCJcChFHZXRDYWxsZXJSZXNwb25zZRIRCglwcmluY2lwYWwYASABKAkSJAoFcm9sZXMYAiADKA4yFS5kZWNpc2lvbmZsb3cudjEuUm9sZRIOCgZncm91cHMYAyADKAkyjgUKDVJldmlld1NlcnZpY2USWAoLU3RhcnRSZXZpZXcSIy5kZWNpc2lvbmZsb3cudjEuU3RhcnRSZXZpZXdSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVzcG9uc2USWAoLR2V0UHJvcG9zYWwSIy5kZWNpc2lvbmZsb3cudjEuR2V0UHJvcG9zYWxSZXF1ZXN0GiQuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVzcG9uc2USWwoMRWRpdFByb3Bvc2FsEiQuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuRWRpdFByb3Bvc2FsUmVzcG9uc2USTAoHQXBwcm92ZRIfLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVxdWVzdBogLmRlY2lzaW9uZmxvdy52MS5BcHByb3ZlUmVzcG9uc2USWwoMR2V0T3BlcmF0aW9uEiQuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlcXVlc3QaJS5kZWNpc2lvbmZsb3cudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2USbQoSTGlzdFBlbmRpbmdSZXZpZXdzEiouZGVjaXNpb25mbG93LnYxLkxpc3RQZW5kaW5nUmV2aWV3c1JlcXVlc3QaKy5kZWNpc2lvbmZsb3cudjEuTGlzdFBlbmRpbmdSZXZpZXdzUmVzcG9uc2USUgoJR2V0Q2FsbGVyEiEuZGVjaXNpb25mbG93LnYxLkdldENhbGxlclJlcXVlc3QaIi5kZWNpc2lvbmZsb3cudjEuR2V0Q2FsbGVyUmVzcG9uc2ViBnByb3RvMw", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCK2AQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSKpBAoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2USMQoIcHJvZ3Jlc3MYDiABKAsyHy5kZWNpc2lvbmZsb3cudjEuUmV2aWV3UHJvZ3Jlc3MiiQIKDlJldmlld1Byb2dyZXNzEhMKC3N0YWdlX2luZGV4GAEgASgNEhIKCnN0YWdlX25hbWUYAiABKAkSEwoLc3RhZ2VfY291bnQYAyABKA0SFwoPYXBwcm92YWxzX2dpdmVuGAQgAygJEhgKEGFwcHJvdmFsc19uZWVkZWQYBSABKA0SFwoPZWxpZ2libGVfZ3JvdXBzGAYgAygJEiwKCGR1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgllc2NhbGF0ZWQYCCABKAgSLAoIZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIk4KDEF0dGVtcHRMZWFzZRIOCgZob2xkZXIYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiuAEKElN0YXJ0UmV2aWV3UmVxdWVzdBIPCgdjYXNlX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIMCgRib2R5GAMgASgJEisKCGV2aWRlbmNlGAQgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgFIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAYgASgJIosBChNTdGFydFJldmlld1Jlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEg8KB2NyZWF0ZWQYAiABKAgSNgoOcGVuZGluZ19yZXZpZXcYAyABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyI7ChJHZXRQcm9wb3NhbFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEg8KB2Nhc2VfaWQYAiABKAkicQoTR2V0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBItCglvcGVyYXRpb24YAiABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uIpgBChNFZGl0UHJvcG9zYWxSZXF1ZXN0Eh0KFWV4cGVjdGVkX29wZXJhdGlvbl9pZBgBIAEoCRIMCgRib2R5GAIgASgJEisKCGV2aWRlbmNlGAMgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgEIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kiewoURWRpdFByb3Bvc2FsUmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSNgoOcGVuZGluZ19yZXZpZXcYAiABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyJTCg5BcHByb3ZlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSKwoIZGVjaXNpb24YAiABKA4yGS5kZWNpc2lvbmZsb3cudjEuRGVjaXNpb24iewoPQXBwcm92ZVJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24SKQoHb3V0Y29tZRgCIAEoDjIYLmRlY2lzaW9uZmxvdy52MS5PdXRjb21lEg4KBnJlcGxheRgDIAEoCCIrChNHZXRPcGVyYXRpb25SZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCSJFChRHZXRPcGVyYXRpb25SZXNwb25zZRItCglvcGVyYXRpb24YASABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uIvgBChlMaXN0UGVuZGluZ1Jldmlld3NSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEhQKB2Nhc2VfaWQYAyABKAlIAIgBARIbCg5jYXNlX2lkX3ByZWZpeBgEIAEoCUgBiAEBEhcKCmNyZWF0ZWRfYnkYBSABKAlIAogBARITCgZhY3Rpb24YBiABKAlIA4gBARIaChJpbmNsdWRlX3RvdGFsX3NpemUYByABKAhCCgoIX2Nhc2VfaWRCEQoPX2Nhc2VfaWRfcHJlZml4Qg0KC19jcmVhdGVkX2J5QgkKB19hY3Rpb24iiwEKElBlbmRpbmdSZXZpZXdFbnRyeRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBIQCgh2ZXJzaW9ucxgCIAEoDRI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IpMBChpMaXN0UGVuZGluZ1Jldmlld3NSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMuZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSFwoKdG90YWxfc2l6ZRgDIAEoA0gAiAEBQg0KC190b3RhbF9zaXplIhIKEEdldENhbGxlclJlcXVlc3QiXAoRR2V0Q2FsbGVyUmVzcG9uc2USEQoJcHJpbmNpcGFsGAEgASgJEiQKBXJvbGVzGAIgAygOMhUuZGVjaXNpb25mbG93LnYxLlJvbGUSDgoGZ3JvdXBzGAMgAygJMo4FCg1SZXZpZXdTZXJ2aWNlElgKC1N0YXJ0UmV2aWV3EiMuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5TdGFydFJldmlld1Jlc3BvbnNlElgKC0dldFByb3Bvc2FsEiMuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5HZXRQcm9wb3NhbFJlc3BvbnNlElsKDEVkaXRQcm9wb3NhbBIkLmRlY2lzaW9uZmxvdy52MS5FZGl0UHJvcG9zYWxSZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlc3BvbnNlEkwKB0FwcHJvdmUSHy5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlcXVlc3QaIC5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlc3BvbnNlElsKDEdldE9wZXJhdGlvbhIkLmRlY2lzaW9uZmxvdy52MS5HZXRPcGVyYXRpb25SZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlc3BvbnNlEm0KEkxpc3RQZW5kaW5nUmV2aWV3cxIqLmRlY2lzaW9uZmxvdy52MS5MaXN0UGVuZGluZ1Jldmlld3NSZXF1ZXN0GisuZGVjaXNpb25mbG93LnYxLkxpc3RQZW5kaW5nUmV2aWV3c1Jlc3BvbnNlElIKCUdldENhbGxlchIhLmRlY2lzaW9uZmxvdy52MS5HZXRDYWxsZXJSZXF1ZXN0GiIuZGVjaXNpb25mbG93LnYxLkdldENhbGxlclJlc3BvbnNlYgZwcm90bzM", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * An immutable proposal; its operation id is computed from its content.
@@ -321,6 +321,14 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
    * @generated from field: decisionflow.v1.AttemptLease attempt_lease = 13;
    */
   attemptLease?: AttemptLease | undefined;
+
+  /**
+   * Where the review stands under its rule (docs/review-rules.md); unset for an
+   * operation whose review follows the default rule (one approval by any reviewer).
+   *
+   * @generated from field: decisionflow.v1.ReviewProgress progress = 14;
+   */
+  progress?: ReviewProgress | undefined;
 };
 
 /**
@@ -329,6 +337,86 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
   messageDesc(file_decisionflow_v1_review, 3);
+
+/**
+ * Where a review under a rule other than the default one stands: its current
+ * stage (the last one when the review is complete), who approved it and what
+ * it still needs.
+ *
+ * @generated from message decisionflow.v1.ReviewProgress
+ */
+export type ReviewProgress = Message<"decisionflow.v1.ReviewProgress"> & {
+  /**
+   * The current stage, 0 for the first.
+   *
+   * @generated from field: uint32 stage_index = 1;
+   */
+  stageIndex: number;
+
+  /**
+   * The current stage's name, as the rules file names it.
+   *
+   * @generated from field: string stage_name = 2;
+   */
+  stageName: string;
+
+  /**
+   * How many stages the rule has.
+   *
+   * @generated from field: uint32 stage_count = 3;
+   */
+  stageCount: number;
+
+  /**
+   * The principals whose approvals count in the current stage, in the order given.
+   *
+   * @generated from field: repeated string approvals_given = 4;
+   */
+  approvalsGiven: string[];
+
+  /**
+   * How many approvals the current stage needs in all.
+   *
+   * @generated from field: uint32 approvals_needed = 5;
+   */
+  approvalsNeeded: number;
+
+  /**
+   * The groups whose members may decide the current stage now, in code point
+   * order; empty: any reviewer.
+   *
+   * @generated from field: repeated string eligible_groups = 6;
+   */
+  eligibleGroups: string[];
+
+  /**
+   * When the current stage is due; unset when it has no due time.
+   *
+   * @generated from field: google.protobuf.Timestamp due_time = 7;
+   */
+  dueTime?: Timestamp | undefined;
+
+  /**
+   * True once the current stage was escalated to its escalation groups.
+   *
+   * @generated from field: bool escalated = 8;
+   */
+  escalated: boolean;
+
+  /**
+   * When the review expires unless decided; unset when the rule has no deadline.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 9;
+   */
+  deadline?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message decisionflow.v1.ReviewProgress.
+ * Use `create(ReviewProgressSchema)` to create a new message.
+ */
+export const ReviewProgressSchema: GenMessage<ReviewProgress> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 4);
 
 /**
  * While an attempt to drive an operation's effect may be in flight, no other
@@ -362,7 +450,7 @@ export type AttemptLease = Message<"decisionflow.v1.AttemptLease"> & {
  * Use `create(AttemptLeaseSchema)` to create a new message.
  */
 export const AttemptLeaseSchema: GenMessage<AttemptLease> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 4);
+  messageDesc(file_decisionflow_v1_review, 5);
 
 /**
  * Request to start a review.
@@ -421,7 +509,7 @@ export type StartReviewRequest = Message<"decisionflow.v1.StartReviewRequest"> &
  * Use `create(StartReviewRequestSchema)` to create a new message.
  */
 export const StartReviewRequestSchema: GenMessage<StartReviewRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 5);
+  messageDesc(file_decisionflow_v1_review, 6);
 
 /**
  * The proposal and its pending review.
@@ -456,7 +544,7 @@ export type StartReviewResponse = Message<"decisionflow.v1.StartReviewResponse">
  * Use `create(StartReviewResponseSchema)` to create a new message.
  */
 export const StartReviewResponseSchema: GenMessage<StartReviewResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 6);
+  messageDesc(file_decisionflow_v1_review, 7);
 
 /**
  * Request for one proposal. Exactly one of the fields is set.
@@ -484,7 +572,7 @@ export type GetProposalRequest = Message<"decisionflow.v1.GetProposalRequest"> &
  * Use `create(GetProposalRequestSchema)` to create a new message.
  */
 export const GetProposalRequestSchema: GenMessage<GetProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 7);
+  messageDesc(file_decisionflow_v1_review, 8);
 
 /**
  * One proposal.
@@ -512,7 +600,7 @@ export type GetProposalResponse = Message<"decisionflow.v1.GetProposalResponse">
  * Use `create(GetProposalResponseSchema)` to create a new message.
  */
 export const GetProposalResponseSchema: GenMessage<GetProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 8);
+  messageDesc(file_decisionflow_v1_review, 9);
 
 /**
  * Request to edit the case's current proposal. The new content replaces the old
@@ -555,7 +643,7 @@ export type EditProposalRequest = Message<"decisionflow.v1.EditProposalRequest">
  * Use `create(EditProposalRequestSchema)` to create a new message.
  */
 export const EditProposalRequestSchema: GenMessage<EditProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 9);
+  messageDesc(file_decisionflow_v1_review, 10);
 
 /**
  * The new current proposal.
@@ -583,7 +671,7 @@ export type EditProposalResponse = Message<"decisionflow.v1.EditProposalResponse
  * Use `create(EditProposalResponseSchema)` to create a new message.
  */
 export const EditProposalResponseSchema: GenMessage<EditProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 10);
+  messageDesc(file_decisionflow_v1_review, 11);
 
 /**
  * A decision on one operation id. The reviewer is the authenticated principal.
@@ -611,7 +699,7 @@ export type ApproveRequest = Message<"decisionflow.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 11);
+  messageDesc(file_decisionflow_v1_review, 12);
 
 /**
  * The outcome of a decision.
@@ -646,7 +734,7 @@ export type ApproveResponse = Message<"decisionflow.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 12);
+  messageDesc(file_decisionflow_v1_review, 13);
 
 /**
  * Request for one operation.
@@ -667,7 +755,7 @@ export type GetOperationRequest = Message<"decisionflow.v1.GetOperationRequest">
  * Use `create(GetOperationRequestSchema)` to create a new message.
  */
 export const GetOperationRequestSchema: GenMessage<GetOperationRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 13);
+  messageDesc(file_decisionflow_v1_review, 14);
 
 /**
  * One operation.
@@ -688,7 +776,7 @@ export type GetOperationResponse = Message<"decisionflow.v1.GetOperationResponse
  * Use `create(GetOperationResponseSchema)` to create a new message.
  */
 export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 14);
+  messageDesc(file_decisionflow_v1_review, 15);
 
 /**
  * Request for a page of pending reviews. Filters that are set must all match.
@@ -757,7 +845,7 @@ export type ListPendingReviewsRequest = Message<"decisionflow.v1.ListPendingRevi
  * Use `create(ListPendingReviewsRequestSchema)` to create a new message.
  */
 export const ListPendingReviewsRequestSchema: GenMessage<ListPendingReviewsRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 15);
+  messageDesc(file_decisionflow_v1_review, 16);
 
 /**
  * One undecided current proposal waiting for a decision.
@@ -793,7 +881,7 @@ export type PendingReviewEntry = Message<"decisionflow.v1.PendingReviewEntry"> &
  * Use `create(PendingReviewEntrySchema)` to create a new message.
  */
 export const PendingReviewEntrySchema: GenMessage<PendingReviewEntry> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 16);
+  messageDesc(file_decisionflow_v1_review, 17);
 
 /**
  * A page of pending reviews.
@@ -830,7 +918,7 @@ export type ListPendingReviewsResponse = Message<"decisionflow.v1.ListPendingRev
  * Use `create(ListPendingReviewsResponseSchema)` to create a new message.
  */
 export const ListPendingReviewsResponseSchema: GenMessage<ListPendingReviewsResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 17);
+  messageDesc(file_decisionflow_v1_review, 18);
 
 /**
  * Request for the authenticated caller; who calls is the call's credentials,
@@ -846,7 +934,7 @@ export type GetCallerRequest = Message<"decisionflow.v1.GetCallerRequest"> & {
  * Use `create(GetCallerRequestSchema)` to create a new message.
  */
 export const GetCallerRequestSchema: GenMessage<GetCallerRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 18);
+  messageDesc(file_decisionflow_v1_review, 19);
 
 /**
  * The authenticated caller.
@@ -885,7 +973,7 @@ export type GetCallerResponse = Message<"decisionflow.v1.GetCallerResponse"> & {
  * Use `create(GetCallerResponseSchema)` to create a new message.
  */
 export const GetCallerResponseSchema: GenMessage<GetCallerResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 19);
+  messageDesc(file_decisionflow_v1_review, 20);
 
 /**
  * Proposals, edits, pending reviews and decisions. Refusals carry a

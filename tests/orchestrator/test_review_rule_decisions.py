@@ -1,0 +1,189 @@
+"""Approve and Decline under a review rule, over real gRPC on SQLite and PostgreSQL: two of three leads,
+then one of finance. A vote that counts answers AWAITING_APPROVALS with the review's progress and writes
+nothing at the receiver; the vote that completes the last stage writes the one effect; a vote the rule
+does not count is refused with nothing written; a principal's second vote is a replay; a decline by an
+eligible reviewer ends the review; and racing last votes end with one decision and at most one effect."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from decisionflow.bearer import bearer_metadata
+from decisionflow.status_details import error_info
+from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.vocabulary import Role
+from decisionflow_server.runtime.auth import issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
+from tests.support.stack import Stack, approve, count, decline, open_stack
+
+RULES = """\
+version = 1
+
+[[actions.record_support_review.stages]]
+name = "leads"
+groups = ["support-leads"]
+approvals = 2
+
+[[actions.record_support_review.stages]]
+name = "finance"
+groups = ["finance"]
+"""
+PEOPLE = {
+    "ava": ([Role.AUTHOR, Role.REVIEWER], ["support-leads"]),
+    "lee": ([Role.REVIEWER], ["support-leads"]),
+    "lin": ([Role.REVIEWER], ["finance", "support-leads"]),
+    "lou": ([Role.REVIEWER], ["support-leads"]),
+    "fay": ([Role.REVIEWER], ["finance"]),
+    "fin": ([Role.REVIEWER], ["finance"]),
+    "oli": ([Role.REVIEWER], []),
+}
+
+
+class Desk:
+    """A stack serving the rule, and a ReviewService stub per person."""
+
+    def __init__(self, stack: Stack, tokens: dict[str, str]) -> None:
+        self.stack = stack
+        self._stub = stack.review()
+        self._tokens = tokens
+
+    def call(self, who: str, method: str, request: object) -> review_pb2.ApproveResponse:
+        stub: review_pb2_grpc.ReviewServiceStub = self._stub
+        answer: review_pb2.ApproveResponse = getattr(stub, method)(
+            request, timeout=30, metadata=bearer_metadata(self._tokens[who])
+        )
+        return answer
+
+    def start(self, case_id: str) -> str:
+        request = review_pb2.StartReviewRequest(
+            case_id=case_id,
+            action="record_support_review",
+            body=f"Refund {case_id}.",
+            evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
+            policy=common_pb2.Policy(name="refunds", version_label="2026-03", allowance_units=1),
+        )
+        return str(self.call("ava", "StartReview", request).proposal.operation_id)  # type: ignore[attr-defined]
+
+    def refused(self, who: str, request: review_pb2.ApproveRequest) -> tuple[grpc.StatusCode, str, dict[str, str]]:
+        with pytest.raises(grpc.RpcError) as failed:
+            self.call(who, "Approve", request)
+        reason, metadata, _ = error_info(failed.value)
+        return failed.value.code(), reason, metadata
+
+    def rows(self, table: str) -> int:
+        return count(self.stack.orchestrator_url, f"SELECT count(*) FROM {table}")
+
+
+@pytest.fixture
+def desk(database_url: str, tmp_path: Path) -> Iterator[Desk]:
+    """A stack on a fresh orchestrator database of each kind, with the rules file and a token per person."""
+    credentials = tmp_path / "credentials.json"
+    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
+    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
+    stack = open_stack(
+        tmp_path,
+        orchestrator_url=database_url,
+        security=ServerSecurity(credentials_file=credentials),
+        review_rules_file=tmp_path / "rules.toml",
+    )
+    try:
+        yield Desk(stack, tokens)
+    finally:
+        stack.close()
+
+
+def test_votes_count_stage_by_stage_and_the_last_writes_the_one_effect(desk: Desk) -> None:
+    op = desk.start("T-1")
+    first = desk.call("lee", "Approve", approve(op))
+    assert first.outcome == common_pb2.OUTCOME_AWAITING_APPROVALS and not first.replay
+    assert first.operation.state == common_pb2.OPERATION_STATE_PENDING_REVIEW
+    progress = first.operation.progress
+    assert (progress.stage_index, progress.stage_name, progress.stage_count) == (0, "leads", 2)
+    assert (list(progress.approvals_given), progress.approvals_needed) == (["lee"], 2)  # 1 of 2
+    assert list(progress.eligible_groups) == ["support-leads"] and not progress.HasField("deadline")
+
+    second = desk.call("lin", "Approve", approve(op))
+    assert second.outcome == common_pb2.OUTCOME_AWAITING_APPROVALS
+    assert (second.operation.progress.stage_index, second.operation.progress.stage_name) == (1, "finance")
+    assert list(second.operation.progress.approvals_given) == []
+    assert desk.stack.effects() == 0 and desk.stack.decisions() == 0
+
+    # lin holds finance too, but counted in the leads' stage: a second vote of lin is a replay.
+    again = desk.call("lin", "Approve", approve(op))
+    assert again.replay and again.outcome == common_pb2.OUTCOME_AWAITING_APPROVALS
+    assert desk.rows("votes") == 2
+
+    last = desk.call("fay", "Approve", approve(op))
+    assert last.outcome == common_pb2.OUTCOME_COMMITTED and not last.replay
+    assert last.operation.reviewer == "fay"
+    assert desk.stack.effects() == 1 and desk.stack.decisions() == 1
+    assert desk.call("fay", "Approve", approve(op)).replay
+    assert desk.stack.effects() == 1 and desk.rows("votes") == 3
+
+
+def test_votes_the_rule_does_not_count_are_refused_with_nothing_written(desk: Desk) -> None:
+    op = desk.start("T-1")
+    entries = desk.rows("audit_entries")
+    code, reason, metadata = desk.refused("fay", approve(op))
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "NOT_ELIGIBLE_TO_DECIDE")
+    assert metadata == {"operation_id": op, "principal": "fay", "vote_refusal": "not_eligible"}
+    assert desk.refused("oli", approve(op))[2]["vote_refusal"] == "not_eligible"
+    code, reason, _ = desk.refused("ava", approve(op))
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "FOUR_EYES")
+    assert desk.rows("votes") == 0 and desk.rows("audit_entries") == entries
+
+    desk.call("lee", "Approve", approve(op))
+    code, reason, metadata = desk.refused("lee", decline(op))
+    assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
+    assert desk.rows("votes") == 1
+
+
+def test_a_decline_by_an_eligible_reviewer_ends_the_review(desk: Desk) -> None:
+    op = desk.start("T-1")
+    desk.call("lee", "Approve", approve(op))
+    declined = desk.call("lou", "Approve", decline(op))
+    assert declined.outcome == common_pb2.OUTCOME_DECLINED
+    assert declined.operation.state == common_pb2.OPERATION_STATE_DECLINED
+    assert desk.stack.effects() == 0 and desk.stack.decisions() == 1
+    code, reason, _ = desk.refused("lin", approve(op))
+    assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
+
+
+@pytest.mark.parametrize("rival", [approve, decline], ids=["approval", "decline"])
+def test_racing_last_votes_end_with_one_decision(desk: Desk, rival: object) -> None:
+    rounds = 6
+    for round_ in range(rounds):
+        op = desk.start(f"T-{round_}")
+        desk.call("lee", "Approve", approve(op))
+        desk.call("lou", "Approve", approve(op))
+
+        def vote(who: str, op: str = op) -> tuple[str, object]:
+            request = approve(op) if who == "fay" else rival(op)  # type: ignore[operator]
+            try:
+                return "answer", desk.call(who, "Approve", request)
+            except grpc.RpcError as refused:
+                return "refused", error_info(refused)[0]
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(vote, ["fay", "fin"]))
+        outcomes = sorted(
+            common_pb2.Outcome.Name(a.outcome) if kind == "answer" else str(a)  # type: ignore[attr-defined]
+            for kind, a in answers
+        )
+        if rival is approve:
+            assert outcomes == ["OUTCOME_COMMITTED", "OUTCOME_COMMITTED"]
+            assert sum(a.replay for _, a in answers) == 1  # type: ignore[attr-defined]
+        else:
+            assert outcomes in (["DECISION_CONFLICT", "OUTCOME_COMMITTED"], ["DECISION_CONFLICT", "OUTCOME_DECLINED"])
+    assert desk.stack.decisions() == rounds
+    expected = (
+        rounds
+        if rival is approve
+        else count(desk.stack.orchestrator_url, "SELECT count(*) FROM decisions WHERE decision = 'approve'")
+    )
+    assert desk.stack.effects() == expected
