@@ -163,8 +163,8 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         self, request: review_pb2.GetOperationRequest, context: Context
     ) -> review_pb2.GetOperationResponse:
         """Return one operation."""
-        operation = await self._proposals.get_operation(check_operation_id(request.operation_id))
-        return review_pb2.GetOperationResponse(operation=operation_to_pb(operation))
+        operation, progress = await self._proposals.operation_progress(check_operation_id(request.operation_id))
+        return review_pb2.GetOperationResponse(operation=operation_to_pb(operation, progress))
 
     async def ListPendingReviews(
         self, request: review_pb2.ListPendingReviewsRequest, context: Context

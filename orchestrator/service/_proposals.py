@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from decisionflow.identity import identities
+from decisionflow.review_rules import ReviewProgress
 from decisionflow.vocabulary import CaseId, OperationId
 from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
@@ -168,6 +169,10 @@ class ProposalService:
     async def get_operation(self, operation_id: OperationId) -> Operation:
         """Return the operation's state, decision, receipt and last lookup."""
         return await self._store.get_operation(operation_id)
+
+    async def operation_progress(self, operation_id: OperationId) -> tuple[Operation, ReviewProgress | None]:
+        """Return the operation and, when its review follows a rule other than the default one, where it stands."""
+        return await self._store.operation_progress(operation_id, self._clock())
 
     async def list_pending_reviews(
         self,

@@ -16,22 +16,33 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from decisionflow.review_rules import ReviewRecord, Vote, VoteEffect, VoteOutcome, review_progress, vote_effect
+from decisionflow.review_rules import (
+    ReviewProgress,
+    ReviewRecord,
+    Vote,
+    VoteEffect,
+    VoteOutcome,
+    review_progress,
+    vote_effect,
+)
 from decisionflow.transparency import VoteLeaf
 from decisionflow.vocabulary import CaseId, Decision, OperationId
 from orchestrator.audit_log.events import AuditEntry
-from orchestrator.domain import Proposal
+from orchestrator.domain import Operation, Proposal
 from orchestrator.errors import NotFound
-from orchestrator.schema import operations, votes
+from orchestrator.schema import operations, proposals, votes
 from orchestrator.store import _audit_entries
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import decision_of, decision_text
+from orchestrator.store._operations import operation_txn
+from orchestrator.store._proposals import proposal_txn
 from orchestrator.store._store_base import StoreBase
 
 _OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
 _LOCK_OPERATION = sa.select(operations.c.state).where(operations.c.operation_id == _OPERATION_ID).with_for_update()
 _VOTES = sa.select(votes).where(votes.c.operation_id == _OPERATION_ID).order_by(votes.c.vote_id)
 _INSERT_VOTE = votes.insert().inline()
+_RULE_DIGEST = sa.select(proposals.c.rule_digest).where(proposals.c.operation_id == _OPERATION_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +95,17 @@ def vote_entry(operation_id: OperationId, case_id: CaseId, vote: Vote, stage_ind
 
 class VoteMethods(StoreBase):
     """Votes of reviews under a rule, each decided against the ones recorded before it."""
+
+    def operation_progress(self, operation_id: OperationId, now: datetime) -> tuple[Operation, ReviewProgress | None]:
+        """Return the operation (as get_operation does) and, when its review follows a rule other than the
+        default one, where the review stands at now, read in one transaction; raise NotFound."""
+        with self.transactions.read() as conn:
+            operation = operation_txn(conn, operation_id)
+            digest = conn.execute(_RULE_DIGEST, {"b_operation_id": operation_id}).scalar_one_or_none()
+            if digest is None:
+                return operation, None
+            proposal = proposal_txn(conn, operation_id)
+            return operation, review_progress(review_record(proposal, votes_txn(conn, operation_id)), now)
 
     def votes(self, operation_id: OperationId) -> tuple[Vote, ...]:
         """Return the operation's votes in the order they were recorded (none under the default rule)."""

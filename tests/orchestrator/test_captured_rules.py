@@ -125,3 +125,8 @@ def test_a_review_keeps_the_rule_in_force_when_it_started(stack: Stack, tmp_path
     assert digests == {before: digest, after: None}
     rule = ReviewRule(ACTION, (Stage("leads", ("support-leads",), 2), Stage("finance", ("finance",))))
     assert digest == rule_digest(rule) and bytes(encoded) == encode_rule(rule)
+    # GetOperation says where a review under a rule stands, and nothing more of one under the default rule.
+    read = {
+        op: stack.review().GetOperation(review_pb2.GetOperationRequest(operation_id=op), timeout=30) for op in digests
+    }
+    assert read[before].operation.progress.approvals_needed == 2 and not read[after].operation.HasField("progress")

@@ -6,6 +6,7 @@ eligible reviewer ends the review; and racing last votes end with one decision a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,9 +15,10 @@ import grpc
 import pytest
 
 from decisionflow.bearer import bearer_metadata
+from decisionflow.client import ApproveResult, AsyncReviewClient, ReviewClient, ReviewProgress
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from decisionflow.vocabulary import Role
+from decisionflow.vocabulary import OperationState, Outcome, Role
 from decisionflow_server.runtime.auth import issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.stack import Stack, approve, count, decline, open_stack
@@ -50,12 +52,12 @@ class Desk:
     def __init__(self, stack: Stack, tokens: dict[str, str]) -> None:
         self.stack = stack
         self._stub = stack.review()
-        self._tokens = tokens
+        self.tokens = tokens
 
     def call(self, who: str, method: str, request: object) -> review_pb2.ApproveResponse:
         stub: review_pb2_grpc.ReviewServiceStub = self._stub
         answer: review_pb2.ApproveResponse = getattr(stub, method)(
-            request, timeout=30, metadata=bearer_metadata(self._tokens[who])
+            request, timeout=30, metadata=bearer_metadata(self.tokens[who])
         )
         return answer
 
@@ -106,6 +108,9 @@ def test_votes_count_stage_by_stage_and_the_last_writes_the_one_effect(desk: Des
     assert (progress.stage_index, progress.stage_name, progress.stage_count) == (0, "leads", 2)
     assert (list(progress.approvals_given), progress.approvals_needed) == (["lee"], 2)  # 1 of 2
     assert list(progress.eligible_groups) == ["support-leads"] and not progress.HasField("deadline")
+
+    read = desk.call("oli", "GetOperation", review_pb2.GetOperationRequest(operation_id=op)).operation
+    assert read.progress == progress
 
     second = desk.call("lin", "Approve", approve(op))
     assert second.outcome == common_pb2.OUTCOME_AWAITING_APPROVALS
@@ -187,3 +192,23 @@ def test_racing_last_votes_end_with_one_decision(desk: Desk, rival: object) -> N
         else count(desk.stack.orchestrator_url, "SELECT count(*) FROM decisions WHERE decision = 'approve'")
     )
     assert desk.stack.effects() == expected
+
+
+def test_the_python_clients_expose_the_outcome_and_the_progress(desk: Desk) -> None:
+    op = desk.start("T-1")
+    port = desk.stack.orchestrator_port
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        result = ReviewClient(channel, metadata=bearer_metadata(desk.tokens["lee"])).approve(op)
+    assert (result.outcome, result.replay) == (Outcome.AWAITING_APPROVALS, False)
+    assert result.operation.state is OperationState.PENDING_REVIEW
+    assert result.operation.progress == ReviewProgress(
+        0, "leads", 2, ("lee",), 2, ("support-leads",), due_time=None, escalated=False, deadline=None
+    )
+
+    async def approve_async() -> ApproveResult:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            return await AsyncReviewClient(channel, metadata=bearer_metadata(desk.tokens["lee"])).approve(op)
+
+    replayed = asyncio.run(approve_async())
+    assert (replayed.outcome, replayed.replay) == (Outcome.AWAITING_APPROVALS, True)
+    assert replayed.operation.progress == result.operation.progress

@@ -64,6 +64,24 @@ def operation(message: review_pb2.Operation) -> views.OperationView:
         last_lookup=last_lookup,
         updated_at=_time(message, "updated_at"),
         attempt_lease=_attempt_lease(message),
+        progress=_progress(message),
+    )
+
+
+def _progress(message: review_pb2.Operation) -> views.ReviewProgress | None:
+    if not message.HasField("progress"):
+        return None
+    progress = message.progress
+    return views.ReviewProgress(
+        stage_index=progress.stage_index,
+        stage_name=progress.stage_name,
+        stage_count=progress.stage_count,
+        approvals_given=tuple(progress.approvals_given),
+        approvals_needed=progress.approvals_needed,
+        eligible_groups=tuple(progress.eligible_groups),
+        due_time=_time(progress, "due_time"),
+        escalated=progress.escalated,
+        deadline=_time(progress, "deadline"),
     )
 
 

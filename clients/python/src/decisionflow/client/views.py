@@ -48,6 +48,7 @@ __all__ = [
     "ProposalView",
     "Receipt",
     "RedriveResult",
+    "ReviewProgress",
     "Role",
     "SettleResult",
     "Settlement",
@@ -75,6 +76,26 @@ class LookupNote:
 
 
 @dataclass(frozen=True, slots=True)
+class ReviewProgress:
+    """Where a review under a rule other than the default one stands (docs/review-rules.md): its current
+    stage (the last one once complete), who approved it and what it still needs."""
+
+    stage_index: int
+    """The current stage, 0 for the first."""
+    stage_name: str
+    stage_count: int
+    approvals_given: tuple[str, ...]
+    """The principals whose approvals count in the current stage, in the order given."""
+    approvals_needed: int
+    """How many approvals the current stage needs in all."""
+    eligible_groups: tuple[str, ...]
+    """The groups whose members may decide the current stage now; empty: any reviewer."""
+    due_time: datetime | None
+    escalated: bool
+    deadline: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class OperationView:
     """An operation and where it stands."""
 
@@ -92,6 +113,8 @@ class OperationView:
     updated_at: datetime | None
     # The lease of the attempt that last took the operation, while one is recorded.
     attempt_lease: AttemptLease | None = None
+    # Where its review stands under its rule; None under the default rule (one approval by any reviewer).
+    progress: ReviewProgress | None = None
 
     @property
     def receipt_id(self) -> str | None:
