@@ -1,14 +1,16 @@
 """Approve and Decline under a review rule, over real gRPC on SQLite and PostgreSQL: two of three leads,
 then one of finance. A vote that counts answers AWAITING_APPROVALS with the review's progress and writes
 nothing at the receiver; the vote that completes the last stage writes the one effect; a vote the rule
-does not count is refused with nothing written; a principal's second vote is a replay; a decline by an
-eligible reviewer ends the review; and racing last votes end with one decision and at most one effect."""
+does not count, or cast past its deadline, is refused with nothing written; a principal's second vote is
+a replay; a decline by an eligible reviewer ends the review; and racing last votes end with one decision
+and at most one effect."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -161,7 +163,7 @@ def test_a_decline_by_an_eligible_reviewer_ends_the_review(desk: Desk) -> None:
 
 @pytest.mark.parametrize("rival", [approve, decline], ids=["approval", "decline"])
 def test_racing_last_votes_end_with_one_decision(desk: Desk, rival: object) -> None:
-    rounds = 6
+    rounds = 30
     for round_ in range(rounds):
         op = desk.start(f"T-{round_}")
         desk.call("lee", "Approve", approve(op))
@@ -212,3 +214,31 @@ def test_the_python_clients_expose_the_outcome_and_the_progress(desk: Desk) -> N
     replayed = asyncio.run(approve_async())
     assert (replayed.outcome, replayed.replay) == (Outcome.AWAITING_APPROVALS, True)
     assert replayed.operation.progress == result.operation.progress
+
+
+def test_a_vote_past_the_rule_s_deadline_is_refused_with_nothing_written(database_url: str, tmp_path: Path) -> None:
+    credentials = tmp_path / "credentials.json"
+    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
+    (tmp_path / "rules.toml").write_text(
+        RULES.replace("version = 1\n", 'version = 1\n\n[actions.record_support_review]\ndeadline = "1h"\n'),
+        encoding="utf-8",
+    )
+    now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
+    stack = open_stack(
+        tmp_path,
+        orchestrator_url=database_url,
+        security=ServerSecurity(credentials_file=credentials),
+        review_rules_file=tmp_path / "rules.toml",
+        clock=lambda: now[0],
+    )
+    try:
+        desk = Desk(stack, tokens)
+        op = desk.start("T-1")
+        first = desk.call("lee", "Approve", approve(op))
+        assert first.operation.progress.deadline.ToDatetime(UTC) == now[0] + timedelta(hours=1)
+        now[0] += timedelta(hours=2)
+        code, reason, _ = desk.refused("lin", approve(op))
+        assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "REVIEW_EXPIRED")
+        assert desk.rows("votes") == 1 and desk.stack.effects() == 0
+    finally:
+        stack.close()
