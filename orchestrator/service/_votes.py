@@ -14,7 +14,8 @@ before rules existed. Under another rule a decision is a vote, checked in this o
    resumes the workflow, whose commit step records the decision once and writes the effect once.
 
 A vote that finds the review ended by another (two last approvals racing) is answered as that review's
-decision: a replay when it is the same decision, a conflict otherwise.
+decision, a conflict when it asked for the other one; if that decision is not recorded yet, this call
+records it (the unique key lets one call record it) under the vote that ended the review.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Votes:
         if mine is not None:
             if mine.decision is not decision:
                 raise DecisionConflict(operation_id, mine.decision)
-            return await self._stands(inputs, recorded, decision, deadline, replay=True)
+            return await self._stands(inputs, recorded, decision, deadline)
         check_four_eyes(proposal.authors, reviewer, enabled=True)
         check_open(inputs)
         cast = await self._store.cast_vote(proposal, reviewer, decision, groups, self._clock())
@@ -126,20 +127,19 @@ class Votes:
         recorded: tuple[Vote, ...],
         decision: Decision,
         deadline: float | None,
-        *,
-        replay: bool,
     ) -> DecisionResult:
         """Answer where the review stands; one its votes ended but whose decision is not recorded yet (its
         caller's reply lost, its process gone) is driven on under the vote that ended it."""
         progress = review_progress(review_record(inputs.proposal, recorded), self._clock())
         final = _final(progress)
         if final is None:
-            return DecisionResult(inputs.operation, Outcome.AWAITING_APPROVALS, replay=replay, progress=progress)
+            return DecisionResult(inputs.operation, Outcome.AWAITING_APPROVALS, replay=True, progress=progress)
         reached, by = final
         if reached is not decision:
             raise DecisionConflict(inputs.operation.operation_id, reached)
-        result = await self._decisions.resume(inputs, reached, by, deadline, progress)
-        return DecisionResult(result.operation, result.outcome, replay, result.retention_refusal, progress)
+        # Not a replay when this call is the one that records the decision (the vote's own call may then
+        # find it recorded, and answers as a replay).
+        return await self._decisions.resume(inputs, reached, by, deadline, progress)
 
     async def _ended(self, inputs: DecisionInputs, decision: Decision, deadline: float | None) -> DecisionResult:
         recorded = inputs.operation.decision
@@ -149,4 +149,4 @@ class Votes:
             return await self._decisions.replay(recorded, decision, deadline, inputs.operation, inputs.proposal)
         check_open(inputs)
         votes = await self._store.votes(inputs.operation.operation_id)
-        return await self._stands(inputs, votes, decision, deadline, replay=True)
+        return await self._stands(inputs, votes, decision, deadline)
