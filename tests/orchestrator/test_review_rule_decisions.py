@@ -20,9 +20,11 @@ from decisionflow.bearer import bearer_metadata
 from decisionflow.client import ApproveResult, AsyncReviewClient, ReviewClient, ReviewProgress
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
-from decisionflow.vocabulary import OperationState, Outcome, Role
+from decisionflow.vocabulary import Decision, OperationId, OperationState, Outcome, Role
 from decisionflow_server.runtime.auth import issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
+from decisionflow_server.storage import db
+from orchestrator.store import OrchestratorStore
 from tests.support.stack import Stack, approve, count, decline, open_stack
 
 RULES = """\
@@ -242,3 +244,23 @@ def test_a_vote_past_the_rule_s_deadline_is_refused_with_nothing_written(databas
         assert desk.rows("votes") == 1 and desk.stack.effects() == 0
     finally:
         stack.close()
+
+
+def test_a_review_whose_votes_ended_it_without_a_decision_is_driven_on_by_a_replay(desk: Desk) -> None:
+    # The completing vote was recorded, then its process ended before the decision: the voter's retry drives it.
+    op = desk.start("T-1")
+    engine = db.create_engine(desk.stack.orchestrator_url)
+    try:
+        store = OrchestratorStore(engine)
+        proposal = store.get_proposal(OperationId(op))
+        at = datetime.now(UTC)
+        for who, groups in [("lee", {"support-leads"}), ("lou", {"support-leads"}), ("fay", {"finance"})]:
+            assert store.cast_vote(proposal, who, Decision.APPROVE, frozenset(groups), at).written
+    finally:
+        engine.dispose()
+    assert desk.stack.decisions() == 0
+    code, reason, _ = desk.refused("fay", decline(op))
+    assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
+    retried = desk.call("fay", "Approve", approve(op))
+    assert retried.outcome == common_pb2.OUTCOME_COMMITTED and retried.operation.reviewer == "fay"
+    assert desk.stack.decisions() == 1 and desk.stack.effects() == 1
