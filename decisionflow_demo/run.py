@@ -1,4 +1,4 @@
-"""Run the demo: prepare the state directory, play the six steps, print the verdict, stop every child."""
+"""Run the demo: prepare the state directory, play the seven steps, print the verdict, stop every child."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def run_demo(options: DemoOptions) -> int:
                 story.step4()
                 story.step5()
                 story.step6()
+                story.step7()
             except DemoError as exc:
                 error, exit_code = str(exc), exc.exit_code
             except KeyboardInterrupt:
@@ -148,6 +149,10 @@ def _verdict(
         "control_case_id": ws.CONTROL_CASE_ID,
         "control_effects": seen.control_effects,
         "audit_verified": seen.audit_verified,
+        "quorum_case_id": ws.QUORUM_CASE_ID,
+        "earlier_rule_kept": seen.earlier_rule_kept,
+        "not_eligible_refused": seen.not_eligible_refused,
+        "quorum_two_of_three": seen.quorum_two_of_three,
         "failed": failed,
         "error": error,
         "state_dir": str(workspace.root),
@@ -168,6 +173,7 @@ def _conclude(
             f"Result: one approval, one effect. {ws.CASE_ID} has exactly {verdict['effects_for_case']} effect after "
             f"a restart, a lost reply, a reconciler pass and a replay; the control wrote "
             f"{verdict['control_effects']}; the signed audit log proves who proposed, approved and settled it. "
+            f"Under the rule put in force, {ws.QUORUM_CASE_ID} waited for a second lead and then had one effect. "
             f"({verdict['seconds']:.1f} s)"
         )
     elif failed:

@@ -3,6 +3,9 @@ them, the reads that count effects and checkpoints, and the transcript they are 
 
 from __future__ import annotations
 
+import json
+import signal
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -60,6 +63,7 @@ class DemoStack:
         self.ws = workspace
         # Each service's --workers: that many processes serve its port, the parent's pid stands for them.
         self._per_server = ["--workers", str(workers)] if workers > 1 else []
+        self.workers = workers
         self.children = children
         self.say = transcript
         self.receiver: Service | None = None
@@ -97,6 +101,8 @@ class DemoStack:
                 str(self.ws.token_file(ws.ORCHESTRATOR)),
                 "--credentials-file",
                 str(self.ws.credentials),
+                "--review-rules-file",
+                str(self.ws.review_rules),
                 "--shutdown-grace-seconds",
                 "2",
                 *self._per_server,
@@ -105,6 +111,36 @@ class DemoStack:
         # The key travels in the environment, not on the command line where ps shows it.
         self.orchestrator = self.children.launch(name, ORCHESTRATOR_MODULE, args, env={CHECKPOINT_KEYS_ENV: keys})
         return self.orchestrator
+
+    def reload_rules(self, timeout: float = 15.0) -> str:
+        """SIGHUP the orchestrator and return its log message once every worker has reloaded the review rules;
+        raise DemoError if one refuses the file or none says so in time."""
+        assert self.orchestrator is not None
+        before = len(self._rules_reloads())
+        self.orchestrator.process.send_signal(signal.SIGHUP)  # the parent of workers forwards it to each
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reloads = self._rules_reloads()[before:]
+            refused = [message for message in reloads if "not reloaded" in message]
+            if refused:
+                raise DemoError(f"{self.orchestrator.name} kept its review rules: {refused[0]}")
+            if len(reloads) >= self.workers:
+                return reloads[0]
+            time.sleep(0.1)
+        raise DemoError(f"{self.orchestrator.name} did not reload its review rules within {timeout:.0f} s")
+
+    def _rules_reloads(self) -> list[str]:
+        assert self.orchestrator is not None
+        messages = []
+        for line in self.orchestrator.log().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line the service did not write as JSON
+            message = str(entry.get("message", "")) if isinstance(entry, dict) else ""
+            if message.startswith(("review rules reloaded", "review rules not reloaded")):
+                messages.append(message)
+        return messages
 
     def ready(self, *services: Service) -> None:
         """Wait until the launched services serve, then say where they are."""
@@ -150,7 +186,7 @@ class DemoStack:
 
     def check_fresh(self) -> None:
         """Refuse databases that already hold the demo's cases: the story would be misreported."""
-        cases = (ws.CASE_ID, ws.STALE_CASE_ID, ws.CONTROL_CASE_ID)
+        cases = (ws.CASE_ID, ws.STALE_CASE_ID, ws.CONTROL_CASE_ID, ws.QUORUM_CASE_ID)
         held = [case for case in cases if self.effects(case)]
         held += [case for case in cases if self.count("SELECT count(*) FROM proposals WHERE case_id = :c", c=case)]
         if held:

@@ -1,4 +1,4 @@
-"""The six steps of docs/demo.md, each driving real processes and recording what it observed.
+"""The seven steps of docs/demo.md, each driving real processes and recording what it observed.
 
 Between steps only ids and file paths are kept here; every service state lives in the databases
 of processes that are stopped and started again.
@@ -19,6 +19,7 @@ from decisionflow_demo import workspace as ws
 from decisionflow_demo.audit_trail import AuditTrail
 from decisionflow_demo.children import DemoError, Finished, Service
 from decisionflow_demo.control import NaiveAttempt, run_naive_client
+from decisionflow_demo.quorum import Quorum
 from decisionflow_demo.stack import DemoStack, short
 from decisionflow_server.runtime.auth import bearer_metadata
 
@@ -49,6 +50,9 @@ class Observations:
     control_attempts: list[NaiveAttempt] = field(default_factory=list)
     receipt_id: str = ""  # the receipt the reconciler's settlement stored
     audit_verified: bool = False
+    earlier_rule_kept: bool = False
+    not_eligible_refused: bool = False
+    quorum_two_of_three: bool = False
 
     def failed(self) -> list[str]:
         """Names of the checks that did not hold."""
@@ -65,12 +69,15 @@ class Observations:
             "omitted_refused": self.omitted_refused,
             "control_effects": self.control_effects == 2,
             "audit_verified": self.audit_verified,
+            "earlier_rule_kept": self.earlier_rule_kept,
+            "not_eligible_refused": self.not_eligible_refused,
+            "quorum_two_of_three": self.quorum_two_of_three,
         }
         return [name for name, ok in held.items() if not ok]
 
 
 class Story:
-    """Runs the six steps on a stack and records what each observed in ``seen``."""
+    """Runs the seven steps on a stack and records what each observed in ``seen``."""
 
     def __init__(self, stack: DemoStack) -> None:
         self.stack = stack
@@ -270,3 +277,11 @@ class Story:
         """Sign a checkpoint of the audit log, export T-1042's leaves as an auditor, verify them offline."""
         self.say.step(6, f"The audit log: {ws.CASE_ID}'s history, checked offline with nothing but its verifier key")
         self.seen.audit_verified = AuditTrail(self.stack).shows(self.seen.operation_id, self.seen.receipt_id)
+
+    def step7(self) -> None:
+        """Put a rule of two leads' approvals in force (SIGHUP): T-1043 keeps its rule, T-1044 waits for two."""
+        self.say.step(7, f"Review rules: an operator requires 2 approvals from {ws.LEADS_GROUP} and reloads (SIGHUP)")
+        seen = Quorum(self.stack).shows(self.edited_operation_id)
+        self.seen.earlier_rule_kept = seen.earlier_rule_kept
+        self.seen.not_eligible_refused = seen.not_eligible_refused
+        self.seen.quorum_two_of_three = seen.quorum_two_of_three

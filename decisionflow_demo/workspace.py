@@ -1,6 +1,6 @@
 """The demo's state directory: databases, the credentials file and one token file per principal,
-the checkpoint key, the proposal files the commands read, the logs of every child process, and the
-audit log's keys and bundle once step 6 has made them."""
+the checkpoint key, the review rules file, the proposal files the commands read, the logs of every
+child process, and the audit log's keys and bundle once step 6 has made them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from decisionflow_server.runtime.auth import Role, issue_token
 
 AUTHOR, REVIEWER, OPERATOR, ORCHESTRATOR, NAIVE_CLIENT = "ava", "rita", "ops", "orchestrator", "naive-client"
 AUDITOR = "audra"
+# The three support leads of step 7: reviewers who hold the group its review rule names.
+LEADS_GROUP = "leads"
+LEADS = ("lena", "liam", "luca")
 # The reconciler's token for the receiver: the receiver never sees a token the orchestrator takes as operator.
 RECONCILER_READER = "reconciler"
 
@@ -28,7 +31,9 @@ PRINCIPALS: dict[str, tuple[Role, ...]] = {
     ORCHESTRATOR: (Role.EFFECT_WRITER, Role.EFFECT_READER),
     # The control experiment's client writes effects directly, as a service without idempotency would.
     NAIVE_CLIENT: (Role.EFFECT_WRITER,),
+    **{lead: (Role.REVIEWER,) for lead in LEADS},
 }
+GROUPS: dict[str, tuple[str, ...]] = {lead: (LEADS_GROUP,) for lead in LEADS}
 
 CASE_ID = "T-1042"
 AUDIT_SIGNING_KEY, AUDIT_VERIFIER_KEY = "audit-signing.key", "audit-log.vkey"
@@ -36,7 +41,20 @@ AUDIT_BUNDLE, AUDIT_TAMPERED = f"{CASE_ID}.audit.json", f"{CASE_ID}.tampered.jso
 AUDIT_PUBLISHED, AUDIT_MONITOR_STATE = "audit-published", "audit-monitor.checkpoint"
 STALE_CASE_ID = "T-1043"
 CONTROL_CASE_ID = "T-1042-control"
+QUORUM_CASE_ID = "T-1044"
 ACTION = "record_support_review"
+REVIEW_RULES = "review-rules.toml"
+# The orchestrators start with this file in force: no action has its own rule, so every review follows
+# the default rule until step 7 writes QUORUM_RULE and sends SIGHUP.
+NO_RULES = "version = 1\n# No action has its own rule yet: every review follows the default rule.\n"
+QUORUM_RULE = f"""\
+version = 1
+
+[[actions.{ACTION}.stages]]
+name = "{LEADS_GROUP}"
+groups = ["{LEADS_GROUP}"]
+approvals = 2
+"""
 
 BODY = (
     "Thanks for the detailed report. This is a known firmware issue: devices on 4.2.0 can hold at boot "
@@ -46,6 +64,11 @@ BODY = (
 STALE_BODY = (
     "Thanks for writing in. The boot hold you describe is the known firmware issue HOLD-7; updating to "
     "firmware 4.2.1 resolves it."
+)
+QUORUM_BODY = (
+    "Thanks for the follow-up. Your device still holds at boot after the update to firmware 4.2.1 (HOLD-7), "
+    "so we are replacing it under warranty: a prepaid label for the old unit is attached, and the new one "
+    "ships within two working days."
 )
 HOLD_QUOTATION = "Firmware 4.2.0 may hold at boot after a power cut; fixed in 4.2.1."
 POLICY: dict[str, Any] = {
@@ -91,6 +114,11 @@ class Workspace:
     def token(self, principal: str) -> str:
         """principal's bearer token, read from its file."""
         return self.token_file(principal).read_text(encoding="utf-8").strip()
+
+    @property
+    def review_rules(self) -> Path:
+        """The orchestrators' review rules file (--review-rules-file), read again on SIGHUP."""
+        return self.root / REVIEW_RULES
 
     def input(self, name: str) -> Path:
         """The path of one input file."""
@@ -162,8 +190,10 @@ def prepare(state_dir: Path | None, orchestrator_url: str | None, receiver_url: 
     )
     workspace.logs.mkdir()
     for principal, roles in PRINCIPALS.items():
-        write_private(workspace.token_file(principal), issue_token(workspace.credentials, principal, roles) + "\n")
+        token = issue_token(workspace.credentials, principal, roles, GROUPS.get(principal, ()))
+        write_private(workspace.token_file(principal), token + "\n")
     write_private(workspace.checkpoint_keys, secrets.token_urlsafe(32) + "\n")
+    workspace.review_rules.write_text(NO_RULES, encoding="utf-8")
     _write_json(
         workspace.input(f"{CASE_ID}.json"),
         {"case_id": CASE_ID, "action": ACTION, "body": BODY, "evidence": evidence(2), "policy": POLICY},
@@ -175,5 +205,9 @@ def prepare(state_dir: Path | None, orchestrator_url: str | None, receiver_url: 
     _write_json(
         workspace.input(f"{STALE_CASE_ID}-edit.json"),
         {"body": STALE_BODY, "evidence": evidence(4), "policy": POLICY},
+    )
+    _write_json(
+        workspace.input(f"{QUORUM_CASE_ID}.json"),
+        {"case_id": QUORUM_CASE_ID, "action": ACTION, "body": QUORUM_BODY, "evidence": evidence(2), "policy": POLICY},
     )
     return workspace

@@ -30,6 +30,10 @@ EXPECTED = {
     "committed_after_reconcile": True,
     "control_effects": 2,
     "audit_verified": True,
+    "quorum_case_id": "T-1044",
+    "earlier_rule_kept": True,
+    "not_eligible_refused": True,
+    "quorum_two_of_three": True,
     "failed": [],
     "error": None,
 }
@@ -88,7 +92,7 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     # About 15 s on an idle 2-core machine: reported, not bounded (that is the machine's pace).
     assert verdict["seconds"] > 0
     transcript = done.stdout
-    for number in range(1, 7):
+    for number in range(1, 8):
         assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
     assert "review request re-emitted from checkpoint" in transcript
     assert "outcome UNKNOWN, exit 42" in transcript
@@ -106,8 +110,31 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     assert published.splitlines()[1] == kept.group(1)
     bundle = json.loads((state_dir / "T-1042.audit.json").read_text())
     assert len(bundle["leaves"]) == 3
+    _assert_quorum_step(transcript)
     _assert_all_stopped(_pids(transcript))
     return verdict
+
+
+def _assert_quorum_step(transcript: str) -> None:
+    """Step 7: the rule reloaded on SIGHUP, the earlier review decided by one approval, T-1044 by two leads."""
+    step = transcript[transcript.index("\n7. ") :]
+    assert re.search(r"\$ kill -HUP \d+   \(orchestrator B\)\n   -> orchestrator B logs: review rules reloaded", step)
+    assert "-> outcome COMMITTED, exit 0: T-1043 began before the rule" in step
+    assert "effects for T-1043: 1" in step
+    expected = [
+        "as lena (group leads)",
+        "-> outcome AWAITING_APPROVALS: waiting for 1 more (1 of 2 approvals, by lena); effects for T-1044: 0",
+        "as rita (no group)",
+        "-> PERMISSION_DENIED (NOT_ELIGIBLE_TO_DECIDE, not_eligible): rita holds no group of the stage; "
+        "votes recorded: 1, effects for T-1044: 0",
+        "as liam (group leads)",
+        "-> outcome COMMITTED, decided by liam; effects for T-1044: 1",
+    ]
+    lines = [line.strip() for line in step.splitlines()]
+    votes = lines[next(i for i, line in enumerate(lines) if line.endswith(expected[0])) :][:6]
+    assert len(votes) == len(expected), step
+    for line, said in zip(votes, expected, strict=True):
+        assert line.endswith(said), step
 
 
 def test_demo_on_sqlite(tmp_path: Path) -> None:
