@@ -46,6 +46,7 @@ from decisionflow.client import DecisionflowError, NotFound
 from decisionflow.transparency import (
     DecisionLeaf,
     EffectLeaf,
+    EscalationLeaf,
     ExpiryLeaf,
     Leaf,
     MalformedLeaf,
@@ -229,6 +230,8 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
             return leaf.principal, f"settled by a lookup: {settled}, receipt {leaf.receipt_id}{applied}", ""
         case ExpiryLeaf():
             return "", "review expired", ""
+        case EscalationLeaf():
+            return "", f"stage {leaf.stage_index + 1} escalated to {', '.join(leaf.groups)}", ""
         case VoteLeaf():
             groups = ", ".join(leaf.groups) or "no groups"
             return (

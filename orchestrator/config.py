@@ -94,6 +94,22 @@ REVIEW_RULES_FILE = Setting(
     "problem keeps the rules in force); unset: every action follows the default rule (any reviewer, one approval)",
     parse=settings.path,
 )
+REVIEW_TIMER_INTERVAL_SECONDS = Setting(
+    "review_timer_interval_seconds",
+    "DECISIONFLOW_REVIEW_TIMER_INTERVAL_SECONDS",
+    "how often the server escalates the stages of reviews past their due time and expires reviews past their "
+    "rule's deadline (one replica at a time, up to a fifth of the interval later; docs/review-rules.md); "
+    "0: never (nothing escalates, and only expire-reviews expires)",
+    "30",
+    parse=settings.seconds,
+)
+REVIEW_TIMER_BATCH_SIZE = Setting(
+    "review_timer_batch_size",
+    "DECISIONFLOW_REVIEW_TIMER_BATCH_SIZE",
+    "open reviews under a rule the review timer reads per query (each is then decided in a transaction of its own)",
+    "200",
+    parse=settings.integer(1, 10000),
+)
 FOUR_EYES = Setting(
     "four_eyes",
     "DECISIONFLOW_FOUR_EYES",
@@ -183,6 +199,8 @@ class OrchestratorConfig:
     metrics_address: str = settings.value(SERVER.metrics.address)
     workers: int = settings.value(SERVER.workers)
     review_rules_file: Path | None = settings.value_or_none(REVIEW_RULES_FILE)
+    review_timer_interval_seconds: float = settings.value(REVIEW_TIMER_INTERVAL_SECONDS)
+    review_timer_batch_size: int = settings.value(REVIEW_TIMER_BATCH_SIZE)
     four_eyes: bool = settings.value(FOUR_EYES)
     author_limits: AuthorLimits = settings.group(
         AuthorLimits,

@@ -57,6 +57,7 @@ from orchestrator.keycheck import check_checkpoint_keys, warn_unreadable_checkpo
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.ports import EffectPort
 from orchestrator.quotas import AuthorBudgets
+from orchestrator.review_timer import review_timer_job
 from orchestrator.rules_in_force import RulesInForce
 from orchestrator.service import AttemptBudget, OrchestratorService
 from orchestrator.store import MIGRATIONS, VERSION_TABLE, OrchestratorStore
@@ -250,9 +251,20 @@ async def create_server(
             on_refused=metrics.audit_signing_refused.set,
             metrics=metrics.periodic,
         )
+        timer = review_timer_job(
+            store,
+            engine,
+            clock,
+            interval=config.review_timer_interval_seconds,
+            batch=config.review_timer_batch_size,
+            on_run=lambda run: metrics.record_review_timer(
+                len(run.escalated), len(run.expired), run.overdue, run.oldest_overdue_seconds
+            ),
+            metrics=metrics.periodic,
+        )
         return Wiring(
             register(ReviewServicer(service), OperationsServicer(service, clock), audit),
-            jobs=() if sequencer is None else (sequencer,),
+            jobs=tuple(job for job in (sequencer, timer) if job is not None),
             reload=() if config.review_rules_file is None else (rules.reload,),
         )
 

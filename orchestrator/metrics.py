@@ -9,8 +9,9 @@ time of the last such refusal and of the last Apply the receiver accepted (an al
 fires from a refusal until an Apply succeeds, however long no approval comes in); and the calls refused
 because a per-author budget was spent, by reason (orchestrator.quotas); and the audit log's sequencer
 lag and newest checkpoint, read from the database when scraped as the operations are, and whether its
-sequencer refuses to sign (the log does not extend the published checkpoint); and the periodic jobs' runs
-(the audit sequencer; decisionflow_server.runtime.periodic). The endpoint also serves
+sequencer refuses to sign (the log does not extend the published checkpoint); the review timer's
+escalations and expiries and the open reviews overdue at its last run; and the periodic jobs' runs
+(the audit sequencer, the review timer; decisionflow_server.runtime.periodic). The endpoint also serves
 the published checkpoint at ``/checkpoint`` when there is one (``--audit-publish-dir``). The service code
 never imports this module: ``orchestrator.main`` hands it the store's hook, the EffectPort to time
 and the interceptors.
@@ -298,6 +299,35 @@ class OrchestratorMetrics:
             registry=self.registry,
         )
         self.periodic = PeriodicMetrics(self.registry)
+        self.review_escalations = Counter(
+            "decisionflow_review_escalations",
+            "Stages of reviews under a rule escalated by the review timer once due",
+            registry=self.registry,
+        )
+        self.review_expiries = Counter(
+            "decisionflow_review_expiries",
+            "Reviews under a rule the review timer expired past their rule's deadline",
+            registry=self.registry,
+        )
+        self.reviews_overdue = Gauge(
+            "decisionflow_reviews_overdue",
+            "Open reviews under a rule whose current stage is past its due time, at the review timer's last run "
+            "in this process (0 before its first, and in a replica whose runs another replica takes)",
+            registry=self.registry,
+        )
+        self.review_oldest_overdue = Gauge(
+            "decisionflow_review_oldest_overdue_seconds",
+            "Seconds the longest-overdue open review is past its current stage's due time, at the review timer's "
+            "last run in this process; 0 when none is overdue",
+            registry=self.registry,
+        )
+
+    def record_review_timer(self, escalated: int, expired: int, overdue: int, oldest_overdue_seconds: float) -> None:
+        """Count one review timer run's escalations and expiries and set the overdue gauges to what it saw."""
+        self.review_escalations.inc(escalated)
+        self.review_expiries.inc(expired)
+        self.reviews_overdue.set(overdue)
+        self.review_oldest_overdue.set(oldest_overdue_seconds)
 
     def count_quota_refusal(self, reason: str) -> None:
         """Count one call refused for a spent per-author budget."""

@@ -81,6 +81,18 @@ votes = sa.Table(
     sa.UniqueConstraint("operation_id", "principal", name="uq_votes_operation_principal"),
 )
 
+# The stages of reviews under a rule escalated by the periodic job (orchestrator.review_timer): from
+# escalated_at on, the groups the stage escalates to may decide it too. One row per stage: the key
+# decides a race between replicas, and the loser changes nothing.
+escalations = sa.Table(
+    "escalations",
+    metadata,
+    sa.Column("operation_id", sa.String(70), sa.ForeignKey("proposals.operation_id"), nullable=False),
+    sa.Column("stage_index", sa.SmallInteger, nullable=False),
+    sa.Column("escalated_at", _ts, nullable=False),
+    sa.PrimaryKeyConstraint("operation_id", "stage_index", name="pk_escalations"),
+)
+
 pending_reviews = sa.Table(
     "pending_reviews",
     metadata,

@@ -130,7 +130,8 @@ class Votes:
     ) -> DecisionResult:
         """Answer where the review stands; one its votes ended but whose decision is not recorded yet (its
         caller's reply lost, its process gone) is driven on under the vote that ended it."""
-        progress = review_progress(review_record(inputs.proposal, recorded), self._clock())
+        escalated = await self._store.escalations(inputs.operation.operation_id)
+        progress = review_progress(review_record(inputs.proposal, recorded, escalated), self._clock())
         final = _final(progress)
         if final is None:
             return DecisionResult(inputs.operation, Outcome.AWAITING_APPROVALS, replay=True, progress=progress)

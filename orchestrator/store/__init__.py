@@ -15,6 +15,7 @@ of) beside the helpers they run in their transaction:
 - ``_inbox``: the pending reviews' listing and each author's share of it;
 - ``_ledger``: the decision ledger and the effect record (attempts, receipts, rejections);
 - ``_votes``: the votes of reviews under a rule other than the default one, decided one at a time;
+- ``_review_timer``: the escalations and expiries of reviews under a rule, by time;
 - ``_operations``: reading, listing, tallying and settling operations;
 - ``_audit_entries``: the audit log's entries, written with each event;
 - ``_audit_tree``: sequencing the log and signing its checkpoints;
@@ -36,6 +37,7 @@ from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
+from orchestrator.store._review_timer import TimedAct, TimerVisit
 from orchestrator.store._store import OrchestratorStore
 from orchestrator.store._votes import CastVote, VoteAlreadyCast
 
@@ -50,6 +52,8 @@ __all__ = [
     "DecisionAlreadyRecorded",
     "Housekeeping",
     "OrchestratorStore",
+    "TimedAct",
+    "TimerVisit",
     "Transactions",
     "VoteAlreadyCast",
     "migrate",

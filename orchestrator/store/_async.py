@@ -85,6 +85,7 @@ class AsyncOrchestratorStore:
     decision_inputs = in_thread(OrchestratorStore.decision_inputs)
     record_decision = in_thread(OrchestratorStore.record_decision)
     votes = in_thread(OrchestratorStore.votes)
+    escalations = in_thread(OrchestratorStore.escalations)
     operation_progress = in_thread(OrchestratorStore.operation_progress)
     cast_vote = in_thread(OrchestratorStore.cast_vote)
     record_attempt = in_thread(OrchestratorStore.record_attempt)

@@ -3,7 +3,7 @@
 Its methods come from the module of their concept, each beside the helpers it runs in its
 transaction: ``_proposals`` (starting, editing and reading proposals), ``_inbox`` (the pending
 reviews' listing and each author's share of it), ``_ledger`` (the decision ledger and the effect
-record), ``_votes`` (the votes of reviews under a rule),
+record), ``_votes`` (the votes of reviews under a rule), ``_review_timer`` (escalations and expiries by time),
 ``_operations`` (reading, listing and settling operations), ``_audit_tree`` (the sequencer's
 transaction) and ``_audit_reads`` (reading the audit log, whose entries the others write with their
 events), all on ``_store_base`` (the transactions and tables they share).
@@ -17,11 +17,19 @@ from orchestrator.store._inbox import InboxMethods
 from orchestrator.store._ledger import LedgerMethods
 from orchestrator.store._operations import OperationMethods
 from orchestrator.store._proposals import ProposalMethods
+from orchestrator.store._review_timer import ReviewTimerMethods
 from orchestrator.store._votes import VoteMethods
 
 
 class OrchestratorStore(
-    ProposalMethods, InboxMethods, LedgerMethods, VoteMethods, OperationMethods, AuditTreeMethods, AuditReadMethods
+    ProposalMethods,
+    InboxMethods,
+    LedgerMethods,
+    VoteMethods,
+    ReviewTimerMethods,
+    OperationMethods,
+    AuditTreeMethods,
+    AuditReadMethods,
 ):
     """Proposals, pending reviews, the decision ledger, operation states, checkpoints and the audit log
     (an ``orchestrator.audit_log.ports.AuditLogReader``)."""

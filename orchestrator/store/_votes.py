@@ -17,6 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.review_rules import (
+    Escalation,
     ReviewProgress,
     ReviewRecord,
     Vote,
@@ -30,7 +31,7 @@ from decisionflow.vocabulary import CaseId, Decision, OperationId
 from orchestrator.audit_log.events import AuditEntry
 from orchestrator.domain import Operation, Proposal
 from orchestrator.errors import NotFound
-from orchestrator.schema import operations, proposals, votes
+from orchestrator.schema import escalations, operations, proposals, votes
 from orchestrator.store import _audit_entries
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import decision_of, decision_text
@@ -42,6 +43,11 @@ _OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
 _LOCK_OPERATION = sa.select(operations.c.state).where(operations.c.operation_id == _OPERATION_ID).with_for_update()
 _VOTES = sa.select(votes).where(votes.c.operation_id == _OPERATION_ID).order_by(votes.c.vote_id)
 _INSERT_VOTE = votes.insert().inline()
+_ESCALATIONS = (
+    sa.select(escalations.c.stage_index, escalations.c.escalated_at)
+    .where(escalations.c.operation_id == _OPERATION_ID)
+    .order_by(escalations.c.stage_index)
+)
 _RULE_DIGEST = sa.select(proposals.c.rule_digest).where(proposals.c.operation_id == _OPERATION_ID)
 
 
@@ -82,9 +88,17 @@ def votes_txn(conn: sa.Connection, operation_id: OperationId) -> tuple[Vote, ...
     return tuple(Vote(r.principal, decision_of(r.decision), groups_of(r.groups), r.voted_at) for r in rows)
 
 
-def review_record(proposal: Proposal, recorded: tuple[Vote, ...]) -> ReviewRecord:
-    """Return the review of proposal as recorded: its rule, its authors, its start and its votes."""
-    return ReviewRecord(proposal.review_rule(), proposal.authors, proposal.created_at, recorded)
+def escalations_txn(conn: sa.Connection, operation_id: OperationId) -> tuple[Escalation, ...]:
+    """Return the operation's escalated stages, in stage order."""
+    rows = conn.execute(_ESCALATIONS, {"b_operation_id": operation_id})
+    return tuple(Escalation(r.stage_index, r.escalated_at) for r in rows)
+
+
+def review_record(
+    proposal: Proposal, recorded: tuple[Vote, ...], escalated: tuple[Escalation, ...] = ()
+) -> ReviewRecord:
+    """Return the review of proposal as recorded: its rule, its authors, its start, its votes and escalations."""
+    return ReviewRecord(proposal.review_rule(), proposal.authors, proposal.created_at, recorded, escalated)
 
 
 def vote_entry(operation_id: OperationId, case_id: CaseId, vote: Vote, stage_index: int) -> AuditEntry:
@@ -105,12 +119,18 @@ class VoteMethods(StoreBase):
             if digest is None:
                 return operation, None
             proposal = proposal_txn(conn, operation_id)
-            return operation, review_progress(review_record(proposal, votes_txn(conn, operation_id)), now)
+            record = review_record(proposal, votes_txn(conn, operation_id), escalations_txn(conn, operation_id))
+            return operation, review_progress(record, now)
 
     def votes(self, operation_id: OperationId) -> tuple[Vote, ...]:
         """Return the operation's votes in the order they were recorded (none under the default rule)."""
         with self.transactions.read() as conn:
             return votes_txn(conn, operation_id)
+
+    def escalations(self, operation_id: OperationId) -> tuple[Escalation, ...]:
+        """Return the operation's escalated stages, in stage order (none under the default rule)."""
+        with self.transactions.read() as conn:
+            return escalations_txn(conn, operation_id)
 
     def cast_vote(
         self, proposal: Proposal, principal: str, decision: Decision, groups: frozenset[str], now: datetime
@@ -130,7 +150,7 @@ class VoteMethods(StoreBase):
                     raise VoteAlreadyCast(earlier)
             at = max([now, *(v.at for v in recorded)])
             vote = Vote(principal, decision, groups, at)
-            record = review_record(proposal, recorded)
+            record = review_record(proposal, recorded, escalations_txn(conn, operation_id))
             effect = vote_effect(record, vote)
             # Decided or expired meanwhile: the caller answers from the operation's state; nothing is written.
             if effect.outcome is VoteOutcome.REFUSED or state != q.PENDING_REVIEW:

@@ -153,6 +153,8 @@ class Stack:
             # No audit sequencer beside the calls unless a test asks for one (audit_interval_seconds=...):
             # its own reads of the database would join the log lines and counts other tests assert.
             audit_interval_seconds=0,
+            # Nor the review timer (review_timer_interval_seconds=...): tests drive it with their own clock.
+            review_timer_interval_seconds=0,
         )
         kwargs: dict[str, Any] = {
             k: overrides.pop(k) for k in ("workflow", "effects", "clock", "monotonic") if k in overrides

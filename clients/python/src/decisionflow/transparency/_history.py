@@ -10,6 +10,8 @@
                         the deadline, no author, no second vote, no counting in two stages unless the
                         rule allows, eligible groups) and it counts in the stage it names; never after
                         the decision
+    escalation          of the operation's current stage, due and not escalated yet at its time, to the
+                        groups the stage escalates to; never after the decision
     effect, rejection,  follow an approval of the operation: only an approved operation's
     settlement          effect is written, refused or settled
 
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from decisionflow.review_rules import ReviewRecord, ReviewStatus, Vote, review_progress, vote_effect
+from decisionflow.review_rules import Escalation, ReviewRecord, ReviewStatus, Vote, review_progress, vote_effect
 from decisionflow.transparency._errors import TransparencyError
 from decisionflow.transparency._leaves import (
     DecisionLeaf,
     EffectLeaf,
+    EscalationLeaf,
     ExpiryLeaf,
     Leaf,
     MalformedLeaf,
@@ -68,10 +71,18 @@ class LoggedOperation:
     authors: frozenset[str] = frozenset()
     """Who created the proposal, or one it was edited from or replaced, as far as the leaves read tell."""
     votes: list[Vote] = field(default_factory=list)
+    escalations: list[Escalation] = field(default_factory=list)
 
     def record(self) -> ReviewRecord:
-        """The review as its leaves record it: the rule its proposal leaf carries, its authors, start and votes."""
-        return ReviewRecord(self.proposal.review_rule(), self.authors, self.proposal.recorded_at, tuple(self.votes))
+        """The review as its leaves record it: the rule its proposal leaf carries, its authors, start, votes and
+        escalations."""
+        return ReviewRecord(
+            self.proposal.review_rule(),
+            self.authors,
+            self.proposal.recorded_at,
+            tuple(self.votes),
+            tuple(self.escalations),
+        )
 
     @property
     def effects(self) -> tuple[EffectLeaf, ...]:
@@ -132,6 +143,8 @@ class History:
             operation.decision, operation.decision_index = leaf, index
         elif isinstance(leaf, VoteLeaf):
             _admit_vote(index, operation, leaf)
+        elif isinstance(leaf, EscalationLeaf):
+            _admit_escalation(index, operation, leaf)
         elif isinstance(leaf, EffectLeaf | RejectionLeaf | SettlementLeaf):
             if operation.decision is None or operation.decision.decision != "APPROVE":
                 raise HistoryError(index, f"a {kind} of {leaf.operation_id}, which no leaf before approved")
@@ -152,6 +165,20 @@ def _admit_vote(index: int, operation: LoggedOperation, leaf: VoteLeaf) -> None:
     if leaf.stage_index != stage:
         raise HistoryError(index, f"a vote counted in stage {stage} names stage {leaf.stage_index}")
     operation.votes.append(vote)
+
+
+def _admit_escalation(index: int, operation: LoggedOperation, leaf: EscalationLeaf) -> None:
+    """An escalation follows the rule: of the current stage, due then, escalating to the groups it names, once."""
+    if operation.decision is not None:
+        raise HistoryError(
+            index, f"an escalation of {leaf.operation_id} after its decision (leaf {operation.decision_index})"
+        )
+    progress = review_progress(operation.record(), leaf.recorded_at)
+    if leaf.stage_index != progress.stage_index or not progress.should_escalate:
+        raise HistoryError(index, f"an escalation of stage {leaf.stage_index}, which was not due to escalate then")
+    if leaf.groups != progress.current.stage.escalate_to:
+        raise HistoryError(index, f"an escalation to {', '.join(leaf.groups)}, not to the groups its stage names")
+    operation.escalations.append(Escalation(leaf.stage_index, leaf.recorded_at))
 
 
 def _check_quorum(index: int, operation: LoggedOperation, leaf: DecisionLeaf) -> None:

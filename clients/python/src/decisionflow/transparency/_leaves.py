@@ -23,6 +23,9 @@ UTF-8 bytes after line-ending normalisation, prefixed by its 4-byte big-endian l
     vote        operation_id, decision (APPROVE|DECLINE), principal, stage index, number of groups,
                 then the groups the principal held when voting (code point order, each once): one
                 vote of a review under a rule other than the default rule
+    escalation  operation_id, stage index, number of groups (at least 1), then the groups the stage
+                escalates to (code point order, each once): a stage due and escalated by the
+                orchestrator's periodic job, whose escalate_to groups may decide it from then on
 
 A proposal leaf carries the whole content its operation id is computed from, so an auditor
 recomputes the id from the leaf alone (``check_proposal``) and never trusts the id written beside
@@ -141,7 +144,20 @@ class VoteLeaf:
     groups: tuple[str, ...]
 
 
-Leaf = ProposalLeaf | DecisionLeaf | EffectLeaf | RejectionLeaf | SettlementLeaf | ExpiryLeaf | VoteLeaf
+@dataclass(frozen=True, slots=True)
+class EscalationLeaf:
+    """A stage of a review under a rule, due and escalated: the groups it escalates to (code point order)
+    may decide it from then on."""
+
+    recorded_at: datetime
+    operation_id: OperationId
+    stage_index: int
+    groups: tuple[str, ...]
+
+
+Leaf = (
+    ProposalLeaf | DecisionLeaf | EffectLeaf | RejectionLeaf | SettlementLeaf | ExpiryLeaf | VoteLeaf | EscalationLeaf
+)
 VOTE_DECISIONS = ("APPROVE", "DECLINE")
 
 
@@ -180,6 +196,8 @@ def _fields(leaf: Leaf) -> list[str]:
             return ["expiry", leaf.operation_id]
         case VoteLeaf():
             return _vote_fields(leaf)
+        case EscalationLeaf():
+            return _escalation_fields(leaf)
 
 
 def _vote_fields(leaf: VoteLeaf) -> list[str]:
@@ -191,6 +209,14 @@ def _vote_fields(leaf: VoteLeaf) -> list[str]:
         raise ValueError("a vote's groups are written in code point order, each once")
     fields = ["vote", leaf.operation_id, leaf.decision, leaf.principal, str(leaf.stage_index)]
     return [*fields, str(len(leaf.groups)), *leaf.groups]
+
+
+def _escalation_fields(leaf: EscalationLeaf) -> list[str]:
+    if leaf.stage_index < 0:
+        raise ValueError(f"stage index {leaf.stage_index} is negative")
+    if not leaf.groups or list(leaf.groups) != sorted(set(leaf.groups)):
+        raise ValueError("an escalation's groups are at least one, written in code point order, each once")
+    return ["escalation", leaf.operation_id, str(leaf.stage_index), str(len(leaf.groups)), *leaf.groups]
 
 
 def _proposal_fields(leaf: ProposalLeaf) -> list[str]:
@@ -295,6 +321,8 @@ def _decode_kind(kind: str, at: datetime, rest: _Fields) -> Leaf:
         return ExpiryLeaf(at, OperationId(rest.take()))
     if kind == "vote":
         return _decode_vote(at, rest)
+    if kind == "escalation":
+        return _decode_escalation(at, rest)
     raise MalformedLeaf(f"unknown leaf kind {kind!r}")
 
 
@@ -337,6 +365,14 @@ def _decode_vote(at: datetime, rest: _Fields) -> VoteLeaf:
     if list(groups) != sorted(set(groups)):
         raise MalformedLeaf("a vote's groups are not in code point order, each once")
     return VoteLeaf(at, operation_id, decision, principal, stage, groups)
+
+
+def _decode_escalation(at: datetime, rest: _Fields) -> EscalationLeaf:
+    operation_id, stage = OperationId(rest.take()), rest.number()
+    groups = tuple(rest.take() for _ in range(rest.number()))
+    if not groups or list(groups) != sorted(set(groups)):
+        raise MalformedLeaf("an escalation's groups are not at least one, in code point order, each once")
+    return EscalationLeaf(at, operation_id, stage, groups)
 
 
 def check_proposal(leaf: ProposalLeaf) -> None:
