@@ -31,7 +31,8 @@ The contract of a ``PeriodicJob(name, run, Schedule(...))``:
   source are parameters, so tests run the real loop without waiting.
 
 The jobs: the receiver's key pruning (``prune-keys``, effect_receiver.housekeeping), the orchestrator's
-audit sequencer (``audit-sequencer``, orchestrator.audit.sequencer) and the connection guard's sweep
+audit sequencer (``audit-sequencer``, orchestrator.audit.sequencer) and review timer (``review-timer``,
+orchestrator.review_timer, the one job with an exclusion), and the connection guard's sweep
 (``connection-sweep``, decisionflow_server.runtime.connection_guard).
 """
 
