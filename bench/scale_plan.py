@@ -108,9 +108,17 @@ def _traced_stack(workdir: Path, databases: Databases) -> tuple[ServerProcess, S
             *orchestrator_args(
                 databases.orchestrator_url,
                 receiver.target,
-                # The audit log's sequencer runs off the request path, one transaction per interval for
-                # every call since the last: left out here, so the counts are each call's own statements.
-                extra=["--workers", "1", "--audit-interval-seconds", "0", *UNLIMITED_AUTHORS],
+                # The audit log's sequencer and the review timer run off the request path, each with its own
+                # transactions per interval: left out here, so the counts are each call's own statements.
+                extra=[
+                    "--workers",
+                    "1",
+                    "--audit-interval-seconds",
+                    "0",
+                    "--review-timer-interval-seconds",
+                    "0",
+                    *UNLIMITED_AUTHORS,
+                ],
             ),
         ],
         workdir,
