@@ -250,6 +250,8 @@ class PendingReviewEntry:
     review: PendingReview
     versions: int
     pending_since: datetime
+    # Where its review stands, when it follows a rule other than the default one (listed with progress).
+    progress: ReviewProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)

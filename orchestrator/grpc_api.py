@@ -21,12 +21,13 @@ from decisionflow.v1 import operations_pb2, operations_pb2_grpc, review_pb2, rev
 from decisionflow.vocabulary import LookupStatus, OperationId, OperationState, Receipt
 from decisionflow_server.foundation import page_tokens
 from decisionflow_server.foundation.errors import FieldViolation, InvalidRequest, KeyRetentionExceeded, Unavailable
-from decisionflow_server.runtime.auth import AUTH_STATUS, current_principal
+from decisionflow_server.runtime.auth import AUTH_STATUS, Role, current_principal
 from decisionflow_server.runtime.rpc_errors import StatusTable, status_table
 from orchestrator import errors
 from orchestrator.audit import errors as audit_errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
+from orchestrator.store import Reader, inbox_order
 from orchestrator.validation import check_case_id, check_operation_id, pending_page_size, pending_review_filter
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
@@ -178,12 +179,14 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             request.action if request.HasField("action") else None,
         )
         after = _parse_page_token(request.page_token, PENDING_LISTING)
-        listing = await self._proposals.list_pending_reviews(filters, limit, after, counted=request.include_total_size)
+        listing = await self._proposals.list_pending_reviews(
+            filters, limit, after, counted=request.include_total_size, reader=_reader()
+        )
         page = listing.rows
         last = page[-1] if len(page) == limit else None
         token = "" if last is None else _page_token(last.pending_since, last.proposal.operation_id, PENDING_LISTING)
         return review_pb2.ListPendingReviewsResponse(
-            entries=[pending_entry_to_pb(entry) for entry in page],
+            entries=[pending_entry_to_pb(entry) for entry in inbox_order(page)],
             next_page_token=token,
             total_size=listing.total_size,
         )
@@ -191,6 +194,14 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
     async def GetCaller(self, request: review_pb2.GetCallerRequest, context: Context) -> review_pb2.GetCallerResponse:
         """Return the authenticated caller and its roles, as this server's admission saw them."""
         return caller_to_pb(current_principal())
+
+
+def _reader() -> Reader:
+    """The caller as a reader of the inbox: a reviewer who is not an operator sees, of the reviews under a
+    rule, the ones they may decide now; anyone else sees every review."""
+    caller = current_principal()
+    sees_all = Role.REVIEWER not in caller.roles or Role.OPERATOR in caller.roles
+    return Reader(caller.name, caller.groups, sees_all)
 
 
 def _page_token(operation_changed_at: datetime, operation_id: OperationId, listing: str = "operations") -> str:

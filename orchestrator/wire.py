@@ -141,11 +141,14 @@ def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
 
 def pending_entry_to_pb(entry: PendingReviewEntry) -> review_pb2.PendingReviewEntry:
     """Return the protobuf form of a pending review's entry (its proposal is current by definition)."""
-    return review_pb2.PendingReviewEntry(
+    message = review_pb2.PendingReviewEntry(
         proposal=proposal_to_pb(entry.proposal, True),
         versions=entry.versions,
         pending_review=review_to_pb(entry.review),
     )
+    if entry.progress is not None:
+        message.pending_review.progress.CopyFrom(progress_to_pb(entry.progress))
+    return message
 
 
 def progress_to_pb(progress: ReviewProgress) -> review_pb2.ReviewProgress:

@@ -38,10 +38,12 @@ from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
 from orchestrator.store._review_timer import TimedAct, TimerVisit
+from orchestrator.store._reviewer_inbox import EVERY_REVIEW, Reader, inbox_order
 from orchestrator.store._store import OrchestratorStore
 from orchestrator.store._votes import CastVote, VoteAlreadyCast
 
 __all__ = [
+    "EVERY_REVIEW",
     "MIGRATIONS",
     "SETTLED_STATES",
     "VERSION_TABLE",
@@ -52,9 +54,11 @@ __all__ = [
     "DecisionAlreadyRecorded",
     "Housekeeping",
     "OrchestratorStore",
+    "Reader",
     "TimedAct",
     "TimerVisit",
     "Transactions",
     "VoteAlreadyCast",
+    "inbox_order",
     "migrate",
 ]

@@ -24,14 +24,14 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from decisionflow.vocabulary import CaseId, OperationId, OperationState
-from orchestrator.domain import Listing, PendingReviewEntry, PendingReviewFilter
+from orchestrator.domain import PendingReviewEntry, PendingReviewFilter
 from orchestrator.errors import TooManyOpenReviews
 from orchestrator.schema import cases, operations, pending_reviews, proposals
 from orchestrator.store._columns import state_text
 from orchestrator.store._rows import proposal_row_txn, review_from
 from orchestrator.store._store_base import StoreBase
 
-_PENDING = (
+PENDING = (
     sa.select(
         operations.c.state_changed_at.label("pending_since"),
         *(c.label(f"p_{c.name}") for c in proposals.c),
@@ -93,7 +93,7 @@ def check_open_reviews_txn(conn: sa.Connection, author: str, case_id: CaseId, li
         raise TooManyOpenReviews(author, limit)
 
 
-def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
+def matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
     conditions: list[sa.ColumnElement[bool]] = []
     if filters.case_id is not None:
         conditions.append(cases.c.case_id == filters.case_id)
@@ -111,7 +111,7 @@ def _matching(filters: PendingReviewFilter) -> list[sa.ColumnElement[bool]]:
 def count_pending_reviews_txn(conn: sa.Connection, filters: PendingReviewFilter) -> int:
     """Return how many entries pending_reviews_txn lists with filters, over every page: the same joins
     and conditions, counted."""
-    counted = _PENDING.where(*_matching(filters)).with_only_columns(sa.func.count())
+    counted = PENDING.where(*matching(filters)).with_only_columns(sa.func.count())
     return int(conn.execute(counted).scalar_one())
 
 
@@ -119,7 +119,7 @@ def pending_reviews_txn(
     conn: sa.Connection, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
 ) -> list[PendingReviewEntry]:
     """Return up to limit undecided current proposals matching filters, oldest first, after a page key."""
-    query = _PENDING.where(*_matching(filters))
+    query = PENDING.where(*matching(filters))
     if after is not None:
         at, operation_id = after
         # The ">=" alone lets the database start the index range at the page key instead of reading
@@ -165,7 +165,7 @@ def versions_txn(conn: sa.Connection, operation_ids: Sequence[OperationId]) -> d
 
 
 class InboxMethods(StoreBase):
-    """The inbox: the pending reviews' listing and each author's share of it."""
+    """The inbox: the pending reviews and each author's share of it."""
 
     def list_pending_reviews(
         self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None
@@ -174,16 +174,6 @@ class InboxMethods(StoreBase):
         key, each with its pending review and version count, from one snapshot."""
         with self.transactions.read() as conn:
             return pending_reviews_txn(conn, filters, limit, after)
-
-    def pending_reviews_listing(
-        self, filters: PendingReviewFilter, limit: int, after: tuple[datetime, OperationId] | None, *, counted: bool
-    ) -> Listing[PendingReviewEntry]:
-        """Return list_pending_reviews' page and, when counted, how many entries filters match over every
-        page, both read from one snapshot."""
-        with self.transactions.read(one_snapshot=counted) as conn:
-            rows = pending_reviews_txn(conn, filters, limit, after)
-            total = count_pending_reviews_txn(conn, filters) if counted else None
-        return Listing(tuple(rows), total)
 
     def check_open_reviews(self, author: str, case_id: CaseId, open_review_limit: int) -> None:
         """Raise TooManyOpenReviews when author already has open_review_limit proposals in the inbox on

@@ -18,12 +18,14 @@ from orchestrator.store._ledger import LedgerMethods
 from orchestrator.store._operations import OperationMethods
 from orchestrator.store._proposals import ProposalMethods
 from orchestrator.store._review_timer import ReviewTimerMethods
+from orchestrator.store._reviewer_inbox import ReviewerInboxMethods
 from orchestrator.store._votes import VoteMethods
 
 
 class OrchestratorStore(
     ProposalMethods,
     InboxMethods,
+    ReviewerInboxMethods,
     LedgerMethods,
     VoteMethods,
     ReviewTimerMethods,

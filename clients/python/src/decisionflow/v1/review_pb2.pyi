@@ -112,6 +112,7 @@ class PendingReview(_message.Message):
     GRAPH_SIGNATURE_FIELD_NUMBER: _builtins.int
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     """The operation under review."""
     workflow_name: _builtins.str
@@ -126,6 +127,13 @@ class PendingReview(_message.Message):
     def created_at(self) -> _timestamp_pb2.Timestamp:
         """When the pending review was opened."""
 
+    @_builtins.property
+    def progress(self) -> Global___ReviewProgress:
+        """Where the review stands when it follows a review rule other than the
+        default one (docs/review-rules.md); unset under the default rule. Set in
+        ListPendingReviews' entries.
+        """
+
     def __init__(
         self,
         *,
@@ -135,10 +143,11 @@ class PendingReview(_message.Message):
         graph_signature: _builtins.str = ...,
         checkpoint_id: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        progress: Global___ReviewProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "created_at", b"created_at", "graph_signature", b"graph_signature", "operation_id", b"operation_id", "workflow_name", b"workflow_name", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "created_at", b"created_at", "graph_signature", b"graph_signature", "operation_id", b"operation_id", "progress", b"progress", "workflow_name", b"workflow_name", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

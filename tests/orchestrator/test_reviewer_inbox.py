@@ -1,0 +1,163 @@
+"""ListPendingReviews under a review rule, over real gRPC on SQLite and PostgreSQL: a reviewer is listed the
+reviews under a rule they may decide now (eligible at the current stage, not voted, not an author), each
+with its progress; an operator is listed every review with its progress; pages and total_size count what
+the caller is listed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from decisionflow.bearer import bearer_metadata
+from decisionflow.review_rules import Escalation, ReviewRecord, ReviewRule, Stage, review_progress
+from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.vocabulary import Role
+from decisionflow_server.runtime.auth import issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
+from orchestrator.domain import PendingReviewEntry
+from orchestrator.store import inbox_order
+from tests.support.stack import Stack, approve, open_stack
+
+RULES = """\
+version = 1
+
+[[actions.record_support_review.stages]]
+name = "leads"
+groups = ["support-leads"]
+approvals = 2
+
+[[actions.record_support_review.stages]]
+name = "finance"
+groups = ["finance"]
+"""
+PEOPLE = {
+    "ava": ([Role.AUTHOR, Role.REVIEWER], ["support-leads"]),
+    "lee": ([Role.REVIEWER], ["support-leads"]),
+    "lou": ([Role.REVIEWER], ["support-leads"]),
+    "fay": ([Role.REVIEWER], ["finance"]),
+    "oli": ([Role.REVIEWER], []),
+    "ops": ([Role.OPERATOR], []),
+}
+
+
+class Inboxes:
+    """A stack serving the rule, and the inbox as each person is listed it."""
+
+    def __init__(self, stack: Stack, tokens: dict[str, str]) -> None:
+        self._stub: review_pb2_grpc.ReviewServiceStub = stack.review()
+        self._tokens = tokens
+
+    def start(self, case_id: str) -> str:
+        request = review_pb2.StartReviewRequest(
+            case_id=case_id,
+            action="record_support_review",
+            body=f"Refund {case_id}.",
+            evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
+            policy=common_pb2.Policy(name="refunds", version_label="2026-03", allowance_units=1),
+        )
+        answer = self._stub.StartReview(request, timeout=30, metadata=bearer_metadata(self._tokens["ava"]))
+        return answer.proposal.operation_id
+
+    def approve(self, who: str, operation_id: str) -> None:
+        self._stub.Approve(approve(operation_id), timeout=30, metadata=bearer_metadata(self._tokens[who]))
+
+    def listing(self, who: str, **request: object) -> review_pb2.ListPendingReviewsResponse:
+        return self._stub.ListPendingReviews(
+            review_pb2.ListPendingReviewsRequest(**request),  # type: ignore[arg-type]
+            timeout=30,
+            metadata=bearer_metadata(self._tokens[who]),
+        )
+
+    def of(self, who: str) -> dict[str, review_pb2.ReviewProgress]:
+        """The case ids who is listed, each with its progress."""
+        return {e.proposal.case_id: e.pending_review.progress for e in self.listing(who).entries}
+
+
+@pytest.fixture
+def inboxes(database_url: str, tmp_path: Path) -> Iterator[Inboxes]:
+    """A stack on a fresh orchestrator database of each kind, with the rules file and a token per person."""
+    credentials = tmp_path / "credentials.json"
+    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
+    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
+    stack = open_stack(
+        tmp_path,
+        orchestrator_url=database_url,
+        security=ServerSecurity(credentials_file=credentials),
+        review_rules_file=tmp_path / "rules.toml",
+    )
+    try:
+        yield Inboxes(stack, tokens)
+    finally:
+        stack.close()
+
+
+def test_each_reviewer_is_listed_what_they_may_decide_now(inboxes: Inboxes) -> None:
+    op = inboxes.start("T-1")
+    for who in ("lee", "lou"):
+        progress = inboxes.of(who)["T-1"]
+        assert (progress.stage_name, progress.stage_index, progress.stage_count) == ("leads", 0, 2)
+        assert (list(progress.approvals_given), progress.approvals_needed) == ([], 2)
+        assert list(progress.eligible_groups) == ["support-leads"]
+    # Not in the stage's groups, or no groups at all, or the author (who holds the group): not listed.
+    assert inboxes.of("fay") == inboxes.of("oli") == inboxes.of("ava") == {}
+    assert list(inboxes.of("ops")["T-1"].approvals_given) == []
+
+    inboxes.approve("lee", op)
+    assert inboxes.of("lee") == {}  # voted
+    assert list(inboxes.of("lou")["T-1"].approvals_given) == ["lee"]  # 1 of 2, by lee
+    assert list(inboxes.of("ops")["T-1"].approvals_given) == ["lee"]
+
+    inboxes.approve("lou", op)
+    finance = inboxes.of("fay")["T-1"]
+    assert (finance.stage_name, finance.stage_index, list(finance.approvals_given)) == ("finance", 1, [])
+    assert inboxes.of("lee") == inboxes.of("lou") == inboxes.of("ava") == {}
+    assert inboxes.of("ops")["T-1"].stage_name == "finance"
+
+    inboxes.approve("fay", op)  # the last stage: decided, out of every inbox
+    assert inboxes.of("fay") == inboxes.of("ops") == {}
+
+
+def test_pages_and_total_size_count_what_the_caller_is_listed(inboxes: Inboxes) -> None:
+    ops = [inboxes.start(f"T-{n}") for n in range(1, 6)]
+    for op in ops[1:4]:
+        inboxes.approve("lee", op)  # lee may no longer decide T-2, T-3, T-4
+
+    walked: list[str] = []
+    token = ""
+    for _ in range(5):
+        page = inboxes.listing("lee", page_size=1, page_token=token, include_total_size=True)
+        assert page.total_size == 2
+        walked += [e.proposal.case_id for e in page.entries]
+        token = page.next_page_token
+        if not token:
+            break
+    assert walked == ["T-1", "T-5"]  # a page reads on past the reviews lee may not decide
+
+    assert inboxes.listing("lou", include_total_size=True).total_size == 5
+    assert inboxes.listing("fay", include_total_size=True).total_size == 0
+    everything = inboxes.listing("ops", page_size=2, include_total_size=True)
+    assert everything.total_size == 5 and len(everything.entries) == 2
+
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def _entry(since: datetime, due: timedelta | None, escalated: bool = False) -> PendingReviewEntry:
+    """A listed entry waiting since since, under a one-stage rule due after due, escalated a day in or not."""
+    stage = Stage("support", ("support",), due=due, escalate_to=("leads",) if due else ())
+    rule = ReviewRule("record_support_review", (stage,))
+    escalations = (Escalation(0, since + timedelta(days=1)),) if escalated else ()
+    progress = review_progress(ReviewRecord(rule, frozenset({"ava"}), since, (), escalations), T0 + timedelta(days=2))
+    return PendingReviewEntry(None, None, 1, since, progress)  # type: ignore[arg-type]
+
+
+def test_a_page_lists_escalated_reviews_first_then_by_due_time() -> None:
+    plain = PendingReviewEntry(None, None, 1, T0, None)  # type: ignore[arg-type]
+    late = _entry(T0 + timedelta(minutes=1), timedelta(hours=8))
+    soon = _entry(T0 + timedelta(minutes=2), timedelta(hours=1))
+    escalated = _entry(T0 + timedelta(minutes=3), timedelta(hours=4), escalated=True)
+    undated = _entry(T0 + timedelta(minutes=4), None)
+    assert inbox_order([plain, late, soon, escalated, undated]) == [escalated, soon, late, plain, undated]
