@@ -22,6 +22,7 @@ from decisionflow.client import (
 )
 from decisionflow_console.access import DECIDE, EDIT, INBOX, READ_PROPOSAL, START
 from decisionflow_console.diff import ProposalDiff, proposal_diff
+from decisionflow_console.eligibility import why_not_decide
 from decisionflow_console.forms import FormError, ProposalForm, field_label, form_field
 from decisionflow_console.marking import reveal, revealed
 from decisionflow_console.orchestrator import Orchestrator
@@ -133,9 +134,16 @@ class ReviewPages:
         try:
             record = await review.get_proposal(operation_id=operation_id)
             changes = await self._changes(session, record.proposal)
+            progress = record.operation.progress
+            # Under a rule, one call more says who the orchestrator takes the person to be (their groups).
+            why_not = None
+            if progress is not None and DECIDE.admits(session.roles):
+                why_not = why_not_decide(progress, record.proposal, await review.get_caller())
         except DecisionflowError as error:
             return self._pages.refusal(request, explain(error, doing=READ_PROPOSAL.doing, role=READ_PROPOSAL.role))
-        return self._pages.render(request, "proposal.html", **proposal_page(record.proposal, record.operation, changes))
+        return self._pages.render(
+            request, "proposal.html", why_not=why_not, **proposal_page(record.proposal, record.operation, changes)
+        )
 
     async def _changes(self, session: Session, proposal: ProposalView) -> ProposalDiff | None:
         if not proposal.parent_operation_id:

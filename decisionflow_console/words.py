@@ -43,6 +43,7 @@ VOCABULARY: Mapping[type[enum.Enum], Mapping[str, str]] = MappingProxyType(
             "UNKNOWN": "Approved, not confirmed yet",
             "DECLINED": "Declined",
             "REJECTED": "Approved, refused by the receiver",
+            "AWAITING_APPROVALS": "Your vote is recorded; the review needs more",
         },
         Decision: {
             "UNSPECIFIED": "not decided yet",

@@ -228,6 +228,8 @@ class ProposalView:
     proposal: Proposal
     operation: Operation
     current: bool
+    # Where its review stands when it follows a rule other than the default one (read while it is pending).
+    progress: ReviewProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)

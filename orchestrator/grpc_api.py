@@ -134,7 +134,8 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         else:
             view = await self._proposals.get_proposal(check_operation_id(request.operation_id))
         return review_pb2.GetProposalResponse(
-            proposal=proposal_to_pb(view.proposal, view.current), operation=operation_to_pb(view.operation)
+            proposal=proposal_to_pb(view.proposal, view.current),
+            operation=operation_to_pb(view.operation, view.progress),
         )
 
     async def EditProposal(

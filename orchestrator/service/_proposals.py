@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from decisionflow.identity import identities
 from decisionflow.review_rules import ReviewProgress
-from decisionflow.vocabulary import CaseId, OperationId
+from decisionflow.vocabulary import CaseId, OperationId, OperationState
 from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
     Listing,
@@ -157,14 +157,22 @@ class ProposalService:
 
     async def get_proposal(self, operation_id: OperationId) -> ProposalView:
         """Return the proposal with that operation id, its operation and whether it is the case's current one."""
-        return await self._store.proposal_view(operation_id)
+        return await self._with_progress(await self._store.proposal_view(operation_id))
+
+    async def _with_progress(self, view: ProposalView) -> ProposalView:
+        """Return view with its review's progress while it is pending under a rule other than the default one
+        (read in a transaction of its own; none more under the default rule)."""
+        if view.proposal.rule is None or view.operation.state is not OperationState.PENDING_REVIEW:
+            return view
+        operation, progress = await self._store.operation_progress(view.proposal.operation_id, self._clock())
+        return replace(view, operation=operation, progress=progress)
 
     async def current_proposal(self, case_id: CaseId) -> ProposalView:
         """Return the case's current proposal with its operation; raise NotFound for an unknown case."""
         current = await self._store.current_operation_id(case_id)
         if current is None:
             raise NotFound("case", case_id)
-        return await self._store.proposal_view(current)
+        return await self._with_progress(await self._store.proposal_view(current))
 
     async def get_operation(self, operation_id: OperationId) -> Operation:
         """Return the operation's state, decision, receipt and last lookup."""

@@ -71,6 +71,12 @@ class Inboxes:
             metadata=bearer_metadata(self._tokens[who]),
         )
 
+    def proposal_progress(self, who: str, operation_id: str) -> review_pb2.ReviewProgress:
+        request = review_pb2.GetProposalRequest(operation_id=operation_id)
+        answer = self._stub.GetProposal(request, timeout=30, metadata=bearer_metadata(self._tokens[who]))
+        assert answer.operation.HasField("progress")
+        return answer.operation.progress
+
     def of(self, who: str) -> dict[str, review_pb2.ReviewProgress]:
         """The case ids who is listed, each with its progress."""
         return {e.proposal.case_id: e.pending_review.progress for e in self.listing(who).entries}
@@ -109,6 +115,7 @@ def test_each_reviewer_is_listed_what_they_may_decide_now(inboxes: Inboxes) -> N
     assert inboxes.of("lee") == {}  # voted
     assert list(inboxes.of("lou")["T-1"].approvals_given) == ["lee"]  # 1 of 2, by lee
     assert list(inboxes.of("ops")["T-1"].approvals_given) == ["lee"]
+    assert inboxes.proposal_progress("oli", op) == inboxes.of("lou")["T-1"]  # GetProposal says the same
 
     inboxes.approve("lou", op)
     finance = inboxes.of("fay")["T-1"]

@@ -68,7 +68,7 @@ def operation(message: review_pb2.Operation) -> views.OperationView:
     )
 
 
-def _progress(message: review_pb2.Operation) -> views.ReviewProgress | None:
+def _progress(message: review_pb2.Operation | review_pb2.PendingReview) -> views.ReviewProgress | None:
     if not message.HasField("progress"):
         return None
     progress = message.progress
@@ -133,6 +133,7 @@ def pending_review(message: review_pb2.PendingReview) -> views.PendingReviewView
         graph_signature=message.graph_signature,
         checkpoint_id=message.checkpoint_id,
         created_at=_time(message, "created_at"),
+        progress=_progress(message),
     )
 
 

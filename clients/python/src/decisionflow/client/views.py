@@ -151,6 +151,8 @@ class PendingReviewView:
     graph_signature: str
     checkpoint_id: str
     created_at: datetime | None
+    # Where its review stands under its rule (listed by list_pending_reviews); None under the default rule.
+    progress: ReviewProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,7 @@ class Operation(_message.Message):
     def progress(self) -> Global___ReviewProgress:
         """Where the review stands under its rule (docs/review-rules.md); unset for an
         operation whose review follows the default rule (one approval by any reviewer).
+        Set by GetOperation, Approve, and GetProposal while the review is pending.
         """
 
     def __init__(

@@ -334,6 +334,7 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
   /**
    * Where the review stands under its rule (docs/review-rules.md); unset for an
    * operation whose review follows the default rule (one approval by any reviewer).
+   * Set by GetOperation, Approve, and GetProposal while the review is pending.
    *
    * @generated from field: decisionflow.v1.ReviewProgress progress = 14;
    */
