@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, PendingReviewEntry, PendingReviewFilter, Proposal, RecordedDecision
-from orchestrator.store import OrchestratorStore, migrate
+from orchestrator.store import EVERY_REVIEW, OrchestratorStore, Reader, migrate
 from tests.support.seeding import proposal_for
 
 # Real services, processes or a browser: make check leaves this module out; make test runs it.
@@ -165,3 +165,25 @@ def test_a_counted_inbox_totals_every_page_with_the_same_filters(store: Orchestr
     assert store.pending_reviews_listing(PendingReviewFilter(action="another"), 2, None, counted=True).total_size == 0
     uncounted = store.pending_reviews_listing(EVERYTHING, 2, None, counted=False)
     assert uncounted.total_size is None and uncounted.rows == page.rows
+
+
+def test_a_reviewer_listing_reviews_under_the_default_rule_costs_what_it_did(store: OrchestratorStore) -> None:
+    for n in range(5):
+        _start(store, f"T-{n}", minute=n)
+    statements: list[str] = []
+
+    @sa.event.listens_for(store.engine, "before_cursor_execute")
+    def _count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            statements.append(statement)
+
+    reviewer = Reader("rita", frozenset({"support"}), sees_all=False)
+    for reader in (EVERY_REVIEW, reviewer):
+        statements.clear()
+        page = store.pending_reviews_listing(EVERYTHING, 3, None, counted=False, reader=reader, now=T0)
+        assert [e.progress for e in page.rows] == [None] * 3
+        assert len(statements) == 2  # the page and its version counts, whatever the page's size
+    statements.clear()
+    assert store.pending_reviews_listing(EVERYTHING, 3, None, counted=True, reader=reviewer, now=T0).total_size == 5
+    # Counted for a reviewer: the default rule's count, and the (here empty) read of the reviews under a rule.
+    assert len(statements) == 4
