@@ -5,6 +5,7 @@ the caller is listed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,8 +18,10 @@ from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import Role
 from decisionflow_server.runtime.auth import issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
+from decisionflow_server.storage import db
 from orchestrator.domain import PendingReviewEntry
-from orchestrator.store import inbox_order
+from orchestrator.review_timer import ReviewTimer
+from orchestrator.store import OrchestratorStore, inbox_order
 from tests.support.stack import Stack, approve, open_stack
 
 RULES = """\
@@ -168,3 +171,50 @@ def test_a_page_lists_escalated_reviews_first_then_by_due_time() -> None:
     escalated = _entry(T0 + timedelta(minutes=3), timedelta(hours=4), escalated=True)
     undated = _entry(T0 + timedelta(minutes=4), None)
     assert inbox_order([plain, late, soon, escalated, undated]) == [escalated, soon, late, plain, undated]
+
+
+ESCALATING = """\
+version = 1
+
+[[actions.record_support_review.stages]]
+name = "leads"
+groups = ["support-leads"]
+due = "4h"
+escalate_to = ["on-call-leads"]
+"""
+
+
+def test_an_escalated_review_enters_the_escalation_groups_inbox_marked_escalated(
+    database_url: str, tmp_path: Path
+) -> None:
+    credentials = tmp_path / "credentials.json"
+    people = {"ava": ([Role.AUTHOR], []), "oli": ([Role.REVIEWER], ["on-call-leads"])}
+    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in people.items()}
+    (tmp_path / "rules.toml").write_text(ESCALATING, encoding="utf-8")
+    now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
+    stack = open_stack(
+        tmp_path,
+        orchestrator_url=database_url,
+        security=ServerSecurity(credentials_file=credentials),
+        review_rules_file=tmp_path / "rules.toml",
+        clock=lambda: now[0],
+    )
+    engine = db.create_engine(database_url)
+    try:
+        inboxes = Inboxes(stack, tokens)
+        inboxes.start("T-1")
+        now[0] += timedelta(hours=2)
+        inboxes.start("T-2")
+        timer = ReviewTimer(OrchestratorStore(engine), lambda: now[0], batch=10)
+        assert inboxes.of("oli") == {}  # on-call-leads may decide neither before an escalation
+
+        now[0] += timedelta(hours=3)  # T-1 an hour past due, T-2 not due yet
+        assert len(asyncio.run(timer.run_once()).escalated) == 1
+        listed = inboxes.listing("oli", include_total_size=True)
+        assert [e.proposal.case_id for e in listed.entries] == ["T-1"] and listed.total_size == 1
+        progress = listed.entries[0].pending_review.progress
+        assert progress.escalated and list(progress.eligible_groups) == ["on-call-leads", "support-leads"]
+        assert progress.due_time.ToDatetime(tzinfo=UTC) == datetime(2026, 12, 21, 13, 0, tzinfo=UTC)
+    finally:
+        engine.dispose()
+        stack.close()
