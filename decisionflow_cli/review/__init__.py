@@ -8,11 +8,13 @@ JSON object per pending review per line). Transient failures are retried inside 
 whole command, retries included, ends within ``--timeout`` seconds.
 
 Exit status:
-  0   done: a read, a started or edited proposal, or a decision whose outcome is COMMITTED or DECLINED
+  0   done: a read, a started or edited proposal, or a decision whose outcome is COMMITTED or DECLINED, or
+      a vote the review's rule counts while it needs more (AWAITING_APPROVALS: where it stands on stderr)
   42  the decision is recorded but the effect's outcome is Unknown (decisionflow-reconciler settles it;
       approving again with the same operation id is also safe)
   3   refused, nothing changed: stale proposal, conflicting decision, invalid request, not found,
-      permission denied, unauthenticated, or the effect rejected by the receiver
+      permission denied, a vote the review's rule does not count (NOT_ELIGIBLE_TO_DECIDE), unauthenticated,
+      or the effect rejected by the receiver
   1   error: unavailable after retries, deadline exceeded, internal error; the call may have acted,
       so repeat the same command or check with ``decisionflow status``
   2   bad usage or unreadable input

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
-from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient, Role
+from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient, ReviewProgress, Role
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef
 from decisionflow_cli.command import CommandError
 from decisionflow_cli.review._connection import read_input, review_client
 from decisionflow_cli.review._output import EXIT_DONE, EXIT_REFUSED, EXIT_UNKNOWN, emit, failed, say
+from decisionflow_cli.review._progress import described, progress_fields, waiting
 from decisionflow_server.foundation.proposal_json import ProposalFormatError, load_json, proposal_from_json
 
 _EDIT_FIELDS = ("body", "evidence", "policy")
@@ -20,6 +22,13 @@ def _state_of(reviews: ReviewClient, operation_id: str) -> str | None:
         return reviews.get_operation(operation_id).state.value
     except DecisionflowError:
         return None  # the write succeeded; only this extra read failed, so the command still succeeds
+
+
+def _progress_of(reviews: ReviewClient, operation_id: str) -> ReviewProgress | None:
+    try:
+        return reviews.get_operation(operation_id).progress
+    except DecisionflowError:
+        return None  # the proposal was read; only this extra read failed, so show prints it without progress
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -112,11 +121,16 @@ def _show_decision(command: str, result: ApproveResult) -> int:
             "replay": result.replay,
             "state": operation.state,
             "receipt": operation.receipt,
+            **progress_fields(operation.progress),
             "operation": operation,
         }
     )
     replay = " (replay: decision already recorded)" if result.replay else ""
     subject = f"{operation.operation_id}{replay}"
+    if result.outcome is Outcome.AWAITING_APPROVALS and operation.progress is not None:
+        # The vote counts and nothing is written yet: done for this reviewer, so exit 0.
+        say(f"vote recorded on {subject}: {waiting(operation.progress)}")
+        return EXIT_DONE
     if result.outcome is Outcome.UNKNOWN:
         say(
             f"outcome UNKNOWN for {subject}: the decision is recorded but the effect is not confirmed; "
@@ -160,7 +174,9 @@ def run_show(args: argparse.Namespace) -> int:
         except DecisionflowError as error:
             context = {"case_id": args.case_id} if args.case_id else {"operation_id": args.operation_id}
             raise failed("show", error, subject, **context) from error
-    proposal, operation = record.proposal, record.operation
+        proposal, operation = record.proposal, record.operation
+        # GetProposal leaves progress out; GetOperation carries it for a review under a rule.
+        operation = dataclasses.replace(operation, progress=_progress_of(reviews, proposal.operation_id))
     emit(
         {
             "command": "show",
@@ -168,12 +184,16 @@ def run_show(args: argparse.Namespace) -> int:
             "case_id": proposal.case_id,
             "state": operation.state,
             "current": proposal.current,
+            **progress_fields(operation.progress),
             "proposal": proposal,
             "operation": operation,
         }
     )
     current = "current" if proposal.current else "not current"
-    say(f"case {proposal.case_id} operation {proposal.operation_id}: {operation.state.value} ({current})")
+    say(
+        f"case {proposal.case_id} operation {proposal.operation_id}: {operation.state.value} ({current})"
+        + (f"; {described(operation.progress)}" if operation.progress is not None else "")
+    )
     return EXIT_DONE
 
 
@@ -193,11 +213,13 @@ def run_status(args: argparse.Namespace) -> int:
             "state": operation.state,
             "decision": operation.decision,
             "receipt": operation.receipt,
+            **progress_fields(operation.progress),
             "operation": operation,
         }
     )
     receipt = f", receipt {operation.receipt_id}" if operation.receipt_id else ""
-    say(f"operation {operation.operation_id}: {operation.state.value}{receipt}")
+    progress = f"; {described(operation.progress)}" if operation.progress is not None else ""
+    say(f"operation {operation.operation_id}: {operation.state.value}{receipt}{progress}")
     return EXIT_DONE
 
 

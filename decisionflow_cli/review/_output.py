@@ -24,9 +24,11 @@ EXIT_ESCALATE = 4
 EXIT_UNKNOWN = 42
 
 EXIT_CODES_HELP = (
-    "exit status: 0 done (a read, or outcome COMMITTED or DECLINED); 42 outcome Unknown (decision recorded, "
-    "effect not confirmed: decisionflow-reconciler settles it); 3 refused (stale, conflict, invalid request, "
-    "not found, permission denied, unauthenticated, rejected by the receiver, expired, too many open reviews); "
+    "exit status: 0 done (a read, or outcome COMMITTED, DECLINED or AWAITING_APPROVALS: the vote counts and the "
+    "review's rule needs more); 42 outcome Unknown (decision recorded, effect not confirmed: "
+    "decisionflow-reconciler settles it); 3 refused (stale, conflict, invalid request, not found, permission "
+    "denied, not eligible under the review's rule, unauthenticated, rejected by the receiver, expired, too many "
+    "open reviews); "
     "1 error (unavailable or over the author's budget after retries, deadline, internal: the line on stderr "
     "says whether repeating can help); 2 bad usage or input"
 )
