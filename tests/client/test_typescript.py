@@ -12,12 +12,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from decisionflow.bearer import bearer_metadata
 from decisionflow.v1 import review_pb2_grpc
 from decisionflow_demo.launch import ProcessStack
 from decisionflow_server.foundation.processes import free_port
+from decisionflow_server.runtime.auth import Role, issue_token
+from decisionflow_server.runtime.server_security import ServerSecurity
 from orchestrator.quotas import AuthorLimits
 from tests.support.client_examples import ExampleServices, check_story
-from tests.support.stack import CHECKPOINT_KEY, Stack, count, start_request
+from tests.support.stack import CHECKPOINT_KEY, Stack, count, open_stack, start_request
 from tests.support.typescript import TypeScriptPackage
 
 BUF = Path(sys.executable).parent / "buf"
@@ -283,3 +286,66 @@ def test_the_typescript_client_given_two_replicas_takes_each_call_to_the_one_tha
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["COMMITTED"] * 4
     assert stack.effects() == 4
+
+
+RULE_SCRIPT = """
+import { create } from "@bufbuild/protobuf";
+import { ApproveRequestSchema, Decision, GetOperationRequestSchema, Outcome } from "./dist/src/index.js";
+import { awaitingApprovals, refusalOf, reviewClient, reviewStanding } from "./dist/src/index.js";
+const [target, operationId, lena, oli] = process.argv.slice(1);
+const request = create(ApproveRequestSchema, { operationId, decision: Decision.APPROVE });
+const voted = await reviewClient(target, { token: lena }).approve(request);
+const reads = reviewClient(target, { token: oli });
+const read = await reads.getOperation(create(GetOperationRequestSchema, { operationId }));
+let refused = null;
+try { await reviewClient(target, { token: oli }).approve(request); } catch (error) { refused = refusalOf(error); }
+const standing = reviewStanding(voted.operation);
+console.log(JSON.stringify({
+  outcome: Outcome[voted.outcome], awaiting: awaitingApprovals(voted.outcome), standing,
+  deadlineIsDate: standing.deadline instanceof Date, read: reviewStanding(read.operation),
+  refused: [refused.reason, refused.metadata.vote_refusal, refused.definite],
+}));
+"""
+
+
+@pytest.mark.slow
+def test_the_typescript_client_reads_a_vote_awaiting_approvals_and_where_the_review_stands(
+    typescript_package: TypeScriptPackage, tmp_path: Path
+) -> None:
+    credentials = tmp_path / "credentials.json"
+    people = {"ava": ([Role.AUTHOR], []), "lena": ([Role.REVIEWER], ["leads"]), "oli": ([Role.REVIEWER], [])}
+    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in people.items()}
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        'version = 1\n\n[actions.record_support_review]\ndeadline = "3d"\n\n'
+        '[[actions.record_support_review.stages]]\nname = "leads"\ngroups = ["leads"]\napprovals = 2\n',
+        encoding="utf-8",
+    )
+    stack = open_stack(tmp_path, security=ServerSecurity(credentials_file=credentials), review_rules_file=rules)
+    try:
+        started = stack.review().StartReview(start_request(), timeout=30, metadata=bearer_metadata(tokens["ava"]))
+        op = started.proposal.operation_id
+        target = f"127.0.0.1:{stack.orchestrator_port}"
+        argv = [target, op, tokens["lena"], tokens["oli"]]
+        done = typescript_package.run("--input-type=module", "-e", RULE_SCRIPT, *argv)
+        effects = stack.effects()
+    finally:
+        stack.close()
+
+    assert done.returncode == 0, done.stderr
+    told = json.loads(done.stdout)
+    assert (told["outcome"], told["awaiting"], told["deadlineIsDate"]) == ("AWAITING_APPROVALS", True, True)
+    standing = told["standing"]
+    assert {key: standing[key] for key in standing if key != "deadline"} == {
+        "stageIndex": 0,
+        "stageName": "leads",
+        "stageCount": 1,
+        "approvalsGiven": ["lena"],
+        "approvalsNeeded": 2,
+        "approvalsMissing": 1,
+        "eligibleGroups": ["leads"],
+        "escalated": False,
+    }  # due is undefined, so JSON leaves it out
+    assert told["read"] == standing
+    assert told["refused"] == ["NOT_ELIGIBLE_TO_DECIDE", "not_eligible", True]
+    assert effects == 0

@@ -2,6 +2,7 @@
 // audit log's inclusion proofs checked offline.
 
 export * from "./client.js";
+export * from "./progress.js";
 export * from "./refusal.js";
 export * from "./transparency.js";
 export * from "./gen/decisionflow/v1/audit_pb.js";
