@@ -79,6 +79,16 @@ def test_a_bad_file_lists_every_problem_at_its_line_and_exits_1(tmp_path: Path) 
     ]
 
 
+def test_distinct_across_stages_false_is_refused_as_not_supported_yet_and_exits_1(tmp_path: Path) -> None:
+    _rules(tmp_path, RULES.replace('deadline = "72h"\n', 'deadline = "72h"\ndistinct_across_stages = false\n'))
+    done = _check("rules.toml", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "rules.toml:5: actions.record_support_review.distinct_across_stages: false is not supported yet: a principal "
+        "votes once per review, so counts in one stage only; leave the key out (true)\n"
+    )
+
+
 def test_a_syntax_error_and_a_missing_file_exit_1(tmp_path: Path) -> None:
     _rules(tmp_path, "version = 1\n[actions.x\n")
     done = _check("rules.toml", cwd=tmp_path)

@@ -79,6 +79,19 @@ def test_a_file_with_a_problem_refuses_the_start_naming_file_and_line(tmp_path: 
     assert "aprovals" in str(refused.value)
 
 
+def test_distinct_across_stages_false_refuses_the_start_as_not_supported_yet(tmp_path: Path) -> None:
+    text = TWO_STAGES.replace(
+        "version = 1\n", "version = 1\n\n[actions.record_support_review]\ndistinct_across_stages = false\n"
+    )
+    path = _file(tmp_path, text)
+    with pytest.raises(StartupError) as refused:
+        RulesInForce.at_start(path)
+    assert refused.value.exit_status == EXIT_CONFIGURATION
+    assert f"{path}:4: actions.record_support_review.distinct_across_stages: false is not supported yet" in str(
+        refused.value
+    )
+
+
 def test_a_missing_file_refuses_the_start(tmp_path: Path) -> None:
     with pytest.raises(StartupError) as refused:
         RulesInForce.at_start(tmp_path / "absent.toml")

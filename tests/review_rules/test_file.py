@@ -75,7 +75,7 @@ def test_every_key_of_a_stage_and_a_rule_is_read() -> None:
         version = 1
         [actions.record_support_review]
         deadline = "2d"
-        distinct_across_stages = false
+        distinct_across_stages = true
         [[actions.record_support_review.stages]]
         name = "support"
         groups = ["support", "a-team"]
@@ -90,8 +90,17 @@ def test_every_key_of_a_stage_and_a_rule_is_read() -> None:
         "record_support_review",
         (Stage("support", ("a-team", "support"), 3, 2, timedelta(minutes=90), ("support-leads",)),),
         timedelta(days=2),
-        False,
+        True,
     )
+
+
+def test_distinct_across_stages_false_is_refused_at_its_line_as_not_supported_yet() -> None:
+    text = REFUND.replace('deadline = "72h"', 'deadline = "72h"\ndistinct_across_stages = false')
+
+    assert _problems(text) == [
+        "rules.toml:5: actions.refund.distinct_across_stages: false is not supported yet: a principal votes once "
+        "per review, so counts in one stage only; leave the key out (true)"
+    ]
 
 
 def test_an_unknown_key_is_an_error_at_its_line_with_the_key_meant() -> None:

@@ -3,7 +3,7 @@
     version = 1
     [actions.refund]
     deadline = "72h"                      # optional
-    distinct_across_stages = true         # optional, true by default
+    distinct_across_stages = true         # optional, true by default; false is refused (not supported yet)
     [[actions.refund.stages]]             # one table per stage, in order
     name = "leads"
     groups = ["support-leads"]            # optional, empty: any reviewer
@@ -126,6 +126,13 @@ class _Reading:
         if not isinstance(distinct, bool):
             self.problem((*where, "distinct_across_stages"), "must be true or false")
             distinct = True
+        elif not distinct:
+            # A principal votes once per review (the votes table's key), so false could not do what it says.
+            self.problem(
+                (*where, "distinct_across_stages"),
+                "false is not supported yet: a principal votes once per review, so counts in one stage only; "
+                "leave the key out (true)",
+            )
         stages, outline = self.stages(action, table.get("stages"), where)
         for problem in rule_problems(action, outline, deadline, distinct):
             self.problems += self._placed(problem, where, outline)
