@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
-from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient, ReviewProgress, Role
+from decisionflow.client import ApproveResult, DecisionflowError, Outcome, ReviewClient, Role
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef
 from decisionflow_cli.command import CommandError
 from decisionflow_cli.review._connection import read_input, review_client
@@ -22,13 +21,6 @@ def _state_of(reviews: ReviewClient, operation_id: str) -> str | None:
         return reviews.get_operation(operation_id).state.value
     except DecisionflowError:
         return None  # the write succeeded; only this extra read failed, so the command still succeeds
-
-
-def _progress_of(reviews: ReviewClient, operation_id: str) -> ReviewProgress | None:
-    try:
-        return reviews.get_operation(operation_id).progress
-    except DecisionflowError:
-        return None  # the proposal was read; only this extra read failed, so show prints it without progress
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -174,9 +166,8 @@ def run_show(args: argparse.Namespace) -> int:
         except DecisionflowError as error:
             context = {"case_id": args.case_id} if args.case_id else {"operation_id": args.operation_id}
             raise failed("show", error, subject, **context) from error
+        # GetProposal's operation carries its progress while a review under a rule is pending.
         proposal, operation = record.proposal, record.operation
-        # GetProposal leaves progress out; GetOperation carries it for a review under a rule.
-        operation = dataclasses.replace(operation, progress=_progress_of(reviews, proposal.operation_id))
     emit(
         {
             "command": "show",
