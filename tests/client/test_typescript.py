@@ -148,7 +148,7 @@ try {
 def test_with_retries_carries_an_approve_through_an_orchestrator_crash(
     typescript_package: TypeScriptPackage, tmp_path: Path
 ) -> None:
-    # Node's HTTP/2 transport reports the crash as CANCELLED (gRPC Python: UNAVAILABLE); the caller
+    # Node's HTTP/2 transport reports the crash as CANCELLED or ABORTED (gRPC Python: UNAVAILABLE); the caller
     # did not cancel, and Approve is idempotent by its operation id, so withRetries repeats it.
     address = f"127.0.0.1:{free_port()}"
     stack = ProcessStack(
@@ -186,7 +186,8 @@ def test_with_retries_carries_an_approve_through_an_orchestrator_crash(
 
     assert node.returncode == 0, err
     told = json.loads(out)
-    assert told["seen"][0] == ["CANCELLED", False], told
+    # CANCELLED, or ABORTED when the crash reset the socket first (timing): both indeterminate, both retried.
+    assert told["seen"][0] in (["CANCELLED", False], ["ABORTED", False]), told
     assert (told.get("outcome"), told.get("replay")) == ("COMMITTED", True), told
     assert count(stack.receiver_url, "SELECT count(*) FROM effects") == 1
 

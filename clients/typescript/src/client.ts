@@ -98,16 +98,19 @@ export interface RetryPolicy {
 /** The Python client's CLIENT_DEFAULT: 5 attempts within 10 s, waits from 0.1 s up to 2 s. */
 export const CLIENT_DEFAULT: RetryPolicy = { maxAttempts: 5, maxTotalMs: 10_000, initialBackoffMs: 100, maxBackoffMs: 2_000 };
 
-/** Whether withRetries repeats a failure: a transient status, or a CANCELLED the caller did not ask for.
+/** Whether withRetries repeats a failure: a transient status, or a CANCELLED or ABORTED the caller did not
+ * ask for.
  *
  * Node's HTTP/2 transport reports a server that went away mid-call (its process ended and the stream
- * was reset) as CANCELLED, where the Python client hears UNAVAILABLE and retries it. Both are
- * indeterminate (the server may have acted), and every decisionflow call is safe to repeat unchanged
- * (Approve by its operation id), so it is retried alike. Only the caller's own cancellation, its
- * signal aborted, ends the call. */
+ * was reset) as CANCELLED, or as ABORTED when the socket itself was reset (connect-node maps ECONNRESET
+ * and a destroyed stream to ABORTED; which one a crash gives depends on timing), where the Python client
+ * hears UNAVAILABLE and retries it. No decisionflow server answers ABORTED. All are indeterminate (the
+ * server may have acted), and every decisionflow call is safe to repeat unchanged (Approve by its
+ * operation id), so they are retried alike. Only the caller's own cancellation, its signal aborted,
+ * ends the call. */
 export function retriedByWithRetries(error: unknown, attempt: number, signal?: AbortSignal): boolean {
   const refusal = refusalOf(error, attempt);
-  if (refusal.code === Code.Canceled) {
+  if (refusal.code === Code.Canceled || refusal.code === Code.Aborted) {
     return !(signal?.aborted ?? false);
   }
   return refusal.retry === "automatic";
