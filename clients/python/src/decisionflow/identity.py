@@ -23,7 +23,8 @@ EVIDENCE_DOMAIN = "decisionflow.evidence.v1"
 POLICY_DOMAIN = "decisionflow.policy.v1"
 
 _MAX_FIELD_BYTES = 0xFFFFFFFF
-_LENGTH = struct.Struct(">I").pack
+_LENGTH_PREFIX = struct.Struct(">I")
+_LENGTH = _LENGTH_PREFIX.pack
 
 
 class IdentityError(ValueError):
@@ -79,6 +80,25 @@ def frame(fields: Iterable[str]) -> bytes:
         parts.append(_LENGTH(len(encoded)))
         parts.append(encoded)
     return b"".join(parts)
+
+
+def unframe(data: bytes, error: type[Exception]) -> list[str]:
+    """Return the fields framed in data (as frame writes them); raise error on bytes frame would not write
+    that far: a length prefix cut short, a field longer than the bytes left, a field not UTF-8."""
+    fields, offset = [], 0
+    while offset < len(data):
+        if offset + 4 > len(data):
+            raise error("a field's length prefix is cut short")
+        (length,) = _LENGTH_PREFIX.unpack_from(data, offset)
+        offset += 4
+        if offset + length > len(data):
+            raise error("a field is longer than the bytes left")
+        try:
+            fields.append(data[offset : offset + length].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise error("a field is not UTF-8") from exc
+        offset += length
+    return fields
 
 
 def _digest(prefix: str, fields: Iterable[str]) -> str:

@@ -19,18 +19,16 @@ repeated, a rule the model refuses, fields left over.
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Sequence
 from datetime import timedelta
 
-from decisionflow.identity import frame
+from decisionflow.identity import frame, unframe
 from decisionflow.review_rules._durations import whole_seconds
 from decisionflow.review_rules._errors import InvalidRule, MalformedRule
 from decisionflow.review_rules._model import MAX_GROUPS, MAX_STAGES, ReviewRule, Stage
 
 RULE_DOMAIN = "decisionflow.review-rule.v1"
 RULE_PREFIX = "rule-v1-"
-_LENGTH = struct.Struct(">I")
 # Every number a valid rule frames is below a year in seconds (8 digits); twelve digits bound int().
 _MAX_DIGITS = 12
 
@@ -119,26 +117,9 @@ def rule_from_fields(fields: Sequence[str], start: int = 0) -> tuple[ReviewRule,
     return rule, reader.index
 
 
-def _unframe(data: bytes) -> list[str]:
-    fields, offset = [], 0
-    while offset < len(data):
-        if offset + 4 > len(data):
-            raise MalformedRule("a field's length prefix is cut short")
-        (length,) = _LENGTH.unpack_from(data, offset)
-        offset += 4
-        if offset + length > len(data):
-            raise MalformedRule("a field is longer than the bytes left")
-        try:
-            fields.append(data[offset : offset + length].decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise MalformedRule("a field is not UTF-8") from exc
-        offset += length
-    return fields
-
-
 def decode_rule(data: bytes) -> ReviewRule:
     """Return the rule data encodes; MalformedRule unless data is exactly what ``encode_rule`` writes for it."""
-    fields = _unframe(data)
+    fields = unframe(data, MalformedRule)
     rule, end = rule_from_fields(fields)
     if end != len(fields):
         raise MalformedRule("the rule has more fields than its counts call for")

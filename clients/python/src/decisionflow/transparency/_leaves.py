@@ -39,18 +39,16 @@ rule of the proposal's action other than its default rule.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, frame, identities, normalise
+from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, frame, identities, normalise, unframe
 from decisionflow.review_rules import MalformedRule, ReviewRule, default_rule, rule_fields, rule_from_fields
 from decisionflow.transparency._errors import TransparencyError
 from decisionflow.vocabulary import CaseId, OperationId
 
 LEAF_DOMAIN = "decisionflow.audit.leaf.v1"
-_LENGTH = struct.Struct(">I")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 PROPOSAL_EVENTS = ("started", "edited", "replaced")
 
@@ -245,23 +243,6 @@ def encode_leaf(leaf: Leaf) -> bytes:
     return frame([LEAF_DOMAIN, kind, format_time(leaf.recorded_at), *rest])
 
 
-def _split(data: bytes) -> list[str]:
-    fields, offset = [], 0
-    while offset < len(data):
-        if offset + 4 > len(data):
-            raise MalformedLeaf("a field's length prefix is cut short")
-        (length,) = _LENGTH.unpack_from(data, offset)
-        offset += 4
-        if offset + length > len(data):
-            raise MalformedLeaf("a field is longer than the bytes left")
-        try:
-            fields.append(data[offset : offset + length].decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise MalformedLeaf("a field is not UTF-8") from exc
-        offset += length
-    return fields
-
-
 class _Fields:
     """The fields after the kind, taken in order; running out or leaving some over is refused."""
 
@@ -292,7 +273,7 @@ class _Fields:
 
 def decode_leaf(data: bytes) -> Leaf:
     """Return the leaf data encodes; MalformedLeaf when it is not exactly what ``encode_leaf`` writes."""
-    fields = _split(data)
+    fields = unframe(data, MalformedLeaf)
     if len(fields) < 3 or fields[0] != LEAF_DOMAIN:
         raise MalformedLeaf(f"not a {LEAF_DOMAIN} leaf")
     kind, at, rest = fields[1], _parse_time(fields[2]), _Fields(fields[3:])
