@@ -49,19 +49,15 @@ from orchestrator.ports import (
     KeyRetentionRefused,
     ReceiverRefusedCaller,
 )
-from orchestrator.service._attempts import Attempt, AttemptBudget
+from orchestrator.service._attempts import Attempt, AttemptBudget, Leases
 from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._outcome_lines import log_outcome, refused_caller
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.service._votes import Votes, check_open
-from orchestrator.store import AsyncOrchestratorStore, AttemptInFlight, DecisionAlreadyRecorded
+from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
 logger = logging.getLogger("decisionflow.orchestrator")
-
-# A caller waiting for another replica's attempt reads the operation again after these pauses (doubling).
-LEASE_POLL_FIRST_SECONDS = 0.005
-LEASE_POLL_MAX_SECONDS = 0.1
 
 
 class DecisionService:
@@ -85,6 +81,7 @@ class DecisionService:
         self._clock = clock
         self._four_eyes = four_eyes
         self._budget = attempt_budget
+        self._leases = Leases(store, attempt_budget, clock)
         # The drive in flight per operation in this process; its answer (None: it ended without one).
         self._flights: dict[OperationId, asyncio.Future[DecisionResult | None]] = {}
         self._votes = Votes(store, self, clock)
@@ -289,65 +286,10 @@ class DecisionService:
         operation = await self._store.get_operation(operation_id)
         return DecisionResult(operation, outcome_of(operation.state), replay)
 
-    async def _take_lease(
-        self, proposal: Proposal, decided: RecordedDecision, deadline: float
-    ) -> tuple[Operation, Attempt] | Operation:
-        """Record an attempt under a lease (returned with it), or return the operation as another
-        attempt's answer left it, or as it stands when deadline passed while that attempt held it. A
-        lease whose holder is known to have ended (a process of this host that is gone) is taken over."""
-        payload, digest = effect_payload(proposal, decided)
-        ended: str | None = None
-        while True:
-            now = self._clock()
-            attempt = self._budget.start(now, deadline)
-            try:
-                operation = await self._store.record_attempt(
-                    proposal.operation_id,
-                    payload,
-                    digest,
-                    now,
-                    attempt.lease_until,
-                    holder=self._budget.holder,
-                    ended_holder=ended,
-                )
-                return operation, attempt
-            except AttemptInFlight as held:
-                holder = held.operation.attempt_lease_holder
-                if holder is not None and holder != ended and self._budget.ended(holder):
-                    logger.warning(
-                        "taking over the attempt lease of %s, a process of this host that has ended",
-                        holder,
-                        extra={"operation_id": proposal.operation_id, "case_id": proposal.case_id},
-                    )
-                    ended = holder
-                    continue
-                waited = await self._await_lease(held.operation, deadline)
-                if waited is not None:
-                    return waited
-
-    async def _await_lease(self, operation: Operation, deadline: float) -> Operation | None:
-        """Wait for another replica's attempt: return the operation once settled or once deadline passed,
-        None once its lease was released or has passed (the caller may then drive)."""
-        pause = LEASE_POLL_FIRST_SECONDS
-        while operation.state in OPEN_STATES:
-            lease = operation.attempt_lease_until
-            if lease is None:
-                return None
-            left_on_lease = (lease - self._clock()).total_seconds()
-            if left_on_lease <= 0:
-                return None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return operation
-            await asyncio.sleep(min(pause, left, left_on_lease))
-            pause = min(pause * 2, LEASE_POLL_MAX_SECONDS)
-            operation = await self._store.get_operation(operation.operation_id)
-        return operation
-
     async def _drive_leased(
         self, proposal: Proposal, decided: RecordedDecision, deadline: float, replay: bool
     ) -> DecisionResult:
-        taken = await self._take_lease(proposal, decided, deadline)
+        taken = await self._leases.take(proposal, decided, deadline)
         if isinstance(taken, Operation):
             return DecisionResult(taken, outcome_of(taken.state), replay)
         operation, attempt = taken

@@ -14,6 +14,8 @@ import pytest
 from decisionflow import reasons
 from decisionflow.client import DecisionflowError
 from decisionflow.client.errors import error_class
+from decisionflow.reasons import _declaration as reasons_declaration
+from decisionflow.reasons import _guide as reasons_guide
 from decisionflow_cli.review._output import advice
 from decisionflow_console import refusals as console_refusals
 from decisionflow_console.refusals import explain
@@ -73,11 +75,11 @@ def test_a_refusal_carries_only_the_metadata_keys_its_reason_declares() -> None:
 def test_a_reason_is_declared_once_with_its_constant_and_keys_declared_before_it() -> None:
     stale = reasons.refusal(reasons.STALE_PROPOSAL)
     with pytest.raises(ValueError, match="'STALE_PROPOSAL' is declared twice"):
-        reasons._declared(stale, stale)
+        reasons_declaration._declared(stale, stale)
     with pytest.raises(ValueError, match="'PAINTED' is declared twice, or without a constant"):
-        reasons._declared(reasons.Refusal("PAINTED", "FAILED_PRECONDITION", True, ()))
+        reasons_declaration._declared(reasons.Refusal("PAINTED", "FAILED_PRECONDITION", True, ()))
     with pytest.raises(ValueError, match=r"STALE_PROPOSAL names metadata keys that are not declared: \['colour'\]"):
-        reasons._declared(reasons.Refusal(reasons.STALE_PROPOSAL, "FAILED_PRECONDITION", True, ("colour",)))
+        reasons_declaration._declared(reasons.Refusal(reasons.STALE_PROPOSAL, "FAILED_PRECONDITION", True, ("colour",)))
     with pytest.raises(LookupError, match="PAINTED"):
         reasons.refusal("PAINTED")
 
@@ -118,9 +120,9 @@ def test_advice_and_words_name_only_what_their_reason_declares(monkeypatch: pyte
             r"does not declare: \['case_id'\]",
         ),
     ]:
-        monkeypatch.setattr(reasons, "GUIDE", {**reasons.GUIDE, reasons.STALE_PROPOSAL: guide})
+        monkeypatch.setattr(reasons_guide, "GUIDE", {**reasons.GUIDE, reasons.STALE_PROPOSAL: guide})
         with pytest.raises(ValueError, match=named):
-            reasons._check_advice_and_words()
+            reasons_guide._check_advice_and_words()
 
 
 def test_the_command_line_and_the_console_say_a_refusal_as_its_declaration_does() -> None:

@@ -159,7 +159,7 @@ SHARED_CLASSES = {
 HOMES = {
     "clients/python/src/decisionflow/vocabulary.py",
     # The shared field violation, which the vocabulary's checks return (no grpc, no vocabulary import).
-    "clients/python/src/decisionflow/reasons.py",
+    "clients/python/src/decisionflow/reasons/_declaration.py",
 }
 CASE_ID_REGEX = "A-Za-z0-9._-]{1,64}"
 

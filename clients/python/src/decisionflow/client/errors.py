@@ -48,81 +48,57 @@ retry with the same operation id. ``retry_after`` is the delay the server's Retr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping
 
 import grpc
 
 from decisionflow import reasons
+from decisionflow.client._error_base import (
+    BY_REASON,
+    CALLER_DEPENDENT_CODES,
+    DEFINITE_CODES,
+    INDETERMINATE_CODES,
+    DecisionflowError,
+    definite_by_status,
+)
 from decisionflow.client.views import Decision, OperationState
-from decisionflow.reasons import FieldViolation
 from decisionflow.status_details import error_info, retry_delay
 
-# The statuses that are definite refusals, and those that depend on who calls or on state, not on the
-# request's bytes: after an earlier indeterminate attempt of the same call those prove nothing about it.
-DEFINITE_CODES: frozenset[grpc.StatusCode] = frozenset(
-    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.definite
-)
-_CALLER_DEPENDENT_CODES: frozenset[grpc.StatusCode] = frozenset(
-    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if rule.caller_dependent
-)
-# Statuses that are indeterminate without a reason: one made definite by its reason (CHECKPOINT_SAVE_FAILED's
-# UNAVAILABLE) speaks for its own attempt only.
-_INDETERMINATE_CODES: frozenset[grpc.StatusCode] = frozenset(
-    grpc.StatusCode[rule.status] for rule in reasons.STATUS_RULES if not rule.definite
-)
-
-
-# The class raised for each declared reason: each class that names one registers itself (``reason=``).
-_BY_REASON: dict[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {}
-
-
-class DecisionflowError(Exception):
-    """A call failed; the attributes carry the status, the ErrorInfo and whether it is definite."""
-
-    # True for a class whose refusal is definite whatever its status code says (None: by the code).
-    always_definite: ClassVar[bool | None] = None
-
-    def __init_subclass__(cls, reason: str = "", **kwargs: Any) -> None:
-        """A class that names a declared reason is the one raised for it, with the status it is declared with."""
-        super().__init_subclass__(**kwargs)
-        if reason:
-            code = grpc.StatusCode[reasons.refusal(reason).status]
-            if (code, reason) in _BY_REASON:
-                raise TypeError(f"{cls.__name__} and {_BY_REASON[code, reason].__name__} both name {reason}")
-            _BY_REASON[code, reason] = cls
-
-    def __init__(
-        self,
-        code: grpc.StatusCode,
-        message: str,
-        *,
-        reason: str = "",
-        metadata: Mapping[str, str] | None = None,
-        violations: Sequence[FieldViolation] = (),
-        attempts: int = 1,
-        definite: bool | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(f"{code.name}: {message}" if message else code.name)
-        self.code = code
-        self.message = message
-        self.reason = reason
-        self.metadata: dict[str, str] = dict(metadata or {})
-        self.violations: tuple[FieldViolation, ...] = tuple(violations)
-        self.attempts = attempts
-        self.retry_after = retry_after
-        self.definite: bool = _definite(type(self), code) if definite is None else definite
-
-    @property
-    def operation_id(self) -> str:
-        """The operation the server named in its refusal ("" when it named none)."""
-        return self.metadata.get(reasons.OPERATION_ID, "")
-
-
-def _definite(cls: type[DecisionflowError], code: grpc.StatusCode) -> bool:
-    """Whether an error of cls with code is definite when nothing else is known (the first attempt)."""
-    return cls.always_definite if cls.always_definite is not None else code in DEFINITE_CODES
+# The base and its definiteness live in _error_base; every class and function is read from here.
+__all__ = [
+    "DEFINITE_CODES",
+    "BeyondCheckpoint",
+    "CallRateExceeded",
+    "CaseHasOpenProposal",
+    "CheckpointIntegrity",
+    "CheckpointSaveFailed",
+    "ContentBudgetExceeded",
+    "DeadlineExceeded",
+    "DecisionConflict",
+    "DecisionRequired",
+    "DecisionflowError",
+    "FourEyes",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "KeyRetentionExceeded",
+    "NotEligibleToDecide",
+    "NotFound",
+    "NotRedrivable",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "QuotaExceeded",
+    "ReplyLost",
+    "ReviewExpired",
+    "ServerError",
+    "StaleProposal",
+    "TooManyOpenReviews",
+    "Unauthenticated",
+    "Unavailable",
+    "WorkflowProtocolError",
+    "WorkflowVersionMismatch",
+    "error_class",
+    "map_rpc_error",
+]
 
 
 class InvalidRequest(DecisionflowError, reason=reasons.INVALID_ARGUMENT):
@@ -356,7 +332,7 @@ def _declared_class(name: str) -> type[DecisionflowError]:
 # reason this client does not know, or one declared without a class of its own, gets its status's class.
 _CLASSES: Mapping[tuple[grpc.StatusCode, str], type[DecisionflowError]] = {
     **{(grpc.StatusCode[rule.status], ""): _declared_class(rule.raised_as) for rule in reasons.STATUS_RULES},
-    **_BY_REASON,
+    **BY_REASON,
 }
 _OTHER_STATUS_CLASS = _declared_class(reasons.OTHER_STATUS_RAISED_AS)
 
@@ -387,7 +363,7 @@ def map_rpc_error(err: grpc.RpcError, *, attempts: int = 1) -> DecisionflowError
         reason, metadata, violations = "", {}, []
     cls = error_class(code, reason)
     definite: bool | None = None
-    if attempts > 1 and code in _CALLER_DEPENDENT_CODES | _INDETERMINATE_CODES:
+    if attempts > 1 and code in CALLER_DEPENDENT_CODES | INDETERMINATE_CODES:
         definite = False
     return cls(
         code,
@@ -408,7 +384,7 @@ def _check_against_the_declaration() -> None:
     for status, reason, definite in pairs:
         code = grpc.StatusCode[status]
         cls = error_class(code, reason)
-        if _definite(cls, code) is not definite:
+        if definite_by_status(cls, code) is not definite:
             raise TypeError(
                 f"{reason or status} is declared definite={definite}, but {cls.__name__} with {status} says "
                 "otherwise: give it a class of its own (reason=), or correct the declaration"
