@@ -15,40 +15,26 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.transparency import VoteLeaf
-from decisionflow_server.runtime.auth import Role, issue_token
+from decisionflow_server.runtime.auth import Role
 from decisionflow_server.storage import db
 from tests.support.audit_history import History, bundle_leaves, new_history
 from tests.support.review_cli import cli_in, proposal_file
+from tests.support.rules_desk import write_desk_files
 
 pytestmark = pytest.mark.slow
 
-RULES = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
 VOTERS = {"lena": ["support-leads"], "lou": ["support-leads"], "fay": ["finance"]}
 
 
 @pytest.fixture
 def quorum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[History, str]]:
-    """A history whose one review reached its quorum (lena, lou, then fay) under RULES, signed and kept; and
+    """A history whose one review reached its quorum (lena, lou, then fay) under TWO_STAGES, signed and kept; and
     the review's operation id."""
     (stack := tmp_path / "stack").mkdir()
     (files := tmp_path / "files").mkdir()
-    tokens = {
-        name: issue_token(stack / "credentials.json", name, [Role.REVIEWER], groups) for name, groups in VOTERS.items()
-    }
-    (stack / "rules.toml").write_text(RULES, encoding="utf-8")
-    with cli_in(stack, capsys, review_rules_file=stack / "rules.toml") as cli:
-        for name, token in tokens.items():
+    desk = write_desk_files(stack, {name: ([Role.REVIEWER], groups) for name, groups in VOTERS.items()})
+    with cli_in(stack, capsys, review_rules_file=desk.rules) as cli:
+        for name, token in desk.tokens.items():
             cli.tokens[name] = stack / f"{name}.token"
             cli.tokens[name].write_text(token + "\n")
         history = new_history(cli, files)

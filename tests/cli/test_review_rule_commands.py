@@ -14,29 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow_server.runtime.auth import Role, issue_token
-from decisionflow_server.runtime.server_security import ServerSecurity
+from decisionflow_server.runtime.auth import Role
 from tests.support.review_cli import proposal_file
-from tests.support.stack import Stack, open_stack
+from tests.support.rules_desk import TWO_STAGES, open_desk, with_deadline
+from tests.support.stack import Stack
 
 # Real services, processes or a browser: make check leaves this module out; make test runs it.
 pytestmark = pytest.mark.slow
 
-RULES = """\
-version = 1
-
-[actions.record_support_review]
-deadline = "3d"
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
+RULES = with_deadline(TWO_STAGES, "3d")
 PEOPLE = {
     "ava": ([Role.AUTHOR], []),
     "lena": ([Role.REVIEWER], ["support-leads"]),
@@ -77,19 +63,12 @@ class Desk:
 @pytest.fixture
 def desk(tmp_path: Path) -> Iterator[Desk]:
     """An orchestrator started with RULES, authentication on, and a token per person."""
-    credentials = tmp_path / "credentials.json"
-    tokens: dict[str, Path] = {}
-    for name, (roles, groups) in PEOPLE.items():
-        tokens[name] = tmp_path / f"{name}.token"
-        tokens[name].write_text(issue_token(credentials, name, roles, groups) + "\n")
-    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
-    stack = open_stack(
-        tmp_path, security=ServerSecurity(credentials_file=credentials), review_rules_file=tmp_path / "rules.toml"
-    )
-    try:
-        yield Desk(stack, tokens)
-    finally:
-        stack.close()
+    with open_desk(tmp_path, PEOPLE, RULES) as opened:
+        tokens: dict[str, Path] = {}
+        for name, token in opened.tokens.items():
+            tokens[name] = tmp_path / f"{name}.token"
+            tokens[name].write_text(token + "\n")
+        yield Desk(opened.stack, tokens)
 
 
 def test_votes_print_where_the_review_stands_until_the_last_commits(desk: Desk, tmp_path: Path) -> None:

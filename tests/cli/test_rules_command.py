@@ -12,29 +12,9 @@ from pathlib import Path
 
 import pytest
 
-RULES = """\
-version = 1
+from tests.support.rules_desk import timed_two_stages, write_rules
 
-[actions.record_support_review]
-deadline = "72h"
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-due = "4h"
-escalate_to = ["on-call-leads"]
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
-
-
-def _rules(tmp_path: Path, text: str = RULES) -> Path:
-    path = tmp_path / "rules.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
+RULES = timed_two_stages()
 
 
 def _check(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -51,7 +31,7 @@ def _check(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_good_file_is_summarised_and_exits_0(tmp_path: Path) -> None:
-    _rules(tmp_path)
+    write_rules(tmp_path, RULES)
     done = _check("rules.toml", cwd=tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == [
@@ -67,7 +47,7 @@ def test_a_good_file_is_summarised_and_exits_0(tmp_path: Path) -> None:
 
 def test_a_bad_file_lists_every_problem_at_its_line_and_exits_1(tmp_path: Path) -> None:
     bad = RULES.replace("approvals = 2", "approvals = 0").replace('due = "4h"\n', "").replace("finance", "leads", 1)
-    _rules(tmp_path, bad.replace('groups = ["finance"]', 'group = ["finance"]'))
+    write_rules(tmp_path, bad.replace('groups = ["finance"]', 'group = ["finance"]'))
     done = _check("rules.toml", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.splitlines() == [
@@ -80,7 +60,7 @@ def test_a_bad_file_lists_every_problem_at_its_line_and_exits_1(tmp_path: Path) 
 
 
 def test_distinct_across_stages_false_is_refused_as_not_supported_yet_and_exits_1(tmp_path: Path) -> None:
-    _rules(tmp_path, RULES.replace('deadline = "72h"\n', 'deadline = "72h"\ndistinct_across_stages = false\n'))
+    write_rules(tmp_path, RULES.replace('deadline = "72h"\n', 'deadline = "72h"\ndistinct_across_stages = false\n'))
     done = _check("rules.toml", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
@@ -90,7 +70,7 @@ def test_distinct_across_stages_false_is_refused_as_not_supported_yet_and_exits_
 
 
 def test_a_syntax_error_and_a_missing_file_exit_1(tmp_path: Path) -> None:
-    _rules(tmp_path, "version = 1\n[actions.x\n")
+    write_rules(tmp_path, "version = 1\n[actions.x\n")
     done = _check("rules.toml", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "rules.toml:2: not valid TOML: Expected ']' at the end of a table declaration (column 11)\n"
@@ -99,7 +79,7 @@ def test_a_syntax_error_and_a_missing_file_exit_1(tmp_path: Path) -> None:
 
 
 def test_groups_outside_known_groups_and_unserved_actions_are_warnings(tmp_path: Path) -> None:
-    _rules(tmp_path, RULES.replace("record_support_review", "refund"))
+    write_rules(tmp_path, RULES.replace("record_support_review", "refund"))
     done = _check("rules.toml", "--known-groups", "finance, support-leads", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("rules.toml: 1 action, 2 stages, 3 groups\n")
     assert done.stderr.splitlines() == [
@@ -130,7 +110,7 @@ def test_groups_outside_known_groups_and_unserved_actions_are_warnings(tmp_path:
 def test_groups_no_credential_holds_are_warnings(
     tmp_path: Path, entries: dict[str, object], warned: list[tuple[int, str]]
 ) -> None:
-    _rules(tmp_path)
+    write_rules(tmp_path, RULES)
     (tmp_path / "credentials.json").write_text(json.dumps(entries), encoding="utf-8")
     done = _check("rules.toml", "--credentials", "credentials.json", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("rules.toml: 1 action")
@@ -142,7 +122,7 @@ def test_groups_no_credential_holds_are_warnings(
 
 
 def test_an_unreadable_credentials_file_and_both_sources_at_once_are_usage_errors(tmp_path: Path) -> None:
-    _rules(tmp_path)
+    write_rules(tmp_path, RULES)
     (tmp_path / "credentials.json").write_text("{not json", encoding="utf-8")
     done = _check("rules.toml", "--credentials", "credentials.json", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +16,7 @@ import yaml
 from effect_receiver.config import SERVER as RECEIVER_SERVER
 from orchestrator.config import SERVER as ORCHESTRATOR_SERVER
 from reconciler.config import METRICS as RECONCILER_METRICS
-from tests.support.prometheus import promtool
+from tests.support.prometheus import alert_rules, firing, quiet, rule_test
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -81,12 +79,8 @@ def test_the_reconciler_healthcheck_asks_its_health_path() -> None:
     assert reconciler["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/healthz"
 
 
-def _rules() -> list[dict[str, Any]]:
-    return [rule for group in ALERTS["groups"] for rule in group["rules"]]
-
-
 def test_alert_rules_are_well_formed() -> None:
-    rules = _rules()
+    rules = alert_rules()
     names = [rule["alert"] for rule in rules]
     assert len(names) == len(set(names))
     assert {
@@ -112,7 +106,7 @@ def test_alert_rules_are_well_formed() -> None:
 
 
 def test_the_receiver_error_alert_counts_refused_credentials_and_leaves_refused_content_out() -> None:
-    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverErrors"]
+    [rule] = [r for r in alert_rules() if r["alert"] == "DecisionflowReceiverErrors"]
     for content in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"):
         assert content not in rule["expr"]
     for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "PERMISSION_DENIED"):
@@ -120,7 +114,7 @@ def test_the_receiver_error_alert_counts_refused_credentials_and_leaves_refused_
 
 
 def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
-    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
+    [rule] = [r for r in alert_rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
     assert "decisionflow_receiver_last_refusal_timestamp_seconds" in rule["expr"]
     assert "decisionflow_receiver_last_applied_timestamp_seconds" in rule["expr"]
     assert 'job="orchestrator"' in rule["expr"]
@@ -130,53 +124,41 @@ def test_a_receiver_refusing_the_orchestrators_credentials_pages() -> None:
 # One orchestrator process's gauges, a value a minute from time 0: its Apply refused for the
 # credentials at 1 min, no approval for 40 min, then one accepted at 45 min, and refused again at 60 min.
 # A second process never refused.
-REFUSED_THEN_SILENT = """
-rule_files: [{rules}]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{{job="orchestrator",instance="a:9101"}}'
+REFUSED_THEN_SILENT = """\
+      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{job="orchestrator",instance="a:9101"}'
         values: '0 60x58 3600x10'
-      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{{job="orchestrator",instance="a:9101"}}'
+      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{job="orchestrator",instance="a:9101"}'
         values: '0x44 2700x25'
-      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{{job="orchestrator",instance="b:9101"}}'
+      - series: 'decisionflow_receiver_last_refusal_timestamp_seconds{job="orchestrator",instance="b:9101"}'
         values: '0x70'
-      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{{job="orchestrator",instance="b:9101"}}'
+      - series: 'decisionflow_receiver_last_applied_timestamp_seconds{job="orchestrator",instance="b:9101"}'
         values: '0x20 1260x50'
-    alert_rule_test:
-{cases}
-"""
-FIRING = """      - eval_time: {minute}m
-        alertname: DecisionflowReceiverRefusesOrchestrator
-        exp_alerts:
-          - exp_labels: {{severity: page, instance: "a:9101"}}
-            exp_annotations:
-              summary: "The receiver refuses the credentials of the orchestrator at a:9101 (last refused Apply \\
-                {when}, none accepted since)"
-              description: {description}
-"""
-QUIET = """      - eval_time: {minute}m
-        alertname: DecisionflowReceiverRefusesOrchestrator
-        exp_alerts: []
 """
 
 
 def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_approval_comes(
     tmp_path: Path,
 ) -> None:
-    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowReceiverRefusesOrchestrator"]
-    description = json.dumps(rule["annotations"]["description"])
+    alert = "DecisionflowReceiverRefusesOrchestrator"
+    [rule] = [r for r in alert_rules() if r["alert"] == alert]
     first, again = "1970-01-01 00:01:00 +0000 UTC", "1970-01-01 01:00:00 +0000 UTC"
+
+    def fires(minute: int, when: str) -> str:
+        summary = (
+            "The receiver refuses the credentials of the orchestrator at a:9101 "
+            f"(last refused Apply {when}, none accepted since)"
+        )
+        return firing(alert, minute, 'severity: page, instance: "a:9101"', summary, rule["annotations"]["description"])
+
     cases = [
-        QUIET.format(minute=0),
-        FIRING.format(minute=2, when=first, description=description),
+        quiet(alert, 0),
+        fires(2, first),
         # 5, 10 and 40 minutes after the last refused Apply, with no Apply since: still firing.
-        *(FIRING.format(minute=minute, when=first, description=description) for minute in (6, 11, 41)),
-        QUIET.format(minute=46),  # an Apply accepted at 45 min ends it
-        FIRING.format(minute=61, when=again, description=description),  # refused again: fires again
+        *(fires(minute, first) for minute in (6, 11, 41)),
+        quiet(alert, 46),  # an Apply accepted at 45 min ends it
+        fires(61, again),  # refused again: fires again
     ]
-    done = _rule_test(tmp_path / "refusal-alert-test.yml", REFUSED_THEN_SILENT, cases)
+    done = rule_test(tmp_path / "refusal-alert-test.yml", REFUSED_THEN_SILENT, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -185,171 +167,103 @@ def test_the_refusal_alert_holds_until_an_apply_is_accepted_however_long_no_appr
 # 3 min (the oldest entry's age then grows by a minute each minute) and runs again at 12 min; b:9101 reads
 # the same database a minute later. Checkpoints stop at 3 min too: the first leaf no checkpoint covers was
 # recorded 10 minutes before, then signing resumes at 9 min. b:9101 has no signing key (no unsigned series).
-AUDIT_STOPPED = """
-rule_files: [{rules}]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{{job="orchestrator",instance="a:9101"}}'
+AUDIT_STOPPED = """\
+      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{job="orchestrator",instance="a:9101"}'
         values: '0 0 0 60 120 180 240 300 360 420 480 540 0 0'
-      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{{job="orchestrator",instance="b:9101"}}'
+      - series: 'decisionflow_audit_oldest_unsequenced_age_seconds{job="orchestrator",instance="b:9101"}'
         values: '0 0 0 0 60 120 180 240 300 360 420 480 540 0'
-      - series: 'decisionflow_audit_unsigned_age_seconds{{job="orchestrator",instance="a:9101"}}'
+      - series: 'decisionflow_audit_unsigned_age_seconds{job="orchestrator",instance="a:9101"}'
         values: '0 0 0 0 600 840 960 1020 1080 0 0 0 0 0'
-    alert_rule_test:
-{cases}
-"""
-AUDIT_FIRING = """      - eval_time: {minute}m
-        alertname: {alert}
-        exp_alerts:
-          - exp_labels: {{severity: ticket}}
-            exp_annotations:
-              summary: {summary}
-              description: {description}
-"""
-AUDIT_QUIET = """      - eval_time: {minute}m
-        alertname: {alert}
-        exp_alerts: []
 """
 
 
 def test_the_audit_alerts_fire_on_a_stopped_sequencer_and_on_leaves_left_unsigned(tmp_path: Path) -> None:
-    rules = {r["alert"]: r for r in _rules() if r["alert"].startswith("DecisionflowAudit")}
+    rules = {r["alert"]: r for r in alert_rules() if r["alert"].startswith("DecisionflowAudit")}
     assert set(rules) == {
         "DecisionflowAuditLogLagging",
         "DecisionflowAuditCheckpointStale",
         "DecisionflowAuditSigningRefused",
     }
 
-    def firing(alert: str, minute: int, value: str) -> str:
+    def fires(alert: str, minute: int, value: str) -> str:
         summary = rules[alert]["annotations"]["summary"].replace("{{ $value | humanizeDuration }}", value)
-        description = rules[alert]["annotations"]["description"]
-        return AUDIT_FIRING.format(
-            minute=minute, alert=alert, summary=json.dumps(summary), description=json.dumps(description)
-        )
+        return firing(alert, minute, "severity: ticket", summary, rules[alert]["annotations"]["description"])
 
     lagging, stale = "DecisionflowAuditLogLagging", "DecisionflowAuditCheckpointStale"
     cases = [
-        AUDIT_QUIET.format(minute=2, alert=lagging),
-        AUDIT_QUIET.format(minute=7, alert=lagging),  # 300 s is the threshold, not past it
-        AUDIT_QUIET.format(minute=8, alert=lagging),  # past it for less than a minute
-        firing(lagging, 9, "7m 0s"),
-        firing(lagging, 12, "9m 0s"),  # b:9101 still sees the backlog it reads a minute later
-        AUDIT_QUIET.format(minute=13, alert=lagging),
-        AUDIT_QUIET.format(minute=5, alert=stale),
-        AUDIT_QUIET.format(minute=6, alert=stale),
-        firing(stale, 7, "17m 0s"),
-        firing(stale, 8, "18m 0s"),
-        AUDIT_QUIET.format(minute=9, alert=stale),
+        quiet(lagging, 2),
+        quiet(lagging, 7),  # 300 s is the threshold, not past it
+        quiet(lagging, 8),  # past it for less than a minute
+        fires(lagging, 9, "7m 0s"),
+        fires(lagging, 12, "9m 0s"),  # b:9101 still sees the backlog it reads a minute later
+        quiet(lagging, 13),
+        quiet(stale, 5),
+        quiet(stale, 6),
+        fires(stale, 7, "17m 0s"),
+        fires(stale, 8, "18m 0s"),
+        quiet(stale, 9),
     ]
-    done = _rule_test(tmp_path / "audit-alert-test.yml", AUDIT_STOPPED, cases)
+    done = rule_test(tmp_path / "audit-alert-test.yml", AUDIT_STOPPED, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 # Two orchestrators: a's database is restored at minute 3 and put right at minute 8; b never sequences
 # after the restore (the other replica holds the sequencer's turn), so it reports 0 throughout.
-SIGNING_REFUSED = """
-rule_files: [{rules}]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      - series: 'decisionflow_audit_signing_refused{{job="orchestrator",instance="a:9101"}}'
+SIGNING_REFUSED = """\
+      - series: 'decisionflow_audit_signing_refused{job="orchestrator",instance="a:9101"}'
         values: '0 0 0 1 1 1 1 1 0 0'
-      - series: 'decisionflow_audit_signing_refused{{job="orchestrator",instance="b:9101"}}'
+      - series: 'decisionflow_audit_signing_refused{job="orchestrator",instance="b:9101"}'
         values: '0 0 0 0 0 0 0 0 0 0'
-    alert_rule_test:
-{cases}
-"""
-SIGNING_REFUSED_FIRING = """      - eval_time: {minute}m
-        alertname: DecisionflowAuditSigningRefused
-        exp_alerts:
-          - exp_labels: {{severity: page}}
-            exp_annotations:
-              summary: {summary}
-              description: {description}
-"""
-SIGNING_REFUSED_QUIET = """      - eval_time: {minute}m
-        alertname: DecisionflowAuditSigningRefused
-        exp_alerts: []
 """
 
 
 def test_a_sequencer_refusing_to_sign_pages_from_its_second_minute_until_the_log_extends_again(
     tmp_path: Path,
 ) -> None:
-    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowAuditSigningRefused"]
-    firing = {
-        "summary": json.dumps(rule["annotations"]["summary"]),
-        "description": json.dumps(rule["annotations"]["description"]),
-    }
+    alert = "DecisionflowAuditSigningRefused"
+    [rule] = [r for r in alert_rules() if r["alert"] == alert]
+    annotations = rule["annotations"]
     cases = [
-        SIGNING_REFUSED_QUIET.format(minute=2),
-        SIGNING_REFUSED_QUIET.format(minute=3),  # refusing for less than a minute
-        SIGNING_REFUSED_FIRING.format(minute=4, **firing),
-        SIGNING_REFUSED_FIRING.format(minute=7, **firing),
-        SIGNING_REFUSED_QUIET.format(minute=8),  # the right copy restored: signing again
+        quiet(alert, 2),
+        quiet(alert, 3),  # refusing for less than a minute
+        *(
+            firing(alert, minute, "severity: page", annotations["summary"], annotations["description"])
+            for minute in (4, 7)
+        ),
+        quiet(alert, 8),  # the right copy restored: signing again
     ]
-    done = _rule_test(tmp_path / "signing-refused-alert-test.yml", SIGNING_REFUSED, cases)
+    done = rule_test(tmp_path / "signing-refused-alert-test.yml", SIGNING_REFUSED, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 # Two orchestrator processes: a caller refused for its call rate 3 times a minute on each from minute 1 to 40,
 # and one content-budget refusal at minute 10 (a budget at work, which never fires).
-REFUSALS = """
-rule_files: [{rules}]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="a",reason="CALL_RATE_EXCEEDED"}}'
+REFUSALS = """\
+      - series: 'decisionflow_quota_refusals_total{job="orchestrator",instance="a",reason="CALL_RATE_EXCEEDED"}'
         values: '0+3x40 120x20'
-      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="b",reason="CALL_RATE_EXCEEDED"}}'
+      - series: 'decisionflow_quota_refusals_total{job="orchestrator",instance="b",reason="CALL_RATE_EXCEEDED"}'
         values: '0+3x40 120x20'
-      - series: 'decisionflow_quota_refusals_total{{job="orchestrator",instance="a",reason="CONTENT_BUDGET_EXCEEDED"}}'
+      - series: 'decisionflow_quota_refusals_total{job="orchestrator",instance="a",reason="CONTENT_BUDGET_EXCEEDED"}'
         values: '0x10 1x50'
-    alert_rule_test:
-{cases}
-"""
-REFUSALS_FIRING = """      - eval_time: {minute}m
-        alertname: DecisionflowAuthorBudgetsRefusing
-        exp_alerts:
-          - exp_labels: {{severity: ticket, reason: CALL_RATE_EXCEEDED}}
-            exp_annotations:
-              summary: {summary}
-              description: {description}
-"""
-REFUSALS_QUIET = """      - eval_time: {minute}m
-        alertname: DecisionflowAuthorBudgetsRefusing
-        exp_alerts: []
 """
 
 
 def test_refusals_for_a_budget_alert_after_15_minutes_on_end_and_one_refusal_never(tmp_path: Path) -> None:
-    [rule] = [r for r in _rules() if r["alert"] == "DecisionflowAuthorBudgetsRefusing"]
+    alert = "DecisionflowAuthorBudgetsRefusing"
+    [rule] = [r for r in alert_rules() if r["alert"] == alert]
     summary = rule["annotations"]["summary"].replace("{{ $labels.reason }}", "CALL_RATE_EXCEEDED")
-    firing = {"summary": json.dumps(summary), "description": json.dumps(rule["annotations"]["description"])}
+    labels = "severity: ticket, reason: CALL_RATE_EXCEEDED"
     cases = [
-        REFUSALS_QUIET.format(minute=10),  # refused for 9 minutes: not yet; the single refusal: never
-        REFUSALS_QUIET.format(minute=15),
-        REFUSALS_FIRING.format(minute=17, **firing),
-        REFUSALS_FIRING.format(minute=40, **firing),
-        REFUSALS_QUIET.format(minute=46),  # no refusal for over 5 minutes
+        quiet(alert, 10),  # refused for 9 minutes: not yet; the single refusal: never
+        quiet(alert, 15),
+        *(firing(alert, minute, labels, summary, rule["annotations"]["description"]) for minute in (17, 40)),
+        quiet(alert, 46),  # no refusal for over 5 minutes
     ]
-    done = _rule_test(tmp_path / "budget-alert-test.yml", REFUSALS, cases)
+    done = rule_test(tmp_path / "budget-alert-test.yml", REFUSALS, cases)
 
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def _rule_test(path: Path, template: str, cases: list[str]) -> subprocess.CompletedProcess[str]:
-    """Write a promtool rule test of deploy/alerts.yml (template, with its cases) to path and run it."""
-    path.write_text(template.format(rules=json.dumps(str(ROOT / "deploy" / "alerts.yml")), cases="".join(cases)))
-    return subprocess.run(
-        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def _jobs_matched(expr: str) -> set[str]:
@@ -361,7 +275,7 @@ def _jobs_matched(expr: str) -> set[str]:
 
 
 def test_every_scraped_job_has_a_rule_that_fires_when_its_target_is_down() -> None:
-    down = [rule for rule in _rules() if re.match(r"\s*up\b", rule["expr"]) and "== 0" in rule["expr"]]
+    down = [rule for rule in alert_rules() if re.match(r"\s*up\b", rule["expr"]) and "== 0" in rule["expr"]]
     assert down, "no rule reads up == 0"
     covered = set().union(*(_jobs_matched(rule["expr"]) for rule in down))
     assert set(_targets().values()) <= covered
@@ -369,15 +283,15 @@ def test_every_scraped_job_has_a_rule_that_fires_when_its_target_is_down() -> No
 
 
 def test_every_job_an_alert_names_is_scraped() -> None:
-    for rule in _rules():
+    for rule in alert_rules():
         assert _jobs_matched(rule["expr"]) <= set(_targets().values()), rule["alert"]
 
 
 def test_a_reconciler_that_is_gone_fires_an_absence_alert_and_the_stale_alert_does_not_claim_to() -> None:
-    [absent] = [r for r in _rules() if r["expr"].strip().startswith("absent(")]
+    [absent] = [r for r in alert_rules() if r["expr"].strip().startswith("absent(")]
     assert absent["expr"].strip() == "absent(decisionflow_reconciler_last_success_timestamp_seconds)"
     assert absent["labels"]["severity"] == "page"
-    [stale] = [r for r in _rules() if r["alert"] == "DecisionflowReconcilerStale"]
+    [stale] = [r for r in alert_rules() if r["alert"] == "DecisionflowReconcilerStale"]
     assert "not running" not in stale["annotations"]["description"]
 
 

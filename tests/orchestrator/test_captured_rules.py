@@ -16,11 +16,13 @@ import sqlalchemy as sa
 
 from decisionflow.review_rules import ReviewRule, Stage, default_rule, encode_rule, rule_digest
 from decisionflow.transparency import ProposalLeaf
-from decisionflow.v1 import common_pb2, review_pb2
+from decisionflow.v1 import review_pb2
 from orchestrator.schema import proposals, review_rules
 from orchestrator.store import OrchestratorStore
+from tests.support import rules_desk
 from tests.support.audit import ACTION, audit_store, leaves, proposal, review, sealed, started
-from tests.support.stack import Stack, open_stack
+from tests.support.rules_desk import write_rules
+from tests.support.stack import Stack, open_stack, start_request
 
 __all__ = ["audit_store"]
 
@@ -73,25 +75,10 @@ def test_an_edit_captures_the_rule_it_is_given_and_leaves_its_parent_s(audit_sto
     assert [getattr(leaf, "rule", None) for leaf in leaves(audit_store)] == [None, TWO_STAGES]
 
 
-TWO_STAGES_FILE = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     """A receiver and an orchestrator with a rules file."""
-    (tmp_path / "rules.toml").write_text(TWO_STAGES_FILE, encoding="utf-8")
-    opened = open_stack(tmp_path, review_rules_file=tmp_path / "rules.toml")
+    opened = open_stack(tmp_path, review_rules_file=write_rules(tmp_path, rules_desk.TWO_STAGES))
     try:
         yield opened
     finally:
@@ -99,19 +86,12 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def _start(stack: Stack, case_id: str) -> str:
-    request = review_pb2.StartReviewRequest(
-        case_id=case_id,
-        action=ACTION,
-        body=f"Reply to {case_id}.",
-        evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
-        policy=common_pb2.Policy(name="support-replies", version_label="2026-03", allowance_units=1),
-    )
-    return str(stack.review().StartReview(request, timeout=30).proposal.operation_id)
+    return str(stack.review().StartReview(start_request(case_id), timeout=30).proposal.operation_id)
 
 
 def test_a_review_keeps_the_rule_in_force_when_it_started(stack: Stack, tmp_path: Path) -> None:
     before = _start(stack, "T-1")
-    (tmp_path / "rules.toml").write_text("version = 1\n", encoding="utf-8")
+    write_rules(tmp_path, "version = 1\n")
     [reload] = stack.servers[-1].reload
     assert reload() is True
     after = _start(stack, "T-2")

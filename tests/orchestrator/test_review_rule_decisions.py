@@ -19,26 +19,13 @@ import pytest
 from decisionflow.bearer import bearer_metadata
 from decisionflow.client import ApproveResult, AsyncReviewClient, ReviewClient, ReviewProgress
 from decisionflow.status_details import error_info
-from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import Decision, OperationId, OperationState, Outcome, Role
-from decisionflow_server.runtime.auth import issue_token
-from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.storage import db
 from orchestrator.store import OrchestratorStore
-from tests.support.stack import Stack, approve, count, decline, open_stack
+from tests.support.rules_desk import TWO_STAGES, Desk, open_desk
+from tests.support.stack import approve, count, decline
 
-RULES = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
 PEOPLE = {
     "ava": ([Role.AUTHOR, Role.REVIEWER], ["support-leads"]),
     "lee": ([Role.REVIEWER], ["support-leads"]),
@@ -50,57 +37,24 @@ PEOPLE = {
 }
 
 
-class Desk:
-    """A stack serving the rule, and a ReviewService stub per person."""
+def refused(desk: Desk, who: str, request: review_pb2.ApproveRequest) -> tuple[grpc.StatusCode, str, dict[str, str]]:
+    """The status, reason and metadata of who's refused Approve."""
+    with pytest.raises(grpc.RpcError) as failed:
+        desk.call(who, "Approve", request)
+    reason, metadata, _ = error_info(failed.value)
+    return failed.value.code(), reason, metadata
 
-    def __init__(self, stack: Stack, tokens: dict[str, str]) -> None:
-        self.stack = stack
-        self._stub = stack.review()
-        self.tokens = tokens
 
-    def call(self, who: str, method: str, request: object) -> review_pb2.ApproveResponse:
-        stub: review_pb2_grpc.ReviewServiceStub = self._stub
-        answer: review_pb2.ApproveResponse = getattr(stub, method)(
-            request, timeout=30, metadata=bearer_metadata(self.tokens[who])
-        )
-        return answer
-
-    def start(self, case_id: str) -> str:
-        request = review_pb2.StartReviewRequest(
-            case_id=case_id,
-            action="record_support_review",
-            body=f"Refund {case_id}.",
-            evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
-            policy=common_pb2.Policy(name="refunds", version_label="2026-03", allowance_units=1),
-        )
-        return str(self.call("ava", "StartReview", request).proposal.operation_id)  # type: ignore[attr-defined]
-
-    def refused(self, who: str, request: review_pb2.ApproveRequest) -> tuple[grpc.StatusCode, str, dict[str, str]]:
-        with pytest.raises(grpc.RpcError) as failed:
-            self.call(who, "Approve", request)
-        reason, metadata, _ = error_info(failed.value)
-        return failed.value.code(), reason, metadata
-
-    def rows(self, table: str) -> int:
-        return count(self.stack.orchestrator_url, f"SELECT count(*) FROM {table}")
+def rows(desk: Desk, table: str) -> int:
+    """The rows of table in the desk's orchestrator database."""
+    return count(desk.stack.orchestrator_url, f"SELECT count(*) FROM {table}")
 
 
 @pytest.fixture
 def desk(database_url: str, tmp_path: Path) -> Iterator[Desk]:
     """A stack on a fresh orchestrator database of each kind, with the rules file and a token per person."""
-    credentials = tmp_path / "credentials.json"
-    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
-    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
-    stack = open_stack(
-        tmp_path,
-        orchestrator_url=database_url,
-        security=ServerSecurity(credentials_file=credentials),
-        review_rules_file=tmp_path / "rules.toml",
-    )
-    try:
-        yield Desk(stack, tokens)
-    finally:
-        stack.close()
+    with open_desk(tmp_path, PEOPLE, orchestrator_url=database_url) as opened:
+        yield opened
 
 
 def test_votes_count_stage_by_stage_and_the_last_writes_the_one_effect(desk: Desk) -> None:
@@ -125,31 +79,31 @@ def test_votes_count_stage_by_stage_and_the_last_writes_the_one_effect(desk: Des
     # lin holds finance too, but counted in the leads' stage: a second vote of lin is a replay.
     again = desk.call("lin", "Approve", approve(op))
     assert again.replay and again.outcome == common_pb2.OUTCOME_AWAITING_APPROVALS
-    assert desk.rows("votes") == 2
+    assert rows(desk, "votes") == 2
 
     last = desk.call("fay", "Approve", approve(op))
     assert last.outcome == common_pb2.OUTCOME_COMMITTED and not last.replay
     assert last.operation.reviewer == "fay"
     assert desk.stack.effects() == 1 and desk.stack.decisions() == 1
     assert desk.call("fay", "Approve", approve(op)).replay
-    assert desk.stack.effects() == 1 and desk.rows("votes") == 3
+    assert desk.stack.effects() == 1 and rows(desk, "votes") == 3
 
 
 def test_votes_the_rule_does_not_count_are_refused_with_nothing_written(desk: Desk) -> None:
     op = desk.start("T-1")
-    entries = desk.rows("audit_entries")
-    code, reason, metadata = desk.refused("fay", approve(op))
+    entries = rows(desk, "audit_entries")
+    code, reason, metadata = refused(desk, "fay", approve(op))
     assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "NOT_ELIGIBLE_TO_DECIDE")
     assert metadata == {"operation_id": op, "principal": "fay", "vote_refusal": "not_eligible"}
-    assert desk.refused("oli", approve(op))[2]["vote_refusal"] == "not_eligible"
-    code, reason, _ = desk.refused("ava", approve(op))
+    assert refused(desk, "oli", approve(op))[2]["vote_refusal"] == "not_eligible"
+    code, reason, _ = refused(desk, "ava", approve(op))
     assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "FOUR_EYES")
-    assert desk.rows("votes") == 0 and desk.rows("audit_entries") == entries
+    assert rows(desk, "votes") == 0 and rows(desk, "audit_entries") == entries
 
     desk.call("lee", "Approve", approve(op))
-    code, reason, metadata = desk.refused("lee", decline(op))
+    code, reason, metadata = refused(desk, "lee", decline(op))
     assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
-    assert desk.rows("votes") == 1
+    assert rows(desk, "votes") == 1
 
 
 def test_a_decline_by_an_eligible_reviewer_ends_the_review(desk: Desk) -> None:
@@ -159,7 +113,7 @@ def test_a_decline_by_an_eligible_reviewer_ends_the_review(desk: Desk) -> None:
     assert declined.outcome == common_pb2.OUTCOME_DECLINED
     assert declined.operation.state == common_pb2.OPERATION_STATE_DECLINED
     assert desk.stack.effects() == 0 and desk.stack.decisions() == 1
-    code, reason, _ = desk.refused("lin", approve(op))
+    code, reason, _ = refused(desk, "lin", approve(op))
     assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
 
 
@@ -219,31 +173,18 @@ def test_the_python_clients_expose_the_outcome_and_the_progress(desk: Desk) -> N
 
 
 def test_a_vote_past_the_rule_s_deadline_is_refused_with_nothing_written(database_url: str, tmp_path: Path) -> None:
-    credentials = tmp_path / "credentials.json"
-    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
-    (tmp_path / "rules.toml").write_text(
-        RULES.replace("version = 1\n", 'version = 1\n\n[actions.record_support_review]\ndeadline = "1h"\n'),
-        encoding="utf-8",
-    )
     now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
-    stack = open_stack(
-        tmp_path,
-        orchestrator_url=database_url,
-        security=ServerSecurity(credentials_file=credentials),
-        review_rules_file=tmp_path / "rules.toml",
-        clock=lambda: now[0],
+    within_an_hour = TWO_STAGES.replace(
+        "version = 1\n", 'version = 1\n\n[actions.record_support_review]\ndeadline = "1h"\n'
     )
-    try:
-        desk = Desk(stack, tokens)
+    with open_desk(tmp_path, PEOPLE, within_an_hour, orchestrator_url=database_url, clock=lambda: now[0]) as desk:
         op = desk.start("T-1")
         first = desk.call("lee", "Approve", approve(op))
         assert first.operation.progress.deadline.ToDatetime(UTC) == now[0] + timedelta(hours=1)
         now[0] += timedelta(hours=2)
-        code, reason, _ = desk.refused("lin", approve(op))
+        code, reason, _ = refused(desk, "lin", approve(op))
         assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "REVIEW_EXPIRED")
-        assert desk.rows("votes") == 1 and desk.stack.effects() == 0
-    finally:
-        stack.close()
+        assert rows(desk, "votes") == 1 and desk.stack.effects() == 0
 
 
 def test_a_review_whose_votes_ended_it_without_a_decision_is_driven_on_by_a_replay(desk: Desk) -> None:
@@ -259,7 +200,7 @@ def test_a_review_whose_votes_ended_it_without_a_decision_is_driven_on_by_a_repl
     finally:
         engine.dispose()
     assert desk.stack.decisions() == 0
-    code, reason, _ = desk.refused("fay", decline(op))
+    code, reason, _ = refused(desk, "fay", decline(op))
     assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
     retried = desk.call("fay", "Approve", approve(op))
     assert retried.outcome == common_pb2.OUTCOME_COMMITTED and retried.operation.reviewer == "fay"

@@ -12,30 +12,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from decisionflow.bearer import bearer_metadata
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import Role
-from decisionflow_server.runtime.auth import issue_token
-from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.storage import db
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.review_timer import ReviewTimer
 from orchestrator.store import OrchestratorStore
-from tests.support.stack import approve, open_stack
+from tests.support.rules_desk import ESCALATING, open_desk, with_deadline
 
-RULES = """\
-version = 1
-
-[actions.record_support_review]
-deadline = "3d"
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-due = "4h"
-escalate_to = ["on-call-leads"]
-"""
 PEOPLE = {
     "ava": ([Role.AUTHOR], []),
     "oli": ([Role.REVIEWER], ["on-call-leads"]),
@@ -46,61 +31,42 @@ PEOPLE = {
 def test_an_escalation_group_member_is_refused_before_the_escalation_and_admitted_after(
     database_url: str, tmp_path: Path
 ) -> None:
-    credentials = tmp_path / "credentials.json"
-    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
-    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
     now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
-    stack = open_stack(
-        tmp_path,
-        orchestrator_url=database_url,
-        security=ServerSecurity(credentials_file=credentials),
-        review_rules_file=tmp_path / "rules.toml",
-        clock=lambda: now[0],
-    )
+    rules = with_deadline(ESCALATING, "3d")
     engine = db.create_engine(database_url)
     try:
-        stub = stack.review()
-        start = review_pb2.StartReviewRequest(
-            case_id="T-1",
-            action="record_support_review",
-            body="Refund T-1.",
-            evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
-            policy=common_pb2.Policy(name="refunds", version_label="2026-03", allowance_units=1),
-        )
-        op = stub.StartReview(start, timeout=30, metadata=bearer_metadata(tokens["ava"])).proposal.operation_id
-        metrics = OrchestratorMetrics()
-        timer = ReviewTimer(
-            OrchestratorStore(engine),
-            lambda: now[0],
-            batch=10,
-            on_run=lambda run: metrics.record_review_timer(
-                len(run.escalated), len(run.expired), run.overdue, run.oldest_overdue_seconds
-            ),
-        )
+        with open_desk(tmp_path, PEOPLE, rules, orchestrator_url=database_url, clock=lambda: now[0]) as desk:
+            op = desk.start("T-1")
+            metrics = OrchestratorMetrics()
+            timer = ReviewTimer(
+                OrchestratorStore(engine),
+                lambda: now[0],
+                batch=10,
+                on_run=lambda run: metrics.record_review_timer(
+                    len(run.escalated), len(run.expired), run.overdue, run.oldest_overdue_seconds
+                ),
+            )
 
-        now[0] += timedelta(hours=3)
-        assert asyncio.run(timer.run_once()).escalated == ()
-        with pytest.raises(grpc.RpcError) as refused:
-            stub.Approve(approve(op), timeout=30, metadata=bearer_metadata(tokens["oli"]))
-        reason, details, _ = error_info(refused.value)
-        assert (refused.value.code(), reason) == (grpc.StatusCode.PERMISSION_DENIED, "NOT_ELIGIBLE_TO_DECIDE")
-        assert details.get("vote_refusal") == "not_eligible"
+            now[0] += timedelta(hours=3)
+            assert asyncio.run(timer.run_once()).escalated == ()
+            with pytest.raises(grpc.RpcError) as refused:
+                desk.approve("oli", op)
+            reason, details, _ = error_info(refused.value)
+            assert (refused.value.code(), reason) == (grpc.StatusCode.PERMISSION_DENIED, "NOT_ELIGIBLE_TO_DECIDE")
+            assert details.get("vote_refusal") == "not_eligible"
 
-        now[0] += timedelta(hours=2)  # an hour past the stage's due time
-        assert asyncio.run(timer.run_once()).escalated == (op,)
-        assert metrics.registry.get_sample_value("decisionflow_review_escalations_total") == 1
-        assert metrics.registry.get_sample_value("decisionflow_reviews_overdue") == 1
-        assert metrics.registry.get_sample_value("decisionflow_review_oldest_overdue_seconds") == 3600
-        read = stub.GetOperation(
-            review_pb2.GetOperationRequest(operation_id=op), timeout=30, metadata=bearer_metadata(tokens["lee"])
-        )
-        assert read.operation.progress.escalated
-        assert list(read.operation.progress.eligible_groups) == ["on-call-leads", "support-leads"]
+            now[0] += timedelta(hours=2)  # an hour past the stage's due time
+            assert asyncio.run(timer.run_once()).escalated == (op,)
+            assert metrics.registry.get_sample_value("decisionflow_review_escalations_total") == 1
+            assert metrics.registry.get_sample_value("decisionflow_reviews_overdue") == 1
+            assert metrics.registry.get_sample_value("decisionflow_review_oldest_overdue_seconds") == 3600
+            read = desk.call("lee", "GetOperation", review_pb2.GetOperationRequest(operation_id=op))
+            assert read.operation.progress.escalated
+            assert list(read.operation.progress.eligible_groups) == ["on-call-leads", "support-leads"]
 
-        admitted = stub.Approve(approve(op), timeout=30, metadata=bearer_metadata(tokens["oli"]))
-        assert admitted.outcome == common_pb2.OUTCOME_COMMITTED
-        assert admitted.operation.state == common_pb2.OPERATION_STATE_COMMITTED
-        assert stack.effects() == 1
+            admitted = desk.approve("oli", op)
+            assert admitted.outcome == common_pb2.OUTCOME_COMMITTED
+            assert admitted.operation.state == common_pb2.OPERATION_STATE_COMMITTED
+            assert desk.stack.effects() == 1
     finally:
         engine.dispose()
-        stack.close()

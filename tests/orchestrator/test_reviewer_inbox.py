@@ -12,30 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from decisionflow.bearer import bearer_metadata
 from decisionflow.review_rules import Escalation, ReviewRecord, ReviewRule, Stage, review_progress
-from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
+from decisionflow.v1 import review_pb2
 from decisionflow.vocabulary import Role
-from decisionflow_server.runtime.auth import issue_token
-from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.storage import db
 from orchestrator.domain import PendingReviewEntry
 from orchestrator.review_timer import ReviewTimer
 from orchestrator.store import OrchestratorStore, inbox_order
-from tests.support.stack import Stack, approve, open_stack
+from tests.support.rules_desk import ESCALATING, Desk, People, open_desk
 
-RULES = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
 PEOPLE = {
     "ava": ([Role.AUTHOR, Role.REVIEWER], ["support-leads"]),
     "lee": ([Role.REVIEWER], ["support-leads"]),
@@ -47,36 +32,24 @@ PEOPLE = {
 
 
 class Inboxes:
-    """A stack serving the rule, and the inbox as each person is listed it."""
+    """A desk serving the rule, and the inbox as each person is listed it."""
 
-    def __init__(self, stack: Stack, tokens: dict[str, str]) -> None:
-        self._stub: review_pb2_grpc.ReviewServiceStub = stack.review()
-        self._tokens = tokens
-
-    def start(self, case_id: str) -> str:
-        request = review_pb2.StartReviewRequest(
-            case_id=case_id,
-            action="record_support_review",
-            body=f"Refund {case_id}.",
-            evidence=[common_pb2.Evidence(source_id="kb-1", version=1, quotation="q")],
-            policy=common_pb2.Policy(name="refunds", version_label="2026-03", allowance_units=1),
-        )
-        answer = self._stub.StartReview(request, timeout=30, metadata=bearer_metadata(self._tokens["ava"]))
-        return answer.proposal.operation_id
-
-    def approve(self, who: str, operation_id: str) -> None:
-        self._stub.Approve(approve(operation_id), timeout=30, metadata=bearer_metadata(self._tokens[who]))
+    def __init__(self, desk: Desk) -> None:
+        self._desk = desk
+        self.start = desk.start
+        self.approve = desk.approve
 
     def listing(self, who: str, **request: object) -> review_pb2.ListPendingReviewsResponse:
-        return self._stub.ListPendingReviews(
+        listed: review_pb2.ListPendingReviewsResponse = self._desk.call(
+            who,
+            "ListPendingReviews",
             review_pb2.ListPendingReviewsRequest(**request),  # type: ignore[arg-type]
-            timeout=30,
-            metadata=bearer_metadata(self._tokens[who]),
         )
+        return listed
 
     def proposal_progress(self, who: str, operation_id: str) -> review_pb2.ReviewProgress:
         request = review_pb2.GetProposalRequest(operation_id=operation_id)
-        answer = self._stub.GetProposal(request, timeout=30, metadata=bearer_metadata(self._tokens[who]))
+        answer: review_pb2.GetProposalResponse = self._desk.call(who, "GetProposal", request)
         assert answer.operation.HasField("progress")
         return answer.operation.progress
 
@@ -88,19 +61,8 @@ class Inboxes:
 @pytest.fixture
 def inboxes(database_url: str, tmp_path: Path) -> Iterator[Inboxes]:
     """A stack on a fresh orchestrator database of each kind, with the rules file and a token per person."""
-    credentials = tmp_path / "credentials.json"
-    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in PEOPLE.items()}
-    (tmp_path / "rules.toml").write_text(RULES, encoding="utf-8")
-    stack = open_stack(
-        tmp_path,
-        orchestrator_url=database_url,
-        security=ServerSecurity(credentials_file=credentials),
-        review_rules_file=tmp_path / "rules.toml",
-    )
-    try:
-        yield Inboxes(stack, tokens)
-    finally:
-        stack.close()
+    with open_desk(tmp_path, PEOPLE, orchestrator_url=database_url) as desk:
+        yield Inboxes(desk)
 
 
 def test_each_reviewer_is_listed_what_they_may_decide_now(inboxes: Inboxes) -> None:
@@ -173,48 +135,27 @@ def test_a_page_lists_escalated_reviews_first_then_by_due_time() -> None:
     assert inbox_order([plain, late, soon, escalated, undated]) == [escalated, soon, late, plain, undated]
 
 
-ESCALATING = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-due = "4h"
-escalate_to = ["on-call-leads"]
-"""
-
-
 def test_an_escalated_review_enters_the_escalation_groups_inbox_marked_escalated(
     database_url: str, tmp_path: Path
 ) -> None:
-    credentials = tmp_path / "credentials.json"
-    people = {"ava": ([Role.AUTHOR], []), "oli": ([Role.REVIEWER], ["on-call-leads"])}
-    tokens = {name: issue_token(credentials, name, roles, groups) for name, (roles, groups) in people.items()}
-    (tmp_path / "rules.toml").write_text(ESCALATING, encoding="utf-8")
+    people: People = {"ava": ([Role.AUTHOR], []), "oli": ([Role.REVIEWER], ["on-call-leads"])}
     now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
-    stack = open_stack(
-        tmp_path,
-        orchestrator_url=database_url,
-        security=ServerSecurity(credentials_file=credentials),
-        review_rules_file=tmp_path / "rules.toml",
-        clock=lambda: now[0],
-    )
     engine = db.create_engine(database_url)
     try:
-        inboxes = Inboxes(stack, tokens)
-        inboxes.start("T-1")
-        now[0] += timedelta(hours=2)
-        inboxes.start("T-2")
-        timer = ReviewTimer(OrchestratorStore(engine), lambda: now[0], batch=10)
-        assert inboxes.of("oli") == {}  # on-call-leads may decide neither before an escalation
+        with open_desk(tmp_path, people, ESCALATING, orchestrator_url=database_url, clock=lambda: now[0]) as desk:
+            inboxes = Inboxes(desk)
+            inboxes.start("T-1")
+            now[0] += timedelta(hours=2)
+            inboxes.start("T-2")
+            timer = ReviewTimer(OrchestratorStore(engine), lambda: now[0], batch=10)
+            assert inboxes.of("oli") == {}  # on-call-leads may decide neither before an escalation
 
-        now[0] += timedelta(hours=3)  # T-1 an hour past due, T-2 not due yet
-        assert len(asyncio.run(timer.run_once()).escalated) == 1
-        listed = inboxes.listing("oli", include_total_size=True)
-        assert [e.proposal.case_id for e in listed.entries] == ["T-1"] and listed.total_size == 1
-        progress = listed.entries[0].pending_review.progress
-        assert progress.escalated and list(progress.eligible_groups) == ["on-call-leads", "support-leads"]
-        assert progress.due_time.ToDatetime(tzinfo=UTC) == datetime(2026, 12, 21, 13, 0, tzinfo=UTC)
+            now[0] += timedelta(hours=3)  # T-1 an hour past due, T-2 not due yet
+            assert len(asyncio.run(timer.run_once()).escalated) == 1
+            listed = inboxes.listing("oli", include_total_size=True)
+            assert [e.proposal.case_id for e in listed.entries] == ["T-1"] and listed.total_size == 1
+            progress = listed.entries[0].pending_review.progress
+            assert progress.escalated and list(progress.eligible_groups) == ["on-call-leads", "support-leads"]
+            assert progress.due_time.ToDatetime(tzinfo=UTC) == datetime(2026, 12, 21, 13, 0, tzinfo=UTC)
     finally:
         engine.dispose()
-        stack.close()

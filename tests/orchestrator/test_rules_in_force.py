@@ -14,20 +14,9 @@ import pytest
 from decisionflow.review_rules import default_rule
 from decisionflow_server.foundation.startup_errors import EXIT_CONFIGURATION, StartupError
 from orchestrator.rules_in_force import RulesInForce
+from tests.support.rules_desk import TWO_STAGES, write_rules
 from tests.support.stack import Stack, open_stack
 
-TWO_STAGES = """\
-version = 1
-
-[[actions.record_support_review.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-
-[[actions.record_support_review.stages]]
-name = "finance"
-groups = ["finance"]
-"""
 ONE_STAGE = """\
 version = 1
 
@@ -45,12 +34,6 @@ aprovals = 2
 """
 
 
-def _file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "rules.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_without_a_file_every_action_follows_the_default_rule() -> None:
     rules = RulesInForce.at_start(None)
     assert rules.rule_for("record_support_review") == default_rule("record_support_review")
@@ -59,7 +42,7 @@ def test_without_a_file_every_action_follows_the_default_rule() -> None:
 
 
 def test_a_file_gives_its_actions_their_rules_and_the_others_the_default(tmp_path: Path) -> None:
-    rules = RulesInForce.at_start(_file(tmp_path, TWO_STAGES))
+    rules = RulesInForce.at_start(write_rules(tmp_path, TWO_STAGES))
     rule = rules.rule_for("record_support_review")
     assert [(s.name, s.groups, s.approvals) for s in rule.stages] == [
         ("leads", ("support-leads",), 2),
@@ -69,7 +52,7 @@ def test_a_file_gives_its_actions_their_rules_and_the_others_the_default(tmp_pat
 
 
 def test_a_file_with_a_problem_refuses_the_start_naming_file_and_line(tmp_path: Path) -> None:
-    path = _file(tmp_path, MISSPELT)
+    path = write_rules(tmp_path, MISSPELT)
     with pytest.raises(StartupError) as refused:
         RulesInForce.at_start(path)
     assert refused.value.exit_status == EXIT_CONFIGURATION
@@ -83,7 +66,7 @@ def test_distinct_across_stages_false_refuses_the_start_as_not_supported_yet(tmp
     text = TWO_STAGES.replace(
         "version = 1\n", "version = 1\n\n[actions.record_support_review]\ndistinct_across_stages = false\n"
     )
-    path = _file(tmp_path, text)
+    path = write_rules(tmp_path, text)
     with pytest.raises(StartupError) as refused:
         RulesInForce.at_start(path)
     assert refused.value.exit_status == EXIT_CONFIGURATION
@@ -102,7 +85,7 @@ def test_a_missing_file_refuses_the_start(tmp_path: Path) -> None:
 def test_a_reload_swaps_a_good_file_in_and_keeps_the_rules_on_a_bad_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = _file(tmp_path, TWO_STAGES)
+    path = write_rules(tmp_path, TWO_STAGES)
     rules = RulesInForce.at_start(path)
     path.write_text(ONE_STAGE, encoding="utf-8")
     with caplog.at_level(logging.INFO, logger="decisionflow.orchestrator"):
@@ -122,7 +105,7 @@ def test_a_reload_swaps_a_good_file_in_and_keeps_the_rules_on_a_bad_one(
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     """A receiver and an orchestrator started with a rules file."""
-    opened = open_stack(tmp_path, review_rules_file=_file(tmp_path, TWO_STAGES))
+    opened = open_stack(tmp_path, review_rules_file=write_rules(tmp_path, TWO_STAGES))
     try:
         yield opened
     finally:
@@ -140,4 +123,4 @@ def test_a_server_with_a_rules_file_rereads_it_on_sighup(stack: Stack, tmp_path:
 
 def test_a_server_with_a_bad_rules_file_does_not_start(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match=r"rules\.toml:5: "):
-        open_stack(tmp_path, review_rules_file=_file(tmp_path, MISSPELT))
+        open_stack(tmp_path, review_rules_file=write_rules(tmp_path, MISSPELT))

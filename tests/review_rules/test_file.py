@@ -18,24 +18,9 @@ from decisionflow.review_rules import (
     load_rules,
     parse_rules,
 )
+from tests.support.rules_desk import timed_two_stages
 
-REFUND = """\
-version = 1
-
-[actions.refund]
-deadline = "72h"
-
-[[actions.refund.stages]]
-name = "leads"
-groups = ["support-leads"]
-approvals = 2
-due = "4h"
-escalate_to = ["on-call-leads"]
-
-[[actions.refund.stages]]
-name = "finance"
-groups = ["finance"]
-"""
+REFUND = timed_two_stages("refund")
 
 
 def _problems(text: str) -> list[str]:
