@@ -43,6 +43,7 @@ from decisionflow.audit_bundle import (
     verify_bundle,
 )
 from decisionflow.client import DecisionflowError, NotFound
+from decisionflow.review_rules import rule_digest
 from decisionflow.transparency import (
     DecisionLeaf,
     EffectLeaf,
@@ -53,6 +54,7 @@ from decisionflow.transparency import (
     NoteVerifier,
     ProposalLeaf,
     RejectionLeaf,
+    RerouteLeaf,
     SettlementLeaf,
     VoteLeaf,
     decode_leaf,
@@ -232,6 +234,9 @@ def _said(leaf: Leaf) -> tuple[str, str, str]:
             return "", "review expired", ""
         case EscalationLeaf():
             return "", f"stage {leaf.stage_index + 1} escalated to {', '.join(leaf.groups)}", ""
+        case RerouteLeaf():
+            to = "the default rule" if leaf.rule is None else f"rule {rule_digest(leaf.rule)}"
+            return "", f"re-routed to {to}", ""
         case VoteLeaf():
             groups = ", ".join(leaf.groups) or "no groups"
             return (

@@ -208,6 +208,8 @@ class Operation:
     attempt_lease_until: datetime | None = None
     # The orchestrator process whose attempt took that lease (None with no lease).
     attempt_lease_holder: str | None = None
+    # When an operator last moved its pending review to the rule in force (None: never).
+    rerouted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

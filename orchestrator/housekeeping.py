@@ -1,5 +1,6 @@
-"""Operators' housekeeping: prune checkpoints of settled operations, expire abandoned reviews, and
-re-open pending reviews recorded under a workflow graph this release no longer runs.
+"""Operators' housekeeping: prune checkpoints of settled operations, expire abandoned reviews,
+re-open pending reviews recorded under a workflow graph this release no longer runs, and re-route the
+pending reviews of an action to the review rule in force.
 
 Expiring moves an undecided current proposal whose case has not moved for a while to EXPIRED, a final
 state without a decision: it leaves the reviewers' inbox and its author's open reviews
@@ -9,6 +10,12 @@ review. Nothing is deleted.
 Re-opening runs the current workflow's ``prepare`` step again for the same proposal; the
 operation id depends only on the proposal, so it stays the same. The old checkpoint is
 retired (kept in ``retired_checkpoint_id``) and never resumed.
+
+Re-routing moves each pending review of an action that follows another rule, and on which nothing
+was decided yet, to the rule the rules file gives the action (orchestrator.store._reroute); a review
+with a vote or an escalation keeps its rule. Each move is its own transaction with its ``reroute``
+leaf, so a run stopped half-way leaves every review on one rule or the other, and running it again
+finishes the rest.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from decisionflow.review_rules import ReviewRule
 from decisionflow.vocabulary import OperationId
 from orchestrator.checkpoints import CheckpointSealer, RunCheckpoints
 from orchestrator.domain import PendingReview
-from orchestrator.store import OrchestratorStore
+from orchestrator.store import OrchestratorStore, RerouteOutcome, RerouteVisit
 from orchestrator.workflow import ReviewTask, ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -35,6 +43,38 @@ class ReopenReport:
     found: list[PendingReview]
     reopened: list[OperationId]
     skipped: list[OperationId]
+
+
+# Reviews read per page while re-routing: each is then moved in a transaction of its own.
+REROUTE_PAGE = 200
+
+
+def reroute_reviews(
+    store: OrchestratorStore,
+    rule: ReviewRule,
+    clock: Callable[[], datetime],
+    *,
+    dry_run: bool,
+    progress: Callable[[int], None] = lambda _: None,
+) -> list[RerouteVisit]:
+    """Move (or, on a dry run, say which would move) every pending review of rule's action that follows
+    another rule to rule; return what each review visited found, in operation id order. progress is told
+    how many reviews were visited after each page."""
+    visits: list[RerouteVisit] = []
+    after: OperationId | None = None
+    while page := store.reroute_candidates(rule, after, REROUTE_PAGE):
+        for operation_id in page:
+            visit = store.reroute(operation_id, rule, clock(), dry_run=dry_run)
+            visits.append(visit)
+            if visit.outcome is RerouteOutcome.REROUTED and not dry_run:
+                logger.info(
+                    "pending review of %s re-routed to the rule in force",
+                    rule.action,
+                    extra={"operation_id": operation_id, "case_id": visit.case_id},
+                )
+        after = page[-1]
+        progress(len(visits))
+    return visits
 
 
 def prune_checkpoints(store: OrchestratorStore, older_than: timedelta, now: datetime, *, dry_run: bool) -> int:

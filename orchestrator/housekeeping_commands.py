@@ -1,6 +1,6 @@
 """The operators' housekeeping commands of ``decisionflow-orchestrator``: ``prune-checkpoints``,
-``expire-reviews`` and ``reopen-reviews`` (what each does: orchestrator.housekeeping). Each has the shape
-every housekeeping command shares (decisionflow_server.runtime.housekeeping_commands): the service's
+``expire-reviews``, ``reopen-reviews`` and ``reroute-reviews`` (what each does: orchestrator.housekeeping).
+Each has the shape every housekeeping command shares (decisionflow_server.runtime.housekeeping_commands): the service's
 database settings, ``--dry-run``, the existing database, one JSON line on stdout and one line for a person
 on stderr."""
 
@@ -13,21 +13,26 @@ import json
 import logging
 import math
 import os
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from decisionflow_server.foundation import settings
-from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
+from decisionflow_server.foundation import settings, startup_errors
+from decisionflow_server.foundation.settings import Setting, SettingError, add_settings, parse_settings
+from decisionflow_server.foundation.startup_errors import StartupError
 from decisionflow_server.runtime import housekeeping_commands
 from decisionflow_server.runtime.host import Command
 from decisionflow_server.storage import migrating
 from orchestrator import config as configuration
 from orchestrator.checkpoints import CheckpointSealer
-from orchestrator.housekeeping import expire_reviews, prune_checkpoints, reopen_reviews
-from orchestrator.store import OrchestratorStore
+from orchestrator.domain import SUPPORTED_ACTIONS
+from orchestrator.housekeeping import expire_reviews, prune_checkpoints, reopen_reviews, reroute_reviews
+from orchestrator.rules_in_force import RulesInForce
+from orchestrator.store import OrchestratorStore, RerouteOutcome, target_digest
 from orchestrator.workflow import ReviewWorkflow
 
 logger = logging.getLogger("decisionflow.orchestrator")
@@ -74,6 +79,11 @@ def _housekeeping(
             help="expire undecided proposals whose case has not moved for this long: seconds, or a number with "
             "s, m, h or d (for example 30d), at most 100 years",
         )
+    if command == "reroute-reviews":
+        cli.add_argument(
+            "--action", required=True, choices=sorted(SUPPORTED_ACTIONS), help="the action whose reviews to re-route"
+        )
+        add_settings(cli, (configuration.REVIEW_RULES_FILE,))
     ns = cli.parse_args(args)
     try:
         older_than = settings.age(ns.older_than) if command == "expire-reviews" else None
@@ -85,10 +95,18 @@ def _housekeeping(
         pick_keys = values.required_one_of if command == "reopen-reviews" else values.one_of
         keys = pick_keys(configuration.CHECKPOINT_KEYS, configuration.CHECKPOINT_KEYS_FILE) or ()
         database_url = values.required_one_of(configuration.DATABASE_URL, configuration.SERVER.database_url_file)
+        # Required: without a file every review of the action would be moved to the default rule.
+        rules_path = (
+            parse_settings(ns, (configuration.REVIEW_RULES_FILE,), os.environ).required(configuration.REVIEW_RULES_FILE)
+            if command == "reroute-reviews"
+            else None
+        )
     except SettingError as error:
         cli.error(str(error))
     level = values.required(configuration.SERVER.logs.level)
     configure_logging(level)
+    if rules_path is not None:
+        return _reroute(schema, ns, database_url, rules_path, level)
 
     def work(engine: Engine) -> int:
         store = OrchestratorStore(engine)
@@ -129,6 +147,54 @@ def _housekeeping(
     )
 
 
+def _reroute(schema: migrating.Schema, ns: argparse.Namespace, database_url: str, rules_path: Path, level: str) -> int:
+    """reroute-reviews: the rule the file gives the action, read as the server reads it at start-up (a file with a
+    problem names each as FILE:LINE and changes nothing)."""
+    command = "reroute-reviews"
+    try:
+        rule = RulesInForce.at_start(rules_path).rule_for(ns.action)
+    except StartupError as error:
+        return startup_errors.report(
+            f"{schema.program} {command}", error, logger, debug=level == "debug", service=schema.service
+        )
+
+    def progress(visited: int) -> None:
+        print(f"{command}: {visited} reviews of {ns.action} looked at", file=sys.stderr, flush=True)
+
+    def work(engine: Engine) -> int:
+        visits = reroute_reviews(OrchestratorStore(engine), rule, _utc_now, dry_run=ns.dry_run, progress=progress)
+        moved = [v.operation_id for v in visits if v.outcome is RerouteOutcome.REROUTED]
+        kept = [{"operation_id": v.operation_id, "why": v.outcome.value} for v in visits if v.outcome in KEPT]
+        digest = target_digest(rule)
+        print(
+            json.dumps(
+                {
+                    "command": command,
+                    "dry_run": ns.dry_run,
+                    "action": ns.action,
+                    "rule_digest": digest,
+                    "rerouted": moved,
+                    "kept": kept,
+                }
+            )
+        )
+        to = "the default rule" if digest is None else f"rule {digest}"
+        verb = "would re-route" if ns.dry_run else "re-routed"
+        print(
+            f"{verb} {len(moved)} pending reviews of {ns.action} to {to}; kept {len(kept)} on their rule "
+            "(a vote or an escalation recorded)",
+            file=sys.stderr,
+        )
+        return 0
+
+    return housekeeping_commands.on_existing_database(
+        schema, command, database_url, work, logger, debug=level == "debug"
+    )
+
+
+# A review on which something was decided keeps its rule (orchestrator.store._reroute).
+KEPT = (RerouteOutcome.KEPT_VOTES_CAST, RerouteOutcome.KEPT_ESCALATED)
+
 HOUSEKEEPING = {
     "prune-checkpoints": "delete checkpoints of operations settled before a retention, and of undecided "
     "proposals superseded on a case unchanged for as long; proposals, decisions and receipts are kept forever; "
@@ -138,6 +204,9 @@ HOUSEKEEPING = {
     "proposals, decisions and receipts are kept",
     "reopen-reviews": "re-open pending reviews recorded under another workflow graph under the running one "
     "(same operation id; the old checkpoint is retired, never resumed)",
+    "reroute-reviews": "move the pending reviews of an action that follow another rule to the rule the review rules "
+    "file gives it, each with its reroute leaf in the audit log; a review with a vote or an escalation recorded "
+    "keeps its rule (docs/review-rules.md#re-routing)",
 }
 
 

@@ -143,6 +143,9 @@ operations = sa.Table(
     sa.Column("last_lookup_status", sa.String(16), nullable=True),
     sa.Column("last_lookup_consistency", sa.String(16), nullable=True),
     sa.Column("last_lookup_error", sa.Text, nullable=True),
+    # When an operator last moved the pending review to the rule in force (reroute-reviews); a decision is
+    # recorded only while this is what the deciding call read.
+    sa.Column("rerouted_at", _ts, nullable=True),
     sa.Index("ix_operations_state_changed", "state", "state_changed_at"),
 )
 

@@ -8,6 +8,12 @@ The fault campaigns' options (and the outages tests/recovery runs) live here bec
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# A property holds or not whatever the machine's speed: no example is failed for taking long (hypothesis's
+# default deadline is 200 ms, which a loaded 2-core machine passes now and then).
+settings.register_profile("decisionflow", deadline=None)
+settings.load_profile("decisionflow")
 
 pytest_plugins = [
     "tests.support.databases",

@@ -54,10 +54,13 @@ from orchestrator.service._in_time import answer_by, answer_from_store
 from orchestrator.service._outcome_lines import log_outcome, refused_caller
 from orchestrator.service._runs import ReviewRuns
 from orchestrator.service._votes import Votes, check_open
-from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded
+from orchestrator.store import AsyncOrchestratorStore, DecisionAlreadyRecorded, ReviewRerouted
 from orchestrator.workflow import ReviewAnswer, ReviewRequest
 
 logger = logging.getLogger("decisionflow.orchestrator")
+
+# How often one call decides again when its review is re-routed under it (an operator's rare act).
+_REROUTES_FOLLOWED = 3
 
 
 class DecisionService:
@@ -105,7 +108,26 @@ class DecisionService:
         while the effect is open) and the work carries on to record the receiver's answer.
         """
         early = answer_from_store(self._store, operation_id, decision, self._clock())
-        return await answer_by(reply_by, self._decide(operation_id, decision, reviewer, groups, deadline), early)
+        return await answer_by(
+            reply_by, self._decide_as_routed(operation_id, decision, reviewer, groups, deadline), early
+        )
+
+    async def _decide_as_routed(
+        self,
+        operation_id: OperationId,
+        decision: Decision,
+        reviewer: str,
+        groups: frozenset[str],
+        deadline: float | None,
+    ) -> DecisionResult:
+        """Decide under the rule the review follows when the decision is recorded: one re-routed meanwhile
+        (reroute-reviews) is decided again under its new rule, a few times at most."""
+        for _ in range(_REROUTES_FOLLOWED):
+            try:
+                return await self._decide(operation_id, decision, reviewer, groups, deadline)
+            except ReviewRerouted:
+                continue
+        return await self._decide(operation_id, decision, reviewer, groups, deadline)
 
     async def _decide(
         self,
@@ -166,7 +188,7 @@ class DecisionService:
             tracing.annotate(checkpoint_id=review.checkpoint_id)
 
         async def commit(answer: ReviewAnswer) -> DecisionResult:
-            return await self._commit(proposal, answer, run, deadline)
+            return await self._commit(proposal, answer, run, deadline, inputs.operation.rerouted_at)
 
         answer = ReviewAnswer(operation_id, decision.value, reviewer)
         result: DecisionResult = await self._runs.workflow.resume_and_answer(
@@ -175,14 +197,19 @@ class DecisionService:
         return result if progress is None else dataclasses.replace(result, progress=progress)
 
     async def _commit(
-        self, proposal: Proposal, answer: ReviewAnswer, run: RunCheckpoints, deadline: float | None
+        self,
+        proposal: Proposal,
+        answer: ReviewAnswer,
+        run: RunCheckpoints,
+        deadline: float | None,
+        rerouted_at: datetime | None,
     ) -> DecisionResult:
         if run.save_error is not None:
             raise CheckpointSaveFailed(f"checkpoint save failed: {run.save_error}") from run.save_error
         decided = RecordedDecision(answer.operation_id, Decision(answer.decision), answer.reviewer, self._clock())
         if decided.decision is Decision.DECLINE:
             try:
-                operation = await self._store.record_decision(decided, proposal.case_id, ())
+                operation = await self._store.record_decision(decided, proposal.case_id, (), rerouted_at=rerouted_at)
             except DecisionAlreadyRecorded as race:
                 return await self.replay(race.recorded, decided.decision, deadline)
             self._failpoints.hit(AFTER_DECISION)
@@ -196,7 +223,7 @@ class DecisionService:
             flight = self._flights[operation_id] = asyncio.get_running_loop().create_future()
         result: DecisionResult | None = None
         try:
-            result = await self._decide_and_apply(proposal, decided, run, deadline)
+            result = await self._decide_and_apply(proposal, decided, run, deadline, rerouted_at)
             return result
         except DecisionAlreadyRecorded as race:
             self._end_flight(operation_id, flight, None)
@@ -216,13 +243,22 @@ class DecisionService:
             flight.set_result(result)
 
     async def _decide_and_apply(
-        self, proposal: Proposal, decided: RecordedDecision, run: RunCheckpoints, deadline: float | None
+        self,
+        proposal: Proposal,
+        decided: RecordedDecision,
+        run: RunCheckpoints,
+        deadline: float | None,
+        rerouted_at: datetime | None,
     ) -> DecisionResult:
         """Record the approval and its first attempt in one transaction (durable before Apply), then Apply."""
         payload, digest = effect_payload(proposal, decided)
         attempt = self._budget.start(decided.decided_at, deadline)
         operation = await self._store.record_decision(
-            decided, proposal.case_id, (), FirstAttempt(payload, digest, attempt.lease_until, self._budget.holder)
+            decided,
+            proposal.case_id,
+            (),
+            FirstAttempt(payload, digest, attempt.lease_until, self._budget.holder),
+            rerouted_at=rerouted_at,
         )
         log_outcome("decision recorded", proposal, decided.reviewer, decided.decision)
         # Both crash points are after the one transaction: the decision and the attempt are durable.

@@ -37,6 +37,7 @@ from orchestrator.store._checkpoints import CheckpointTable
 from orchestrator.store._housekeeping import SETTLED_STATES, Housekeeping
 from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
+from orchestrator.store._reroute import RerouteOutcome, RerouteVisit, ReviewRerouted, target_digest
 from orchestrator.store._review_timer import TimedAct, TimerVisit
 from orchestrator.store._reviewer_inbox import EVERY_REVIEW, Reader, inbox_order
 from orchestrator.store._store import OrchestratorStore
@@ -55,10 +56,14 @@ __all__ = [
     "Housekeeping",
     "OrchestratorStore",
     "Reader",
+    "RerouteOutcome",
+    "RerouteVisit",
+    "ReviewRerouted",
     "TimedAct",
     "TimerVisit",
     "Transactions",
     "VoteAlreadyCast",
     "inbox_order",
     "migrate",
+    "target_digest",
 ]

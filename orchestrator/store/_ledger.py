@@ -21,6 +21,7 @@ from orchestrator.schema import decisions, operations
 from orchestrator.store import _audit_entries, _operations
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import decision_text, state_text
+from orchestrator.store._reroute import ReviewRerouted
 from orchestrator.store._rows import (
     decision_from,
     operation_from,
@@ -100,13 +101,16 @@ class LedgerMethods(StoreBase):
         case_id: CaseId,
         saved: Sequence[SealedCheckpoint],
         attempt: FirstAttempt | None = None,
+        *,
+        rerouted_at: datetime | None = None,
     ) -> Operation:
         """Insert the decision once, with the workflow's final checkpoints and, for an approval, its first
         attempt (UNKNOWN, under the attempt's lease: durable before Apply is sent); return the operation.
 
         Raise DecisionAlreadyRecorded when one exists, StaleProposal when the operation is no longer
         the case's current proposal (an existing decision wins over staleness), ReviewExpired when an
-        operator expired its review first; each writes nothing.
+        operator expired its review first, ReviewRerouted when its review was re-routed after the
+        deciding call read the operation (whose ``rerouted_at`` is given); each writes nothing.
         """
         if attempt is not None and decided.decision is not Decision.APPROVE:
             raise ValueError("only an approval has an attempt")
@@ -134,6 +138,7 @@ class LedgerMethods(StoreBase):
                         "b_operation_id": decided.operation_id,
                         "b_state": state_text(state),
                         "b_now": decided.decided_at,
+                        "b_rerouted_at": rerouted_at,
                         **entry_values,
                     },
                 ).first()
@@ -147,12 +152,18 @@ class LedgerMethods(StoreBase):
                         "b_digest": attempt.payload_digest,
                         "b_lease_until": attempt.lease_until,
                         "b_lease_holder": attempt.lease_holder,
+                        "b_rerouted_at": rerouted_at,
                         **entry_values,
                     },
                 ).first()
             if row is None:
-                # Only a pending review is decided, and only expire-reviews moves an undecided one on: it
-                # committed first (on PostgreSQL this update waited for it and then found the row moved on).
+                # Only a pending review is decided: an expiry or a re-route committed first (on PostgreSQL
+                # this update waited for it and then found the row moved on).
+                if (
+                    conn.execute(q.STATE_BY_ID, {"b_operation_id": decided.operation_id}).scalar_one()
+                    == q.PENDING_REVIEW
+                ):
+                    raise ReviewRerouted(decided.operation_id)
                 raise ReviewExpired(decided.operation_id)
             operation = operation_from(row)
             if not in_statement:

@@ -200,4 +200,5 @@ def operation_from(row: sa.Row[Any]) -> Operation:
         payload_digest=m["payload_digest"],
         attempt_lease_until=m["attempt_lease_until"],
         attempt_lease_holder=m["attempt_lease_holder"],
+        rerouted_at=m["rerouted_at"],
     )

@@ -85,8 +85,13 @@ DECISION_INPUTS = (
     .where(operations.c.operation_id == _OPERATION_ID)
 )
 CURRENT_FOR_UPDATE = CURRENT_OF_CASE.with_for_update()
-# Only a pending review is decided: an expired one (expire-reviews) is not, and no row comes back.
-_PENDING_ONLY = (operations.c.operation_id == _OPERATION_ID, operations.c.state == PENDING_REVIEW)
+# Only a pending review is decided: an expired one (expire-reviews) is not, and no row comes back; nor is
+# one re-routed since the deciding call read it (reroute-reviews), which must decide it again.
+_PENDING_ONLY = (
+    operations.c.operation_id == _OPERATION_ID,
+    operations.c.state == PENDING_REVIEW,
+    operations.c.rerouted_at.is_not_distinct_from(sa.bindparam("b_rerouted_at", type_=UtcDateTime())),
+)
 DECIDE = (
     operations.update()
     .where(*_PENDING_ONLY)

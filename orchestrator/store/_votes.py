@@ -37,6 +37,7 @@ from orchestrator.store import _statements as q
 from orchestrator.store._columns import decision_of, decision_text
 from orchestrator.store._operations import operation_txn
 from orchestrator.store._proposals import proposal_txn
+from orchestrator.store._reroute import ReviewRerouted, target_digest
 from orchestrator.store._store_base import StoreBase
 
 _OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
@@ -94,6 +95,11 @@ def escalations_txn(conn: sa.Connection, operation_id: OperationId) -> tuple[Esc
     return tuple(Escalation(r.stage_index, r.escalated_at) for r in rows)
 
 
+def captured_digest(proposal: Proposal) -> str | None:
+    """The rule digest stored with proposal as it was read: None for its action's default rule."""
+    return target_digest(proposal.review_rule())
+
+
 def review_record(
     proposal: Proposal, recorded: tuple[Vote, ...], escalated: tuple[Escalation, ...] = ()
 ) -> ReviewRecord:
@@ -138,12 +144,15 @@ class VoteMethods(StoreBase):
         """Decide principal's vote against the votes recorded before it, serialised per operation, and record it
         with its audit leaf unless it is refused. Its time is now, or the last vote's if later (the votes'
         times never go back). Raises VoteAlreadyCast when principal has voted on it already (nothing
-        written), NotFound for an unknown operation."""
+        written), NotFound for an unknown operation, ReviewRerouted when the review follows another rule than
+        proposal's now (re-routed since it was read: decide again)."""
         operation_id = proposal.operation_id
         with self.transactions.write() as conn:
             state = conn.execute(_LOCK_OPERATION, {"b_operation_id": operation_id}).scalar_one_or_none()
             if state is None:
                 raise NotFound("operation", operation_id)
+            if conn.execute(_RULE_DIGEST, {"b_operation_id": operation_id}).scalar_one() != captured_digest(proposal):
+                raise ReviewRerouted(operation_id)
             recorded = votes_txn(conn, operation_id)
             for earlier in recorded:
                 if earlier.principal == principal:

@@ -47,6 +47,7 @@ from decisionflow.transparency._consistency import (
     consistency_ranges,
     verify_consistency,
 )
+from decisionflow.transparency._decoding import check_proposal, decode_leaf
 from decisionflow.transparency._errors import (
     BadSignature,
     InvalidTreeRange,
@@ -82,10 +83,9 @@ from decisionflow.transparency._leaves import (
     MalformedLeaf,
     ProposalLeaf,
     RejectionLeaf,
+    RerouteLeaf,
     SettlementLeaf,
     VoteLeaf,
-    check_proposal,
-    decode_leaf,
     encode_leaf,
     format_time,
 )
@@ -143,6 +143,7 @@ __all__ = [
     "ProofError",
     "ProposalLeaf",
     "RejectionLeaf",
+    "RerouteLeaf",
     "SettlementLeaf",
     "SignedNote",
     "StoredNode",

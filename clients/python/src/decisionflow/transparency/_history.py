@@ -4,14 +4,19 @@
     proposal            its content yields the operation id it names (check_proposal)
     any other leaf      names an operation whose proposal leaf came earlier
     decision            the operation's first and only decision: decisions never change; under a rule
-                        other than the default one (the proposal leaf carries it), an APPROVE
-                        completes the votes before it and a DECLINE follows the vote that ended it
+                        other than the default one (the proposal leaf carries it, or the last
+                        reroute leaf), an APPROVE completes the votes before it and a DECLINE follows
+                        the vote that ended it
     vote                the rule admits it after the operation's votes before it (open review, before
                         the deadline, no author, no second vote, no counting in two stages unless the
-                        rule allows, eligible groups) and it counts in the stage it names; never after
-                        the decision
+                        rule allows, eligible groups) and it counts in the stage it names
     escalation          of the operation's current stage, due and not escalated yet at its time, to the
-                        groups the stage escalates to; never after the decision
+                        groups the stage escalates to
+    reroute             of a review on which nothing was decided yet (no vote, no escalation), to a rule
+                        of its proposal's action other than the one it follows; the review follows it
+                        from then on (its times still count from the proposal's start)
+    expiry              ends the review: no decision, vote, escalation, reroute or second expiry
+                        after it; decision, vote, escalation and reroute never follow a decision
     effect, rejection,  follow an approval of the operation: only an approved operation's
     settlement          effect is written, refused or settled
 
@@ -25,7 +30,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from decisionflow.review_rules import Escalation, ReviewRecord, ReviewStatus, Vote, review_progress, vote_effect
+from decisionflow.review_rules import (
+    Escalation,
+    ReviewRecord,
+    ReviewRule,
+    ReviewStatus,
+    Vote,
+    review_progress,
+    vote_effect,
+)
+from decisionflow.transparency._decoding import check_proposal, decode_leaf
 from decisionflow.transparency._errors import TransparencyError
 from decisionflow.transparency._leaves import (
     DecisionLeaf,
@@ -36,10 +50,9 @@ from decisionflow.transparency._leaves import (
     MalformedLeaf,
     ProposalLeaf,
     RejectionLeaf,
+    RerouteLeaf,
     SettlementLeaf,
     VoteLeaf,
-    check_proposal,
-    decode_leaf,
 )
 from decisionflow.vocabulary import Decision, OperationId
 
@@ -72,12 +85,20 @@ class LoggedOperation:
     """Who created the proposal, or one it was edited from or replaced, as far as the leaves read tell."""
     votes: list[Vote] = field(default_factory=list)
     escalations: list[Escalation] = field(default_factory=list)
+    rerouted: RerouteLeaf | None = None
+    """The last reroute leaf read: the review follows its rule, not the proposal leaf's."""
+    expiry_index: int | None = None
+
+    @property
+    def rule(self) -> ReviewRule | None:
+        """The rule the review follows as the leaves read tell: None for its action's default rule."""
+        return self.proposal.rule if self.rerouted is None else self.rerouted.rule
 
     def record(self) -> ReviewRecord:
-        """The review as its leaves record it: the rule its proposal leaf carries, its authors, start, votes and
-        escalations."""
+        """The review as its leaves record it: the rule it follows (its proposal leaf's, or the last reroute's),
+        its authors, start, votes and escalations."""
         return ReviewRecord(
-            self.proposal.review_rule(),
+            (self.proposal if self.rerouted is None else self.rerouted).review_rule(),
             self.authors,
             self.proposal.recorded_at,
             tuple(self.votes),
@@ -131,6 +152,8 @@ class History:
         kind = type(leaf).__name__.removesuffix("Leaf").lower()
         if operation is None:
             raise HistoryError(index, f"a {kind} of {leaf.operation_id}, whose proposal is not among the leaves before")
+        if isinstance(leaf, DecisionLeaf | VoteLeaf | EscalationLeaf | RerouteLeaf | ExpiryLeaf):
+            _check_open(index, operation, kind)
         if isinstance(leaf, DecisionLeaf):
             if leaf.decision not in DECISIONS:
                 raise HistoryError(index, f"decision {leaf.decision!r} is neither APPROVE nor DECLINE")
@@ -138,24 +161,48 @@ class History:
                 raise HistoryError(
                     index, f"a second decision of {leaf.operation_id} (leaf {operation.decision_index} decided it)"
                 )
-            if operation.proposal.rule is not None:
+            if operation.rule is not None:
                 _check_quorum(index, operation, leaf)
             operation.decision, operation.decision_index = leaf, index
         elif isinstance(leaf, VoteLeaf):
             _admit_vote(index, operation, leaf)
         elif isinstance(leaf, EscalationLeaf):
             _admit_escalation(index, operation, leaf)
+        elif isinstance(leaf, RerouteLeaf):
+            _admit_reroute(index, operation, leaf)
         elif isinstance(leaf, EffectLeaf | RejectionLeaf | SettlementLeaf):
             if operation.decision is None or operation.decision.decision != "APPROVE":
                 raise HistoryError(index, f"a {kind} of {leaf.operation_id}, which no leaf before approved")
         else:
             assert isinstance(leaf, ExpiryLeaf)
+            operation.expiry_index = index
         operation.leaves[index] = leaf
 
 
+def _check_open(index: int, operation: LoggedOperation, kind: str) -> None:
+    """A review's leaves stop at its decision (a second decision is named as such) or its expiry."""
+    if operation.decision is not None and kind != "decision":
+        raise HistoryError(
+            index, f"a {kind} of {operation.operation_id} after its decision (leaf {operation.decision_index})"
+        )
+    if operation.expiry_index is not None:
+        raise HistoryError(
+            index, f"a {kind} of {operation.operation_id} after its expiry (leaf {operation.expiry_index})"
+        )
+
+
+def _admit_reroute(index: int, operation: LoggedOperation, leaf: RerouteLeaf) -> None:
+    """A reroute moves an untouched review of its proposal's action to another rule."""
+    if leaf.action != operation.proposal.action:
+        raise HistoryError(index, f"a reroute to a rule of {leaf.action!r}, not of {operation.proposal.action!r}")
+    if operation.votes or operation.escalations:
+        raise HistoryError(index, f"a reroute of {leaf.operation_id}, which has votes or an escalation already")
+    if leaf.rule == operation.rule:
+        raise HistoryError(index, f"a reroute of {leaf.operation_id} to the rule it already follows")
+    operation.rerouted = leaf
+
+
 def _admit_vote(index: int, operation: LoggedOperation, leaf: VoteLeaf) -> None:
-    if operation.decision is not None:
-        raise HistoryError(index, f"a vote on {leaf.operation_id} after its decision (leaf {operation.decision_index})")
     record = operation.record()
     vote = Vote(leaf.principal, Decision(leaf.decision), frozenset(leaf.groups), leaf.recorded_at)
     stage = len(review_progress(record, leaf.recorded_at).stages) - 1
@@ -169,10 +216,6 @@ def _admit_vote(index: int, operation: LoggedOperation, leaf: VoteLeaf) -> None:
 
 def _admit_escalation(index: int, operation: LoggedOperation, leaf: EscalationLeaf) -> None:
     """An escalation follows the rule: of the current stage, due then, escalating to the groups it names, once."""
-    if operation.decision is not None:
-        raise HistoryError(
-            index, f"an escalation of {leaf.operation_id} after its decision (leaf {operation.decision_index})"
-        )
     progress = review_progress(operation.record(), leaf.recorded_at)
     if leaf.stage_index != progress.stage_index or not progress.should_escalate:
         raise HistoryError(index, f"an escalation of stage {leaf.stage_index}, which was not due to escalate then")
