@@ -22,8 +22,10 @@ from decisionflow.transparency import (
     VoteLeaf,
     decode_leaf,
     encode_leaf,
+    leaf_hash,
 )
 from tests.support.audit_log import sample_proposal
+from tests.transparency.test_leaves import TWO_STAGES, proposal
 
 STARTED = sample_proposal("T-1", "Refund the order.")
 ACTION = STARTED.action
@@ -109,3 +111,21 @@ def test_the_history_refuses_a_reroute_or_a_decision_the_review_does_not_admit(
 ) -> None:
     with pytest.raises(HistoryError, match=message):
         _history(*leaves)
+
+
+def test_the_documented_reroute_vectors() -> None:
+    """docs/audit-log.md, "Leaves": the identities example's operation re-routed to the default rule, then to
+    the two-stage rule of the proposal vector."""
+    example = proposal()
+    to_default = encode_leaf(RerouteLeaf(example.recorded_at, example.operation_id, ACTION, None))
+    assert to_default.hex() == (
+        "0000001a6465636973696f6e666c6f772e61756469742e6c6561662e7631000000077265726f7574650000001b"
+        "323032362d31322d30345430383a33303a30302e3132333435365a000000466f702d76312d32636433303138376636"
+        "3038643433656131393736353439356162373336383436323135333635313835306239646564373538663035313363"
+        "6364616337313600000015"
+        "7265636f72645f737570706f72745f726576696577"
+    )
+    assert leaf_hash(to_default).hex() == "3190f5dd8b70b09405a5ee88138c689d54d210fef7ec47ae1fe06de8a79e2a65"
+    to_rule = encode_leaf(RerouteLeaf(example.recorded_at, example.operation_id, ACTION, TWO_STAGES))
+    assert to_rule == to_default + frame(rule_fields(TWO_STAGES)) and len(to_rule) == 365
+    assert leaf_hash(to_rule).hex() == "de9335c81d2620be6d7ab66ccd54bf3f6ba20ea63e6b1e0ae5c671c7689b9e2c"
