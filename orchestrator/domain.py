@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from decisionflow.identity import EvidenceItem, PolicyRef, normalise
-from decisionflow.review_rules import ReviewProgress, ReviewRule, default_rule
+from decisionflow.review_rules import ReviewProgress, ReviewRecord, ReviewRule, default_rule, review_progress
 from decisionflow.vocabulary import (
     CaseId,
     Consistency,
@@ -127,6 +127,10 @@ class Proposal:
     def review_rule(self) -> ReviewRule:
         """Return the rule its review follows: the one captured with it, else its action's default rule."""
         return default_rule(self.content.action) if self.rule is None else self.rule
+
+    def opening_progress(self) -> ReviewProgress:
+        """Where its review stands when it opens: its rule's first stage begun at its start, no vote yet."""
+        return review_progress(ReviewRecord(self.review_rule(), self.authors, self.created_at, (), ()), self.created_at)
 
 
 def captured_rule(rule: ReviewRule) -> ReviewRule | None:

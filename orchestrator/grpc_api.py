@@ -119,7 +119,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         return review_pb2.StartReviewResponse(
             proposal=proposal_to_pb(started.proposal, current),
             created=started.created,
-            pending_review=review_to_pb(started.review),
+            pending_review=review_to_pb(started.review, started.progress),
         )
 
     async def GetProposal(
@@ -144,7 +144,8 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
         """Replace the case's current proposal, or refuse as stale."""
         edited = await self._proposals.edit_proposal(edit_from_pb(request), current_principal().name)
         return review_pb2.EditProposalResponse(
-            proposal=proposal_to_pb(edited.proposal, True), pending_review=review_to_pb(edited.review)
+            proposal=proposal_to_pb(edited.proposal, True),
+            pending_review=review_to_pb(edited.review, edited.progress),
         )
 
     async def Approve(self, request: review_pb2.ApproveRequest, context: Context) -> review_pb2.ApproveResponse:

@@ -127,9 +127,9 @@ def proposal_to_pb(proposal: Proposal, current: bool) -> review_pb2.Proposal:
     )
 
 
-def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
-    """Return the protobuf form of a pending review."""
-    return review_pb2.PendingReview(
+def review_to_pb(review: PendingReview, progress: ReviewProgress | None = None) -> review_pb2.PendingReview:
+    """Return the protobuf form of a pending review, with where it stands when it follows a rule."""
+    message = review_pb2.PendingReview(
         operation_id=review.operation_id,
         workflow_name=review.workflow_name,
         workflow_version=review.workflow_version,
@@ -137,18 +137,18 @@ def review_to_pb(review: PendingReview) -> review_pb2.PendingReview:
         checkpoint_id=review.checkpoint_id,
         created_at=timestamp(review.created_at),
     )
+    if progress is not None:
+        message.progress.CopyFrom(progress_to_pb(progress))
+    return message
 
 
 def pending_entry_to_pb(entry: PendingReviewEntry) -> review_pb2.PendingReviewEntry:
     """Return the protobuf form of a pending review's entry (its proposal is current by definition)."""
-    message = review_pb2.PendingReviewEntry(
+    return review_pb2.PendingReviewEntry(
         proposal=proposal_to_pb(entry.proposal, True),
         versions=entry.versions,
-        pending_review=review_to_pb(entry.review),
+        pending_review=review_to_pb(entry.review, entry.progress),
     )
-    if entry.progress is not None:
-        message.pending_review.progress.CopyFrom(progress_to_pb(entry.progress))
-    return message
 
 
 def progress_to_pb(progress: ReviewProgress) -> review_pb2.ReviewProgress:

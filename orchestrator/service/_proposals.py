@@ -49,6 +49,8 @@ class StartedReview:
     proposal: Proposal
     review: PendingReview
     created: bool
+    progress: ReviewProgress | None = None
+    """Where its review stands under a rule other than the default one; None under the default rule."""
 
 
 class ProposalService:
@@ -119,7 +121,7 @@ class ProposalService:
                 open_review_limit=self._open_review_limit,
             )
             if existing is not None:
-                return StartedReview(*existing, False)
+                return await self._standing(StartedReview(*existing, False))
             review, saved = await self._runs.open_review(proposal)
             stored, created = await self._store.create_proposal(
                 proposal, review, saved, start.expected_operation_id, open_review_limit=self._open_review_limit
@@ -128,7 +130,7 @@ class ProposalService:
             review = await self._store.get_pending_review(stored.operation_id)
         # Said on the call's access line (one line per call), with the operation and case ids.
         tracing.annotate(operation_id=stored.operation_id, case_id=content.case_id, outcome=_started(created))
-        return StartedReview(stored, review, created)
+        return await self._standing(StartedReview(stored, review, created))
 
     async def edit_proposal(self, edit: ProposalEdit, editor: str) -> StartedReview:
         """Replace the case's current proposal if edit.expected_operation_id is still current; else refuse as stale.
@@ -144,7 +146,9 @@ class ProposalService:
                 raise StaleProposal(expected, current or "")
             proposal = self._proposal(edit.applied_to(parent.content), expected, editor, edited=True)
             if proposal.operation_id == expected:
-                return StartedReview(parent, await self._store.get_pending_review(expected), False)
+                return await self._standing(
+                    StartedReview(parent, await self._store.get_pending_review(expected), False)
+                )
             await self._store.check_open_reviews(editor, parent.case_id, self._open_review_limit)
             review, saved = await self._runs.open_review(proposal)
             stored = await self._store.create_edit(
@@ -153,7 +157,19 @@ class ProposalService:
         review = await self._store.get_pending_review(stored.operation_id)
         created = stored.operation_id == proposal.operation_id
         tracing.annotate(operation_id=stored.operation_id, case_id=parent.case_id, outcome=_started(created))
-        return StartedReview(stored, review, created)
+        return await self._standing(StartedReview(stored, review, created))
+
+    async def _standing(self, started: StartedReview) -> StartedReview:
+        """started with where its review stands under a rule other than the default one: a review just opened
+        stands at its first stage with no vote (nothing read); one found existing is read (a statement more,
+        only under such a rule)."""
+        proposal = started.proposal
+        if proposal.rule is None:
+            return started
+        if started.created:
+            return replace(started, progress=proposal.opening_progress())
+        _, progress = await self._store.operation_progress(proposal.operation_id, self._clock())
+        return replace(started, progress=progress)
 
     async def get_proposal(self, operation_id: OperationId) -> ProposalView:
         """Return the proposal with that operation id, its operation and whether it is the case's current one."""

@@ -52,6 +52,12 @@ OPERATIONS = (
     .outerjoin(cases, cases.c.case_id == operations.c.case_id)
 )
 OPERATION_BY_ID = OPERATIONS.where(operations.c.operation_id == _OPERATION_ID)
+# The operation and the digest of the rule its review follows (NULL: the default rule), in one statement.
+OPERATION_AND_RULE_BY_ID = (
+    OPERATIONS.add_columns(proposals.c.rule_digest)
+    .outerjoin(proposals, proposals.c.operation_id == operations.c.operation_id)
+    .where(operations.c.operation_id == _OPERATION_ID)
+)
 
 
 # OPERATIONS's columns as an UPDATE of one operation returns them: the row as the update left it,

@@ -35,9 +35,9 @@ from orchestrator.schema import escalations, operations, proposals, votes
 from orchestrator.store import _audit_entries
 from orchestrator.store import _statements as q
 from orchestrator.store._columns import decision_of, decision_text
-from orchestrator.store._operations import operation_txn
 from orchestrator.store._proposals import proposal_txn
 from orchestrator.store._reroute import ReviewRerouted, target_digest
+from orchestrator.store._rows import operation_from
 from orchestrator.store._store_base import StoreBase
 
 _OPERATION_ID: sa.BindParameter[str] = sa.bindparam("b_operation_id")
@@ -118,11 +118,14 @@ class VoteMethods(StoreBase):
 
     def operation_progress(self, operation_id: OperationId, now: datetime) -> tuple[Operation, ReviewProgress | None]:
         """Return the operation (as get_operation does) and, when its review follows a rule other than the
-        default one, where the review stands at now, read in one transaction; raise NotFound."""
+        default one, where the review stands at now, read in one transaction (one statement under the default
+        rule); raise NotFound."""
         with self.transactions.read() as conn:
-            operation = operation_txn(conn, operation_id)
-            digest = conn.execute(_RULE_DIGEST, {"b_operation_id": operation_id}).scalar_one_or_none()
-            if digest is None:
+            row = conn.execute(q.OPERATION_AND_RULE_BY_ID, {"b_operation_id": operation_id}).first()
+            if row is None:
+                raise NotFound("operation", operation_id)
+            operation = operation_from(row)
+            if row.rule_digest is None:
                 return operation, None
             proposal = proposal_txn(conn, operation_id)
             record = review_record(proposal, votes_txn(conn, operation_id), escalations_txn(conn, operation_id))

@@ -18,13 +18,14 @@ import pytest
 
 from decisionflow.bearer import bearer_metadata
 from decisionflow.client import ApproveResult, AsyncReviewClient, ReviewClient, ReviewProgress
+from decisionflow.identity import EvidenceItem, PolicyRef
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from decisionflow.vocabulary import Decision, OperationId, OperationState, Outcome, Role
 from decisionflow_server.storage import db
 from orchestrator.store import OrchestratorStore
 from tests.support.rules_desk import TWO_STAGES, Desk, open_desk
-from tests.support.stack import approve, count, decline
+from tests.support.stack import approve, count, decline, start_request
 
 PEOPLE = {
     "ava": ([Role.AUTHOR, Role.REVIEWER], ["support-leads"]),
@@ -205,3 +206,26 @@ def test_a_review_whose_votes_ended_it_without_a_decision_is_driven_on_by_a_repl
     retried = desk.call("fay", "Approve", approve(op))
     assert retried.outcome == common_pb2.OUTCOME_COMMITTED and retried.operation.reviewer == "fay"
     assert desk.stack.decisions() == 1 and desk.stack.effects() == 1
+
+
+def test_start_review_answers_where_the_review_stands(desk: Desk) -> None:
+    request = start_request("T-7")
+    opened = desk.call("ava", "StartReview", request)
+    assert opened.created
+    progress = opened.pending_review.progress
+    assert (progress.stage_index, progress.stage_name, progress.stage_count) == (0, "leads", 2)
+    assert (list(progress.approvals_given), progress.approvals_needed) == ([], 2)
+    assert list(progress.eligible_groups) == ["support-leads"]
+    op = opened.proposal.operation_id
+    desk.call("lee", "Approve", approve(op))
+    # The same content again answers the review as it stands now, read from the store.
+    again = desk.call("ava", "StartReview", request)
+    assert not again.created and list(again.pending_review.progress.approvals_given) == ["lee"]
+    # The Python client carries it too.
+    evidence = [EvidenceItem(e.source_id, e.version, e.quotation) for e in request.evidence]
+    policy = PolicyRef(request.policy.name, request.policy.version_label, request.policy.allowance_units, {})
+    with grpc.insecure_channel(f"127.0.0.1:{desk.stack.orchestrator_port}") as channel:
+        client = ReviewClient(channel, metadata=bearer_metadata(desk.tokens["ava"]))
+        started = client.start_review(request.case_id, request.action, request.body, evidence, policy)
+    assert not started.created and started.pending_review.progress is not None
+    assert started.pending_review.progress.approvals_given == ("lee",)

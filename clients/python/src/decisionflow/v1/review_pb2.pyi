@@ -131,7 +131,8 @@ class PendingReview(_message.Message):
     def progress(self) -> Global___ReviewProgress:
         """Where the review stands when it follows a review rule other than the
         default one (docs/review-rules.md); unset under the default rule. Set in
-        ListPendingReviews' entries.
+        ListPendingReviews' entries and in StartReview's and EditProposal's answers
+        (a review just opened: its first stage, no approval yet).
         """
 
     def __init__(

@@ -174,7 +174,8 @@ export type PendingReview = Message<"decisionflow.v1.PendingReview"> & {
   /**
    * Where the review stands when it follows a review rule other than the
    * default one (docs/review-rules.md); unset under the default rule. Set in
-   * ListPendingReviews' entries.
+   * ListPendingReviews' entries and in StartReview's and EditProposal's answers
+   * (a review just opened: its first stage, no approval yet).
    *
    * @generated from field: decisionflow.v1.ReviewProgress progress = 7;
    */
