@@ -18,13 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.review_rules import ReviewRule, Stage, rule_digest
-from decisionflow.transparency import History
 from decisionflow.v1 import common_pb2
 from decisionflow.vocabulary import Role
 from decisionflow_server.storage import db
 from orchestrator.schema import proposals
 from orchestrator.store import OrchestratorStore
-from tests.support.audit import entries
+from tests.support.audit import audited
 from tests.support.rules_desk import TWO_STAGES, Desk, open_desk, write_rules
 from tests.support.stack import count
 
@@ -90,10 +89,7 @@ def the_log_holds(desk: Desk) -> dict[str, int]:
     """Read every audit entry as the auditor's history does; the count of each kind."""
     engine = db.create_engine(desk.stack.orchestrator_url, pool_size=1)
     try:
-        history = History()
-        for index, row in enumerate(entries(OrchestratorStore(engine))):
-            history.read(index, row.data)
-        return history.kinds
+        return audited(OrchestratorStore(engine)).kinds
     finally:
         engine.dispose()
 

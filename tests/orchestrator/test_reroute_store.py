@@ -13,12 +13,24 @@ import pytest
 import sqlalchemy as sa
 
 from decisionflow.review_rules import ReviewRule, Stage, default_rule, rule_digest
-from decisionflow.transparency import History, RerouteLeaf, encode_leaf
+from decisionflow.transparency import HistoryError, RerouteLeaf, encode_leaf
 from decisionflow.vocabulary import Decision, OperationState
 from orchestrator.domain import Proposal
 from orchestrator.schema import escalations, operations, proposals
 from orchestrator.store import OrchestratorStore, RerouteOutcome, ReviewRerouted
-from tests.support.audit import ACTION, T0, audit_store, decision, entries, leaves, proposal, started
+from tests.support.audit import (
+    ACTION,
+    T0,
+    audit_store,
+    audited,
+    decision,
+    entries,
+    leaves,
+    proposal,
+    review,
+    sealed,
+    started,
+)
 
 __all__ = ["audit_store"]
 
@@ -30,13 +42,6 @@ LATER = T0 + timedelta(minutes=5)
 def _digests(store: OrchestratorStore) -> dict[str, str | None]:
     with store.engine.connect() as conn:
         return {r.operation_id: r.rule_digest for r in conn.execute(sa.select(proposals))}
-
-
-def _history_holds(store: OrchestratorStore) -> History:
-    history = History()
-    for index, row in enumerate(entries(store)):
-        history.read(index, row.data)
-    return history
 
 
 def test_an_untouched_review_moves_to_the_rule_with_its_leaf_and_a_dry_run_changes_nothing(
@@ -62,7 +67,7 @@ def test_an_untouched_review_moves_to_the_rule_with_its_leaf_and_a_dry_run_chang
     assert (back.outcome, back.from_digest) == (RerouteOutcome.REROUTED, rule_digest(TWO_LEADS))
     assert _digests(audit_store) == {p.operation_id: None}
     assert leaves(audit_store)[-1] == RerouteLeaf(LATER, p.operation_id, ACTION, None)
-    assert _history_holds(audit_store).kinds == {"proposal": 1, "reroute": 2}
+    assert audited(audit_store).kinds == {"proposal": 1, "reroute": 2}
 
 
 def test_a_review_with_a_vote_or_an_escalation_keeps_its_rule(audit_store: OrchestratorStore) -> None:
@@ -96,8 +101,6 @@ def test_decided_expired_and_superseded_reviews_are_left_alone(audit_store: Orch
         )
     parent = started(audit_store, proposal("T-3"))
     edit = proposal("T-3", "Edited.", parent=parent.operation_id, edited=True)
-    from tests.support.audit import review, sealed
-
     current = audit_store.create_edit(edit, parent.operation_id, review(edit), [sealed(edit)])
     assert audit_store.reroute_candidates(TWO_LEADS, None, 10) == (current.operation_id,)
     for p in (decided, expired, parent):
@@ -125,7 +128,7 @@ def test_a_decision_read_before_a_re_route_is_refused_and_one_read_after_it_is_r
     read = audit_store.get_operation(p.operation_id).rerouted_at
     audit_store.record_decision(decision(p, at=LATER), p.case_id, [], rerouted_at=read)
     assert audit_store.get_operation(p.operation_id).state is OperationState.APPROVED
-    assert _history_holds(audit_store).kinds == {"proposal": 1, "reroute": 2, "decision": 1}
+    assert audited(audit_store).kinds == {"proposal": 1, "reroute": 2, "decision": 1}
 
 
 def test_a_vote_cast_on_the_rule_a_review_followed_before_a_re_route_is_refused(
@@ -138,15 +141,13 @@ def test_a_vote_cast_on_the_rule_a_review_followed_before_a_re_route_is_refused(
     assert audit_store.votes(p.operation_id) == ()
     fresh = audit_store.get_proposal(p.operation_id)
     cast = audit_store.cast_vote(fresh, "fay", Decision.APPROVE, frozenset({"finance"}), LATER)
-    assert cast.written and _history_holds(audit_store).kinds == {"proposal": 1, "reroute": 1, "vote": 1}
+    assert cast.written and audited(audit_store).kinds == {"proposal": 1, "reroute": 1, "vote": 1}
 
 
 def test_the_history_refuses_a_reroute_after_a_vote(audit_store: OrchestratorStore) -> None:
     p = started(audit_store, dataclasses.replace(proposal("T-1"), rule=TWO_LEADS))
     audit_store.cast_vote(p, "lee", Decision.APPROVE, frozenset({"support-leads"}), LATER)
-    history = _history_holds(audit_store)
+    history = audited(audit_store)
     forged = RerouteLeaf(LATER, p.operation_id, ACTION, FINANCE)
-    from decisionflow.transparency import HistoryError
-
     with pytest.raises(HistoryError, match="has votes or an escalation already"):
         history.read(len(entries(audit_store)), encode_leaf(forged))

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from decisionflow.review_rules import ReviewRule, Stage, VoteOutcome, VoteRefusal
-from decisionflow.transparency import EscalationLeaf, ExpiryLeaf, History, VoteLeaf
+from decisionflow.transparency import EscalationLeaf, ExpiryLeaf, VoteLeaf
 from decisionflow.vocabulary import Decision, OperationState
 from orchestrator.domain import Proposal
 from orchestrator.review_timer import TimerRun, act_on_reviews
 from orchestrator.schema import escalations
 from orchestrator.store import OrchestratorStore
-from tests.support.audit import ACTION, T0, audit_store, entries, leaves, proposal, started
+from tests.support.audit import ACTION, T0, audit_store, audited, leaves, proposal, started
 
 __all__ = ["audit_store"]
 
@@ -45,13 +45,6 @@ def _escalation_rows(store: OrchestratorStore) -> list[tuple[str, int, datetime]
     with store.engine.connect() as conn:
         rows = conn.execute(sa.select(escalations).order_by(escalations.c.operation_id, escalations.c.stage_index))
         return [(r.operation_id, r.stage_index, r.escalated_at) for r in rows]
-
-
-def _audited(store: OrchestratorStore) -> History:
-    history = History()
-    for index, row in enumerate(entries(store)):
-        history.read(index, row.data)
-    return history
 
 
 def test_a_due_stage_is_escalated_once_and_its_escalation_groups_count_from_then_on(
@@ -80,7 +73,7 @@ def test_a_due_stage_is_escalated_once_and_its_escalation_groups_count_from_then
     _, progress = audit_store.operation_progress(p.operation_id, due + timedelta(minutes=3))
     assert progress is not None and progress.escalated and progress.approvals == ("oscar",)
     # An auditor reading the leaves admits the escalation, and the vote it made eligible.
-    history = _audited(audit_store)
+    history = audited(audit_store)
     assert history.kinds == {"proposal": 1, "escalation": 1, "vote": 1}
     assert isinstance(leaves(audit_store)[-1], VoteLeaf)
 
@@ -94,7 +87,7 @@ def test_a_review_past_its_deadline_expires_once_with_its_leaf(audit_store: Orch
     assert leaves(audit_store)[1:] == [ExpiryLeaf(past, p.operation_id)]
     assert act_on_reviews(audit_store, past + timedelta(hours=1), batch=10) == TimerRun()
     assert len(leaves(audit_store)) == 2
-    _audited(audit_store)
+    audited(audit_store)
     late = audit_store.cast_vote(p, "lee", Decision.APPROVE, LEADS, past)
     assert not late.written
 

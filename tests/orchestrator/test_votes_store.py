@@ -11,12 +11,12 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from decisionflow.review_rules import ReviewRule, Stage, VoteOutcome, VoteRefusal
-from decisionflow.transparency import History, VoteLeaf, encode_leaf
+from decisionflow.transparency import VoteLeaf, encode_leaf
 from decisionflow.vocabulary import Decision
 from orchestrator.domain import Proposal
 from orchestrator.schema import votes
 from orchestrator.store import OrchestratorStore, VoteAlreadyCast
-from tests.support.audit import ACTION, T0, audit_store, entries, leaves, proposal, started
+from tests.support.audit import ACTION, T0, audit_store, audited, leaves, proposal, started
 
 __all__ = ["audit_store"]
 
@@ -58,10 +58,7 @@ def test_votes_count_advance_and_complete_each_with_its_leaf(audit_store: Orches
         VoteLeaf(at, p.operation_id, "APPROVE", "fay", 1, ("finance",)),
     ]
     # An auditor reading the leaves accepts them as the rule the proposal leaf carries.
-    history = History()
-    for index, row in enumerate(entries(audit_store)):
-        history.read(index, row.data)
-    assert len(history.operations[p.operation_id].votes) == 3
+    assert len(audited(audit_store).operations[p.operation_id].votes) == 3
 
 
 def test_a_refused_vote_writes_nothing(audit_store: OrchestratorStore) -> None:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from decisionflow.identity import EvidenceItem, PolicyRef, identities
 from decisionflow.transparency import (
+    History,
     Leaf,
     NoteSigner,
     NoteVerifier,
@@ -153,6 +154,15 @@ def entries(store: OrchestratorStore) -> list[EntryRow]:
 def leaves(store: OrchestratorStore) -> list[Leaf]:
     """Every entry's leaf, in entry order."""
     return [row.leaf for row in entries(store)]
+
+
+def audited(store: OrchestratorStore) -> History:
+    """Every entry read, in entry order, as the auditor's history reads a log (HistoryError at the first that
+    does not hold)."""
+    history = History()
+    for index, row in enumerate(entries(store)):
+        history.read(index, row.data)
+    return history
 
 
 def check_log(reader: AuditLogReader, checkpoints: list[PublishedCheckpoint], vkey: str, origin: str) -> int:
