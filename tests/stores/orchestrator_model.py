@@ -211,6 +211,7 @@ class StoreModel:
                 content.body,
                 content.evidence,
                 content.policy,
+                stored.rule,
             )
         )
 

@@ -12,162 +12,28 @@ dialects and checked for a subquery column without its table (tests/support/sql_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import initialize, precondition, rule, run_state_machine_as_test
 
-from decisionflow.identity import EvidenceItem, PolicyRef, identities
-from decisionflow.transparency import (
-    DecisionLeaf,
-    EffectLeaf,
-    ProposalLeaf,
-    RejectionLeaf,
-    SettlementLeaf,
-    decode_leaf,
-    encode_leaf,
-    leaf_hash,
-)
-from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, OperationState, Receipt
-from orchestrator.domain import (
-    FirstAttempt,
-    PendingReview,
-    PendingReviewFilter,
-    Proposal,
-    RecordedDecision,
-    SealedCheckpoint,
-    Settlement,
-    proposal_content,
-)
-from orchestrator.schema import audit_entries, metadata
-from orchestrator.store import OrchestratorStore, migrate
+from decisionflow.vocabulary import CaseId, Consistency, Decision, LookupStatus, OperationId, Receipt
+from orchestrator.domain import FirstAttempt, RecordedDecision, Settlement
+from orchestrator.store import OrchestratorStore
 from orchestrator.store import _statements as q
-from tests.stores.orchestrator_model import Refused, StoreModel
-from tests.support.databases import empty_tables, migrated_engine
+from tests.stores.orchestrator_steps import AUTHORS, BODIES, CASES, HOLDERS, REVIEWERS, StoreMachine, proposal, sealed
 from tests.support.sql_scopes import recording, unqualified_statements
 
-T0 = datetime(2026, 12, 1, 9, 0, 0, 125000, tzinfo=UTC)
-FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
-CASES = ("T-1", "T-2", "T-3", "T-4")
-BODIES = ("Please update to 4.2.1.", "Please update to 4.2.2.", "Please reinstall 4.2.1.")
-AUTHORS = ("alex@example.com", "bo@example.com", "cy@example.com")
-REVIEWERS = ("rita@example.com", "ravi@example.com", "dora@example.com")
-HOLDERS = ("host-a:101:i1", "host-b:202:i2")
-POLICY = PolicyRef("support-replies", "2026-10", 9, {"max_refund_eur": "200"})
-ACTION = "record_support_review"
-STATES = tuple(OperationState)
-# The kind column each leaf is stored with.
-KINDS = {
-    ProposalLeaf: "proposal",
-    DecisionLeaf: "decision",
-    EffectLeaf: "effect",
-    RejectionLeaf: "rejection",
-    SettlementLeaf: "settlement",
-}
 
-
-def proposal(case_id: str, body: str, author: str, at: datetime, parent: str | None, edited: bool) -> Proposal:
-    """A proposal of body for case_id, by author at at (its parent named for a replacement or an edit)."""
-    evidence = (EvidenceItem("KB-12", 1 + BODIES.index(body) % 2, "Update to 4.2.1."),)
-    content = proposal_content(CaseId(case_id), ACTION, body, evidence, POLICY)
-    ids = identities(content.case_id, content.action, content.body, content.evidence, content.policy)
-    parent_id = None if parent is None else OperationId(parent)
-    return Proposal(
-        ids.operation_id, content, ids.evidence_id, ids.policy_id, edited, parent_id, author, at, frozenset()
-    )
-
-
-def sealed(checkpoint_id: str, operation_id: OperationId, at: datetime) -> SealedCheckpoint:
-    """A checkpoint row (its seal is never checked here)."""
-    return SealedCheckpoint(checkpoint_id, "decisionflow.review", "graph", operation_id, at, "key", "0" * 64, b"state")
-
-
-def refusal(exc: Exception) -> Refused:
-    """The refusal a store exception is, in the model's terms."""
-    values: dict[str, tuple[object, ...]] = {
-        "NotFound": (getattr(exc, "what", None), getattr(exc, "ident", None)),
-        "StaleProposal": (getattr(exc, "operation_id", None), getattr(exc, "current_operation_id", None)),
-        "CaseHasOpenProposal": (getattr(exc, "case_id", None), getattr(exc, "current_operation_id", None)),
-        "DecisionAlreadyRecorded": (getattr(exc, "recorded", None),),
-        "NotRedrivable": (getattr(exc, "operation_id", None), getattr(exc, "state", None)),
-        "AttemptInFlight": (getattr(exc, "operation", None),),
-    }
-    kind = type(exc).__name__
-    if kind not in values:
-        raise exc
-    return Refused(kind, *values[kind])
-
-
-class OrchestratorStoreMachine(RuleBasedStateMachine):
+class OrchestratorStoreMachine(StoreMachine):
     """Random writes and reads against the store and the model side by side."""
-
-    store: OrchestratorStore
 
     def __init__(self) -> None:
         super().__init__()
-        empty_tables(self.store.engine, metadata)
-        self.model = StoreModel()
-        self.now = T0
-        self.checkpoint_serial = 0
         self.leases: dict[OperationId, list[datetime]] = {}
-
-    # Helpers.
-
-    def tick(self, seconds: int) -> datetime:
-        self.now += timedelta(seconds=seconds, microseconds=seconds * 1111)
-        return self.now
-
-    def checkpoint_ids(self, n: int) -> list[str]:
-        self.checkpoint_serial += n
-        return [f"cp-{self.checkpoint_serial - i}" for i in range(n)]
-
-    def both(self, write: Any, expect: Any) -> Any:
-        """Run write on the store and expect on the model; both answer alike or both refuse alike."""
-        try:
-            wanted = expect()
-        except Refused as refused:
-            with pytest.raises(Exception) as raised:
-                write()
-            got = refusal(raised.value)
-            assert (got.kind, got.values) == (refused.kind, refused.values)
-            return None
-        answer = write()
-        assert answer == wanted
-        return answer
-
-    def review(self, p: Proposal, checkpoint_id: str) -> PendingReview:
-        return PendingReview(p.operation_id, "decisionflow.review", "1", "graph", checkpoint_id, p.created_at)
-
-    def fresh(self, operation_id: OperationId) -> None:
-        """A fresh read of the operation and of its decision inputs equals the model."""
-        operation = self.model.operation(operation_id)
-        assert self.store.get_operation(operation_id) == operation
-        inputs = self.store.decision_inputs(operation_id)
-        assert inputs.operation == operation
-        assert inputs.proposal == self.model.proposals[operation_id]
-        assert inputs.current_operation_id == self.model.current(operation.case_id)
-        review = self.model.reviews.get(operation_id)
-        assert inputs.review == review
-        held = review is not None and review.checkpoint_id in self.model.checkpoints
-        assert (inputs.checkpoint is not None) == held
-        if held and inputs.checkpoint is not None and review is not None:
-            assert inputs.checkpoint.checkpoint_id == review.checkpoint_id
-
-    def operation_ids(self) -> list[OperationId]:
-        return [OperationId(op) for op in sorted(self.model.operations)]
 
     # Rules.
 
@@ -358,34 +224,6 @@ class OrchestratorStoreMachine(RuleBasedStateMachine):
             lambda: self.store.housekeeping.prune_checkpoints(cutoff, dry_run=dry_run),
             lambda: self.model.prune(cutoff, dry_run=dry_run),
         )
-
-    # After every step: the whole store equals the model.
-
-    @invariant()
-    def operations_tally_and_inbox_match(self) -> None:
-        assert self.store.list_operations(STATES, FAR_FUTURE, 10_000, None) == self.model.all_operations()
-        assert self.store.tally() == self.model.tally()
-        assert self.store.list_pending_reviews(PendingReviewFilter(), 10_000, None) == self.model.pending_reviews()
-        for case in CASES:
-            assert self.store.current_operation_id(CaseId(case)) == self.model.current(case)
-
-    @invariant()
-    def audit_log_matches(self) -> None:
-        with self.store.engine.connect() as conn:
-            rows = conn.execute(sa.select(audit_entries).order_by(audit_entries.c.entry_id)).all()
-        assert [decode_leaf(bytes(row.leaf)) for row in rows] == self.model.leaves
-        assert [bytes(row.leaf_hash) for row in rows] == [leaf_hash(encode_leaf(leaf)) for leaf in self.model.leaves]
-        kinds = [KINDS[type(leaf)] for leaf in self.model.leaves]
-        assert [row.kind for row in rows] == kinds
-        assert [row.operation_id for row in rows] == [leaf.operation_id for leaf in self.model.leaves]
-        cases = [self.model.operations[leaf.operation_id].case_id for leaf in self.model.leaves]
-        assert [row.case_id for row in rows] == cases
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def orchestrator_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
-    """A migrated orchestrator database of each kind."""
-    yield from migrated_engine(request, tmp_path, "orchestrator", migrate)
 
 
 @pytest.mark.slow
