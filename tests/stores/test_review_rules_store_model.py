@@ -4,7 +4,7 @@ on SQLite and PostgreSQL.
 Hypothesis drives, across several cases, proposals started, replaced and edited by several authors under
 a few rules (the default one; two of three in one group; two stages, each escalating when due, under a
 deadline; two approvals of anyone, then a group's), votes by reviewers of various groups (approve or
-decline, eligible or not, authors, repeated, some cast from a clock a little behind), the decision each
+decline, eligible or not, authors, repeated, some cast from a clock 8 s behind), the decision each
 ended review's last vote records, time advancing on the test's clock, the review timer's passes (its
 paged list of reviews under rules, and its visit to each: escalate, expire or nothing) and the inbox as
 each reviewer (or a reader who sees all) reads it, page by page (counted on the first). After each step every row
@@ -57,6 +57,7 @@ ANYONE_THEN_FINANCE = ReviewRule(
     (Stage("anyone", approvals=2), Stage("finance", (FINANCE,), due=timedelta(seconds=20), escalate_to=(MANAGERS,))),
 )
 RULES = (None, TWO_OF_THREE, TWO_STAGES, ANYONE_THEN_FINANCE)
+ENDING = (VoteOutcome.COMPLETES, VoteOutcome.DECLINES)
 # Who votes, with the groups they hold: three leads (one also in finance), finance, a manager, a reviewer of
 # no group, and an author of the proposals (never counted).
 VOTERS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -97,6 +98,23 @@ class ReviewRulesStoreMachine(StoreMachine):
         assert inputs.review == self.model.reviews[operation_id]
         assert self.store.votes(operation_id) == tuple(self.model.votes.get(operation_id, ()))
         assert self.store.escalations(operation_id) == self.model.escalations(operation_id)
+
+    def cast_one(
+        self, op: OperationId, principal: str, groups: frozenset[str], decision: Decision, now: datetime, commit: bool
+    ) -> None:
+        """One vote, with the proposal as stored; the vote that ends the review records its decision if commit."""
+        p = self.model.proposals[op]
+        cast = self.both(
+            lambda: self.store.cast_vote(p, principal, decision, groups, now),
+            lambda: self.model.cast_vote(op, principal, decision, groups, now),
+        )
+        if commit and cast is not None and cast.written and cast.effect.outcome in ENDING:
+            final = Decision.APPROVE if cast.effect.outcome is VoteOutcome.COMPLETES else Decision.DECLINE
+            decided = RecordedDecision(op, final, principal, cast.vote.at)
+            self.both(
+                lambda: self.store.record_decision(decided, p.case_id, []),
+                lambda: self.model.record_decision(decided, [], None),
+            )
 
     # Rules.
 
@@ -166,24 +184,28 @@ class ReviewRulesStoreMachine(StoreMachine):
     @precondition(lambda self: bool(self.model.ruled))
     @rule(
         data=st.data(),
-        voter=st.sampled_from(VOTERS),
-        decision=st.sampled_from([Decision.APPROVE, Decision.APPROVE, Decision.DECLINE]),
-        wait=st.integers(0, 12),
-        behind=st.sampled_from([0, 0, 0, 3]),
+        cast=st.lists(
+            st.tuples(
+                st.sampled_from(VOTERS),
+                st.sampled_from([Decision.APPROVE, Decision.APPROVE, Decision.DECLINE]),
+                st.integers(0, 12),
+                st.sampled_from([0, 8]),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
         commit=st.sampled_from([True, True, True, False]),
     )
     def vote(
         self,
         data: st.DataObject,
-        voter: tuple[str, frozenset[str]],
-        decision: Decision,
-        wait: int,
-        behind: int,
+        cast: list[tuple[tuple[str, frozenset[str]], Decision, int, int]],
         commit: bool,
     ) -> None:
-        """A vote on a review under a rule (its proposal as stored; mostly one in the inbox), from the test's
-        clock or one a little behind it (a replica's): counted, advancing, ending, refused, or a second vote of
-        its principal. The vote that ends a review then records its decision, unless its reply was lost."""
+        """Votes on one review under a rule (its proposal as stored; mostly one in the inbox), each some seconds
+        after the last, from the test's clock or one 8 s behind it (a replica's): counted, advancing, ending,
+        refused, or a second vote of its principal. The vote that ends a review then records its decision,
+        unless its reply was lost."""
         listed = [
             e.proposal.operation_id
             for e in self.model.pending_reviews()
@@ -191,21 +213,8 @@ class ReviewRulesStoreMachine(StoreMachine):
         ]
         mostly_listed = bool(listed) and data.draw(st.sampled_from([True, True, True, False]), label="listed")
         op = data.draw(st.sampled_from(listed if mostly_listed else self.ruled_ids()))
-        principal, groups = voter
-        now = self.tick(wait) - timedelta(seconds=behind)
-        p = self.model.proposals[op]
-        cast = self.both(
-            lambda: self.store.cast_vote(p, principal, decision, groups, now),
-            lambda: self.model.cast_vote(op, principal, decision, groups, now),
-        )
-        ending = (VoteOutcome.COMPLETES, VoteOutcome.DECLINES)
-        if commit and cast is not None and cast.written and cast.effect.outcome in ending:
-            final = Decision.APPROVE if cast.effect.outcome is VoteOutcome.COMPLETES else Decision.DECLINE
-            decided = RecordedDecision(op, final, principal, cast.vote.at)
-            self.both(
-                lambda: self.store.record_decision(decided, p.case_id, []),
-                lambda: self.model.record_decision(decided, [], None),
-            )
+        for (principal, groups), decision, wait, behind in cast:
+            self.cast_one(op, principal, groups, decision, self.tick(wait) - timedelta(seconds=behind), commit)
         self.fresh_review(op)
 
     def undecided_ended(self) -> list[OperationId]:
@@ -232,9 +241,9 @@ class ReviewRulesStoreMachine(StoreMachine):
         )
         self.fresh_review(op)
 
-    @rule(data=st.data(), wait=st.integers(0, 30), behind=st.sampled_from([0, 0, 5]), limit=st.integers(1, 3))
+    @rule(data=st.data(), wait=st.integers(0, 30), behind=st.sampled_from([0, 8]), limit=st.integers(1, 3))
     def timer_pass(self, data: st.DataObject, wait: int, behind: int, limit: int) -> None:
-        """One pass of the review timer, at a time from its clock (perhaps a little behind): the open reviews
+        """One pass of the review timer, at a time from its clock (perhaps 8 s behind): the open reviews
         under rules, page by page, each visited (escalated when due, expired past its deadline, else left);
         then a visit to any operation (one decided, expired or under the default rule is left alone)."""
         now = self.tick(wait) - timedelta(seconds=behind)
