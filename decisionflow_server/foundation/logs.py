@@ -80,3 +80,6 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Alembic is imported only when a schema is migrated (decisionflow_server.storage.migrating), after this: its
+    # registration of its own plugins on import, logged at info, says nothing about the service.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

@@ -19,16 +19,16 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect, Engine
 
 from decisionflow_server.storage import schema_compatibility
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 _READ_ONLY = "decisionflow_read_only"
@@ -303,6 +303,10 @@ def is_sqlite(engine: Engine) -> bool:
 
 def alembic_config(script_location: Path, version_table: str) -> Config:
     """Return the Alembic configuration of one service's migrations and version table."""
+    # Alembic (and the Mako and Pygments it pulls in) is imported only when a schema is read or migrated:
+    # a server starting on a database already at its head never needs it (decisionflow_server.storage.migrating).
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location))
     config.attributes["version_table"] = version_table
@@ -324,6 +328,9 @@ def migrate(engine: Engine, script_location: Path, version_table: str) -> tuple[
     record in the same transaction; return the revisions before and after, read under the same lock. A
     database at a revision these migrations do not ship (a newer release migrated it) is left as it is:
     before and after are that revision."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
     config = alembic_config(script_location, version_table)
     scripts = ScriptDirectory.from_config(config)
     with engine.begin() as connection:

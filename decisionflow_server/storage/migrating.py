@@ -29,15 +29,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy.engine import Engine
 
 from decisionflow_server.foundation import arguments
@@ -50,6 +49,9 @@ from decisionflow_server.foundation.startup_errors import (
     runtime_error,
 )
 from decisionflow_server.storage import db, schema_compatibility
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ class Schema:
     @property
     def scripts(self) -> ScriptDirectory:
         """The service's migrations as Alembic reads them."""
+        from alembic.script import ScriptDirectory
+
         return ScriptDirectory.from_config(db.alembic_config(self.script_location, self.version_table))
 
     @property
@@ -135,12 +139,48 @@ def _missing_file(engine: Engine) -> Path | None:
     return path if path is not None and not path.exists() else None
 
 
-def revisions(engine: Engine, schema: Schema) -> Revisions:
-    """Return where the database behind engine stands; a missing SQLite file is not created."""
+# How every migration names itself and its parent (a string literal, or None for the first; annotated or not),
+# the one form linear_revisions reads.
+_REVISION = re.compile(r'^revision(?:: [\w |]+)? = "(\w+)"$', re.MULTILINE)
+_DOWN_REVISION = re.compile(r'^down_revision(?:: [\w |]+)? = (?:"(\w+)"|None)$', re.MULTILINE)
+
+
+def linear_revisions(script_location: Path) -> tuple[str, ...] | None:
+    """Return the revisions of the migrations under script_location, first to head, read from the files Alembic
+    reads (``versions/*.py``) without importing Alembic or them; None unless each file names its revision and its
+    parent in the plain form and they make one line (then the caller asks Alembic)."""
+    children: dict[str | None, str] = {}
+    for path in (script_location / "versions").iterdir():
+        if not path.name.endswith(".py") or path.name.startswith((".#", "__init__")):
+            continue
+        text = path.read_text(encoding="utf-8")
+        revision, parent = _REVISION.findall(text), _DOWN_REVISION.findall(text)
+        if len(revision) != 1 or len(parent) != 1 or (parent[0] or None) in children:
+            return None
+        children[parent[0] or None] = revision[0]
+    chain: list[str] = []
+    child = children.get(None)
+    while child is not None:
+        chain.append(child)
+        child = children.get(child)
+    return tuple(chain) if chain and len(chain) == len(children) else None
+
+
+def _head_and_shipped(schema: Schema) -> tuple[str, frozenset[str]]:
+    # A server's start reads these on every start: Alembic (about a tenth of a second of imports) only when
+    # the plain reading cannot tell.
+    chain = linear_revisions(schema.script_location)
+    if chain is not None:
+        return chain[-1], frozenset(chain)
     scripts = schema.scripts
     head = scripts.get_current_head()
     assert head is not None, "a service ships at least one migration"
-    shipped = schema_compatibility.shipped(scripts)
+    return head, schema_compatibility.shipped(scripts)
+
+
+def revisions(engine: Engine, schema: Schema) -> Revisions:
+    """Return where the database behind engine stands; a missing SQLite file is not created."""
+    head, shipped = _head_and_shipped(schema)
     if _missing_file(engine) is not None:
         return Revisions(None, head, None, shipped)
     with db.reading(engine) as connection:
@@ -181,7 +221,10 @@ def prepare(engine: Engine, schema: Schema, *, auto: bool) -> Revisions:
     """At a server's start: migrate an older database to the head revision (auto) or refuse it (off); run on a
     newer one, migrating nothing, when its compatibility record admits this release, else refuse. Return
     where the database stands (``newer`` true: the caller says so in its log)."""
-    if auto:
+    # A database at the head (most starts) or newer (migrate leaves it as it is) is only read: the upgrade, its
+    # lock and Alembic are skipped.
+    found = revisions(engine, schema) if auto else None
+    if found is not None and not (found.at_head or found.newer):
         db.migrate(engine, schema.script_location, schema.version_table)
     return require_runnable(engine, schema, (schema.migrate, schema.database_url))
 
@@ -239,6 +282,8 @@ def migrate_command(
         "runs on the database; change nothing",
     )
     ns = cli.parse_args(list(argv))
+    from alembic.util import CommandError
+
     try:
         values = parse_settings(ns, settings, os.environ)
         url = values.required_one_of(schema.database_url, schema.database_url_file)

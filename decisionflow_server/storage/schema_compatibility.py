@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
 
 RECORD_COLUMN = "oldest_compatible"
 
