@@ -7,6 +7,7 @@ counterexample trail that spin replays. ``--model-depth deep`` checks larger bou
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -21,6 +22,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "model" / "decisionflow.pml"
+# Verifiers already compiled, by what they were compiled from (git-ignored): a later run searches again, compiles
+# only what changed.
+VERIFIERS = ROOT / ".venvs" / "spin-verifiers"
 SEARCH_DEPTH = 1_000_000
 # A run that takes longer than this is a model grown too large, not a slow machine.
 RUN_TIMEOUT_SECONDS = 1800
@@ -174,6 +178,24 @@ def _run(command: list[str], cwd: Path, *, check: bool) -> subprocess.CompletedP
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=check)
 
 
+def _compile(workdir: Path, command: list[str]) -> None:
+    """Build workdir/pan with command, or copy the verifier an earlier run built from the same sources (every
+    file spin generated), command and compiler."""
+    digest = hashlib.sha256(" ".join(command).encode())
+    digest.update(_run(["gcc", "--version"], workdir, check=True).stdout.encode())
+    for generated in sorted(workdir.glob("pan.*")):
+        digest.update(generated.name.encode() + b"\0" + generated.read_bytes())
+    cached = VERIFIERS / digest.hexdigest()
+    if cached.exists():
+        shutil.copy2(cached, workdir / "pan")
+        return
+    _run(command, workdir, check=True)
+    VERIFIERS.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}")
+    shutil.copy2(workdir / "pan", partial)
+    partial.replace(cached)
+
+
 def run_spin(workdir: Path, defines: tuple[str, ...], *, liveness: bool, optimise: str = "-O1") -> SpinRun:
     """Generate, compile and run the verifier for one configuration in workdir; return what pan reported."""
     _tools()
@@ -186,7 +208,7 @@ def run_spin(workdir: Path, defines: tuple[str, ...], *, liveness: bool, optimis
     cflags = ["-DCOLLAPSE", "-DNFAIR=3"] if liveness else ["-DSAFETY", "-DCOLLAPSE"]
     # Compiling pan.c costs more than searching the CI bounds: -O1 (or -O0 for a search that stops
     # at its first error) keeps the whole check short; the deep bounds use -O2.
-    _run(["gcc", optimise, *cflags, "-o", "pan", "pan.c"], workdir, check=True)
+    _compile(workdir, ["gcc", optimise, *cflags, "-o", "pan", "pan.c"])
     search = ["-a", "-f"] if liveness else []
     pan = _run(["./pan", f"-m{SEARCH_DEPTH}", *search], workdir, check=False)
     output: str = pan.stdout + pan.stderr
