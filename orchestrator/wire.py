@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from decisionflow import reasons
 from decisionflow import vocabulary_wire as wire
 from decisionflow.identity import EvidenceItem, PolicyRef
-from decisionflow.review_rules import ReviewProgress
+from decisionflow.review_rules import ReviewProgress, StageTally
 from decisionflow.timestamps import from_timestamp, to_timestamp
 from decisionflow.v1 import common_pb2, operations_pb2, review_pb2
 from decisionflow.vocabulary import Consistency, Decision, LookupStatus, OperationState, Role
@@ -167,6 +167,28 @@ def progress_to_pb(progress: ReviewProgress) -> review_pb2.ReviewProgress:
         message.due_time.CopyFrom(to_timestamp(tally.due_at))
     if progress.deadline_at is not None:
         message.deadline.CopyFrom(to_timestamp(progress.deadline_at))
+    message.stages.extend(stage_tally_to_pb(begun, progress.now) for begun in progress.stages)
+    return message
+
+
+def stage_tally_to_pb(tally: StageTally, now: datetime) -> review_pb2.StageTally:
+    """Return the protobuf form of one stage begun so far, as it stands at now."""
+    stage = tally.stage
+    message = review_pb2.StageTally(
+        stage_index=tally.index,
+        stage_name=stage.name,
+        approvals_given=tally.approvals,
+        approvals_needed=stage.approvals,
+        declines=tally.declines,
+        declines_to_end=stage.declines_to_end,
+        started_at=to_timestamp(tally.started_at),
+    )
+    if tally.due_at is not None:
+        message.due_time.CopyFrom(to_timestamp(tally.due_at))
+    if tally.escalated_at is not None and tally.escalated_by(now):
+        message.escalated_at.CopyFrom(to_timestamp(tally.escalated_at))
+    if tally.ended_at is not None:
+        message.ended_at.CopyFrom(to_timestamp(tally.ended_at))
     return message
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from decisionflow.identity import identities
 from decisionflow.review_rules import ReviewProgress
-from decisionflow.vocabulary import CaseId, OperationId, OperationState
+from decisionflow.vocabulary import CaseId, OperationId
 from decisionflow_server.runtime import tracing
 from orchestrator.domain import (
     Listing,
@@ -176,9 +176,10 @@ class ProposalService:
         return await self._with_progress(await self._store.proposal_view(operation_id))
 
     async def _with_progress(self, view: ProposalView) -> ProposalView:
-        """Return view with its review's progress while it is pending under a rule other than the default one
-        (read in a transaction of its own; none more under the default rule)."""
-        if view.proposal.rule is None or view.operation.state is not OperationState.PENDING_REVIEW:
+        """Return view with its review's progress when it follows a rule other than the default one, pending
+        or decided: who approved and declined at each stage (read in a transaction of its own; none more under
+        the default rule)."""
+        if view.proposal.rule is None:
             return view
         operation, progress = await self._store.operation_progress(view.proposal.operation_id, self._clock())
         return replace(view, operation=operation, progress=progress)

@@ -337,7 +337,7 @@ def test_the_typescript_client_reads_a_vote_awaiting_approvals_and_where_the_rev
     told = json.loads(done.stdout)
     assert (told["outcome"], told["awaiting"], told["deadlineIsDate"]) == ("AWAITING_APPROVALS", True, True)
     standing = told["standing"]
-    assert {key: standing[key] for key in standing if key != "deadline"} == {
+    assert {key: standing[key] for key in standing if key not in ("deadline", "stages")} == {
         "stageIndex": 0,
         "stageName": "leads",
         "stageCount": 1,
@@ -347,6 +347,16 @@ def test_the_typescript_client_reads_a_vote_awaiting_approvals_and_where_the_rev
         "eligibleGroups": ["leads"],
         "escalated": False,
     }  # due is undefined, so JSON leaves it out
+    [leads] = standing["stages"]
+    assert {key: leads[key] for key in leads if key != "started"} == {
+        "stageIndex": 0,
+        "stageName": "leads",
+        "approvalsGiven": ["lena"],
+        "approvalsNeeded": 2,
+        "declines": [],
+        "declinesToEnd": 1,
+    }  # not due, not escalated, not ended: left out
+    assert leads["started"].endswith("Z")  # a Date, written as ISO 8601
     assert told["read"] == standing
     assert told["refused"] == ["NOT_ELIGIBLE_TO_DECIDE", "not_eligible", True]
     assert effects == 0

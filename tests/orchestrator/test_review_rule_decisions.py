@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -118,6 +119,28 @@ def test_a_decline_by_an_eligible_reviewer_ends_the_review(desk: Desk) -> None:
     assert (code, reason) == (grpc.StatusCode.ALREADY_EXISTS, "DECISION_CONFLICT")
 
 
+def test_a_decided_review_says_who_approved_and_declined_at_each_stage(desk: Desk) -> None:
+    op = desk.start("T-1")
+    desk.call("lee", "Approve", approve(op))
+    desk.call("lin", "Approve", approve(op))
+    assert desk.call("fay", "Approve", decline(op)).outcome == common_pb2.OUTCOME_DECLINED
+    with grpc.insecure_channel(f"127.0.0.1:{desk.stack.orchestrator_port}") as channel:
+        record = ReviewClient(channel, metadata=bearer_metadata(desk.tokens["oli"])).get_proposal(operation_id=op)
+    assert record.operation.state is OperationState.DECLINED
+    progress = record.operation.progress
+    assert progress is not None and (progress.stage_index, progress.stage_name) == (1, "finance")
+    leads, finance = progress.stages
+    assert [
+        (s.stage_name, s.approvals_given, s.approvals_needed, s.declines, s.declines_to_end) for s in (leads, finance)
+    ] == [
+        ("leads", ("lee", "lin"), 2, (), 1),
+        ("finance", (), 1, ("fay",), 1),
+    ]
+    assert leads.ended_at is not None and finance.started_at == leads.ended_at  # lin's approval began finance
+    assert finance.ended_at is not None and finance.ended_at >= finance.started_at
+    assert leads.due_time is None and leads.escalated_at is None and finance.escalated_at is None
+
+
 @pytest.mark.parametrize("rival", [approve, decline], ids=["approval", "decline"])
 def test_racing_last_votes_end_with_one_decision(desk: Desk, rival: object) -> None:
     rounds = 30
@@ -160,9 +183,19 @@ def test_the_python_clients_expose_the_outcome_and_the_progress(desk: Desk) -> N
         result = ReviewClient(channel, metadata=bearer_metadata(desk.tokens["lee"])).approve(op)
     assert (result.outcome, result.replay) == (Outcome.AWAITING_APPROVALS, False)
     assert result.operation.state is OperationState.PENDING_REVIEW
-    assert result.operation.progress == ReviewProgress(
+    progress = result.operation.progress
+    assert progress is not None
+    assert replace(progress, stages=()) == ReviewProgress(
         0, "leads", 2, ("lee",), 2, ("support-leads",), due_time=None, escalated=False, deadline=None
     )
+    [leads] = progress.stages
+    assert (leads.stage_index, leads.stage_name, leads.approvals_given, leads.approvals_needed) == (
+        0,
+        "leads",
+        ("lee",),
+        2,
+    )
+    assert leads.started_at is not None and leads.ended_at is None
 
     async def approve_async() -> ApproveResult:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,16 +211,22 @@ def page(context: BrowserContext) -> Page:
 @pytest.fixture
 def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
     """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
-    console={ConsoleConfig overrides}, clock=the sessions' clock, **OrchestratorConfig overrides). One per
-    test."""
+    console={ConsoleConfig overrides}, clock=the sessions' clock, orchestrator_clock=the orchestrator's,
+    **OrchestratorConfig overrides). One per test."""
     from decisionflow_console.app import create_app
     from decisionflow_console.sessions import SessionStore
 
     consoles: list[ConsoleUnderTest] = []
 
     def make(
-        *, console: dict[str, Any] | None = None, clock: Callable[[], float] = time.time, **stack_settings: Any
+        *,
+        console: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        orchestrator_clock: Callable[[], datetime] | None = None,
+        **stack_settings: Any,
     ) -> ConsoleUnderTest:
+        if orchestrator_clock is not None:
+            stack_settings["clock"] = orchestrator_clock
         servers = start_console_stack(tmp_path, trial_identity, **stack_settings)
         listener = socket.create_server(("127.0.0.1", 0))
         base = f"http://127.0.0.1:{listener.getsockname()[1]}"

@@ -4,7 +4,26 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 
 import { Outcome } from "./gen/decisionflow/v1/common_pb.js";
-import type { Operation } from "./gen/decisionflow/v1/review_pb.js";
+import type { Operation, StageTally } from "./gen/decisionflow/v1/review_pb.js";
+
+/** One stage of the review begun so far: who approved and declined it, and when it began, was due, was escalated and ended. */
+export interface StageStanding {
+  /** The stage's place in the rule, 0 for the first. */
+  stageIndex: number;
+  stageName: string;
+  /** The principals whose approvals count in the stage, in the order given. */
+  approvalsGiven: string[];
+  approvalsNeeded: number;
+  /** The principals who declined in the stage, in the order given. */
+  declines: string[];
+  declinesToEnd: number;
+  started: Date | undefined;
+  due: Date | undefined;
+  /** When the stage was escalated to its escalation groups; undefined when it was not. */
+  escalated: Date | undefined;
+  /** When the vote that completed or declined the stage was counted; undefined while it is being decided. */
+  ended: Date | undefined;
+}
 
 export interface ReviewStanding {
   /** The current stage, 0 for the first (the last one once the review is complete). */
@@ -22,6 +41,8 @@ export interface ReviewStanding {
   due: Date | undefined;
   escalated: boolean;
   deadline: Date | undefined;
+  /** Every stage begun so far, in the rule's order: the last is the current one. */
+  stages: StageStanding[];
 }
 
 /** Where the operation's review stands, or undefined under the default rule (one approval by any reviewer). */
@@ -41,6 +62,22 @@ export function reviewStanding(operation: Operation): ReviewStanding | undefined
     due: progress.dueTime === undefined ? undefined : timestampDate(progress.dueTime),
     escalated: progress.escalated,
     deadline: progress.deadline === undefined ? undefined : timestampDate(progress.deadline),
+    stages: progress.stages.map(stageStanding),
+  };
+}
+
+function stageStanding(stage: StageTally): StageStanding {
+  return {
+    stageIndex: stage.stageIndex,
+    stageName: stage.stageName,
+    approvalsGiven: [...stage.approvalsGiven],
+    approvalsNeeded: stage.approvalsNeeded,
+    declines: [...stage.declines],
+    declinesToEnd: stage.declinesToEnd,
+    started: stage.startedAt === undefined ? undefined : timestampDate(stage.startedAt),
+    due: stage.dueTime === undefined ? undefined : timestampDate(stage.dueTime),
+    escalated: stage.escalatedAt === undefined ? undefined : timestampDate(stage.escalatedAt),
+    ended: stage.endedAt === undefined ? undefined : timestampDate(stage.endedAt),
   };
 }
 

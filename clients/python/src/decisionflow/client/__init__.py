@@ -127,6 +127,7 @@ from decisionflow.client.views import (
     Role,
     Settlement,
     SettleResult,
+    StageTally,
     StartedReview,
 )
 from decisionflow.identity import EvidenceItem, PolicyRef
@@ -203,6 +204,7 @@ __all__ = [
     "SettleResult",
     "Settlement",
     "SignedCheckpoint",
+    "StageTally",
     "StaleProposal",
     "StartedReview",
     "TooManyOpenReviews",

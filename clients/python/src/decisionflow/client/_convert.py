@@ -82,6 +82,22 @@ def _progress(message: review_pb2.Operation | review_pb2.PendingReview) -> views
         due_time=_time(progress, "due_time"),
         escalated=progress.escalated,
         deadline=_time(progress, "deadline"),
+        stages=tuple(_stage_tally(stage) for stage in progress.stages),
+    )
+
+
+def _stage_tally(stage: review_pb2.StageTally) -> views.StageTally:
+    return views.StageTally(
+        stage_index=stage.stage_index,
+        stage_name=stage.stage_name,
+        approvals_given=tuple(stage.approvals_given),
+        approvals_needed=stage.approvals_needed,
+        declines=tuple(stage.declines),
+        declines_to_end=stage.declines_to_end,
+        started_at=_time(stage, "started_at"),
+        due_time=_time(stage, "due_time"),
+        escalated_at=_time(stage, "escalated_at"),
+        ended_at=_time(stage, "ended_at"),
     )
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "Role",
     "SettleResult",
     "Settlement",
+    "StageTally",
     "StartedReview",
 ]
 
@@ -76,6 +77,27 @@ class LookupNote:
 
 
 @dataclass(frozen=True, slots=True)
+class StageTally:
+    """One stage of a review under a rule, begun so far: who approved and declined it, and when it began,
+    was due, was escalated and ended."""
+
+    stage_index: int
+    stage_name: str
+    approvals_given: tuple[str, ...]
+    """The principals whose approvals count in the stage, in the order given."""
+    approvals_needed: int
+    declines: tuple[str, ...]
+    """The principals who declined in the stage, in the order given."""
+    declines_to_end: int
+    started_at: datetime | None
+    due_time: datetime | None
+    escalated_at: datetime | None
+    """When the stage was escalated to its escalation groups; None when it was not."""
+    ended_at: datetime | None
+    """When the vote that completed or declined the stage was counted; None while it is being decided."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewProgress:
     """Where a review under a rule other than the default one stands (docs/review-rules.md): its current
     stage (the last one once complete), who approved it and what it still needs."""
@@ -93,6 +115,9 @@ class ReviewProgress:
     due_time: datetime | None
     escalated: bool
     deadline: datetime | None
+    stages: tuple[StageTally, ...] = ()
+    """Every stage begun so far, in the rule's order: the last is the current one; empty from an
+    orchestrator of an earlier release."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,8 @@ class Operation(_message.Message):
     def progress(self) -> Global___ReviewProgress:
         """Where the review stands under its rule (docs/review-rules.md); unset for an
         operation whose review follows the default rule (one approval by any reviewer).
-        Set by GetOperation, Approve, and GetProposal while the review is pending.
+        Set by GetOperation, Approve and GetProposal, while the review is pending and
+        once it is decided (who approved and declined at each stage).
         """
 
     def __init__(
@@ -305,6 +306,7 @@ class ReviewProgress(_message.Message):
     DUE_TIME_FIELD_NUMBER: _builtins.int
     ESCALATED_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
     stage_index: _builtins.int
     """The current stage, 0 for the first."""
     stage_name: _builtins.str
@@ -333,6 +335,12 @@ class ReviewProgress(_message.Message):
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """When the review expires unless decided; unset when the rule has no deadline."""
 
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageTally]:
+        """Every stage begun so far, in the rule's order: the last is the current one
+        (the one that ended the review, once it is decided).
+        """
+
     def __init__(
         self,
         *,
@@ -345,14 +353,91 @@ class ReviewProgress(_message.Message):
         due_time: _timestamp_pb2.Timestamp | None = ...,
         escalated: _builtins.bool = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        stages: _abc.Iterable[Global___StageTally] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "due_time", b"due_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals_given", b"approvals_given", "approvals_needed", b"approvals_needed", "deadline", b"deadline", "due_time", b"due_time", "eligible_groups", b"eligible_groups", "escalated", b"escalated", "stage_count", b"stage_count", "stage_index", b"stage_index", "stage_name", b"stage_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals_given", b"approvals_given", "approvals_needed", b"approvals_needed", "deadline", b"deadline", "due_time", b"due_time", "eligible_groups", b"eligible_groups", "escalated", b"escalated", "stage_count", b"stage_count", "stage_index", b"stage_index", "stage_name", b"stage_name", "stages", b"stages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReviewProgress: _TypeAlias = ReviewProgress  # noqa: Y015
+
+@_typing.final
+class StageTally(_message.Message):
+    """One stage of a review under a rule, begun so far: who approved and declined
+    it, and when it began, was due, was escalated and ended.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_INDEX_FIELD_NUMBER: _builtins.int
+    STAGE_NAME_FIELD_NUMBER: _builtins.int
+    APPROVALS_GIVEN_FIELD_NUMBER: _builtins.int
+    APPROVALS_NEEDED_FIELD_NUMBER: _builtins.int
+    DECLINES_FIELD_NUMBER: _builtins.int
+    DECLINES_TO_END_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    DUE_TIME_FIELD_NUMBER: _builtins.int
+    ESCALATED_AT_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    stage_index: _builtins.int
+    """The stage's place in the rule, 0 for the first."""
+    stage_name: _builtins.str
+    """The stage's name, as the rules file names it."""
+    approvals_needed: _builtins.int
+    """How many approvals the stage needs in all."""
+    declines_to_end: _builtins.int
+    """How many declines end the review in this stage."""
+    @_builtins.property
+    def approvals_given(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The principals whose approvals count in the stage, in the order given."""
+
+    @_builtins.property
+    def declines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The principals who declined in the stage, in the order given."""
+
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp:
+        """When the stage began: the review's start, or the approval that completed
+        the stage before it.
+        """
+
+    @_builtins.property
+    def due_time(self) -> _timestamp_pb2.Timestamp:
+        """When the stage is (or was) due; unset when it has no due time."""
+
+    @_builtins.property
+    def escalated_at(self) -> _timestamp_pb2.Timestamp:
+        """When the stage was escalated to its escalation groups; unset when it was not."""
+
+    @_builtins.property
+    def ended_at(self) -> _timestamp_pb2.Timestamp:
+        """When the vote that completed or declined the stage was counted; unset while
+        the stage is being decided.
+        """
+
+    def __init__(
+        self,
+        *,
+        stage_index: _builtins.int = ...,
+        stage_name: _builtins.str = ...,
+        approvals_given: _abc.Iterable[_builtins.str] | None = ...,
+        approvals_needed: _builtins.int = ...,
+        declines: _abc.Iterable[_builtins.str] | None = ...,
+        declines_to_end: _builtins.int = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        due_time: _timestamp_pb2.Timestamp | None = ...,
+        escalated_at: _timestamp_pb2.Timestamp | None = ...,
+        ended_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["due_time", b"due_time", "ended_at", b"ended_at", "escalated_at", b"escalated_at", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals_given", b"approvals_given", "approvals_needed", b"approvals_needed", "declines", b"declines", "declines_to_end", b"declines_to_end", "due_time", b"due_time", "ended_at", b"ended_at", "escalated_at", b"escalated_at", "stage_index", b"stage_index", "stage_name", b"stage_name", "started_at", b"started_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageTally: _TypeAlias = StageTally  # noqa: Y015
 
 @_typing.final
 class AttemptLease(_message.Message):

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file decisionflow/v1/review.proto.
  */
 export const file_decisionflow_v1_review: GenFile = /*@__PURE__*/
-  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCLpAQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKCHByb2dyZXNzGAcgASgLMh8uZGVjaXNpb25mbG93LnYxLlJldmlld1Byb2dyZXNzIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSKpBAoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2USMQoIcHJvZ3Jlc3MYDiABKAsyHy5kZWNpc2lvbmZsb3cudjEuUmV2aWV3UHJvZ3Jlc3MiiQIKDlJldmlld1Byb2dyZXNzEhMKC3N0YWdlX2luZGV4GAEgASgNEhIKCnN0YWdlX25hbWUYAiABKAkSEwoLc3RhZ2VfY291bnQYAyABKA0SFwoPYXBwcm92YWxzX2dpdmVuGAQgAygJEhgKEGFwcHJvdmFsc19uZWVkZWQYBSABKA0SFwoPZWxpZ2libGVfZ3JvdXBzGAYgAygJEiwKCGR1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgllc2NhbGF0ZWQYCCABKAgSLAoIZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIk4KDEF0dGVtcHRMZWFzZRIOCgZob2xkZXIYASABKAkSLgoKZXhwaXJlc19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiuAEKElN0YXJ0UmV2aWV3UmVxdWVzdBIPCgdjYXNlX2lkGAEgASgJEg4KBmFjdGlvbhgCIAEoCRIMCgRib2R5GAMgASgJEisKCGV2aWRlbmNlGAQgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgFIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSHQoVZXhwZWN0ZWRfb3BlcmF0aW9uX2lkGAYgASgJIosBChNTdGFydFJldmlld1Jlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEg8KB2NyZWF0ZWQYAiABKAgSNgoOcGVuZGluZ19yZXZpZXcYAyABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyI7ChJHZXRQcm9wb3NhbFJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEg8KB2Nhc2VfaWQYAiABKAkicQoTR2V0UHJvcG9zYWxSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBItCglvcGVyYXRpb24YAiABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uIpgBChNFZGl0UHJvcG9zYWxSZXF1ZXN0Eh0KFWV4cGVjdGVkX29wZXJhdGlvbl9pZBgBIAEoCRIMCgRib2R5GAIgASgJEisKCGV2aWRlbmNlGAMgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEicKBnBvbGljeRgEIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kiewoURWRpdFByb3Bvc2FsUmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSNgoOcGVuZGluZ19yZXZpZXcYAiABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyJTCg5BcHByb3ZlUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkSKwoIZGVjaXNpb24YAiABKA4yGS5kZWNpc2lvbmZsb3cudjEuRGVjaXNpb24iewoPQXBwcm92ZVJlc3BvbnNlEi0KCW9wZXJhdGlvbhgBIAEoCzIaLmRlY2lzaW9uZmxvdy52MS5PcGVyYXRpb24SKQoHb3V0Y29tZRgCIAEoDjIYLmRlY2lzaW9uZmxvdy52MS5PdXRjb21lEg4KBnJlcGxheRgDIAEoCCIrChNHZXRPcGVyYXRpb25SZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCSJFChRHZXRPcGVyYXRpb25SZXNwb25zZRItCglvcGVyYXRpb24YASABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uIvgBChlMaXN0UGVuZGluZ1Jldmlld3NSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEhQKB2Nhc2VfaWQYAyABKAlIAIgBARIbCg5jYXNlX2lkX3ByZWZpeBgEIAEoCUgBiAEBEhcKCmNyZWF0ZWRfYnkYBSABKAlIAogBARITCgZhY3Rpb24YBiABKAlIA4gBARIaChJpbmNsdWRlX3RvdGFsX3NpemUYByABKAhCCgoIX2Nhc2VfaWRCEQoPX2Nhc2VfaWRfcHJlZml4Qg0KC19jcmVhdGVkX2J5QgkKB19hY3Rpb24iiwEKElBlbmRpbmdSZXZpZXdFbnRyeRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBIQCgh2ZXJzaW9ucxgCIAEoDRI2Cg5wZW5kaW5nX3JldmlldxgDIAEoCzIeLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3IpMBChpMaXN0UGVuZGluZ1Jldmlld3NSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMuZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXdFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSFwoKdG90YWxfc2l6ZRgDIAEoA0gAiAEBQg0KC190b3RhbF9zaXplIhIKEEdldENhbGxlclJlcXVlc3QiXAoRR2V0Q2FsbGVyUmVzcG9uc2USEQoJcHJpbmNpcGFsGAEgASgJEiQKBXJvbGVzGAIgAygOMhUuZGVjaXNpb25mbG93LnYxLlJvbGUSDgoGZ3JvdXBzGAMgAygJMo4FCg1SZXZpZXdTZXJ2aWNlElgKC1N0YXJ0UmV2aWV3EiMuZGVjaXNpb25mbG93LnYxLlN0YXJ0UmV2aWV3UmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5TdGFydFJldmlld1Jlc3BvbnNlElgKC0dldFByb3Bvc2FsEiMuZGVjaXNpb25mbG93LnYxLkdldFByb3Bvc2FsUmVxdWVzdBokLmRlY2lzaW9uZmxvdy52MS5HZXRQcm9wb3NhbFJlc3BvbnNlElsKDEVkaXRQcm9wb3NhbBIkLmRlY2lzaW9uZmxvdy52MS5FZGl0UHJvcG9zYWxSZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkVkaXRQcm9wb3NhbFJlc3BvbnNlEkwKB0FwcHJvdmUSHy5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlcXVlc3QaIC5kZWNpc2lvbmZsb3cudjEuQXBwcm92ZVJlc3BvbnNlElsKDEdldE9wZXJhdGlvbhIkLmRlY2lzaW9uZmxvdy52MS5HZXRPcGVyYXRpb25SZXF1ZXN0GiUuZGVjaXNpb25mbG93LnYxLkdldE9wZXJhdGlvblJlc3BvbnNlEm0KEkxpc3RQZW5kaW5nUmV2aWV3cxIqLmRlY2lzaW9uZmxvdy52MS5MaXN0UGVuZGluZ1Jldmlld3NSZXF1ZXN0GisuZGVjaXNpb25mbG93LnYxLkxpc3RQZW5kaW5nUmV2aWV3c1Jlc3BvbnNlElIKCUdldENhbGxlchIhLmRlY2lzaW9uZmxvdy52MS5HZXRDYWxsZXJSZXF1ZXN0GiIuZGVjaXNpb25mbG93LnYxLkdldENhbGxlclJlc3BvbnNlYgZwcm90bzM", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
+  fileDesc("ChxkZWNpc2lvbmZsb3cvdjEvcmV2aWV3LnByb3RvEg9kZWNpc2lvbmZsb3cudjEi1QIKCFByb3Bvc2FsEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEg4KBmFjdGlvbhgDIAEoCRIMCgRib2R5GAQgASgJEisKCGV2aWRlbmNlGAUgAygLMhkuZGVjaXNpb25mbG93LnYxLkV2aWRlbmNlEhMKC2V2aWRlbmNlX2lkGAYgASgJEicKBnBvbGljeRgHIAEoCzIXLmRlY2lzaW9uZmxvdy52MS5Qb2xpY3kSEQoJcG9saWN5X2lkGAggASgJEhQKDGh1bWFuX2VkaXRlZBgJIAEoCBIbChNwYXJlbnRfb3BlcmF0aW9uX2lkGAogASgJEhIKCmNyZWF0ZWRfYnkYCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHY3VycmVudBgNIAEoCCLpAQoNUGVuZGluZ1JldmlldxIUCgxvcGVyYXRpb25faWQYASABKAkSFQoNd29ya2Zsb3dfbmFtZRgCIAEoCRIYChB3b3JrZmxvd192ZXJzaW9uGAMgASgJEhcKD2dyYXBoX3NpZ25hdHVyZRgEIAEoCRIVCg1jaGVja3BvaW50X2lkGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKCHByb2dyZXNzGAcgASgLMh8uZGVjaXNpb25mbG93LnYxLlJldmlld1Byb2dyZXNzIq8BCgpMb29rdXBOb3RlEjAKDGxvb2tlZF91cF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoGc3RhdHVzGAIgASgOMh0uZGVjaXNpb25mbG93LnYxLkxvb2t1cFN0YXR1cxIxCgtjb25zaXN0ZW5jeRgDIAEoDjIcLmRlY2lzaW9uZmxvdy52MS5Db25zaXN0ZW5jeRINCgVlcnJvchgEIAEoCSKpBAoJT3BlcmF0aW9uEhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJEi4KBXN0YXRlGAMgASgOMh8uZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvblN0YXRlEisKCGRlY2lzaW9uGAQgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uEhAKCHJldmlld2VyGAUgASgJEi4KCmRlY2lkZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKB3JlY2VpcHQYByABKAsyGC5kZWNpc2lvbmZsb3cudjEuUmVjZWlwdBIQCghhdHRlbXB0cxgIIAEoDRI0ChBmaXJzdF9hdHRlbXB0X2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChByZWplY3Rpb25fcmVhc29uGAogASgJEjAKC2xhc3RfbG9va3VwGAsgASgLMhsuZGVjaXNpb25mbG93LnYxLkxvb2t1cE5vdGUSLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoNYXR0ZW1wdF9sZWFzZRgNIAEoCzIdLmRlY2lzaW9uZmxvdy52MS5BdHRlbXB0TGVhc2USMQoIcHJvZ3Jlc3MYDiABKAsyHy5kZWNpc2lvbmZsb3cudjEuUmV2aWV3UHJvZ3Jlc3MitgIKDlJldmlld1Byb2dyZXNzEhMKC3N0YWdlX2luZGV4GAEgASgNEhIKCnN0YWdlX25hbWUYAiABKAkSEwoLc3RhZ2VfY291bnQYAyABKA0SFwoPYXBwcm92YWxzX2dpdmVuGAQgAygJEhgKEGFwcHJvdmFsc19uZWVkZWQYBSABKA0SFwoPZWxpZ2libGVfZ3JvdXBzGAYgAygJEiwKCGR1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgllc2NhbGF0ZWQYCCABKAgSLAoIZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKBnN0YWdlcxgKIAMoCzIbLmRlY2lzaW9uZmxvdy52MS5TdGFnZVRhbGx5ItECCgpTdGFnZVRhbGx5EhMKC3N0YWdlX2luZGV4GAEgASgNEhIKCnN0YWdlX25hbWUYAiABKAkSFwoPYXBwcm92YWxzX2dpdmVuGAMgAygJEhgKEGFwcHJvdmFsc19uZWVkZWQYBCABKA0SEAoIZGVjbGluZXMYBSADKAkSFwoPZGVjbGluZXNfdG9fZW5kGAYgASgNEi4KCnN0YXJ0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGR1ZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxlc2NhbGF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJOCgxBdHRlbXB0TGVhc2USDgoGaG9sZGVyGAEgASgJEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrgBChJTdGFydFJldmlld1JlcXVlc3QSDwoHY2FzZV9pZBgBIAEoCRIOCgZhY3Rpb24YAiABKAkSDAoEYm9keRgDIAEoCRIrCghldmlkZW5jZRgEIAMoCzIZLmRlY2lzaW9uZmxvdy52MS5FdmlkZW5jZRInCgZwb2xpY3kYBSABKAsyFy5kZWNpc2lvbmZsb3cudjEuUG9saWN5Eh0KFWV4cGVjdGVkX29wZXJhdGlvbl9pZBgGIAEoCSKLAQoTU3RhcnRSZXZpZXdSZXNwb25zZRIrCghwcm9wb3NhbBgBIAEoCzIZLmRlY2lzaW9uZmxvdy52MS5Qcm9wb3NhbBIPCgdjcmVhdGVkGAIgASgIEjYKDnBlbmRpbmdfcmV2aWV3GAMgASgLMh4uZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXciOwoSR2V0UHJvcG9zYWxSZXF1ZXN0EhQKDG9wZXJhdGlvbl9pZBgBIAEoCRIPCgdjYXNlX2lkGAIgASgJInEKE0dldFByb3Bvc2FsUmVzcG9uc2USKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSLQoJb3BlcmF0aW9uGAIgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbiKYAQoTRWRpdFByb3Bvc2FsUmVxdWVzdBIdChVleHBlY3RlZF9vcGVyYXRpb25faWQYASABKAkSDAoEYm9keRgCIAEoCRIrCghldmlkZW5jZRgDIAMoCzIZLmRlY2lzaW9uZmxvdy52MS5FdmlkZW5jZRInCgZwb2xpY3kYBCABKAsyFy5kZWNpc2lvbmZsb3cudjEuUG9saWN5InsKFEVkaXRQcm9wb3NhbFJlc3BvbnNlEisKCHByb3Bvc2FsGAEgASgLMhkuZGVjaXNpb25mbG93LnYxLlByb3Bvc2FsEjYKDnBlbmRpbmdfcmV2aWV3GAIgASgLMh4uZGVjaXNpb25mbG93LnYxLlBlbmRpbmdSZXZpZXciUwoOQXBwcm92ZVJlcXVlc3QSFAoMb3BlcmF0aW9uX2lkGAEgASgJEisKCGRlY2lzaW9uGAIgASgOMhkuZGVjaXNpb25mbG93LnYxLkRlY2lzaW9uInsKD0FwcHJvdmVSZXNwb25zZRItCglvcGVyYXRpb24YASABKAsyGi5kZWNpc2lvbmZsb3cudjEuT3BlcmF0aW9uEikKB291dGNvbWUYAiABKA4yGC5kZWNpc2lvbmZsb3cudjEuT3V0Y29tZRIOCgZyZXBsYXkYAyABKAgiKwoTR2V0T3BlcmF0aW9uUmVxdWVzdBIUCgxvcGVyYXRpb25faWQYASABKAkiRQoUR2V0T3BlcmF0aW9uUmVzcG9uc2USLQoJb3BlcmF0aW9uGAEgASgLMhouZGVjaXNpb25mbG93LnYxLk9wZXJhdGlvbiL4AQoZTGlzdFBlbmRpbmdSZXZpZXdzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIUCgdjYXNlX2lkGAMgASgJSACIAQESGwoOY2FzZV9pZF9wcmVmaXgYBCABKAlIAYgBARIXCgpjcmVhdGVkX2J5GAUgASgJSAKIAQESEwoGYWN0aW9uGAYgASgJSAOIAQESGgoSaW5jbHVkZV90b3RhbF9zaXplGAcgASgIQgoKCF9jYXNlX2lkQhEKD19jYXNlX2lkX3ByZWZpeEINCgtfY3JlYXRlZF9ieUIJCgdfYWN0aW9uIosBChJQZW5kaW5nUmV2aWV3RW50cnkSKwoIcHJvcG9zYWwYASABKAsyGS5kZWNpc2lvbmZsb3cudjEuUHJvcG9zYWwSEAoIdmVyc2lvbnMYAiABKA0SNgoOcGVuZGluZ19yZXZpZXcYAyABKAsyHi5kZWNpc2lvbmZsb3cudjEuUGVuZGluZ1JldmlldyKTAQoaTGlzdFBlbmRpbmdSZXZpZXdzUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLmRlY2lzaW9uZmxvdy52MS5QZW5kaW5nUmV2aWV3RW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhcKCnRvdGFsX3NpemUYAyABKANIAIgBAUINCgtfdG90YWxfc2l6ZSISChBHZXRDYWxsZXJSZXF1ZXN0IlwKEUdldENhbGxlclJlc3BvbnNlEhEKCXByaW5jaXBhbBgBIAEoCRIkCgVyb2xlcxgCIAMoDjIVLmRlY2lzaW9uZmxvdy52MS5Sb2xlEg4KBmdyb3VwcxgDIAMoCTKOBQoNUmV2aWV3U2VydmljZRJYCgtTdGFydFJldmlldxIjLmRlY2lzaW9uZmxvdy52MS5TdGFydFJldmlld1JlcXVlc3QaJC5kZWNpc2lvbmZsb3cudjEuU3RhcnRSZXZpZXdSZXNwb25zZRJYCgtHZXRQcm9wb3NhbBIjLmRlY2lzaW9uZmxvdy52MS5HZXRQcm9wb3NhbFJlcXVlc3QaJC5kZWNpc2lvbmZsb3cudjEuR2V0UHJvcG9zYWxSZXNwb25zZRJbCgxFZGl0UHJvcG9zYWwSJC5kZWNpc2lvbmZsb3cudjEuRWRpdFByb3Bvc2FsUmVxdWVzdBolLmRlY2lzaW9uZmxvdy52MS5FZGl0UHJvcG9zYWxSZXNwb25zZRJMCgdBcHByb3ZlEh8uZGVjaXNpb25mbG93LnYxLkFwcHJvdmVSZXF1ZXN0GiAuZGVjaXNpb25mbG93LnYxLkFwcHJvdmVSZXNwb25zZRJbCgxHZXRPcGVyYXRpb24SJC5kZWNpc2lvbmZsb3cudjEuR2V0T3BlcmF0aW9uUmVxdWVzdBolLmRlY2lzaW9uZmxvdy52MS5HZXRPcGVyYXRpb25SZXNwb25zZRJtChJMaXN0UGVuZGluZ1Jldmlld3MSKi5kZWNpc2lvbmZsb3cudjEuTGlzdFBlbmRpbmdSZXZpZXdzUmVxdWVzdBorLmRlY2lzaW9uZmxvdy52MS5MaXN0UGVuZGluZ1Jldmlld3NSZXNwb25zZRJSCglHZXRDYWxsZXISIS5kZWNpc2lvbmZsb3cudjEuR2V0Q2FsbGVyUmVxdWVzdBoiLmRlY2lzaW9uZmxvdy52MS5HZXRDYWxsZXJSZXNwb25zZWIGcHJvdG8z", [file_decisionflow_v1_common, file_google_protobuf_timestamp]);
 
 /**
  * An immutable proposal; its operation id is computed from its content.
@@ -335,7 +335,8 @@ export type Operation = Message<"decisionflow.v1.Operation"> & {
   /**
    * Where the review stands under its rule (docs/review-rules.md); unset for an
    * operation whose review follows the default rule (one approval by any reviewer).
-   * Set by GetOperation, Approve, and GetProposal while the review is pending.
+   * Set by GetOperation, Approve and GetProposal, while the review is pending and
+   * once it is decided (who approved and declined at each stage).
    *
    * @generated from field: decisionflow.v1.ReviewProgress progress = 14;
    */
@@ -420,6 +421,14 @@ export type ReviewProgress = Message<"decisionflow.v1.ReviewProgress"> & {
    * @generated from field: google.protobuf.Timestamp deadline = 9;
    */
   deadline?: Timestamp | undefined;
+
+  /**
+   * Every stage begun so far, in the rule's order: the last is the current one
+   * (the one that ended the review, once it is decided).
+   *
+   * @generated from field: repeated decisionflow.v1.StageTally stages = 10;
+   */
+  stages: StageTally[];
 };
 
 /**
@@ -428,6 +437,93 @@ export type ReviewProgress = Message<"decisionflow.v1.ReviewProgress"> & {
  */
 export const ReviewProgressSchema: GenMessage<ReviewProgress> = /*@__PURE__*/
   messageDesc(file_decisionflow_v1_review, 4);
+
+/**
+ * One stage of a review under a rule, begun so far: who approved and declined
+ * it, and when it began, was due, was escalated and ended.
+ *
+ * @generated from message decisionflow.v1.StageTally
+ */
+export type StageTally = Message<"decisionflow.v1.StageTally"> & {
+  /**
+   * The stage's place in the rule, 0 for the first.
+   *
+   * @generated from field: uint32 stage_index = 1;
+   */
+  stageIndex: number;
+
+  /**
+   * The stage's name, as the rules file names it.
+   *
+   * @generated from field: string stage_name = 2;
+   */
+  stageName: string;
+
+  /**
+   * The principals whose approvals count in the stage, in the order given.
+   *
+   * @generated from field: repeated string approvals_given = 3;
+   */
+  approvalsGiven: string[];
+
+  /**
+   * How many approvals the stage needs in all.
+   *
+   * @generated from field: uint32 approvals_needed = 4;
+   */
+  approvalsNeeded: number;
+
+  /**
+   * The principals who declined in the stage, in the order given.
+   *
+   * @generated from field: repeated string declines = 5;
+   */
+  declines: string[];
+
+  /**
+   * How many declines end the review in this stage.
+   *
+   * @generated from field: uint32 declines_to_end = 6;
+   */
+  declinesToEnd: number;
+
+  /**
+   * When the stage began: the review's start, or the approval that completed
+   * the stage before it.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 7;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * When the stage is (or was) due; unset when it has no due time.
+   *
+   * @generated from field: google.protobuf.Timestamp due_time = 8;
+   */
+  dueTime?: Timestamp | undefined;
+
+  /**
+   * When the stage was escalated to its escalation groups; unset when it was not.
+   *
+   * @generated from field: google.protobuf.Timestamp escalated_at = 9;
+   */
+  escalatedAt?: Timestamp | undefined;
+
+  /**
+   * When the vote that completed or declined the stage was counted; unset while
+   * the stage is being decided.
+   *
+   * @generated from field: google.protobuf.Timestamp ended_at = 10;
+   */
+  endedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message decisionflow.v1.StageTally.
+ * Use `create(StageTallySchema)` to create a new message.
+ */
+export const StageTallySchema: GenMessage<StageTally> = /*@__PURE__*/
+  messageDesc(file_decisionflow_v1_review, 5);
 
 /**
  * While an attempt to drive an operation's effect may be in flight, no other
@@ -461,7 +557,7 @@ export type AttemptLease = Message<"decisionflow.v1.AttemptLease"> & {
  * Use `create(AttemptLeaseSchema)` to create a new message.
  */
 export const AttemptLeaseSchema: GenMessage<AttemptLease> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 5);
+  messageDesc(file_decisionflow_v1_review, 6);
 
 /**
  * Request to start a review.
@@ -520,7 +616,7 @@ export type StartReviewRequest = Message<"decisionflow.v1.StartReviewRequest"> &
  * Use `create(StartReviewRequestSchema)` to create a new message.
  */
 export const StartReviewRequestSchema: GenMessage<StartReviewRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 6);
+  messageDesc(file_decisionflow_v1_review, 7);
 
 /**
  * The proposal and its pending review.
@@ -555,7 +651,7 @@ export type StartReviewResponse = Message<"decisionflow.v1.StartReviewResponse">
  * Use `create(StartReviewResponseSchema)` to create a new message.
  */
 export const StartReviewResponseSchema: GenMessage<StartReviewResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 7);
+  messageDesc(file_decisionflow_v1_review, 8);
 
 /**
  * Request for one proposal. Exactly one of the fields is set.
@@ -583,7 +679,7 @@ export type GetProposalRequest = Message<"decisionflow.v1.GetProposalRequest"> &
  * Use `create(GetProposalRequestSchema)` to create a new message.
  */
 export const GetProposalRequestSchema: GenMessage<GetProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 8);
+  messageDesc(file_decisionflow_v1_review, 9);
 
 /**
  * One proposal.
@@ -611,7 +707,7 @@ export type GetProposalResponse = Message<"decisionflow.v1.GetProposalResponse">
  * Use `create(GetProposalResponseSchema)` to create a new message.
  */
 export const GetProposalResponseSchema: GenMessage<GetProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 9);
+  messageDesc(file_decisionflow_v1_review, 10);
 
 /**
  * Request to edit the case's current proposal. The new content replaces the old
@@ -654,7 +750,7 @@ export type EditProposalRequest = Message<"decisionflow.v1.EditProposalRequest">
  * Use `create(EditProposalRequestSchema)` to create a new message.
  */
 export const EditProposalRequestSchema: GenMessage<EditProposalRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 10);
+  messageDesc(file_decisionflow_v1_review, 11);
 
 /**
  * The new current proposal.
@@ -682,7 +778,7 @@ export type EditProposalResponse = Message<"decisionflow.v1.EditProposalResponse
  * Use `create(EditProposalResponseSchema)` to create a new message.
  */
 export const EditProposalResponseSchema: GenMessage<EditProposalResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 11);
+  messageDesc(file_decisionflow_v1_review, 12);
 
 /**
  * A decision on one operation id. The reviewer is the authenticated principal.
@@ -710,7 +806,7 @@ export type ApproveRequest = Message<"decisionflow.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 12);
+  messageDesc(file_decisionflow_v1_review, 13);
 
 /**
  * The outcome of a decision.
@@ -745,7 +841,7 @@ export type ApproveResponse = Message<"decisionflow.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 13);
+  messageDesc(file_decisionflow_v1_review, 14);
 
 /**
  * Request for one operation.
@@ -766,7 +862,7 @@ export type GetOperationRequest = Message<"decisionflow.v1.GetOperationRequest">
  * Use `create(GetOperationRequestSchema)` to create a new message.
  */
 export const GetOperationRequestSchema: GenMessage<GetOperationRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 14);
+  messageDesc(file_decisionflow_v1_review, 15);
 
 /**
  * One operation.
@@ -787,7 +883,7 @@ export type GetOperationResponse = Message<"decisionflow.v1.GetOperationResponse
  * Use `create(GetOperationResponseSchema)` to create a new message.
  */
 export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 15);
+  messageDesc(file_decisionflow_v1_review, 16);
 
 /**
  * Request for a page of pending reviews. Filters that are set must all match.
@@ -856,7 +952,7 @@ export type ListPendingReviewsRequest = Message<"decisionflow.v1.ListPendingRevi
  * Use `create(ListPendingReviewsRequestSchema)` to create a new message.
  */
 export const ListPendingReviewsRequestSchema: GenMessage<ListPendingReviewsRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 16);
+  messageDesc(file_decisionflow_v1_review, 17);
 
 /**
  * One undecided current proposal waiting for a decision.
@@ -892,7 +988,7 @@ export type PendingReviewEntry = Message<"decisionflow.v1.PendingReviewEntry"> &
  * Use `create(PendingReviewEntrySchema)` to create a new message.
  */
 export const PendingReviewEntrySchema: GenMessage<PendingReviewEntry> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 17);
+  messageDesc(file_decisionflow_v1_review, 18);
 
 /**
  * A page of pending reviews.
@@ -929,7 +1025,7 @@ export type ListPendingReviewsResponse = Message<"decisionflow.v1.ListPendingRev
  * Use `create(ListPendingReviewsResponseSchema)` to create a new message.
  */
 export const ListPendingReviewsResponseSchema: GenMessage<ListPendingReviewsResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 18);
+  messageDesc(file_decisionflow_v1_review, 19);
 
 /**
  * Request for the authenticated caller; who calls is the call's credentials,
@@ -945,7 +1041,7 @@ export type GetCallerRequest = Message<"decisionflow.v1.GetCallerRequest"> & {
  * Use `create(GetCallerRequestSchema)` to create a new message.
  */
 export const GetCallerRequestSchema: GenMessage<GetCallerRequest> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 19);
+  messageDesc(file_decisionflow_v1_review, 20);
 
 /**
  * The authenticated caller.
@@ -984,7 +1080,7 @@ export type GetCallerResponse = Message<"decisionflow.v1.GetCallerResponse"> & {
  * Use `create(GetCallerResponseSchema)` to create a new message.
  */
 export const GetCallerResponseSchema: GenMessage<GetCallerResponse> = /*@__PURE__*/
-  messageDesc(file_decisionflow_v1_review, 20);
+  messageDesc(file_decisionflow_v1_review, 21);
 
 /**
  * Proposals, edits, pending reviews and decisions. Refusals carry a
