@@ -70,7 +70,7 @@ class ReviewPages:
         self._pages = pages
 
     async def inbox(self, request: Request) -> Response:
-        """The reviewer's inbox: current, undecided proposals, oldest first, filtered by case id prefix
+        """The reviewer's inbox: current, undecided proposals, in inbox order, filtered by case id prefix
         and author, a page at a time."""
         session = signed_in(request)
         if session is None:

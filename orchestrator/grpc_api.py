@@ -27,7 +27,7 @@ from orchestrator import errors
 from orchestrator.audit import errors as audit_errors
 from orchestrator.domain import ProposalView, Settlement
 from orchestrator.service import OrchestratorService
-from orchestrator.store import Reader, inbox_order
+from orchestrator.store import InboxKey, Reader, inbox_key
 from orchestrator.validation import check_case_id, check_operation_id, pending_page_size, pending_review_filter
 from orchestrator.wire import (
     CONSISTENCY_FROM_PB,
@@ -172,7 +172,7 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
     async def ListPendingReviews(
         self, request: review_pb2.ListPendingReviewsRequest, context: Context
     ) -> review_pb2.ListPendingReviewsResponse:
-        """List the undecided current proposals matching the filters, oldest first, a page at a time."""
+        """List the undecided current proposals matching the filters in the inbox's order, a page at a time."""
         limit = pending_page_size(request.page_size)
         filters = pending_review_filter(
             request.case_id if request.HasField("case_id") else None,
@@ -180,15 +180,14 @@ class ReviewServicer(review_pb2_grpc.ReviewServiceServicer):
             request.created_by if request.HasField("created_by") else None,
             request.action if request.HasField("action") else None,
         )
-        after = _parse_page_token(request.page_token, PENDING_LISTING)
+        after = _parse_inbox_token(request.page_token)
         listing = await self._proposals.list_pending_reviews(
             filters, limit, after, counted=request.include_total_size, reader=_reader()
         )
         page = listing.rows
-        last = page[-1] if len(page) == limit else None
-        token = "" if last is None else _page_token(last.pending_since, last.proposal.operation_id, PENDING_LISTING)
+        token = _inbox_token(inbox_key(page[-1])) if len(page) == limit else ""
         return review_pb2.ListPendingReviewsResponse(
-            entries=[pending_entry_to_pb(entry) for entry in inbox_order(page)],
+            entries=[pending_entry_to_pb(entry) for entry in page],
             next_page_token=token,
             total_size=listing.total_size,
         )
@@ -208,6 +207,32 @@ def _reader() -> Reader:
 
 def _page_token(operation_changed_at: datetime, operation_id: OperationId, listing: str = "operations") -> str:
     return page_tokens.encode(listing, operation_changed_at.isoformat(), operation_id)
+
+
+def _inbox_token(key: InboxKey) -> str:
+    return page_tokens.encode(
+        PENDING_LISTING, key.rank, key.moment.isoformat(), key.pending_since.isoformat(), key.operation_id
+    )
+
+
+def _parse_inbox_token(token: str) -> InboxKey | None:
+    """Return the place in the inbox's order a ListPendingReviews token resumes after; None for no token."""
+    if not token:
+        return None
+    try:
+        rank, moment, since, operation_id = page_tokens.decode(PENDING_LISTING, token, 4)
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank not in (0, 1, 2):
+            raise ValueError("page token names no rank of the inbox's order")
+        if not isinstance(moment, str) or not isinstance(since, str):
+            raise ValueError("page token times are not text")
+        if not isinstance(operation_id, str) or not is_operation_id(operation_id):
+            raise ValueError("page token names no operation id")
+        times = datetime.fromisoformat(moment), datetime.fromisoformat(since)
+        if any(at.utcoffset() is None for at in times):
+            raise ValueError("page token time has no UTC offset")  # issued tokens always carry one
+        return InboxKey(rank, times[0], times[1], OperationId(operation_id))
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest([FieldViolation("page_token", "not a token from a previous response")]) from exc
 
 
 def _parse_page_token(token: str, listing: str = "operations") -> tuple[datetime, OperationId] | None:

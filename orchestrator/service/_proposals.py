@@ -34,7 +34,7 @@ from orchestrator.errors import BudgetExceeded, NotFound, StaleProposal
 from orchestrator.quotas import AuthorBudgets
 from orchestrator.rules_in_force import RulesInForce
 from orchestrator.service._runs import ReviewRuns
-from orchestrator.store import EVERY_REVIEW, AsyncOrchestratorStore, Reader
+from orchestrator.store import EVERY_REVIEW, AsyncOrchestratorStore, InboxKey, Reader
 
 
 def _started(created: bool) -> str:
@@ -203,14 +203,14 @@ class ProposalService:
         self,
         filters: PendingReviewFilter,
         limit: int,
-        after: tuple[datetime, OperationId] | None,
+        after: InboxKey | None,
         *,
         counted: bool = False,
         reader: Reader = EVERY_REVIEW,
     ) -> Listing[PendingReviewEntry]:
-        """Return up to limit undecided current proposals matching filters that reader sees, oldest first, after
-        a page key, each under a rule with its progress now; counted: with how many reader sees over every
-        page, from the page's snapshot."""
+        """Return up to limit undecided current proposals matching filters that reader sees, in the inbox's
+        order (escalated first, then by due time, then oldest first) after a page key, each under a rule with
+        its progress now; counted: with how many reader sees over every page, from the page's snapshot."""
         return await self._store.pending_reviews_listing(
             filters, limit, after, counted=counted, reader=reader, now=self._clock()
         )

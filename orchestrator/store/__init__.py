@@ -39,7 +39,7 @@ from orchestrator.store._ledger import AttemptInFlight, DecisionAlreadyRecorded
 from orchestrator.store._migrations import MIGRATIONS, VERSION_TABLE, migrate
 from orchestrator.store._reroute import RerouteOutcome, RerouteVisit, ReviewRerouted, target_digest
 from orchestrator.store._review_timer import TimedAct, TimerVisit
-from orchestrator.store._reviewer_inbox import EVERY_REVIEW, Reader, inbox_order
+from orchestrator.store._reviewer_inbox import EVERY_REVIEW, InboxKey, Reader, inbox_key, inbox_order
 from orchestrator.store._store import OrchestratorStore
 from orchestrator.store._votes import CastVote, VoteAlreadyCast
 
@@ -54,6 +54,7 @@ __all__ = [
     "CheckpointTable",
     "DecisionAlreadyRecorded",
     "Housekeeping",
+    "InboxKey",
     "OrchestratorStore",
     "Reader",
     "RerouteOutcome",
@@ -63,6 +64,7 @@ __all__ = [
     "TimerVisit",
     "Transactions",
     "VoteAlreadyCast",
+    "inbox_key",
     "inbox_order",
     "migrate",
     "target_digest",

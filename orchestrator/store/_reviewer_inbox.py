@@ -7,6 +7,11 @@ votes and their escalations in one statement each per page (``votes_by_operation
 proposal captured (decoded once per digest). A reader who is a reviewer sees a review under a rule
 only while ``ReviewProgress.may_vote`` holds for them: eligible at the current stage, not voted, not
 an author, the review open and not past its deadline.
+
+The inbox's order (``inbox_key``: escalated first, then by due time, then oldest first) depends on
+each review's progress now, which no column holds; so every page reads every pending review under a
+rule that matches the filters, places and judges each, and merges them with the next page of reviews
+under the default rule (all of rank 2, read by their keyset): the order holds across pages.
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
 from decisionflow.review_rules import Escalation, Vote, review_progress
 from decisionflow.vocabulary import OperationId
 from orchestrator.domain import Listing, PendingReviewEntry, PendingReviewFilter
-from orchestrator.schema import escalations, proposals, votes
+from orchestrator.schema import escalations, operations, proposals, votes
 from orchestrator.store._columns import decision_of
-from orchestrator.store._inbox import PENDING, count_pending_reviews_txn, matching, pending_reviews_txn
+from orchestrator.store._inbox import PENDING, count_pending_reviews_txn, matching, versions_txn
 from orchestrator.store._rows import proposal_row_txn, review_from
 from orchestrator.store._store_base import StoreBase
 from orchestrator.store._votes import groups_of, review_record
@@ -103,38 +109,81 @@ def may_decide(entry: PendingReviewEntry, reader: Reader) -> bool:
     return entry.progress.may_vote(reader.principal, reader.groups)
 
 
-def inbox_order(entries: Sequence[PendingReviewEntry]) -> list[PendingReviewEntry]:
-    """Return entries escalated first, then by due time (none last), then in the listing's order."""
+@dataclass(frozen=True, slots=True, order=True)
+class InboxKey:
+    """An entry's place in the inbox's order: escalated reviews first (rank 0), then those with a due time
+    (rank 1), each by due time; then the rest (rank 2: the default rule, no due time) oldest first; ties by
+    the time it became pending, then the operation id. A page token carries the last entry's key."""
 
-    def key(indexed: tuple[int, PendingReviewEntry]) -> tuple[bool, bool, datetime, int]:
-        position, entry = indexed
-        progress = entry.progress
-        escalated = progress is not None and progress.escalated
-        due = None if progress is None else progress.due_at
-        return (not escalated, due is None, due or entry.pending_since, position)
+    rank: int
+    moment: datetime
+    """The due time for ranks 0 and 1, the time it became pending for rank 2."""
+    pending_since: datetime
+    operation_id: str
 
-    return [entry for _, entry in sorted(enumerate(entries), key=key)]
+
+def inbox_key(entry: PendingReviewEntry) -> InboxKey:
+    """Return entry's place in the inbox's order, from its progress (at the listing's now)."""
+    progress, since = entry.progress, entry.pending_since
+    due = None if progress is None else progress.due_at
+    if due is None:
+        return InboxKey(2, since, since, entry.proposal.operation_id)
+    return InboxKey(0 if progress is not None and progress.escalated else 1, due, since, entry.proposal.operation_id)
+
+
+def inbox_order(entries: Iterable[PendingReviewEntry]) -> list[PendingReviewEntry]:
+    """Return entries escalated first, then by due time (none last), then oldest first."""
+    return sorted(entries, key=inbox_key)
+
+
+def _candidates(filters: PendingReviewFilter, limit: int, after: InboxKey | None) -> sa.CompoundSelect[Any]:
+    """Every pending review under a rule that filters match, and up to limit under the default rule after
+    the page key in the listing's order, in one statement: a review under the default rule is rank 2, so
+    the keyset (pending_since, operation id) finds its next ones, all of them when the key is of rank 0 or 1."""
+    ruled = PENDING.where(*matching(filters), proposals.c.rule_digest.is_not(None))
+    default = PENDING.where(*matching(filters), proposals.c.rule_digest.is_(None))
+    if after is not None and after.rank == 2:
+        at, operation_id = after.pending_since, after.operation_id
+        default = default.where(
+            operations.c.state_changed_at >= at,
+            sa.or_(
+                operations.c.state_changed_at > at,
+                sa.and_(operations.c.state_changed_at == at, operations.c.operation_id > operation_id),
+            ),
+        )
+    default = default.order_by(operations.c.state_changed_at, operations.c.operation_id).limit(limit)
+    # Each part as a subquery: SQLite refuses ORDER BY and LIMIT on a bare member of a UNION.
+    parts = [sa.select(part.subquery()) for part in (ruled, default)]
+    return sa.union_all(*parts)
 
 
 def seen_page_txn(
     conn: sa.Connection,
     filters: PendingReviewFilter,
     limit: int,
-    after: tuple[datetime, OperationId] | None,
+    after: InboxKey | None,
     reader: Reader,
     now: datetime,
 ) -> list[PendingReviewEntry]:
-    """Return up to limit entries reader sees, in the listing's order after a page key. A reviewer's page
-    reads on past the reviews under a rule they may not decide until it is full or the inbox ends, so a
-    page is short only at the end (and its last entry is the next page's key, as for everyone)."""
-    seen: list[PendingReviewEntry] = []
-    while True:
-        batch = with_progress_txn(conn, pending_reviews_txn(conn, filters, limit, after), now)
-        seen.extend(entry for entry in batch if may_decide(entry, reader))
-        if len(seen) >= limit or len(batch) < limit:
-            return seen[:limit]
-        last = batch[-1]
-        after = (last.pending_since, last.proposal.operation_id)
+    """Return up to limit entries reader sees, in the inbox's order (inbox_key at now) after a page key. The
+    reviews under a rule that match filters are read and judged on every page (as count_seen_txn does), so
+    the order holds across pages; those under the default rule are read a page at a time. A page is short
+    only at the end. An entry whose place moves while a caller pages (its stage escalated or completed)
+    may be listed on a later page again, or not; every other entry is listed once."""
+    found = [
+        PendingReviewEntry(
+            proposal_row_txn(conn, row._mapping, "p_"), review_from(row._mapping, "r_"), 0, row.pending_since
+        )
+        for row in conn.execute(_candidates(filters, limit, after))
+    ]
+    seen = [
+        entry
+        for entry in with_progress_txn(conn, found, now)
+        if may_decide(entry, reader) and (after is None or inbox_key(entry) > after)
+    ]
+    page = inbox_order(seen)[:limit]
+    versions = versions_txn(conn, [entry.proposal.operation_id for entry in page])
+    return [replace(entry, versions=versions[entry.proposal.operation_id]) for entry in page]
 
 
 def count_seen_txn(conn: sa.Connection, filters: PendingReviewFilter, reader: Reader, now: datetime) -> int:
@@ -162,7 +211,7 @@ class ReviewerInboxMethods(StoreBase):
         self,
         filters: PendingReviewFilter,
         limit: int,
-        after: tuple[datetime, OperationId] | None,
+        after: InboxKey | None,
         *,
         counted: bool,
         reader: Reader = EVERY_REVIEW,

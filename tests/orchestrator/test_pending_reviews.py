@@ -128,7 +128,19 @@ BAD_REQUESTS: dict[str, tuple[dict[str, object], str]] = {
         "page_token",
     ),
     "a token without a UTC offset": (
-        {"page_token": page_tokens.encode("pending_reviews", "2026-01-01T00:00:00", "op-v1-" + "0" * 64)},
+        {"page_token": page_tokens.encode("pending_reviews", 2, *["2026-01-01T00:00:00"] * 2, "op-v1-" + "0" * 64)},
+        "page_token",
+    ),
+    "a token of a rank the order has not": (
+        {
+            "page_token": page_tokens.encode(
+                "pending_reviews", 3, *["2026-01-01T00:00:00+00:00"] * 2, "op-v1-" + "0" * 64
+            )
+        },
+        "page_token",
+    ),
+    "a token of a release that listed oldest first only": (
+        {"page_token": page_tokens.encode("pending_reviews", "2026-01-01T00:00:00+00:00", "op-v1-" + "0" * 64)},
         "page_token",
     ),
     "empty case id": ({"case_id": ""}, "case_id"),

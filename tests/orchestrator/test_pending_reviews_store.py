@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from decisionflow.vocabulary import CaseId, Decision, OperationId
 from decisionflow_server.storage import db
 from orchestrator.domain import PendingReview, PendingReviewEntry, PendingReviewFilter, Proposal, RecordedDecision
-from orchestrator.store import EVERY_REVIEW, OrchestratorStore, Reader, migrate
+from orchestrator.store import EVERY_REVIEW, OrchestratorStore, Reader, inbox_key, migrate
 from tests.support.seeding import proposal_for
 
 # Real services, processes or a browser: make check leaves this module out; make test runs it.
@@ -157,7 +157,7 @@ def test_a_counted_inbox_totals_every_page_with_the_same_filters(store: Orchestr
     page = store.pending_reviews_listing(EVERYTHING, 2, None, counted=True)
     assert page.total_size == 6
     last = page.rows[-1]
-    later = store.pending_reviews_listing(EVERYTHING, 2, (last.pending_since, last.proposal.operation_id), counted=True)
+    later = store.pending_reviews_listing(EVERYTHING, 2, inbox_key(last), counted=True)
     assert later.total_size == 6 and len(later.rows) == 2
     assert store.pending_reviews_listing(PendingReviewFilter(created_by="amy"), 2, None, counted=True).total_size == 3
     by_prefix = PendingReviewFilter(case_id_prefix="T-1")

@@ -1,7 +1,7 @@
 """ListPendingReviews under a review rule, over real gRPC on SQLite and PostgreSQL: a reviewer is listed the
 reviews under a rule they may decide now (eligible at the current stage, not voted, not an author), each
 with its progress; an operator is listed every review with its progress; pages and total_size count what
-the caller is listed."""
+the caller is listed; escalated reviews come first, then by due time, then oldest first, across pages."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -123,11 +124,16 @@ def _entry(since: datetime, due: timedelta | None, escalated: bool = False) -> P
     rule = ReviewRule("record_support_review", (stage,))
     escalations = (Escalation(0, since + timedelta(days=1)),) if escalated else ()
     progress = review_progress(ReviewRecord(rule, frozenset({"ava"}), since, (), escalations), T0 + timedelta(days=2))
-    return PendingReviewEntry(None, None, 1, since, progress)  # type: ignore[arg-type]
+    return PendingReviewEntry(_proposal(since), None, 1, since, progress)  # type: ignore[arg-type]
 
 
-def test_a_page_lists_escalated_reviews_first_then_by_due_time() -> None:
-    plain = PendingReviewEntry(None, None, 1, T0, None)  # type: ignore[arg-type]
+def _proposal(since: datetime) -> SimpleNamespace:
+    """What the order reads of a proposal: its operation id (here one per time)."""
+    return SimpleNamespace(operation_id=f"op-v1-{since:%H%M}")
+
+
+def test_the_inbox_order_is_escalated_first_then_by_due_time_then_oldest() -> None:
+    plain = PendingReviewEntry(_proposal(T0), None, 1, T0, None)  # type: ignore[arg-type]
     late = _entry(T0 + timedelta(minutes=1), timedelta(hours=8))
     soon = _entry(T0 + timedelta(minutes=2), timedelta(hours=1))
     escalated = _entry(T0 + timedelta(minutes=3), timedelta(hours=4), escalated=True)
@@ -157,5 +163,66 @@ def test_an_escalated_review_enters_the_escalation_groups_inbox_marked_escalated
             progress = listed.entries[0].pending_review.progress
             assert progress.escalated and list(progress.eligible_groups) == ["on-call-leads", "support-leads"]
             assert progress.due_time.ToDatetime(tzinfo=UTC) == datetime(2026, 12, 21, 13, 0, tzinfo=UTC)
+    finally:
+        engine.dispose()
+
+
+# One lead's approval, then finance, due an hour after it began and then open to on-call-leads too.
+LEADS_THEN_DUE_FINANCE = """\
+version = 1
+
+[[actions.record_support_review.stages]]
+name = "leads"
+groups = ["support-leads"]
+
+[[actions.record_support_review.stages]]
+name = "finance"
+groups = ["finance"]
+due = "1h"
+escalate_to = ["on-call-leads"]
+"""
+
+
+def test_the_order_holds_across_pages(database_url: str, tmp_path: Path) -> None:
+    people: People = {
+        "ava": ([Role.AUTHOR], []),
+        "lee": ([Role.REVIEWER], ["support-leads"]),
+        "kim": ([Role.REVIEWER], ["finance", "support-leads"]),
+        "ops": ([Role.OPERATOR], []),
+    }
+    now = [datetime(2026, 12, 21, 9, 0, tzinfo=UTC)]
+    engine = db.create_engine(database_url)
+    try:
+        with open_desk(
+            tmp_path, people, LEADS_THEN_DUE_FINANCE, orchestrator_url=database_url, clock=lambda: now[0]
+        ) as desk:
+            inboxes = Inboxes(desk)
+            ops = {}
+            for n in range(1, 7):  # T-1 the oldest
+                ops[n] = inboxes.start(f"T-{n}")
+                now[0] += timedelta(minutes=1)
+            for n in (6, 5):  # the newest two reach finance first, due an hour later
+                inboxes.approve("lee", ops[n])
+                now[0] += timedelta(minutes=1)
+            now[0] += timedelta(hours=1)
+            timer = ReviewTimer(OrchestratorStore(engine), lambda: now[0], batch=10)
+            assert set(asyncio.run(timer.run_once()).escalated) == {ops[6], ops[5]}
+            inboxes.approve("lee", ops[3])  # finance, due in an hour, not escalated
+
+            for who in ("kim", "ops"):
+                walked: list[list[str]] = []
+                token = ""
+                while True:
+                    page = inboxes.listing(who, page_size=2, page_token=token, include_total_size=True)
+                    assert page.total_size == 6
+                    walked.append([e.proposal.case_id for e in page.entries])
+                    token = page.next_page_token
+                    if not token:
+                        break
+                # Escalated by due time, then due by due time, then the rest oldest first; pages of two (a
+                # full page leaves a token, so the listing ends on an empty one).
+                assert walked == [["T-6", "T-5"], ["T-3", "T-1"], ["T-2", "T-4"], []], who
+            escalated = [e.pending_review.progress.escalated for e in inboxes.listing("kim", page_size=3).entries]
+            assert escalated == [True, True, False]
     finally:
         engine.dispose()

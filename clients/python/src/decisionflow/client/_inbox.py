@@ -67,8 +67,9 @@ class Inbox:
         action: str | None = None,
         include_total_size: bool = False,
     ) -> PendingReviewPage:
-        """Return one page of the cases' current, undecided proposals, oldest first (page_size 0: 50).
+        """Return one page of the cases' current, undecided proposals, in inbox order (page_size 0: 50).
 
+        Inbox order: escalated reviews first, then by due time, then oldest first, across pages.
         Filters left None match anything; case_id and case_id_prefix exclude each other. Pass the
         page's next_page_token back (with the same filters) for the next page. include_total_size:
         the page's total_size says how many entries match over every page (a count the orchestrator
@@ -86,7 +87,7 @@ class Inbox:
         created_by: str | None = None,
         action: str | None = None,
     ) -> Iterator[PendingReviewEntry]:
-        """Yield every pending review matching the filters, oldest first; pages are fetched as the
+        """Yield every pending review matching the filters, in inbox order; pages are fetched as the
         iterator advances, each call retried on its own."""
         request = _request(page_size, "", case_id, case_id_prefix, created_by, action)
         while True:
@@ -111,7 +112,7 @@ class AsyncInbox:
         action: str | None = None,
         include_total_size: bool = False,
     ) -> PendingReviewPage:
-        """Return one page of the cases' current, undecided proposals, oldest first (see
+        """Return one page of the cases' current, undecided proposals, in inbox order (see
         ``ReviewClient.list_pending_reviews``)."""
         request = _request(page_size, page_token, case_id, case_id_prefix, created_by, action, include_total_size)
         return convert.pending_review_page(await call_async(self._stub.ListPendingReviews, request, self._settings))
@@ -125,7 +126,7 @@ class AsyncInbox:
         created_by: str | None = None,
         action: str | None = None,
     ) -> AsyncIterator[PendingReviewEntry]:
-        """Yield every pending review matching the filters, oldest first; pages are fetched as the
+        """Yield every pending review matching the filters, in inbox order; pages are fetched as the
         iterator advances, each call retried on its own."""
         request = _request(page_size, "", case_id, case_id_prefix, created_by, action)
         while True:

@@ -915,7 +915,9 @@ class ListPendingReviewsResponse(_message.Message):
     """
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingReviewEntry]:
-        """The entries, oldest proposal first."""
+        """The entries: escalated reviews first, then by due time, then oldest
+        proposal first (see ListPendingReviews).
+        """
 
     def __init__(
         self,

@@ -189,14 +189,16 @@ class ReviewServiceServicer:
 
     def ListPendingReviews(self, request, context):
         """Lists the reviewer's inbox: every case's current proposal that is still
-        undecided, with its pending review and how many versions led to it, oldest
-        first; filtered by case, author or action, a page at a time. See
+        undecided, with its pending review and how many versions led to it, in the
+        order below; filtered by case, author or action, a page at a time. See
         docs/review-protocol.md. Of the reviews under a review rule other than the
         default one, a reviewer (who is not an operator) is listed only those they
         may decide now: eligible at the current stage by their groups, not voted,
-        not an author; each such entry carries PendingReview.progress, and within a
-        page escalated reviews come first, then by due time, then oldest first.
-        total_size counts what the caller is listed. See docs/review-rules.md.
+        not an author; each such entry carries PendingReview.progress. Escalated
+        reviews come first, then by due time, then oldest first (every review under
+        the default rule among these), an order that holds across pages: the page
+        token carries the last entry's place in it. total_size counts what the
+        caller is listed. See docs/review-rules.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):

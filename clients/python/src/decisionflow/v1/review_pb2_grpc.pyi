@@ -124,14 +124,16 @@ class ReviewServiceStub:
     """
     ListPendingReviews: _grpc.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]
     """Lists the reviewer's inbox: every case's current proposal that is still
-    undecided, with its pending review and how many versions led to it, oldest
-    first; filtered by case, author or action, a page at a time. See
+    undecided, with its pending review and how many versions led to it, in the
+    order below; filtered by case, author or action, a page at a time. See
     docs/review-protocol.md. Of the reviews under a review rule other than the
     default one, a reviewer (who is not an operator) is listed only those they
     may decide now: eligible at the current stage by their groups, not voted,
-    not an author; each such entry carries PendingReview.progress, and within a
-    page escalated reviews come first, then by due time, then oldest first.
-    total_size counts what the caller is listed. See docs/review-rules.md.
+    not an author; each such entry carries PendingReview.progress. Escalated
+    reviews come first, then by due time, then oldest first (every review under
+    the default rule among these), an order that holds across pages: the page
+    token carries the last entry's place in it. total_size counts what the
+    caller is listed. See docs/review-rules.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -253,14 +255,16 @@ class ReviewServiceAsyncStub(ReviewServiceStub):
     """
     ListPendingReviews: _aio.UnaryUnaryMultiCallable[_review_pb2.ListPendingReviewsRequest, _review_pb2.ListPendingReviewsResponse]  # type: ignore[assignment]
     """Lists the reviewer's inbox: every case's current proposal that is still
-    undecided, with its pending review and how many versions led to it, oldest
-    first; filtered by case, author or action, a page at a time. See
+    undecided, with its pending review and how many versions led to it, in the
+    order below; filtered by case, author or action, a page at a time. See
     docs/review-protocol.md. Of the reviews under a review rule other than the
     default one, a reviewer (who is not an operator) is listed only those they
     may decide now: eligible at the current stage by their groups, not voted,
-    not an author; each such entry carries PendingReview.progress, and within a
-    page escalated reviews come first, then by due time, then oldest first.
-    total_size counts what the caller is listed. See docs/review-rules.md.
+    not an author; each such entry carries PendingReview.progress. Escalated
+    reviews come first, then by due time, then oldest first (every review under
+    the default rule among these), an order that holds across pages: the page
+    token carries the last entry's place in it. total_size counts what the
+    caller is listed. See docs/review-rules.md.
 
     Errors: reason, status code, then ErrorInfo metadata keys or what it means
     (docs/errors.md):
@@ -415,14 +419,16 @@ class ReviewServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_review_pb2.ListPendingReviewsResponse, _abc.Awaitable[_review_pb2.ListPendingReviewsResponse]]:
         """Lists the reviewer's inbox: every case's current proposal that is still
-        undecided, with its pending review and how many versions led to it, oldest
-        first; filtered by case, author or action, a page at a time. See
+        undecided, with its pending review and how many versions led to it, in the
+        order below; filtered by case, author or action, a page at a time. See
         docs/review-protocol.md. Of the reviews under a review rule other than the
         default one, a reviewer (who is not an operator) is listed only those they
         may decide now: eligible at the current stage by their groups, not voted,
-        not an author; each such entry carries PendingReview.progress, and within a
-        page escalated reviews come first, then by due time, then oldest first.
-        total_size counts what the caller is listed. See docs/review-rules.md.
+        not an author; each such entry carries PendingReview.progress. Escalated
+        reviews come first, then by due time, then oldest first (every review under
+        the default rule among these), an order that holds across pages: the page
+        token carries the last entry's place in it. total_size counts what the
+        caller is listed. See docs/review-rules.md.
 
         Errors: reason, status code, then ErrorInfo metadata keys or what it means
         (docs/errors.md):
