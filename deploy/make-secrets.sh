@@ -8,11 +8,15 @@
 #                             the one the orchestrator replicas share on Kubernetes; receiver and
 #                             orchestrator also name their Kubernetes Service DNS names in the
 #                             namespace DECISIONFLOW_KUBERNETES_NAMESPACE (default decisionflow)
-#   receiver-credentials.json      hashed bearer tokens the receiver accepts: orchestrator.token,
-#                                  reconciler-receiver.token
-#   orchestrator-credentials.json  hashed bearer tokens the orchestrators accept:
-#                                  reconciler-orchestrator.token, audit-monitor.token, author.token,
-#                                  reviewer.token
+#   receiver-credentials/credentials.json      hashed bearer tokens the receiver accepts:
+#                                              orchestrator.token, reconciler-receiver.token
+#   orchestrator-credentials/credentials.json  hashed bearer tokens the orchestrators accept:
+#                                              reconciler-orchestrator.token, audit-monitor.token,
+#                                              author.token, reviewer.token
+#                             Each credentials file has a folder of its own, which compose mounts
+#                             whole: the servers re-read the file on SIGHUP, and a mounted folder shows
+#                             the file `decisionflow token new` (or an editor) puts in its place, where a
+#                             file mounted alone would stay the one that was there at start-up.
 #   orchestrator.token        effect_writer: the orchestrator's calls to the receiver
 #   reconciler-orchestrator.token  operator: the reconciler's calls to the orchestrator
 #   reconciler-receiver.token      effect_reader: the reconciler's calls to the receiver
@@ -134,10 +138,11 @@ for service in orchestrator-1 orchestrator-2; do
 done
 service_certificate orchestrator
 
+mkdir orchestrator-credentials receiver-credentials
 token() {
   local service=$1
   shift
-  "${decisionflow[@]}" token new --file "$service-credentials.json" "$@"
+  "${decisionflow[@]}" token new --file "$service-credentials/credentials.json" "$@"
 }
 token receiver --principal orchestrator --role effect_writer >orchestrator.token
 token receiver --principal reconciler --role effect_reader >reconciler-receiver.token

@@ -10,6 +10,11 @@ approved through orchestrator-2's commits with exactly one effect in the receive
 loads the alert rules without an error and scrapes every target of deploy/prometheus.yml; on ``stop``
 every container ends by itself (exit status 0).
 
+Rotating a token as docs/deployment.md#rotating says, on the running stack: a token issued with
+``decisionflow token new`` and the reviewer's entry removed (each a new file renamed over the old one, on
+the host), then SIGHUP to the containers; both orchestrators refuse the removed token UNAUTHENTICATED and
+admit the new one over gRPC, and every worker of the three servers logs the new file's token count.
+
 The audit log: the orchestrators publish its signed checkpoint to the shared volume audit-publish (the file
 is there, written by uid 10001, the same in both containers); the audit-monitor service, healthy before the
 log's first event (nothing to check yet) and after, keeps the checkpoint the approval's events are signed
@@ -29,7 +34,10 @@ read-only at its target, which is what Compose v2 does with one.
 from __future__ import annotations
 
 import json
+import os
+import re
 import secrets
+import stat
 import subprocess
 import sys
 import time
@@ -41,7 +49,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.made import environment_without_venv, make_secrets_as_documented, world_traversable_directory
+from decisionflow_server.runtime.auth import token_sha256
+from tests.deploy.made import (
+    COMPOSE,
+    MadeSecrets,
+    environment_without_venv,
+    make_secrets_as_documented,
+    world_traversable_directory,
+)
 from tests.support.containers import ULIMITS, Built, machine_lock, podman, record_figure
 
 pytestmark = [pytest.mark.slow, pytest.mark.containers]
@@ -218,15 +233,17 @@ def test_docker_compose_yml_runs_an_approval_under_podman_compose(
         compose = Compose(podman_compose, f"dftest{secrets.token_hex(4)}", made.clone)
         with machine_lock("host-ports"):
             try:
-                figures += _run(compose, made.folder, directory)
+                figures += _run(compose, made, directory)
             finally:
                 down = compose("down", "--volumes", timeout=600)
                 assert down.returncode == 0, down.stderr[-3000:]
     record_figure(record_property, "; ".join(figures))
 
 
-def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
-    """Bring every service up, approve through both orchestrators, check Prometheus, stop; return the figures."""
+def _run(compose: Compose, made: MadeSecrets, directory: Path) -> list[str]:
+    """Bring every service up, approve through both orchestrators, rotate tokens, check Prometheus, stop; return
+    the figures."""
+    secrets_folder = made.folder
     clock = time.monotonic()
     up = compose("up", "--detach", "--no-build")
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
@@ -281,6 +298,7 @@ def _run(compose: Compose, secrets_folder: Path, directory: Path) -> list[str]:
     figures += came_up
 
     figures += _monitor_accepts_a_larger_checkpoint(containers)
+    figures += _tokens_rotate_on_sighup(made, containers, secrets_folder / "ca.pem")
 
     clock = time.monotonic()
     stopped = compose("stop", timeout=600)
@@ -308,3 +326,87 @@ def _monitor_accepts_a_larger_checkpoint(containers: dict[str, str]) -> list[str
         time.sleep(2)
     assert not [line for line in lines if "FORK" in line], lines
     return [f"monitor log: {line}" for line in lines]
+
+
+# docs/deployment.md#rotating: the servers that re-read their credentials file on SIGHUP.
+RELOADING = ("orchestrator-1", "orchestrator-2", "receiver")
+RELOADED = "credentials reloaded from "
+RELOADED_WITHIN = 30.0
+
+
+def _reloads(container: str) -> list[str]:
+    """The container's log lines saying its credentials file was read again (one per worker and SIGHUP)."""
+    logged = podman("logs", container)
+    return [line for line in (logged.stdout + logged.stderr).splitlines() if RELOADED in line]
+
+
+def _revoke(credentials: Path, token: Path) -> None:
+    """Remove token's entry from the credentials file as an editor or ``sed -i`` saves: a new file (same mode
+    and group) renamed over the old one."""
+    digest = token_sha256(token.read_text().strip())
+    document = json.loads(credentials.read_text())
+    kept = [entry for entry in document["tokens"] if entry["sha256"] != digest]
+    assert len(kept) == len(document["tokens"]) - 1, f"{token.name} is not in {credentials}"
+    before = credentials.stat()
+    edited = credentials.with_name(f".{credentials.name}.edited")
+    edited.write_text(json.dumps(document | {"tokens": kept}, indent=2) + "\n")
+    os.chown(edited, -1, before.st_gid)
+    edited.chmod(stat.S_IMODE(before.st_mode))
+    os.replace(edited, credentials)
+
+
+def _issue(credentials: Path, principal: str, role: str, into: Path) -> Path:
+    """`decisionflow token new` on the host's credentials file, the token kept in into."""
+    printed = _decisionflow("token", "new", "--principal", principal, "--role", role, "--file", str(credentials))
+    assert printed.returncode == 0, printed.stderr
+    into.write_text(printed.stdout)
+    return into
+
+
+def _tokens_rotate_on_sighup(made: MadeSecrets, containers: dict[str, str], ca: Path) -> list[str]:
+    """docs/deployment.md#rotating as a person does it: `decisionflow token new` on the host's credentials file,
+    the reviewer's entry removed, then SIGHUP (``podman kill --signal HUP``, what ``docker compose kill -s HUP``
+    sends). Each server reads the file as it is now: both orchestrators refuse the revoked reviewer's token
+    UNAUTHENTICATED and admit the new one, over gRPC through each one's published port; the receiver, given a
+    new token, counts the new file's tokens."""
+    files = {
+        name: Path(made.local(name, COMPOSE["services"][name]["environment"]["DECISIONFLOW_CREDENTIALS_FILE"]))
+        for name in RELOADING
+    }
+    assert files["orchestrator-1"] == files["orchestrator-2"] != files["receiver"], files
+    reviewer = made.folder / "reviewer.token"
+    rotated = _issue(files["orchestrator-1"], "rita", "reviewer", made.folder / "rita.token")
+    _revoke(files["orchestrator-1"], reviewer)
+    _issue(files["receiver"], "reconciler-2", "effect_reader", made.folder / "reconciler-2.token")
+    tokens = {name: len(json.loads(file.read_text())["tokens"]) for name, file in files.items()}
+    before = {name: len(_reloads(containers[name])) for name in RELOADING}
+    for name in RELOADING:
+        signalled = podman("kill", "--signal", "HUP", containers[name])
+        assert signalled.returncode == 0, signalled.stderr
+    started = time.monotonic()
+    # Each of a service's two workers logs its reload: the parent forwards SIGHUP to them.
+    while any(len(_reloads(containers[name])) < before[name] + 2 for name in RELOADING):
+        seen = {name: _reloads(containers[name])[before[name] :] for name in RELOADING}
+        assert time.monotonic() - started < RELOADED_WITHIN, f"not every worker reloaded: {seen}"
+        time.sleep(0.5)
+    # What each server read, and what each orchestrator answers the revoked and the new token, over gRPC.
+    lines = {name: _reloads(containers[name])[before[name] :] for name in RELOADING}
+    read = {
+        name: {found[1] for line in lines[name] if (found := re.search(r"\((\d+) tokens", line))} for name in RELOADING
+    }
+    observed = {f"{name} reads tokens": " ".join(sorted(counts)) for name, counts in read.items()}
+    for name, port in (("orchestrator-1", "50051"), ("orchestrator-2", "50052")):
+        target = ["--target", f"localhost:{port}", "--ca-file", str(ca)]
+        for token in (reviewer, rotated):
+            answered = _decisionflow("whoami", *target, "--token-file", str(token))
+            if answered.returncode == 0:
+                observed[f"{name} {token.name}"] = f"admitted as {json.loads(answered.stdout)['principal']}"
+            else:
+                refused = "UNAUTHENTICATED" in answered.stderr
+                observed[f"{name} {token.name}"] = "UNAUTHENTICATED" if refused else answered.stderr.strip()[-200:]
+    expected = {f"{name} reads tokens": str(tokens[name]) for name in RELOADING}
+    for name in ("orchestrator-1", "orchestrator-2"):
+        expected |= {f"{name} reviewer.token": "UNAUTHENTICATED", f"{name} rita.token": "admitted as rita"}
+    assert observed == expected, f"after SIGHUP: {observed}\nlogged: {lines}"
+    figures = [f"{name} after SIGHUP: {json.loads(lines[name][-1])['message']}" for name in RELOADING]
+    return figures

@@ -102,13 +102,16 @@ class MadeSecrets:
         return self.clone / "deploy" / "secrets"
 
     def mounts(self, service: str) -> dict[str, Path]:
-        """Return the service's mounted paths (/run/secrets/...) mapped to the files they come from."""
+        """Return the service's mounted paths (/run/secrets/...) mapped to the files they come from: its
+        secrets, and each file of a secrets folder it mounts (secret_folders)."""
         mounted: dict[str, Path] = {}
         for entry in COMPOSE["services"][service].get("secrets", []):
             source = entry if isinstance(entry, str) else entry["source"]
             target = source if isinstance(entry, str) else entry.get("target", source)
             path = target if target.startswith("/") else f"{SECRETS_MOUNT}/{target}"
             mounted[path] = self.clone / COMPOSE["secrets"][source]["file"]
+        for folder, target in secret_folders(COMPOSE["services"][service]).items():
+            mounted |= {f"{target}/{file.name}": file for file in sorted((self.clone / folder).iterdir())}
         return mounted
 
     def local(self, service: str, value: str) -> str:
@@ -116,6 +119,18 @@ class MadeSecrets:
         for path, file in self.mounts(service).items():
             value = value.replace(path, str(file))
         return value
+
+
+def secret_folders(service: dict[str, Any]) -> dict[str, str]:
+    """Return the folders of deploy/secrets a compose service mounts (bind volumes, each read-only) mapped to
+    where: the credentials folders, which follow a file replaced in them (docs/deployment.md#rotating)."""
+    folders: dict[str, str] = {}
+    for volume in service.get("volumes", []):
+        source, target, *options = volume.split(":")
+        if source.startswith("./deploy/secrets/"):
+            assert options == ["ro"], f"{source} is mounted writable"
+            folders[source] = target
+    return folders
 
 
 def world_traversable_directory() -> Iterator[Path]:

@@ -34,6 +34,7 @@ from tests.deploy.made import (
     documented_make_secrets_line,
     environment_without_venv,
     run_documented_line_in_a_copy,
+    secret_folders,
     world_traversable_directory,
 )
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
@@ -71,6 +72,10 @@ CLAIMS = {
 # The one difference: compose gives each orchestrator replica a certificate of its own name; the
 # Kubernetes replicas share one Service name and one certificate for it.
 SHARED_CERTIFICATE = {"orchestrator-1.pem": "orchestrator.pem", "orchestrator-1.key": "orchestrator.key"}
+# And where the credentials file is: compose mounts the folder it is in (a file mounted alone keeps showing the
+# one that was there at start-up once `decisionflow token new` replaces it); a Secret volume is one folder
+# already, swapped whole by the kubelet when the Secret changes.
+COMPOSE_FOLDER_FILES = {"/run/secrets/credentials/credentials.json": "/run/secrets/credentials.json"}
 SECRET_MODE = 0o440
 UID = 10001
 
@@ -266,6 +271,10 @@ def _compose_files(service: dict[str, Any], compose: dict[str, Any], secrets: Pa
         files[f"/run/secrets/{entry['target']}"] = (secrets / SHARED_CERTIFICATE.get(source, source)).read_bytes()
     for entry in service.get("configs", []):
         files[entry["target"]] = (secrets / Path(compose["configs"][entry["source"]]["file"]).name).read_bytes()
+    for folder, target in secret_folders(service).items():
+        for file in (secrets / Path(folder).name).iterdir():
+            path = f"{target}/{file.name}"
+            files[COMPOSE_FOLDER_FILES.get(path, path)] = file.read_bytes()
     return files
 
 

@@ -36,6 +36,7 @@ pytestmark = [
 ]
 CONTAINER_UID = "10001"
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
+RELOADING = ("receiver", "orchestrator-1", "orchestrator-2")  # the servers that read their credentials on SIGHUP
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def made() -> Iterator[MadeSecrets]:
 
 
 def _principal_roles(made: MadeSecrets, token_name: str, service: str) -> set[str]:
-    credentials = load_credentials(made.folder / f"{service}-credentials.json")
+    credentials = load_credentials(made.folder / f"{service}-credentials" / "credentials.json")
     digest = token_sha256((made.folder / token_name).read_text().strip())
     return {role.value for entry in credentials.tokens if entry.sha256 == digest for role in entry.roles}
 
@@ -64,11 +65,16 @@ def test_least_privilege_mounts(made: MadeSecrets) -> None:
     everything = set().union(*mounted.values())
     assert "ca.key" not in everything and not any("/ca/" in str(f) for n in mounted for f in made.mounts(n).values())
     assert {"author.token", "reviewer.token"}.isdisjoint(everything)
-    receiver = {"receiver.pem", "receiver.key", "receiver-credentials.json", "ca.pem", "receiver-database.url"}
+    receiver = {"receiver.pem", "receiver.key", "credentials.json", "ca.pem", "receiver-database.url"}
     assert mounted["receiver"] == receiver
+    # Each credentials file in a folder of its own (mounted whole, so a replaced file shows): nothing else in it.
+    credentials = {name: made.mounts(name)["/run/secrets/credentials/credentials.json"] for name in RELOADING}
+    for name, file in credentials.items():
+        service = "receiver" if name == "receiver" else "orchestrator"
+        assert file == made.folder / f"{service}-credentials" / "credentials.json", (name, file)
+        assert [f.name for f in file.parent.iterdir()] == ["credentials.json"], name
     for name in ("orchestrator-1", "orchestrator-2"):
         assert "checkpoint.keys" in mounted[name] and "orchestrator.token" in mounted[name]
-        assert "orchestrator-credentials.json" in mounted[name] and "receiver-credentials.json" not in mounted[name]
         assert "receiver-database.url" not in mounted[name]
         assert {f for f in mounted[name] if f.endswith(".token")} == {"orchestrator.token"}
     assert mounted["reconciler"] == {"ca.pem", "reconciler-orchestrator.token", "reconciler-receiver.token"}
@@ -133,8 +139,8 @@ def test_nothing_private_is_readable_by_others(made: MadeSecrets) -> None:
     for path in paths:
         assert mode(path) & 0o007 == 0, f"{path} is {oct(mode(path))}"
         assert path.stat().st_uid == os.getuid() and path.stat().st_gid == os.getgid()
-    assert {mode(p) for p in paths if p.is_file() and p.parent == made.folder} == {0o640}
-    assert mode(made.folder) == 0o750
+    assert {mode(p) for p in paths if p.is_file() and p.parent.name != "ca"} == {0o640}
+    assert {mode(p) for p in paths if p.is_dir() and p.name != "ca"} == {0o750}
     assert mode(made.folder / "ca") == 0o700 and mode(made.folder / "ca" / "ca.key") == 0o600
 
 
@@ -179,7 +185,7 @@ def test_runs_from_another_directory_and_a_failure_leaves_no_folder(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     for service in ("receiver", "orchestrator"):
-        assert json.loads((elsewhere / "out" / f"{service}-credentials.json").read_text())["tokens"]
+        assert json.loads((elsewhere / "out" / f"{service}-credentials" / "credentials.json").read_text())["tokens"]
     again = run_make_secrets(clone, str(elsewhere / "out"))
     assert again.returncode == 1 and "already exists" in again.stderr
 

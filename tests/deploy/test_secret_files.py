@@ -229,7 +229,7 @@ def test_dockerignore_keeps_what_the_image_copies(path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [".env", ".env.tmp", "deploy/secrets/orchestrator-credentials.json", "deploy/secrets/ca/ca.key"]
+    "path", [".env", ".env.tmp", "deploy/secrets/orchestrator-credentials/credentials.json", "deploy/secrets/ca/ca.key"]
 )
 def test_git_ignores_what_make_secrets_writes(path: str) -> None:
     # make-secrets.sh writes DECISIONFLOW_SECRETS_GID to .env (through .env.tmp) beside the secrets.
