@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit pythons bench audit-cost-bench scale-plan hpack-bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench audit-cost-bench rules-cost-bench scale-plan hpack-bench clean
 
 setup: $(STAMP)
 
@@ -68,6 +68,12 @@ bench: setup
 # and without its leaves in alternating rounds (bench/audit_cost.py); AUDIT_COST_ARGS="--postgres-url …", QUICK=1.
 audit-cost-bench: setup
 	$(PY) -m bench.audit_cost $(if $(QUICK),--quick,) $(AUDIT_COST_ARGS)
+
+# Review rules' cost: the orchestrator's CPU per StartReview and first Approve under the default rule against the
+# release before review rules (from git history), and per vote of a two-stage rule, in alternating rounds
+# (bench/rules_cost.py); RULES_COST_ARGS="--postgres-url …", QUICK=1.
+rules-cost-bench: setup
+	$(PY) -m bench.rules_cost $(if $(QUICK),--quick,) $(RULES_COST_ARGS)
 
 # Statements and commits per call on PostgreSQL, what one primary sustains (pgbench) and the orchestrator
 # replicas it serves; SCALE_ARGS="--postgres-url …" for another server, QUICK=1 in about two minutes.

@@ -27,6 +27,7 @@ from decisionflow_demo.launch import (
     orchestrator_args,
     receiver_args,
 )
+from decisionflow_demo.releases import SERVICE_PACKAGES
 from decisionflow_server.foundation.processes import ServiceProcess, child_environment, launch
 from decisionflow_server.storage import db
 from effect_receiver.main import SCHEMA as RECEIVER_SCHEMA
@@ -34,7 +35,7 @@ from orchestrator.main import SCHEMA as ORCHESTRATOR_SCHEMA
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("decisionflow_server", "orchestrator", "effect_receiver")
+PACKAGES = SERVICE_PACKAGES
 ENV = {CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY}
 THIS_ORCHESTRATOR, THIS_RECEIVER = ORCHESTRATOR_SCHEMA.head, RECEIVER_SCHEMA.head
 NEXT_ORCHESTRATOR, NEXT_RECEIVER = f"{int(THIS_ORCHESTRATOR) + 1:04d}", f"{int(THIS_RECEIVER) + 1:04d}"

@@ -13,7 +13,6 @@ reason."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -25,19 +24,15 @@ from decisionflow.bearer import bearer_metadata
 from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2, review_pb2_grpc
 from decisionflow.vocabulary import Role
+from decisionflow_demo import releases
 from decisionflow_demo.launch import ORCHESTRATOR_MODULE, RECEIVER_MODULE, orchestrator_args, receiver_args
 from decisionflow_server.foundation.processes import ServiceProcess
 from decisionflow_server.runtime.auth import issue_token
-from tests.migrations.test_rolling_upgrade import PACKAGES, ROOT, THIS_ORCHESTRATOR, migrate, serving
+from tests.migrations.test_rolling_upgrade import THIS_ORCHESTRATOR, migrate, serving
 from tests.support.stack import approve, count, start_request
 
-# The revision that brought review rules; the previous release is the commit before the one that added it.
-RULES_MIGRATION = "orchestrator/migrations/versions/0008_review_rules.py"
 PREVIOUS_HEAD = "0007"
 COMPATIBLE_FROM = "0006"  # revisions 0008 and 0009 are Expand(oldest="0006")
-# The client package the previous release was built with (its generated messages, its identity and leaf
-# encoders): its image carries it, so the copy runs with it rather than with this tree's.
-CLIENT_SOURCE, CLIENT_PACKAGE = "clients/python/src", "decisionflow"
 RULES = """\
 version = 1
 
@@ -54,36 +49,13 @@ PEOPLE = {
 }
 
 
-def _git(*args: str) -> bytes | None:
-    """What git answers in this checkout; None when it cannot (no git, no repository, no such commit)."""
-    try:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, timeout=60, check=False)
-    except OSError:
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 def previous_release(destination: Path) -> Path:
-    """Extract the previous release's service packages and client package into destination, from the
-    parent of the commit that added RULES_MIGRATION; ``python -m`` run there imports them. Skips, with the
-    reason, when the history does not hold that parent."""
-    added = (_git("log", "--diff-filter=A", "--format=%H", "--", RULES_MIGRATION) or b"").split()
-    # In a shallow clone the oldest commit fetched adds every file and has no parent.
-    parent = _git("rev-parse", "--verify", "--quiet", added[-1].decode() + "^") if added else None
-    if parent is None:
-        reason = (
-            f"the previous release (the parent of the commit that added {RULES_MIGRATION}) is not in this "
-            "checkout's git history: a shallow clone (fetch the whole history: git fetch --unshallow), a source "
-            "archive, or no git"
-        )
-        pytest.skip(reason)
-    commit = parent.decode().strip()
-    destination.mkdir()
-    for tree, paths in ((commit, PACKAGES), (f"{commit}:{CLIENT_SOURCE}", (CLIENT_PACKAGE,))):
-        archive = _git("archive", "--format=tar", tree, *paths)
-        assert archive is not None, f"git archive {tree} failed"
-        subprocess.run(["tar", "-x", "-C", str(destination)], input=archive, timeout=60, check=True)
-    return destination
+    """The release before review rules, extracted into destination; skips, with the reason, when the history
+    does not hold it."""
+    try:
+        return releases.previous_release(destination)
+    except releases.ReleaseNotInHistory as missing:
+        pytest.skip(str(missing))
 
 
 class Desk:
