@@ -164,7 +164,7 @@ class RuledStoreModel(StoreModel):
             voted = any(vote.principal == principal for vote in self.votes.get(op, ()))
             if principal is None or (not voted and review.refusal(principal, groups, now) is None):
                 seen.append(dataclasses.replace(entry, progress=self.progress(op, now)))
-        return seen
+        return sorted(seen, key=_inbox_place)
 
     # Writes.
 
@@ -218,3 +218,12 @@ class RuledStoreModel(StoreModel):
         groups = review.rule.stages[review.stage].escalate_to
         self.leaves.append(EscalationLeaf(at, op, review.stage, groups))
         return TimerVisit(op, case_id, review_progress(self.record(operation_id), at), TimedAct.ESCALATED)
+
+
+def _inbox_place(entry: PendingReviewEntry) -> tuple[int, datetime, datetime, str]:
+    """The inbox's order: escalated reviews by due time, then the others that are due some time by due time,
+    then the rest (the default rule, no due time) oldest first; ties oldest first, then by operation id."""
+    since, progress = entry.pending_since, entry.progress
+    if progress is None or progress.due_at is None:
+        return (2, since, since, entry.proposal.operation_id)
+    return (0 if progress.escalated else 1, progress.due_at, since, entry.proposal.operation_id)

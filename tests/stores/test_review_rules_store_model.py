@@ -26,9 +26,9 @@ from hypothesis.stateful import initialize, invariant, precondition, rule, run_s
 
 from decisionflow.review_rules import ReviewRule, Stage, VoteOutcome
 from decisionflow.vocabulary import CaseId, Decision, OperationId
-from orchestrator.domain import PendingReviewEntry, PendingReviewFilter, RecordedDecision
+from orchestrator.domain import PendingReviewFilter, RecordedDecision
 from orchestrator.schema import escalations, votes
-from orchestrator.store import OrchestratorStore, Reader
+from orchestrator.store import InboxKey, OrchestratorStore, Reader, inbox_key
 from tests.stores.orchestrator_steps import (
     ACTION,
     AUTHORS,
@@ -69,11 +69,6 @@ VOTERS: tuple[tuple[str, frozenset[str]], ...] = (
     (REVIEWERS[0], frozenset()),
     (AUTHORS[0], frozenset({LEADS, FINANCE})),
 )
-
-
-def page_key(entry: PendingReviewEntry) -> tuple[datetime, OperationId]:
-    """The key the inbox's next page starts after."""
-    return entry.pending_since, entry.proposal.operation_id
 
 
 class ReviewRulesStoreMachine(StoreMachine):
@@ -275,7 +270,7 @@ class ReviewRulesStoreMachine(StoreMachine):
         principal, groups = (None, frozenset[str]()) if reader is None else reader
         seen = self.model.seen(principal, groups, now)
         as_read = Reader(principal or "", groups, sees_all=principal is None)
-        after: tuple[datetime, OperationId] | None = None
+        after: InboxKey | None = None
         for start in range(0, len(seen) + 1, limit):
             listing = self.store.pending_reviews_listing(
                 PendingReviewFilter(), limit, after, counted=start == 0, reader=as_read, now=now
@@ -284,7 +279,7 @@ class ReviewRulesStoreMachine(StoreMachine):
             assert listing.total_size == (len(seen) if start == 0 else None)
             if not listing.rows:
                 return
-            after = page_key(listing.rows[-1])
+            after = inbox_key(listing.rows[-1])
 
     # After every step (besides the operations, the inbox and the audit log): the votes and escalations.
 
