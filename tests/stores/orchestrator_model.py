@@ -66,6 +66,7 @@ class StoredOperation:
     receipt: Receipt | None = None
     rejection_reason: str | None = None
     last_lookup: LookupNote | None = None
+    rerouted_at: datetime | None = None
 
 
 @dataclass
@@ -108,6 +109,7 @@ class StoreModel:
             payload_digest=stored.payload_digest,
             attempt_lease_until=stored.lease_until,
             attempt_lease_holder=stored.lease_holder,
+            rerouted_at=stored.rerouted_at,
         )
 
     def current(self, case_id: str) -> OperationId | None:
@@ -233,8 +235,11 @@ class StoreModel:
         decided: RecordedDecision,
         saved: Sequence[str],
         attempt: tuple[bytes, str, datetime, str] | None,
+        rerouted_at: datetime | None = None,
     ) -> Operation:
-        """One decision per operation, on the case's current proposal only; an approval may carry its first attempt."""
+        """One decision per operation, on the case's current proposal only, while its review is pending (not
+        expired) and was last re-routed when the deciding call read it (rerouted_at); an approval may carry its
+        first attempt."""
         op = decided.operation_id
         if op in self.decisions:
             raise Refused("DecisionAlreadyRecorded", self.decisions[op])
@@ -242,6 +247,10 @@ class StoreModel:
         current = self.current(stored.case_id)
         if current != op:
             raise Refused("StaleProposal", op, current or "")
+        if stored.state is not OperationState.PENDING_REVIEW:
+            raise Refused("ReviewExpired", op)
+        if stored.rerouted_at != rerouted_at:
+            raise Refused("ReviewRerouted", op)
         self.decisions[op] = decided
         self.leaves.append(DecisionLeaf(decided.decided_at, op, decided.decision.value, decided.reviewer))
         stored.state_changed_at = decided.decided_at

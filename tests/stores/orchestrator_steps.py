@@ -22,6 +22,7 @@ from decisionflow.transparency import (
     ExpiryLeaf,
     ProposalLeaf,
     RejectionLeaf,
+    RerouteLeaf,
     SettlementLeaf,
     VoteLeaf,
     decode_leaf,
@@ -55,6 +56,7 @@ KINDS = {
     ExpiryLeaf: "expiry",
     VoteLeaf: "vote",
     EscalationLeaf: "escalation",
+    RerouteLeaf: "reroute",
 }
 
 
@@ -87,6 +89,8 @@ def refusal(exc: Exception) -> Refused:
         "NotRedrivable": (getattr(exc, "operation_id", None), getattr(exc, "state", None)),
         "AttemptInFlight": (getattr(exc, "operation", None),),
         "VoteAlreadyCast": (getattr(exc, "vote", None),),
+        "ReviewExpired": (getattr(exc, "operation_id", None),),
+        "ReviewRerouted": (getattr(exc, "operation_id", None),),
     }
     kind = type(exc).__name__
     if kind not in values:

@@ -1,14 +1,16 @@
 """A plain model of the store's reviews under a rule other than the default one: votes, the review timer's
-escalations and expiries, and the inbox as each reader sees it, over the model of the rest of the store
-(tests/stores/orchestrator_model.py).
+escalations and expiries, re-routing, and the inbox as each reader sees it, over the model of the rest of
+the store (tests/stores/orchestrator_model.py).
 
-Written from the store's contract (the docstrings of orchestrator/store/_votes.py, _review_timer.py and
-_reviewer_inbox.py) and docs/review-rules.md, not from its SQL. What a vote does and where a review stands
-are the pure spec's answers (decisionflow.review_rules), as the store's are. What the store holds is kept
-here on its own: who voted in which stage and when, which stage each review is in and since when, which
-stages were escalated, which reviews expired, the leaves each write appends, and which reviews each
-reviewer is shown. Where this tally reaches a verdict of its own (a refusal, an outcome, a due stage, a
-passed deadline) it must agree with the spec's, so a fault in either shows.
+Written from the store's contract (the docstrings of orchestrator/store/_votes.py, _review_timer.py,
+_reviewer_inbox.py and _reroute.py) and docs/review-rules.md, not from its SQL. What a vote does and where
+a review stands are the pure spec's answers (decisionflow.review_rules), as the store's are. What the store
+holds is kept here on its own: who voted in which stage and when, which stage each review is in and since
+when, which stages were escalated, which reviews expired, which were re-routed to which rule and when (a
+review re-routed starts its new rule's first stage, its times still counted from its start), the leaves
+each write appends, and which reviews each reviewer is shown. Where this tally reaches a verdict of its
+own (a refusal, an outcome, a due stage, a passed deadline) it must agree with the spec's, so a fault in
+either shows.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from decisionflow.review_rules import (
     Vote,
     VoteOutcome,
     VoteRefusal,
+    default_rule,
     review_progress,
+    rule_digest,
     vote_effect,
 )
-from decisionflow.transparency import EscalationLeaf, ExpiryLeaf, VoteLeaf
+from decisionflow.transparency import EscalationLeaf, ExpiryLeaf, RerouteLeaf, VoteLeaf
 from decisionflow.vocabulary import CaseId, Decision, OperationId, OperationState
 from orchestrator.domain import PendingReview, PendingReviewEntry, Proposal
-from orchestrator.store import CastVote, TimedAct, TimerVisit
+from orchestrator.store import CastVote, RerouteOutcome, RerouteVisit, TimedAct, TimerVisit
 from orchestrator.store._columns import state_text
 from tests.stores.orchestrator_model import Refused, StoreModel
 
@@ -151,6 +155,21 @@ class RuledStoreModel(StoreModel):
         )
         return tuple(OperationId(op) for op in open_ids[:limit])
 
+    def reroute_candidates(self, rule: ReviewRule, after: str | None, limit: int) -> tuple[OperationId, ...]:
+        """Each case's current proposal of rule's action, pending review, that follows another rule, by id, after
+        after."""
+        wanted = captured(rule)
+        ids = sorted(
+            op
+            for op, stored in self.operations.items()
+            if stored.state is OperationState.PENDING_REVIEW
+            and self.current(stored.case_id) == op
+            and self.proposals[op].content.action == rule.action
+            and self.proposals[op].rule != wanted
+            and (after is None or op > after)
+        )
+        return tuple(OperationId(op) for op in ids[:limit])
+
     def seen(self, principal: str | None, groups: frozenset[str], now: datetime) -> list[PendingReviewEntry]:
         """The inbox as a reader sees it at now (principal None: a reader who sees every review): every review
         under the default rule; one under a rule with its progress, to a reviewer only while they may vote on it."""
@@ -169,10 +188,19 @@ class RuledStoreModel(StoreModel):
     # Writes.
 
     def cast_vote(
-        self, operation_id: str, principal: str, decision: Decision, groups: frozenset[str], now: datetime
+        self,
+        operation_id: str,
+        principal: str,
+        decision: Decision,
+        groups: frozenset[str],
+        now: datetime,
+        read: Proposal | None = None,
     ) -> CastVote:
         """A principal's first vote, at now or the last vote's time if later: written with its leaf unless the
-        rule refuses it or the operation is no longer pending review; a second vote is refused."""
+        rule refuses it or the operation is no longer pending review; a second vote is refused, and so is a
+        vote whose proposal was read (read: None, as stored) under another rule than the one it follows now."""
+        if read is not None and read.rule != self.proposals[operation_id].rule:
+            raise Refused("ReviewRerouted", OperationId(operation_id))
         recorded = self.votes.setdefault(operation_id, [])
         for earlier in recorded:
             if earlier.principal == principal:
@@ -218,6 +246,44 @@ class RuledStoreModel(StoreModel):
         groups = review.rule.stages[review.stage].escalate_to
         self.leaves.append(EscalationLeaf(at, op, review.stage, groups))
         return TimerVisit(op, case_id, review_progress(self.record(operation_id), at), TimedAct.ESCALATED)
+
+    def reroute(self, operation_id: str, rule: ReviewRule, now: datetime, dry_run: bool) -> RerouteVisit:
+        """reroute-reviews' visit: a pending review (its case's current proposal) on another rule, with no vote and
+        no escalation recorded, moves to rule at now with its leaf (unless dry_run); any other is left as it is,
+        and the visit says why."""
+        stored = self.operations.get(operation_id)
+        if stored is None:
+            raise Refused("NotFound", "operation", operation_id)
+        op = OperationId(operation_id)
+        p = self.proposals[operation_id]
+        following = None if p.rule is None else rule_digest(p.rule)
+
+        def visit(outcome: RerouteOutcome) -> RerouteVisit:
+            return RerouteVisit(op, CaseId(stored.case_id), following, outcome)
+
+        if stored.state is not OperationState.PENDING_REVIEW or self.current(stored.case_id) != operation_id:
+            return visit(RerouteOutcome.ENDED)
+        wanted = captured(rule)
+        if p.rule == wanted:
+            return visit(RerouteOutcome.ALREADY)
+        if self.votes.get(operation_id):
+            return visit(RerouteOutcome.KEPT_VOTES_CAST)
+        if self.escalations(operation_id):
+            return visit(RerouteOutcome.KEPT_ESCALATED)
+        if dry_run:
+            return visit(RerouteOutcome.REROUTED)
+        self.proposals[operation_id] = dataclasses.replace(p, rule=wanted)
+        self.ruled.pop(operation_id, None)
+        if wanted is not None:
+            self.ruled[operation_id] = RuledReview(wanted, p.authors, p.created_at)
+        stored.rerouted_at = now
+        self.leaves.append(RerouteLeaf(now, op, rule.action, wanted))
+        return visit(RerouteOutcome.REROUTED)
+
+
+def captured(rule: ReviewRule) -> ReviewRule | None:
+    """The rule as a proposal following it holds it: None for its action's default rule."""
+    return None if rule == default_rule(rule.action) else rule
 
 
 def _inbox_place(entry: PendingReviewEntry) -> tuple[int, datetime, datetime, str]:

@@ -7,10 +7,13 @@ deadline; two approvals of anyone, then a group's), votes by reviewers of variou
 decline, eligible or not, authors, repeated, some cast from a clock 8 s behind), the decision each
 ended review's last vote records, time advancing on the test's clock, the review timer's passes (its
 paged list of reviews under rules, and its visit to each: escalate, expire or nothing) and the inbox as
-each reviewer (or a reader who sees all) reads it, page by page (counted on the first). After each step every row
+each reviewer (or a reader who sees all) reads it, page by page (counted on the first), reroute-reviews
+moving reviews to one of the rules (the default one too, dry runs as well: page by page as the
+housekeeping does, or one operation of any state visited), and votes and decisions by calls that read a
+review before it was re-routed (refused ReviewRerouted, nothing written). After each step every row
 and value the store returned equals the model's answer and a fresh read (the operation, its votes, its
 escalations, where its review stands); after every step the operations, the tally, the inbox, the
-votes and escalations tables and the audit log's entries (vote, escalation and expiry leaves decoded)
+votes and escalations tables and the audit log's entries (vote, escalation, expiry and reroute leaves decoded)
 equal the model's. Every statement run is then checked for a subquery column without its table.
 """
 
@@ -24,11 +27,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from decisionflow.review_rules import ReviewRule, Stage, VoteOutcome
+from decisionflow.review_rules import ReviewRule, Stage, VoteOutcome, default_rule
 from decisionflow.vocabulary import CaseId, Decision, OperationId
-from orchestrator.domain import PendingReviewFilter, RecordedDecision
+from orchestrator.domain import PendingReviewFilter, Proposal, RecordedDecision
 from orchestrator.schema import escalations, votes
-from orchestrator.store import InboxKey, OrchestratorStore, Reader, inbox_key
+from orchestrator.store import InboxKey, OrchestratorStore, Reader, RerouteOutcome, inbox_key
 from tests.stores.orchestrator_steps import (
     ACTION,
     AUTHORS,
@@ -57,6 +60,8 @@ ANYONE_THEN_FINANCE = ReviewRule(
     (Stage("anyone", approvals=2), Stage("finance", (FINANCE,), due=timedelta(seconds=20), escalate_to=(MANAGERS,))),
 )
 RULES = (None, TWO_OF_THREE, TWO_STAGES, ANYONE_THEN_FINANCE)
+# The rules reroute-reviews is run with: the one the file gives the action, the default rule when it gives none.
+REROUTE_TO = (default_rule(ACTION), TWO_OF_THREE, TWO_STAGES, ANYONE_THEN_FINANCE)
 ENDING = (VoteOutcome.COMPLETES, VoteOutcome.DECLINES)
 # Who votes, with the groups they hold: three leads (one also in finance), finance, a manager, a reviewer of
 # no group, and an author of the proposals (never counted).
@@ -75,6 +80,11 @@ class ReviewRulesStoreMachine(StoreMachine):
     """Reviews under rules: votes, timer passes and inbox reads against the store and the model side by side."""
 
     model: RuledStoreModel
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Per operation re-routed: its proposal and its rerouted_at as a call read them before each re-route.
+        self.read_before: dict[OperationId, list[tuple[Proposal, datetime | None]]] = {}
 
     def new_model(self) -> RuledStoreModel:
         return RuledStoreModel()
@@ -106,9 +116,10 @@ class ReviewRulesStoreMachine(StoreMachine):
         if commit and cast is not None and cast.written and cast.effect.outcome in ENDING:
             final = Decision.APPROVE if cast.effect.outcome is VoteOutcome.COMPLETES else Decision.DECLINE
             decided = RecordedDecision(op, final, principal, cast.vote.at)
+            rerouted_at = self.model.operations[op].rerouted_at
             self.both(
-                lambda: self.store.record_decision(decided, p.case_id, []),
-                lambda: self.model.record_decision(decided, [], None),
+                lambda: self.store.record_decision(decided, p.case_id, [], rerouted_at=rerouted_at),
+                lambda: self.model.record_decision(decided, [], None, rerouted_at),
             )
 
     # Rules.
@@ -230,10 +241,87 @@ class ReviewRulesStoreMachine(StoreMachine):
             decision = Decision.APPROVE if review.outcome is VoteOutcome.COMPLETES else Decision.DECLINE
         decided = RecordedDecision(op, decision, reviewer, self.tick(wait))
         case_id = CaseId(self.model.operations[op].case_id)
+        rerouted_at = self.model.operations[op].rerouted_at
         self.both(
-            lambda: self.store.record_decision(decided, case_id, []),
-            lambda: self.model.record_decision(decided, [], None),
+            lambda: self.store.record_decision(decided, case_id, [], rerouted_at=rerouted_at),
+            lambda: self.model.record_decision(decided, [], None, rerouted_at),
         )
+        self.fresh_review(op)
+
+    def reroute_one(self, op: OperationId, to: ReviewRule, now: datetime, dry_run: bool) -> None:
+        """reroute-reviews' visit to one operation: its outcome equals the model's, and so does a fresh read."""
+        read = (self.model.proposals[op], self.model.operations[op].rerouted_at)
+        visit = self.both(
+            lambda: self.store.reroute(op, to, now, dry_run=dry_run),
+            lambda: self.model.reroute(op, to, now, dry_run),
+        )
+        if visit.outcome is RerouteOutcome.REROUTED and not dry_run:
+            self.read_before.setdefault(op, []).append(read)
+        self.fresh_review(op)
+
+    @rule(
+        data=st.data(),
+        to=st.sampled_from(REROUTE_TO),
+        dry_run=st.sampled_from([False, False, True]),
+        wait=st.integers(1, 20),
+        limit=st.integers(1, 3),
+        one=st.sampled_from([False, False, True]),
+    )
+    def reroute(self, data: st.DataObject, to: ReviewRule, dry_run: bool, wait: int, limit: int, one: bool) -> None:
+        """reroute-reviews with one of the rules, a dry run or not, at a later time on the test's clock: the
+        candidates page by page (each equal to the model's), each visited, as the housekeeping pages them; or
+        one operation of any state visited (decided, expired, superseded, on the rule already, voted on,
+        escalated, or moved)."""
+        now = self.tick(wait)
+        if one:
+            self.reroute_one(data.draw(st.sampled_from(self.operation_ids())), to, now, dry_run)
+            return
+        after: OperationId | None = None
+        while page := self.store.reroute_candidates(to, after, limit):
+            assert page == self.model.reroute_candidates(to, after, limit)
+            for op in page:
+                self.reroute_one(op, to, now, dry_run)
+            after = page[-1]
+        assert self.model.reroute_candidates(to, after, limit) == ()
+
+    @precondition(lambda self: bool(self.read_before))
+    @rule(
+        data=st.data(),
+        voter=st.sampled_from(VOTERS),
+        decision=st.sampled_from([Decision.APPROVE, Decision.DECLINE]),
+        wait=st.integers(0, 5),
+        how=st.sampled_from(["vote", "decide"]),
+    )
+    def decide_as_read_before(
+        self,
+        data: st.DataObject,
+        voter: tuple[str, frozenset[str]],
+        decision: Decision,
+        wait: int,
+        how: str,
+    ) -> None:
+        """A call that read a review before a re-route votes with the proposal it read, or records its decision
+        with the rerouted_at it read: refused ReviewRerouted with nothing written (a decided, superseded or
+        expired review refused as such first; a vote counted when the review is back on the rule read)."""
+        op = data.draw(st.sampled_from(sorted(self.read_before)))
+        read, rerouted_at = data.draw(st.sampled_from(self.read_before[op]))
+        principal, groups = voter
+        now = self.tick(wait)
+        moved = read.rule != self.model.proposals[op].rule
+        if how == "vote" and (moved or op in self.model.ruled):
+            self.both(
+                lambda: self.store.cast_vote(read, principal, decision, groups, now),
+                lambda: self.model.cast_vote(op, principal, decision, groups, now, read),
+            )
+        else:
+            decided = RecordedDecision(op, decision, principal, now)
+            # Each re-route is at a later time than the last, so the rerouted_at read is never the one stored.
+            assert self.model.operations[op].rerouted_at != rerouted_at
+            answer = self.both(
+                lambda: self.store.record_decision(decided, read.case_id, [], rerouted_at=rerouted_at),
+                lambda: self.model.record_decision(decided, [], None, rerouted_at),
+            )
+            assert answer is None
         self.fresh_review(op)
 
     @rule(data=st.data(), wait=st.integers(0, 30), behind=st.sampled_from([0, 8]), limit=st.integers(1, 3))
