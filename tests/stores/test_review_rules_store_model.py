@@ -248,15 +248,48 @@ class ReviewRulesStoreMachine(StoreMachine):
         )
         self.fresh_review(op)
 
-    def reroute_one(self, op: OperationId, to: ReviewRule, now: datetime, dry_run: bool) -> None:
-        """reroute-reviews' visit to one operation: its outcome equals the model's, and so does a fresh read."""
+    def reroute_one(self, op: OperationId, to: ReviewRule, now: datetime, dry_run: bool) -> bool:
+        """reroute-reviews' visit to one operation: its outcome equals the model's, and so does a fresh read.
+        Return whether it moved the review."""
         read = (self.model.proposals[op], self.model.operations[op].rerouted_at)
         visit = self.both(
             lambda: self.store.reroute(op, to, now, dry_run=dry_run),
             lambda: self.model.reroute(op, to, now, dry_run),
         )
-        if visit.outcome is RerouteOutcome.REROUTED and not dry_run:
+        moved = visit.outcome is RerouteOutcome.REROUTED and not dry_run
+        if moved:
             self.read_before.setdefault(op, []).append(read)
+        self.fresh_review(op)
+        return moved
+
+    def call_as_read(
+        self,
+        op: OperationId,
+        read: tuple[Proposal, datetime | None],
+        voter: tuple[str, frozenset[str]],
+        decision: Decision,
+        how: str,
+        now: datetime,
+    ) -> None:
+        """A call that read the review (its proposal and rerouted_at) before a re-route votes with the proposal
+        it read, or records its decision with the rerouted_at it read: each answer equals the model's."""
+        proposal_read, rerouted_at = read
+        principal, groups = voter
+        moved = proposal_read.rule != self.model.proposals[op].rule
+        if how == "vote" and (moved or op in self.model.ruled):
+            self.both(
+                lambda: self.store.cast_vote(proposal_read, principal, decision, groups, now),
+                lambda: self.model.cast_vote(op, principal, decision, groups, now, proposal_read),
+            )
+        else:
+            decided = RecordedDecision(op, decision, principal, now)
+            # Each re-route is at a later time than the last, so the rerouted_at read is never the one stored.
+            assert self.model.operations[op].rerouted_at != rerouted_at
+            answer = self.both(
+                lambda: self.store.record_decision(decided, proposal_read.case_id, [], rerouted_at=rerouted_at),
+                lambda: self.model.record_decision(decided, [], None, rerouted_at),
+            )
+            assert answer is None
         self.fresh_review(op)
 
     @rule(
@@ -271,18 +304,25 @@ class ReviewRulesStoreMachine(StoreMachine):
         """reroute-reviews with one of the rules, a dry run or not, at a later time on the test's clock: the
         candidates page by page (each equal to the model's), each visited, as the housekeeping pages them; or
         one operation of any state visited (decided, expired, superseded, on the rule already, voted on,
-        escalated, or moved)."""
+        escalated, or moved). Then, often, a call that read one of the reviews moved just before decides."""
         now = self.tick(wait)
+        moved: list[OperationId] = []
         if one:
-            self.reroute_one(data.draw(st.sampled_from(self.operation_ids())), to, now, dry_run)
-            return
-        after: OperationId | None = None
-        while page := self.store.reroute_candidates(to, after, limit):
-            assert page == self.model.reroute_candidates(to, after, limit)
-            for op in page:
-                self.reroute_one(op, to, now, dry_run)
-            after = page[-1]
-        assert self.model.reroute_candidates(to, after, limit) == ()
+            op = data.draw(st.sampled_from(self.operation_ids()))
+            moved = [op] if self.reroute_one(op, to, now, dry_run) else []
+        else:
+            after: OperationId | None = None
+            while page := self.store.reroute_candidates(to, after, limit):
+                assert page == self.model.reroute_candidates(to, after, limit)
+                moved += [op for op in page if self.reroute_one(op, to, now, dry_run)]
+                after = page[-1]
+            assert self.model.reroute_candidates(to, after, limit) == ()
+        if bool(moved) and data.draw(st.booleans(), label="decided as read before"):
+            op = data.draw(st.sampled_from(moved))
+            voter = data.draw(st.sampled_from(VOTERS))
+            decision = data.draw(st.sampled_from([Decision.APPROVE, Decision.DECLINE]))
+            how = data.draw(st.sampled_from(["vote", "decide"]))
+            self.call_as_read(op, self.read_before[op][-1], voter, decision, how, self.tick(1))
 
     @precondition(lambda self: bool(self.read_before))
     @rule(
@@ -300,29 +340,12 @@ class ReviewRulesStoreMachine(StoreMachine):
         wait: int,
         how: str,
     ) -> None:
-        """A call that read a review before a re-route votes with the proposal it read, or records its decision
-        with the rerouted_at it read: refused ReviewRerouted with nothing written (a decided, superseded or
-        expired review refused as such first; a vote counted when the review is back on the rule read)."""
+        """A call that read a review before one of its re-routes, any step later: refused ReviewRerouted with
+        nothing written (a decided, superseded or expired review refused as such first; a vote counted when the
+        review is back on the rule read)."""
         op = data.draw(st.sampled_from(sorted(self.read_before)))
-        read, rerouted_at = data.draw(st.sampled_from(self.read_before[op]))
-        principal, groups = voter
-        now = self.tick(wait)
-        moved = read.rule != self.model.proposals[op].rule
-        if how == "vote" and (moved or op in self.model.ruled):
-            self.both(
-                lambda: self.store.cast_vote(read, principal, decision, groups, now),
-                lambda: self.model.cast_vote(op, principal, decision, groups, now, read),
-            )
-        else:
-            decided = RecordedDecision(op, decision, principal, now)
-            # Each re-route is at a later time than the last, so the rerouted_at read is never the one stored.
-            assert self.model.operations[op].rerouted_at != rerouted_at
-            answer = self.both(
-                lambda: self.store.record_decision(decided, read.case_id, [], rerouted_at=rerouted_at),
-                lambda: self.model.record_decision(decided, [], None, rerouted_at),
-            )
-            assert answer is None
-        self.fresh_review(op)
+        read = data.draw(st.sampled_from(self.read_before[op]))
+        self.call_as_read(op, read, voter, decision, how, self.tick(wait))
 
     @rule(data=st.data(), wait=st.integers(0, 30), behind=st.sampled_from([0, 8]), limit=st.integers(1, 3))
     def timer_pass(self, data: st.DataObject, wait: int, behind: int, limit: int) -> None:
