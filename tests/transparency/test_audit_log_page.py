@@ -9,7 +9,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from decisionflow.transparency import NoteVerifier, encode_leaf, leaf_hash, open_checkpoint
+from decisionflow.transparency import NoteVerifier, RerouteLeaf, encode_leaf, leaf_hash, open_checkpoint
 from tests.transparency import note_reference
 from tests.transparency.published import vectors
 from tests.transparency.test_leaves import TWO_STAGES, proposal
@@ -36,9 +36,15 @@ def test_every_hash_on_the_page_is_a_published_one_or_the_examples_key() -> None
     on_page = set(re.findall(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])", PAGE.replace(leaf_block, "")))
 
     # The proposal leaf with a rule: its hash, computed from the leaf its vector test builds.
+    example = proposal()
     rule_vector = leaf_hash(encode_leaf(proposal(rule=TWO_STAGES))).hex()
+    # The reroute leaves of the same operation, to the default rule and to the two-stage rule.
+    reroutes = {
+        leaf_hash(encode_leaf(RerouteLeaf(example.recorded_at, example.operation_id, example.action, rule))).hex()
+        for rule in (None, TWO_STAGES)
+    }
 
-    assert on_page - published == {seed.hex(), key, leaf_vector, rule_vector}
+    assert on_page - published == {seed.hex(), key, leaf_vector, rule_vector, *reroutes}
     rows = re.findall(r"^\| (\d) \| (?:`([0-9a-f]+)`|\(none\)) \| `([0-9a-f]{64})` \|$", PAGE, re.MULTILINE)
     assert [(int(i), data, hashed) for i, data, hashed in rows] == [
         (i, data, hashed) for i, (data, hashed) in enumerate(zip(TREE["leaves"], TREE["node_hashes"][0], strict=True))
