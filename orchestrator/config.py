@@ -17,6 +17,7 @@ from decisionflow_server.runtime import server_security
 from decisionflow_server.runtime.failpoints import failpoints_setting
 from decisionflow_server.runtime.server_security import ServerSecurity
 from decisionflow_server.runtime.serving import TransportLimits
+from orchestrator.audit_log.feed import FeedSettings
 from orchestrator.audit_log.signing import DEFAULT_ORIGIN, CheckpointSigner, origin, signing_key
 from orchestrator.checkpoints import MIN_KEY_BYTES
 from orchestrator.failpoints import FAILPOINTS
@@ -155,6 +156,39 @@ AUTHOR_OPEN_REVIEWS = Setting(
     "1000",
     parse=settings.integer(0, 100_000_000),
 )
+# The event feed (orchestrator.events, docs/events.md).
+EVENTS_POLL_SECONDS = Setting(
+    "events_poll_seconds",
+    "DECISIONFLOW_EVENTS_POLL_SECONDS",
+    "while a WatchEvents stream is open, how often the server sequences the audit log's new entries and sends "
+    "them to its watchers (an event reaches a watcher about this long after it commits)",
+    "0.1",
+    parse=settings.positive_seconds,
+)
+EVENTS_HEARTBEAT_SECONDS = Setting(
+    "events_heartbeat_seconds",
+    "DECISIONFLOW_EVENTS_HEARTBEAT_SECONDS",
+    "a WatchEvents stream with nothing to send sends a heartbeat (its position) this often, which keeps it alive "
+    "through proxies",
+    "5",
+    parse=settings.positive_seconds,
+)
+EVENTS_STREAMS_PER_PRINCIPAL = Setting(
+    "events_streams_per_principal",
+    "DECISIONFLOW_EVENTS_STREAMS_PER_PRINCIPAL",
+    "WatchEvents streams one principal may hold open at once, counted in each server process; one more: "
+    "RESOURCE_EXHAUSTED, TOO_MANY_STREAMS",
+    "16",
+    parse=settings.integer(1, 100_000),
+)
+EVENTS_STALL_SECONDS = Setting(
+    "events_stall_seconds",
+    "DECISIONFLOW_EVENTS_STALL_SECONDS",
+    "a WatchEvents stream whose caller has not taken the next message for this long (its transport buffer is "
+    "full) is closed with UNAVAILABLE, WATCH_FELL_BEHIND and the index to resume from",
+    "30",
+    parse=settings.positive_seconds,
+)
 FAILPOINTS_SETTING = failpoints_setting("ORCHESTRATOR", FAILPOINTS, "orchestrator.after_decision=exit")
 
 
@@ -212,6 +246,13 @@ class OrchestratorConfig:
     audit_signer: CheckpointSigner | None = settings.part((AUDIT_SIGNING_KEY_FILE, AUDIT_ORIGIN), audit_signer)
     audit_publish_dir: Path | None = settings.value_or_none(AUDIT_PUBLISH_DIR)
     audit_interval_seconds: float = settings.value(AUDIT_INTERVAL_SECONDS)
+    events: FeedSettings = settings.group(
+        FeedSettings,
+        poll_seconds=EVENTS_POLL_SECONDS,
+        heartbeat_seconds=EVENTS_HEARTBEAT_SECONDS,
+        streams_per_principal=EVENTS_STREAMS_PER_PRINCIPAL,
+        stall_seconds=EVENTS_STALL_SECONDS,
+    )
     failpoints: str = settings.value(FAILPOINTS_SETTING)
     shutdown_grace_seconds: float = settings.value(SERVER.shutdown_grace)
     log_level: str = settings.value(SERVER.logs.level)

@@ -257,3 +257,43 @@ class TooManyOpenReviews(BudgetExceeded):
         )
         self.principal = principal
         self.limit = limit
+
+
+class TooManyStreams(BudgetExceeded):
+    """The principal holds as many WatchEvents streams open in this process as one principal may."""
+
+    reason = reasons.TOO_MANY_STREAMS
+
+    def __init__(self, principal: str, limit: int) -> None:
+        super().__init__(
+            f"{principal} holds {limit} WatchEvents streams open on this server, the most one principal may; "
+            "close one first",
+            metadata={reasons.PRINCIPAL: principal, reasons.STREAM_LIMIT: str(limit)},
+        )
+        self.principal = principal
+
+
+class WatchFellBehind(OrchestratorError):
+    """The watcher did not take the stream's next message in time; it resumes from next_index, losing nothing."""
+
+    reason = reasons.WATCH_FELL_BEHIND
+
+    def __init__(self, next_index: int, stalled_seconds: float) -> None:
+        super().__init__(
+            f"the watcher took no message for {stalled_seconds:g} s; reconnect with start_index {next_index}",
+            metadata={reasons.NEXT_INDEX: str(next_index)},
+        )
+        self.next_index = next_index
+
+
+class NothingAuthored(OrchestratorError):
+    """An author asked to watch a case (or an operation's case) they created no proposal in."""
+
+    reason = reasons.NOT_FOUND
+
+    def __init__(self, *, case_id: str | None, operation_id: str | None) -> None:
+        metadata = {reasons.OPERATION_ID: operation_id} if operation_id else {reasons.CASE_ID: case_id or ""}
+        named = f"operation {operation_id}" if operation_id else f"case {case_id}"
+        super().__init__(
+            f"no proposal of {named} was created by the caller, so it has no events to watch", metadata=metadata
+        )

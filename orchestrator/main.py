@@ -27,6 +27,8 @@ from decisionflow.v1 import (
     audit_pb2,
     audit_pb2_grpc,
     common_pb2,
+    events_pb2,
+    events_pb2_grpc,
     operations_pb2,
     operations_pb2_grpc,
     review_pb2,
@@ -50,6 +52,8 @@ from orchestrator.audit_log.ports import AuditLogReader
 from orchestrator.checkpoints import CheckpointSealer
 from orchestrator.config import OrchestratorConfig
 from orchestrator.effects import ReceiverEffects
+from orchestrator.events.feed import EventFeed, Watching
+from orchestrator.events.grpc_api import EventServicer
 from orchestrator.failpoints import FAILPOINTS
 from orchestrator.grpc_api import STATUS_TABLE, OperationsServicer, ReviewServicer
 from orchestrator.holders import LeaseHolder
@@ -176,18 +180,21 @@ def connect_receiver(host: Host, config: OrchestratorConfig) -> ReceiverEffects:
 
 
 def register(
-    review: ReviewServicer, operations: OperationsServicer, audit: AuditServicer
+    review: ReviewServicer, operations: OperationsServicer, audit: AuditServicer, events: EventServicer
 ) -> Callable[[grpc.aio.Server], list[str]]:
-    """Return what adds ReviewService, OperationsService and AuditService to a server and names them."""
+    """Return what adds ReviewService, OperationsService, AuditService and EventService to a server and names
+    them."""
 
     def add(server: grpc.aio.Server) -> list[str]:
         review_pb2_grpc.add_ReviewServiceServicer_to_server(review, server)
         operations_pb2_grpc.add_OperationsServiceServicer_to_server(operations, server)
         audit_pb2_grpc.add_AuditServiceServicer_to_server(audit, server)
+        events_pb2_grpc.add_EventServiceServicer_to_server(events, server)
         return [
             review_pb2.DESCRIPTOR.services_by_name["ReviewService"].full_name,
             operations_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+            events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
         ]
 
     return add
@@ -262,9 +269,11 @@ async def create_server(
             ),
             metrics=metrics.periodic,
         )
+        feed = EventFeed(store, config.events, clock, on_streams=metrics.event_streams.set)
+        events = EventServicer(Watching(feed, store, clock), config.events.stall_seconds)
         return Wiring(
-            register(ReviewServicer(service), OperationsServicer(service, clock), audit),
-            jobs=tuple(job for job in (sequencer, timer) if job is not None),
+            register(ReviewServicer(service), OperationsServicer(service, clock), audit, events),
+            jobs=tuple(job for job in (sequencer, timer, feed) if job is not None),
             reload=() if config.review_rules_file is None else (rules.reload,),
         )
 

@@ -298,6 +298,11 @@ class OrchestratorMetrics:
             "extend the checkpoint published outside it (a restored database: docs/operations.md); else 0",
             registry=self.registry,
         )
+        self.event_streams = Gauge(
+            "decisionflow_event_streams",
+            "WatchEvents streams open on this process (docs/events.md)",
+            registry=self.registry,
+        )
         self.periodic = PeriodicMetrics(self.registry)
         self.review_escalations = Counter(
             "decisionflow_review_escalations",

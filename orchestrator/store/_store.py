@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from orchestrator.store._audit_reads import AuditReadMethods
 from orchestrator.store._audit_tree import AuditTreeMethods
+from orchestrator.store._events import EventReadMethods
 from orchestrator.store._inbox import InboxMethods
 from orchestrator.store._ledger import LedgerMethods
 from orchestrator.store._operations import OperationMethods
@@ -35,6 +36,7 @@ class OrchestratorStore(
     OperationMethods,
     AuditTreeMethods,
     AuditReadMethods,
+    EventReadMethods,
 ):
     """Proposals, pending reviews, the decision ledger, operation states, checkpoints and the audit log
     (an ``orchestrator.audit_log.ports.AuditLogReader``)."""

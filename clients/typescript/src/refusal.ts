@@ -62,6 +62,8 @@ export const REASONS: Readonly<Record<string, ReasonContract>> = {
     code: Code.FailedPrecondition,
     metadataKeys: ["checkpoint_size", "tree_size", "leaf_index", "operation_id", "case_id"],
   },
+  WATCH_FELL_BEHIND: { code: Code.Unavailable, metadataKeys: ["next_index"] },
+  TOO_MANY_STREAMS: { code: Code.ResourceExhausted, metadataKeys: ["principal", "stream_limit"] },
 };
 
 // Refusals: the request certainly had no effect.
@@ -76,12 +78,13 @@ const DEFINITE_CODES: ReadonlySet<Code> = new Set([
 
 // Reasons definite under a status that is not, whatever the status says: CHECKPOINT_INTEGRITY
 // (DATA_LOSS), CHECKPOINT_SAVE_FAILED (UNAVAILABLE), CALL_RATE_EXCEEDED (RESOURCE_EXHAUSTED),
-// CONTENT_BUDGET_EXCEEDED (RESOURCE_EXHAUSTED).
+// CONTENT_BUDGET_EXCEEDED (RESOURCE_EXHAUSTED), TOO_MANY_STREAMS (RESOURCE_EXHAUSTED).
 const DEFINITE_REASONS: ReadonlySet<string> = new Set([
   "CHECKPOINT_INTEGRITY",
   "CHECKPOINT_SAVE_FAILED",
   "CALL_RATE_EXCEEDED",
   "CONTENT_BUDGET_EXCEEDED",
+  "TOO_MANY_STREAMS",
 ]);
 
 // Refusals that depend on who calls or on state: after an earlier indeterminate attempt of the same

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
-from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
+from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, events_pb2, operations_pb2, review_pb2
 from decisionflow_server.runtime.auth._errors import FourEyesViolation
 from decisionflow_server.runtime.auth._roles import Role
 
@@ -14,6 +14,7 @@ _REVIEW = "/decisionflow.v1.ReviewService/"
 _OPERATIONS = "/decisionflow.v1.OperationsService/"
 _RECEIVER = "/decisionflow.v1.EffectReceiverService/"
 _AUDIT = "/decisionflow.v1.AuditService/"
+_EVENTS = "/decisionflow.v1.EventService/"
 
 _READERS_OF_REVIEWS = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
 # An auditor exports an operation's leaves together with the orchestrator's record of its decision
@@ -23,6 +24,9 @@ _READERS_OF_OPERATIONS = _READERS_OF_REVIEWS | {Role.AUDITOR}
 _READERS_OF_THE_LOG = frozenset({Role.AUDITOR, Role.OPERATOR})
 # Every role the orchestrator serves: whoever holds one may ask who they are. A principal holding
 # only receiver roles (the orchestrator's own effect_writer token) has no business here.
+# The event feed: auditors and operators watch everything; an author watches the cases they proposed in
+# (orchestrator.events checks which), so a service that started a review can wait for its outcome.
+_WATCHERS = frozenset({Role.AUTHOR, Role.AUDITOR, Role.OPERATOR})
 _ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR, Role.AUDITOR})
 
 RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
@@ -48,10 +52,11 @@ RPC_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
         _AUDIT + "GetInclusionProof": _READERS_OF_THE_LOG,
         _AUDIT + "GetConsistencyProof": _READERS_OF_THE_LOG,
         _AUDIT + "ListLeaves": _READERS_OF_THE_LOG,
+        _EVENTS + "WatchEvents": _WATCHERS,
     }
 )
 
-_CONTRACT_MODULES = (common_pb2, review_pb2, operations_pb2, effect_receiver_pb2, audit_pb2)
+_CONTRACT_MODULES = (common_pb2, review_pb2, operations_pb2, effect_receiver_pb2, audit_pb2, events_pb2)
 
 
 def all_rpc_methods() -> list[str]:

@@ -95,6 +95,7 @@ from decisionflow.client.errors import (
     WorkflowVersionMismatch,
     map_rpc_error,
 )
+from decisionflow.client.events import AsyncEventsClient, EventsClient, EventView, Heartbeat, WaitTimedOut
 from decisionflow.client.operations import AsyncOperationsClient, OperationsClient
 from decisionflow.client.receiver import AsyncReceiverClient, ReceiverClient
 from decisionflow.client.review import AsyncReviewClient, ReviewClient
@@ -138,6 +139,7 @@ __all__ = [
     "ApplyResult",
     "ApproveResult",
     "AsyncAuditClient",
+    "AsyncEventsClient",
     "AsyncOperationsClient",
     "AsyncReceiverClient",
     "AsyncReviewClient",
@@ -162,8 +164,11 @@ __all__ = [
     "EditedProposal",
     "EffectRecord",
     "EffectRequest",
+    "EventView",
+    "EventsClient",
     "EvidenceItem",
     "FourEyes",
+    "Heartbeat",
     "IdempotencyKeyReused",
     "InclusionProofs",
     "InvalidRequest",
@@ -210,6 +215,7 @@ __all__ = [
     "TooManyOpenReviews",
     "Unauthenticated",
     "Unavailable",
+    "WaitTimedOut",
     "WorkflowProtocolError",
     "WorkflowVersionMismatch",
     "map_rpc_error",

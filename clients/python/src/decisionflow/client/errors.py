@@ -92,8 +92,10 @@ __all__ = [
     "ServerError",
     "StaleProposal",
     "TooManyOpenReviews",
+    "TooManyStreams",
     "Unauthenticated",
     "Unavailable",
+    "WatchFellBehind",
     "WorkflowProtocolError",
     "WorkflowVersionMismatch",
     "error_class",
@@ -271,6 +273,16 @@ class ContentBudgetExceeded(QuotaExceeded, reason=reasons.CONTENT_BUDGET_EXCEEDE
         return int(value) if value.isdigit() else None
 
 
+class TooManyStreams(QuotaExceeded, reason=reasons.TOO_MANY_STREAMS):
+    """The principal holds as many WatchEvents streams open as one principal may; close one or retry later."""
+
+    @property
+    def stream_limit(self) -> int | None:
+        """The most streams one principal may hold open, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.STREAM_LIMIT, "")
+        return int(value) if value.isdigit() else None
+
+
 class DecisionConflict(DecisionflowError, reason=reasons.DECISION_CONFLICT):
     """Another decision is already recorded for the operation; decisions are immutable."""
 
@@ -293,6 +305,16 @@ class CheckpointIntegrity(DecisionflowError, reason=reasons.CHECKPOINT_INTEGRITY
 
 class Unavailable(DecisionflowError, reason=reasons.UNAVAILABLE):
     """The server stayed unavailable (or overloaded) through every retry; the outcome is not known."""
+
+
+class WatchFellBehind(Unavailable, reason=reasons.WATCH_FELL_BEHIND):
+    """The watcher read more slowly than events were sequenced; reconnect from next_index (nothing is lost)."""
+
+    @property
+    def next_index(self) -> int | None:
+        """The index the watch resumes from, as reported by the server (None when not reported)."""
+        value = self.metadata.get(reasons.NEXT_INDEX, "")
+        return int(value) if value.isdigit() else None
 
 
 class CheckpointSaveFailed(Unavailable, reason=reasons.CHECKPOINT_SAVE_FAILED):

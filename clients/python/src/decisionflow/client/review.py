@@ -16,6 +16,7 @@ from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
+from decisionflow.client.events import AsyncEventsClient, EventsClient, wait_for_outcome, wait_for_outcome_async
 from decisionflow.client.views import (
     ApproveResult,
     Caller,
@@ -214,6 +215,21 @@ class ReviewClient(Client, Inbox):
         """Return who the orchestrator takes this client's credentials to be, with their roles and groups."""
         return convert.caller(call(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))
 
+    def wait_for_outcome(self, operation_id: str, timeout: float) -> OperationView:
+        """Return the operation as GetOperation answers it once it is settled (COMMITTED, DECLINED, REJECTED,
+        EXPIRED or SUPERSEDED), waking on the event feed instead of polling; WaitTimedOut (a TimeoutError,
+        with the last answer) after timeout seconds (decisionflow.client.events)."""
+        settings = self._settings
+        watcher = EventsClient(
+            self._channel,
+            timeout=settings.timeout,
+            policy=settings.policy,
+            sleep=settings.sleep,
+            metadata=settings.metadata,
+            clock=settings.clock,
+        )
+        return wait_for_outcome(self.get_operation, watcher, operation_id, timeout, settings.clock)
+
 
 class AsyncReviewClient(AsyncClient, AsyncInbox):
     """asyncio client of ReviewService on a ``grpc.aio`` channel: the methods, deadlines, retry
@@ -291,3 +307,17 @@ class AsyncReviewClient(AsyncClient, AsyncInbox):
     async def get_caller(self) -> Caller:
         """Return who the orchestrator takes this client's credentials to be, with their roles and groups."""
         return convert.caller(await call_async(self._stub.GetCaller, review_pb2.GetCallerRequest(), self._settings))
+
+    async def wait_for_outcome(self, operation_id: str, timeout: float) -> OperationView:
+        """``ReviewClient.wait_for_outcome``, awaited."""
+        settings = self._settings
+        watcher = AsyncEventsClient(
+            self._channel,
+            timeout=settings.timeout,
+            policy=settings.policy,
+            sleep=settings.sleep,
+            metadata=settings.metadata,
+            clock=settings.clock,
+            wait_for_ready=settings.wait_for_ready,
+        )
+        return await wait_for_outcome_async(self.get_operation, watcher, operation_id, timeout, settings.clock)

@@ -82,6 +82,9 @@ VOTE_REFUSAL = _key(
     "why the review's rule does not count the vote: `author`, `already_voted`, `counted_in_earlier_stage` or "
     "`not_eligible`",
 )
+# The event feed's position and budget (WatchEvents), in decimal.
+NEXT_INDEX = _key("next_index", "the audit log index a watch resumes from (`start_index` of the next WatchEvents)")
+STREAM_LIMIT = _key("stream_limit", "the most WatchEvents streams one principal may hold open at once")
 METADATA_KEY_MEANINGS: Mapping[str, str] = MappingProxyType(_MEANINGS)
 
 # The reasons, in the order the guides list them.
@@ -109,6 +112,8 @@ TOO_MANY_OPEN_REVIEWS = "TOO_MANY_OPEN_REVIEWS"
 REVIEW_EXPIRED = "REVIEW_EXPIRED"
 NOT_ELIGIBLE_TO_DECIDE = "NOT_ELIGIBLE_TO_DECIDE"
 BEYOND_CHECKPOINT = "BEYOND_CHECKPOINT"
+WATCH_FELL_BEHIND = "WATCH_FELL_BEHIND"
+TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
 
 
 def _declared(*refusals: Refusal) -> Mapping[str, Refusal]:
@@ -154,6 +159,8 @@ REFUSALS: Mapping[str, Refusal] = _declared(
     Refusal(
         BEYOND_CHECKPOINT, "FAILED_PRECONDITION", True, (CHECKPOINT_SIZE, TREE_SIZE, LEAF_INDEX, OPERATION_ID, CASE_ID)
     ),
+    Refusal(WATCH_FELL_BEHIND, "UNAVAILABLE", False, (NEXT_INDEX,)),
+    Refusal(TOO_MANY_STREAMS, "RESOURCE_EXHAUSTED", True, (PRINCIPAL, STREAM_LIMIT)),
 )
 
 # A status that comes without one of the reasons above: a call refused before it reached a handler

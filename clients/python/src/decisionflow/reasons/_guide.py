@@ -32,8 +32,10 @@ from decisionflow.reasons._declaration import (
     REVIEW_EXPIRED,
     STALE_PROPOSAL,
     TOO_MANY_OPEN_REVIEWS,
+    TOO_MANY_STREAMS,
     UNAUTHENTICATED,
     UNAVAILABLE,
+    WATCH_FELL_BEHIND,
     WORKFLOW_PROTOCOL,
     WORKFLOW_VERSION_MISMATCH,
 )
@@ -290,6 +292,17 @@ GUIDE: Mapping[str, Guide] = {
             "No checkpoint the audit log signed covers this yet (the latest covers {checkpoint_size} leaves). The "
             "orchestrator signs one within an interval of its sequencer; try again in a moment.",
         ),
+    ),
+    WATCH_FELL_BEHIND: Guide(
+        "WatchEvents",
+        when="the watcher read its stream more slowly than events were sequenced, and the server's buffer for it "
+        "(`--events-stream-buffer`) filled; nothing is lost: reconnect with `start_index` set to `next_index` "
+        "([docs/events.md](docs/events.md#cursors-and-resuming))",
+    ),
+    TOO_MANY_STREAMS: Guide(
+        "WatchEvents",
+        when="the principal already holds `stream_limit` WatchEvents streams open on this server process "
+        "(`--events-streams-per-principal`); close one, or retry once one has ended",
     ),
 }
 if GUIDE.keys() != REFUSALS.keys():
