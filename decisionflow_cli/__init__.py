@@ -48,6 +48,7 @@ COMMANDS: Mapping[str, str] = {
     "status": _REVIEW,
     "pending": _REVIEW,
     "whoami": _REVIEW,
+    "watch": "decisionflow_cli.watch",
     "ops": "decisionflow_cli.ops",
     "audit": "decisionflow_cli.audit",
     "rules": "decisionflow_cli.rules",

@@ -1,7 +1,9 @@
 """The EventService servicer: proto ↔ the watch use case (orchestrator.events.feed).
 
 Each message is written with ``context.write`` under the stall limit: a caller that takes nothing for
-``stall_seconds`` gets UNAVAILABLE, WATCH_FELL_BEHIND naming the first index it may not have received.
+``stall_seconds`` gets UNAVAILABLE, WATCH_FELL_BEHIND naming the first index it may not have received. A
+write refused because the caller cancelled ends the call as cancelled (its access line says CANCELLED,
+not a server fault).
 """
 
 from __future__ import annotations
@@ -90,5 +92,9 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
                     await asyncio.wait_for(context.write(message), self._stall)
                 except TimeoutError:
                     raise WatchFellBehind(position, self._stall) from None
+                except grpc.aio.AbortError:
+                    raise
+                except Exception as exc:  # gRPC refuses a write once the caller has cancelled the call
+                    raise asyncio.CancelledError(f"the caller went away: {exc}") from exc
         finally:
             await stream.aclose()  # type: ignore[attr-defined]

@@ -11,7 +11,12 @@ from typing import Any
 
 import grpc
 
-from decisionflow.client_interceptors import AioUnaryUnaryClientInterceptor, UnaryUnaryClientInterceptor
+from decisionflow.client_interceptors import (
+    AioUnaryStreamClientInterceptor,
+    AioUnaryUnaryClientInterceptor,
+    UnaryStreamClientInterceptor,
+    UnaryUnaryClientInterceptor,
+)
 
 AUTHORIZATION = "authorization"
 
@@ -27,12 +32,24 @@ def _has_authorization(metadata: Iterable[tuple[str, Any]] | None) -> bool:
     return any(key.lower() == AUTHORIZATION for key, _ in metadata or ())
 
 
-class BearerTokenInterceptor(AioUnaryUnaryClientInterceptor):
-    """grpc.aio client interceptor adding ``authorization: Bearer <token>`` to every unary call
-    that does not already carry an authorization header."""
+class BearerTokenInterceptor(AioUnaryUnaryClientInterceptor, AioUnaryStreamClientInterceptor):
+    """grpc.aio client interceptor adding ``authorization: Bearer <token>`` to every unary call, and every
+    call with a stream of responses (WatchEvents), that does not already carry an authorization header."""
 
     def __init__(self, token: str) -> None:
         self._metadata = bearer_metadata(token)
+
+    def _with_token(self, client_call_details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = client_call_details.metadata
+        if _has_authorization(metadata):
+            return client_call_details
+        return grpc.aio.ClientCallDetails(
+            method=client_call_details.method,
+            timeout=client_call_details.timeout,
+            metadata=grpc.aio.Metadata(*(metadata or ()), *self._metadata),
+            credentials=client_call_details.credentials,
+            wait_for_ready=client_call_details.wait_for_ready,
+        )
 
     async def intercept_unary_unary(
         self,
@@ -41,17 +58,16 @@ class BearerTokenInterceptor(AioUnaryUnaryClientInterceptor):
         request: Any,
     ) -> Any:
         """Continue the call with the bearer token in its metadata."""
-        metadata = client_call_details.metadata
-        if not _has_authorization(metadata):
-            metadata = grpc.aio.Metadata(*(metadata or ()), *self._metadata)
-            client_call_details = grpc.aio.ClientCallDetails(
-                method=client_call_details.method,
-                timeout=client_call_details.timeout,
-                metadata=metadata,
-                credentials=client_call_details.credentials,
-                wait_for_ready=client_call_details.wait_for_ready,
-            )
-        return await continuation(client_call_details, request)
+        return await continuation(self._with_token(client_call_details), request)
+
+    async def intercept_unary_stream(
+        self,
+        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Any],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        """Continue the streaming call with the bearer token in its metadata."""
+        return await continuation(self._with_token(client_call_details), request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +80,25 @@ class _CallDetails(grpc.ClientCallDetails):
     compression: grpc.Compression | None
 
 
-class SyncBearerTokenInterceptor(UnaryUnaryClientInterceptor):
-    """Synchronous client interceptor adding ``authorization: Bearer <token>`` to every unary call
-    that does not already carry an authorization header."""
+class SyncBearerTokenInterceptor(UnaryUnaryClientInterceptor, UnaryStreamClientInterceptor):
+    """Synchronous client interceptor adding ``authorization: Bearer <token>`` to every unary call, and every
+    call with a stream of responses (WatchEvents), that does not already carry an authorization header."""
 
     def __init__(self, token: str) -> None:
         self._metadata = bearer_metadata(token)
+
+    def _with_token(self, client_call_details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        metadata = client_call_details.metadata
+        if _has_authorization(metadata):
+            return client_call_details
+        return _CallDetails(
+            method=client_call_details.method,
+            timeout=client_call_details.timeout,
+            metadata=(*(metadata or ()), *self._metadata),
+            credentials=client_call_details.credentials,
+            wait_for_ready=getattr(client_call_details, "wait_for_ready", None),
+            compression=getattr(client_call_details, "compression", None),
+        )
 
     def intercept_unary_unary(
         self,
@@ -78,15 +107,13 @@ class SyncBearerTokenInterceptor(UnaryUnaryClientInterceptor):
         request: Any,
     ) -> Any:
         """Continue the call with the bearer token in its metadata."""
-        metadata = client_call_details.metadata
-        if _has_authorization(metadata):
-            return continuation(client_call_details, request)
-        details = _CallDetails(
-            method=client_call_details.method,
-            timeout=client_call_details.timeout,
-            metadata=(*(metadata or ()), *self._metadata),
-            credentials=client_call_details.credentials,
-            wait_for_ready=getattr(client_call_details, "wait_for_ready", None),
-            compression=getattr(client_call_details, "compression", None),
-        )
-        return continuation(details, request)
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
+    ) -> Any:
+        """Continue the streaming call with the bearer token in its metadata."""
+        return continuation(self._with_token(client_call_details), request)

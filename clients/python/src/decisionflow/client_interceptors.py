@@ -12,9 +12,18 @@ import grpc
 
 if TYPE_CHECKING:
     AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor[Any, Any]
+    AioUnaryStreamClientInterceptor = grpc.aio.UnaryStreamClientInterceptor[Any, Any]
     UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor[Any, Any]
+    UnaryStreamClientInterceptor = grpc.UnaryStreamClientInterceptor[Any, Any]
 else:
     AioUnaryUnaryClientInterceptor = grpc.aio.UnaryUnaryClientInterceptor
+    AioUnaryStreamClientInterceptor = grpc.aio.UnaryStreamClientInterceptor
     UnaryUnaryClientInterceptor = grpc.UnaryUnaryClientInterceptor
+    UnaryStreamClientInterceptor = grpc.UnaryStreamClientInterceptor
 
-__all__ = ["AioUnaryUnaryClientInterceptor", "UnaryUnaryClientInterceptor"]
+__all__ = [
+    "AioUnaryStreamClientInterceptor",
+    "AioUnaryUnaryClientInterceptor",
+    "UnaryStreamClientInterceptor",
+    "UnaryUnaryClientInterceptor",
+]

@@ -29,9 +29,30 @@ import grpc
 
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client._calls import AsyncClient, Client
+from decisionflow.client.audit_views import InclusionProofs
 from decisionflow.client.errors import DecisionflowError, map_rpc_error
 from decisionflow.client.views import OperationView
 from decisionflow.timestamps import from_timestamp
+from decisionflow.transparency import (
+    Checkpoint,
+    DecisionLeaf,
+    EffectLeaf,
+    EscalationLeaf,
+    ExpiryLeaf,
+    HistoryError,
+    InvalidTreeRange,
+    Leaf,
+    NotProven,
+    ProposalLeaf,
+    RejectionLeaf,
+    RerouteLeaf,
+    SettlementLeaf,
+    TransparencyError,
+    VoteLeaf,
+    decode_leaf,
+    leaf_hash,
+    verify_inclusion,
+)
 from decisionflow.v1 import events_pb2, events_pb2_grpc
 from decisionflow.vocabulary import Decision, OperationState
 
@@ -86,6 +107,45 @@ class WaitTimedOut(TimeoutError):
     def __init__(self, operation: OperationView, timeout: float) -> None:
         super().__init__(f"{operation.operation_id} is still {operation.state.value} after {timeout:g} s")
         self.operation = operation
+
+
+_LEAF_KINDS: dict[type[Any], str] = {
+    ProposalLeaf: "proposal",
+    DecisionLeaf: "decision",
+    EffectLeaf: "effect",
+    RejectionLeaf: "rejection",
+    SettlementLeaf: "settlement",
+    ExpiryLeaf: "expiry",
+    VoteLeaf: "vote",
+    EscalationLeaf: "escalation",
+    RerouteLeaf: "reroute",
+}
+
+
+def verify_event(event: EventView, proofs: InclusionProofs, checkpoint: Checkpoint) -> Leaf:
+    """Return the event's leaf, decoded from its own bytes, once its inclusion proof holds against checkpoint
+    (one the caller opened with the log's verifier key) and the event's kind, operation and time are the
+    leaf's. Raises a ``TransparencyError``: ``InvalidTreeRange`` (proofs of another size), ``NotProven`` (no
+    proof of the event's index), ``ProofError`` (the proof does not lead to the root), ``HistoryError``
+    (the proof is of other bytes, or the event says what its leaf does not)."""
+    if proofs.tree_size != checkpoint.size:
+        raise InvalidTreeRange(
+            f"the proofs are of a tree of {proofs.tree_size} leaves, the checkpoint of {checkpoint.size}"
+        )
+    proof = next((one for one in proofs.proofs if one.leaf.index == event.index), None)
+    if proof is None:
+        raise NotProven(f"no proof of leaf {event.index} in the tree of {checkpoint.size} leaves")
+    if proof.leaf.data != event.leaf:
+        raise HistoryError(event.index, "the proof is of other bytes than the event's leaf")
+    verify_inclusion(event.index, checkpoint.size, leaf_hash(event.leaf), proof.hashes, checkpoint.root_hash)
+    try:
+        leaf = decode_leaf(event.leaf)
+    except TransparencyError as exc:
+        raise HistoryError(event.index, f"does not decode: {exc}") from exc
+    told = (event.kind, event.operation_id, event.occurred_at)
+    if told != (_LEAF_KINDS[type(leaf)], leaf.operation_id, leaf.recorded_at):
+        raise HistoryError(event.index, f"the event says {told}, its leaf another kind, operation or time")
+    return leaf
 
 
 def _kind_to_pb(kind: str) -> events_pb2.EventKind.ValueType:
@@ -350,6 +410,7 @@ __all__ = [
     "Heartbeat",
     "WaitTimedOut",
     "event_view",
+    "verify_event",
     "wait_for_outcome",
     "wait_for_outcome_async",
     "watch_request",
