@@ -9,6 +9,7 @@ not a server fault).
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import grpc
@@ -27,6 +28,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 # Longest action name a proposal may carry (the proposals table's column).
 MAX_ACTION = 64
+# An action's name: any a proposal ever carried, supported today or not (record_support_review).
+_ACTION = re.compile(rf"\A[A-Za-z0-9._-]{{1,{MAX_ACTION}}}\Z")
 KIND_TO_PB: dict[EventKind, events_pb2.EventKind.ValueType] = {
     kind: events_pb2.EventKind.Value("EVENT_KIND_" + kind.name) for kind in EventKind
 }
@@ -41,8 +44,9 @@ def filter_from_pb(request: events_pb2.WatchEventsRequest) -> EventFilter:
         if kind is None:
             raise InvalidRequest([FieldViolation(f"kinds[{position}]", "must be an EVENT_KIND other than UNSPECIFIED")])
         kinds.add(kind)
-    if len(request.action) > MAX_ACTION:
-        raise InvalidRequest([FieldViolation("action", f"must be at most {MAX_ACTION} characters")])
+    if request.action and not _ACTION.match(request.action):
+        shape = f"must be 1 to {MAX_ACTION} of letters, digits, '.', '_', '-' (an action's name)"
+        raise InvalidRequest([FieldViolation("action", shape)])
     return EventFilter(
         case_id=check_case_id(request.case_id) if request.case_id else None,
         operation_id=check_operation_id(request.operation_id) if request.operation_id else None,

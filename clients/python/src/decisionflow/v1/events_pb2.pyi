@@ -97,7 +97,9 @@ class WatchEventsRequest(_message.Message):
     operation_id: _builtins.str
     """Only events of this operation (op-v1- and 64 lowercase hex digits)."""
     action: _builtins.str
-    """Only events of operations of this action."""
+    """Only events of operations of this action (at most 64 of letters, digits,
+    '.', '_', '-').
+    """
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___EventKind.ValueType]:
         """Only events of these kinds; empty for every kind."""
