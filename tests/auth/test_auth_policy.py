@@ -20,6 +20,7 @@ from decisionflow_server.runtime.auth import (
 )
 from decisionflow_server.runtime.rpc_errors import code_for
 from tests.support.auth import ROLES, TOKENS, ContractRecorder, bearer, known_credentials, serve
+from tests.support.secure import raw_call_aio
 
 # Written from the specification, independently of RPC_ROLES, so that a slip in either shows up.
 EXPECTED_ROLES: dict[str, set[str]] = {
@@ -45,13 +46,15 @@ EXPECTED_ROLES: dict[str, set[str]] = {
     "/decisionflow.v1.AuditService/GetInclusionProof": {"auditor", "operator"},
     "/decisionflow.v1.AuditService/GetConsistencyProof": {"auditor", "operator"},
     "/decisionflow.v1.AuditService/ListLeaves": {"auditor", "operator"},
+    # The event feed: auditors and operators watch every case, an author the cases they proposed in.
+    "/decisionflow.v1.EventService/WatchEvents": {"author", "auditor", "operator"},
 }
 
 
 def test_rpc_roles_names_exactly_the_rpcs_of_the_contract() -> None:
     assert policy_gaps(RPC_ROLES) == ([], [])
     assert sorted(RPC_ROLES) == all_rpc_methods()
-    assert len(all_rpc_methods()) == 19
+    assert len(all_rpc_methods()) == 20
 
 
 def test_policy_gaps_reports_missing_and_unknown_methods() -> None:
@@ -79,13 +82,9 @@ def test_every_method_times_every_identity_on_a_real_server() -> None:
             grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
         ):
             for method in all_rpc_methods():
-                call = channel.unary_unary(method, None, None)
                 for name in identities:
-                    try:
-                        await call(b"", metadata=() if name is None else bearer(name), timeout=5)
-                        outcomes[method, name] = grpc.StatusCode.OK
-                    except grpc.aio.AioRpcError as error:
-                        outcomes[method, name] = error.code()
+                    code, _ = await raw_call_aio(channel, method, b"", () if name is None else bearer(name))
+                    outcomes[method, name] = code
         return outcomes
 
     outcomes = asyncio.run(scenario())

@@ -56,7 +56,7 @@ def _check(target: Target, method: MethodDescriptor, data: bytes) -> None:
 @pytest.mark.parametrize("method", METHODS, ids=method_path)
 def test_random_bytes_are_refused(target: Target, method: MethodDescriptor) -> None:
     rng = random.Random(f"random-bytes {method_path(method)}")
-    before = target.states()
+    before = target.settled_states()
     for _ in range(40):
         _check(target, method, rng.randbytes(rng.choice((1, 2, 3, 5, 8, 16, 64, 256, 4096))))
     assert target.states() == before
@@ -67,7 +67,7 @@ def test_random_bytes_are_refused(target: Target, method: MethodDescriptor) -> N
 def test_truncated_requests_are_refused(target: Target, method: MethodDescriptor) -> None:
     whole = request_for(method, target.operation_id).SerializeToString()
     cuts = sorted({*range(1, min(len(whole), 24)), *range(24, len(whole), max(1, len(whole) // 40))})
-    before = target.states()
+    before = target.settled_states()
     for cut in cuts:
         _check(target, method, whole[:cut])
     assert target.states() == before
@@ -76,7 +76,7 @@ def test_truncated_requests_are_refused(target: Target, method: MethodDescriptor
 
 @pytest.mark.parametrize("method", METHODS, ids=method_path)
 def test_oversize_frames_are_refused_by_grpc(target: Target, method: MethodDescriptor) -> None:
-    before = target.states()
+    before = target.settled_states()
     for size in (MAX_MESSAGE_BYTES + 1, 3 * MAX_MESSAGE_BYTES):
         # A first string field of the right length: the frame is refused before anything parses it.
         body = b"a" * size
@@ -114,7 +114,7 @@ def _nested_lengths(depth: int) -> bytes:
 @pytest.mark.parametrize("method", METHODS, ids=method_path)
 def test_deep_nesting_is_refused_or_ignored(target: Target, method: MethodDescriptor) -> None:
     empty_code = _send(target, method, b"")
-    before = target.states()
+    before = target.settled_states()
     for nested in (_nested_groups(50_000, closed=True), _nested_groups(200_000, closed=False)):
         # The parser's recursion limit refuses it: the request is not well formed.
         assert not _parses(method, nested)
@@ -139,7 +139,10 @@ def _repeated_paths(descriptor: Descriptor, prefix: tuple[str, ...] = ()) -> Ite
 
 FLOODS = [(method, path) for method in METHODS for path in _repeated_paths(method.input_type)]
 # Listing many copies of the same state asks for that state: a read answered on its merits.
-FLOOD_READS = {("/decisionflow.v1.OperationsService/ListOperations", ("states",))}
+FLOOD_READS = {
+    ("/decisionflow.v1.OperationsService/ListOperations", ("states",)),
+    ("/decisionflow.v1.EventService/WatchEvents", ("kinds",)),
+}
 
 
 def _append(holder: Any, name: str, index: int) -> None:
@@ -182,7 +185,7 @@ def test_floods_of_repeated_entries_are_refused(
     request = _flood(request_for(method, target.operation_id), path, min(MAX_MESSAGE_BYTES, limit) - 8 * 1024)
     data = request.SerializeToString()
     assert len(data) < limit
-    before = target.states()
+    before = target.settled_states()
     code = _send(target, method, data)
     if (method_path(method), path) in FLOOD_READS:
         assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT)

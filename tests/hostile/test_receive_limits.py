@@ -11,10 +11,11 @@ from decisionflow.status_details import error_info
 from decisionflow.v1 import common_pb2, review_pb2
 from orchestrator.validation import MAX_BODY_BYTES, MAX_EVIDENCE, MAX_INT, MAX_QUOTATION_BYTES, MAX_RULES
 from tests.support.hostile import Target
-from tests.support.secure import raw_call
+from tests.support.secure import raw_call, raw_invoke
 
 REVIEW = "/decisionflow.v1.ReviewService/"
 RECEIVER = "/decisionflow.v1.EffectReceiverService/"
+EVENTS = "/decisionflow.v1.EventService/"
 
 
 def _largest_start_review() -> review_pb2.StartReviewRequest:
@@ -63,16 +64,20 @@ def test_the_largest_valid_start_review_is_served(target: Target) -> None:
 
 @pytest.mark.parametrize(
     ("receiver", "method"),
-    [(False, REVIEW + "StartReview"), (False, REVIEW + "GetOperation"), (True, RECEIVER + "BatchLookup")],
+    [
+        (False, REVIEW + "StartReview"),
+        (False, REVIEW + "GetOperation"),
+        (False, EVENTS + "WatchEvents"),
+        (True, RECEIVER + "BatchLookup"),
+    ],
 )
 def test_a_request_over_its_method_limit_is_refused_unparsed(target: Target, receiver: bool, method: str) -> None:
     limit = target.receive_limits(receiver).for_method(method)
     assert limit < target.receive_limits(receiver).largest
     data = _unknown_field_message(limit + 1)
     before = target.states()
-    call = target.channel(receiver).unary_unary(method, request_serializer=None, response_deserializer=None)
     with pytest.raises(grpc.RpcError) as refused:
-        call(data, timeout=15)
+        raw_invoke(target.channel(receiver), method, data)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     _, _, violations = error_info(refused.value)
     assert [violation.field for violation in violations] == ["request"]

@@ -27,6 +27,7 @@ from tests.security.contract import (
     with_string,
 )
 from tests.support.hostile import Target
+from tests.support.secure import raw_invoke
 from tests.support.stack import start_request
 
 # Real services, processes or a browser: make check leaves this module out; make test runs it.
@@ -52,11 +53,8 @@ def _base(method: MethodDescriptor, target: Target) -> Message:
 
 
 def _refused(target: Target, method: MethodDescriptor, request: Message) -> grpc.RpcError:
-    call = target.channel(served_by_receiver(method)).unary_unary(
-        method_path(method), request_serializer=None, response_deserializer=None
-    )
     with pytest.raises(grpc.RpcError) as refused:
-        call(request.SerializeToString(), timeout=15)
+        raw_invoke(target.channel(served_by_receiver(method)), method_path(method), request.SerializeToString())
     return refused.value
 
 
@@ -106,8 +104,13 @@ OPERATION_ID_SHAPES = (
     "op-v1-" + "a" * 64 + "\n",
     "op-v1-" + "\uff41" * 64,  # fullwidth 'a'
 )
-# Id fields a request may leave empty: StartReview names the proposal it replaces only when it replaces one.
-OPTIONAL_IDS = {("StartReview", ("expected_operation_id",))}
+# Id fields a request may leave empty: StartReview names the proposal it replaces only when it replaces one;
+# WatchEvents filters by case or operation only when one is named.
+OPTIONAL_IDS = {
+    ("StartReview", ("expected_operation_id",)),
+    ("WatchEvents", ("case_id",)),
+    ("WatchEvents", ("operation_id",)),
+}
 CASE_ID_SHAPES = ("", "T 1042", "T-1042\n", "x" * 65, "T/1042", "T-1042;", "\uff34-1042")
 
 

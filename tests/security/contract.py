@@ -19,7 +19,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from google.protobuf.message import Message
 
 import decisionflow.v1
-from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, operations_pb2, review_pb2
+from decisionflow.v1 import audit_pb2, common_pb2, effect_receiver_pb2, events_pb2, operations_pb2, review_pb2
 from tests.support.payloads import sample_payload
 from tests.support.stack import T1042_BODY, policy, start_request
 
@@ -28,6 +28,7 @@ ORCHESTRATOR_SERVICES = (
     "decisionflow.v1.ReviewService",
     "decisionflow.v1.OperationsService",
     "decisionflow.v1.AuditService",
+    "decisionflow.v1.EventService",
 )
 
 
@@ -50,9 +51,18 @@ def method_path(method: MethodDescriptor) -> str:
     return f"/{method.containing_service.full_name}/{method.name}"
 
 
+def server_streaming(path: str) -> bool:
+    """True when the contract's method at path answers a stream (False for a unary method or a path
+    outside the contract)."""
+    return path in _STREAMING_PATHS
+
+
 def request_class(method: MethodDescriptor) -> type[Message]:
     """The generated class of a method's request message."""
     return message_factory.GetMessageClass(method.input_type)
+
+
+_STREAMING_PATHS = frozenset(method_path(method) for method in contract_methods() if method.server_streaming)
 
 
 def served_by_receiver(method: MethodDescriptor) -> bool:
@@ -138,6 +148,7 @@ def valid_requests(operation_id: str) -> dict[str, Message]:
         ),
         "/decisionflow.v1.AuditService/GetConsistencyProof": audit_pb2.GetConsistencyProofRequest(old_size=1),
         "/decisionflow.v1.AuditService/ListLeaves": audit_pb2.ListLeavesRequest(page_size=10),
+        "/decisionflow.v1.EventService/WatchEvents": events_pb2.WatchEventsRequest(operation_id=operation_id),
     }
     return requests
 

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf.descriptor import MethodDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.v1 import review_pb2
+from decisionflow.v1 import events_pb2, review_pb2
 from decisionflow_server.runtime.auth import RPC_ROLES, CredentialsError, all_rpc_methods, issue_token, load_credentials
 from tests.security.contract import contract_methods, method_path, request_class, request_for, served_by_receiver
 from tests.security.dbstate import Snapshot, row_counts, snapshot
@@ -23,6 +23,7 @@ from tests.support.stack import start_request
 
 METHODS = contract_methods()
 REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+WATCH_EVENTS = "/decisionflow.v1.EventService/WatchEvents"
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,8 @@ def test_the_matrix_covers_exactly_the_rpcs_of_the_contract_and_the_policy() -> 
     assert all(RPC_ROLES[path] for path in tested), "an RPC no role may call"
     # Every method is routed to a server that serves it (served_by_receiver fails on an unknown service).
     assert {served_by_receiver(method) for method in METHODS} == {True, False}
+    # raw_call sends one request: a unary one, or one that opens a server stream.
+    assert not [method_path(method) for method in METHODS if method.client_streaming]
 
 
 def test_a_principal_without_roles_cannot_be_issued_or_loaded(tmp_path: Path) -> None:
@@ -93,10 +96,13 @@ def test_rpc_admits_only_its_roles_and_a_refused_call_writes_nothing(
 
     empty = request_class(method)().SerializeToString()
     for name in right:
-        code, _ = raw_call(channel, path, empty, secure.as_(name))
+        code, response = raw_call(channel, path, empty, secure.as_(name))
         # Admitted: the empty request may be refused on its merits, never for who sent it.
         assert code not in REFUSALS, (path, name, code)
         assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (path, code)
+        if code == grpc.StatusCode.OK and path == WATCH_EVENTS:
+            # A stream's first message (raw_call cancels the stream after it) is its heartbeat.
+            assert events_pb2.WatchEventsResponse.FromString(response).HasField("heartbeat"), name
 
 
 def test_health_needs_no_credentials(seeded: tuple[SecureStack, str]) -> None:

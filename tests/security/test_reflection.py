@@ -31,6 +31,7 @@ SERVICES = {
         "decisionflow.v1.ReviewService",
         "decisionflow.v1.OperationsService",
         "decisionflow.v1.AuditService",
+        "decisionflow.v1.EventService",
     },
     "receiver": {"decisionflow.v1.EffectReceiverService"},
 }

@@ -19,10 +19,10 @@ from grpc_status import rpc_status
 
 from decisionflow import reasons
 from decisionflow.status_details import ERROR_DOMAIN
-from decisionflow.v1 import audit_pb2, operations_pb2, review_pb2
+from decisionflow.v1 import audit_pb2, events_pb2, operations_pb2, review_pb2
 from decisionflow_server.runtime.auth import RPC_ROLES
 from tests.security.contract import contract_methods, method_path, request_class, served_by_receiver
-from tests.support.secure import PRINCIPALS, SINGLE_ROLE_PRINCIPALS, SecureStack, start_secure_stack
+from tests.support.secure import PRINCIPALS, SINGLE_ROLE_PRINCIPALS, SecureStack, raw_invoke, start_secure_stack
 
 METHODS = contract_methods()
 
@@ -31,6 +31,10 @@ REFUSED_REQUESTS: dict[str, Message] = {
     "/decisionflow.v1.OperationsService/ListOperations": operations_pb2.ListOperationsRequest(page_size=-1),
     "/decisionflow.v1.ReviewService/ListPendingReviews": review_pb2.ListPendingReviewsRequest(page_size=-1),
     "/decisionflow.v1.AuditService/ListLeaves": audit_pb2.ListLeavesRequest(page_size=-1),
+    # Well formed for an auditor or an operator (every event); refused for every caller:
+    "/decisionflow.v1.EventService/WatchEvents": events_pb2.WatchEventsRequest(
+        kinds=[events_pb2.EVENT_KIND_UNSPECIFIED]
+    ),
 }
 # Field 1, length-delimited, announced as 5 bytes long but cut after 3: no message parses it.
 NOT_A_MESSAGE = b"\x0a\x05abc"
@@ -63,11 +67,9 @@ def _refusal(
     secure: SecureStack, method: MethodDescriptor, request: bytes, caller: str | None
 ) -> tuple[grpc.StatusCode, error_details_pb2.ErrorInfo, error_details_pb2.BadRequest | None]:
     """Send request bytes as caller (None: no credentials); return the code, ErrorInfo and any BadRequest."""
-    call = secure.channel(served_by_receiver(method)).unary_unary(
-        method_path(method), request_serializer=None, response_deserializer=None
-    )
+    channel = secure.channel(served_by_receiver(method))
     with pytest.raises(grpc.RpcError) as refused:
-        call(request, metadata=() if caller is None else secure.as_(caller), timeout=15)
+        raw_invoke(channel, method_path(method), request, () if caller is None else secure.as_(caller))
     status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
     assert status is not None, "the refusal carries no google.rpc.Status"
     assert status.code == refused.value.code().value[0] and status.message

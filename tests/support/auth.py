@@ -25,6 +25,7 @@ from decisionflow_server.runtime.auth._policy import RPC_ROLES, all_rpc_methods
 from decisionflow_server.runtime.auth._roles import Principal, Role
 from decisionflow_server.runtime.auth._server import AuthInterceptor, current_principal
 from decisionflow_server.runtime.serving import RunningServer, start_server
+from tests.security.contract import server_streaming
 
 # One principal per role, plus one holding two roles.
 TOKENS: Mapping[str, str] = {
@@ -79,7 +80,8 @@ def bearer(name: str) -> tuple[tuple[str, str], ...]:
 
 class ContractRecorder:
     """Serves every RPC of the contract with an empty response, recording (method, principal) of
-    each call it runs; a refused call leaves no record."""
+    each call it runs; a refused call leaves no record. A server-streaming RPC answers one empty
+    message and then stays open until the caller cancels, as WatchEvents does."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.calls: list[tuple[str, Principal]] = []
@@ -99,12 +101,26 @@ class ContractRecorder:
 
         return answer
 
+    def _stream(self, method: str) -> Callable[[bytes, Context], AsyncIterator[bytes]]:
+        answer = self._answer(method)
+
+        async def stream(request: bytes, context: Context) -> AsyncIterator[bytes]:
+            yield await answer(request, context)
+            await asyncio.Event().wait()  # until the caller cancels
+
+        return stream
+
     def register(self, server: grpc.aio.Server) -> Sequence[str]:
         """Add raw-bytes handlers for all_rpc_methods() to server; return the service names."""
         by_service: dict[str, dict[str, grpc.RpcMethodHandler[Any, Any]]] = {}
         for method in all_rpc_methods():
             service, name = method.strip("/").split("/")
-            by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(self._answer(method))
+            handler = (
+                grpc.unary_stream_rpc_method_handler(self._stream(method))
+                if server_streaming(method)
+                else grpc.unary_unary_rpc_method_handler(self._answer(method))
+            )
+            by_service.setdefault(service, {})[name] = handler
         server.add_generic_rpc_handlers(
             tuple(grpc.method_handlers_generic_handler(service, handlers) for service, handlers in by_service.items())
         )

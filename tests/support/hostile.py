@@ -10,11 +10,12 @@ import grpc
 import pytest
 
 from decisionflow.channels import MAX_MESSAGE_BYTES
-from decisionflow.v1 import effect_receiver_pb2, review_pb2
+from decisionflow.v1 import effect_receiver_pb2, events_pb2, review_pb2
 from decisionflow_server.runtime.serving import ReceiveLimits
 from effect_receiver.main import RECEIVE_LIMITS as RECEIVER_LIMITS
 from orchestrator.main import RECEIVE_LIMITS as ORCHESTRATOR_LIMITS
 from tests.security.dbstate import Snapshot, snapshot
+from tests.support.secure import raw_call
 from tests.support.servers import LoopThread
 from tests.support.stack import Stack, start_request
 
@@ -52,6 +53,15 @@ class Target:
     def states(self) -> tuple[Snapshot, Snapshot]:
         """Every row of both databases."""
         return snapshot(self.stack.orchestrator_url), snapshot(self.stack.receiver_url)
+
+    def settled_states(self) -> tuple[Snapshot, Snapshot]:
+        """states() once the audit log's waiting entries are sequenced. An admitted watch sequences them
+        before its first message (as the sequencer job would): after this one, a watch during a test
+        has nothing left to write, so "nothing written" holds for WatchEvents too."""
+        request = events_pb2.WatchEventsRequest(from_now=True).SerializeToString()
+        code, _ = raw_call(self.channel(receiver=False), "/decisionflow.v1.EventService/WatchEvents", request)
+        assert code == grpc.StatusCode.OK, code
+        return self.states()
 
     def assert_serving(self) -> None:
         """Both servers still answer an ordinary call correctly."""

@@ -18,6 +18,7 @@ import trustme
 from decisionflow_server.foundation.processes import ServiceProcess
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from decisionflow_server.runtime.server_security import ServerSecurity
+from tests.security.contract import server_streaming
 from tests.support.audit_log import InMemoryAuditLog
 from tests.support.auth import ROLES
 from tests.support.servers import LoopThread
@@ -82,18 +83,61 @@ def start_secure_stack(
     return secure
 
 
+def raw_invoke(
+    channel: grpc.Channel, path: str, request: bytes, metadata: Sequence[tuple[str, str]] = (), timeout: float = 15
+) -> bytes:
+    """Send request bytes to path the way the method's shape wants; return the response bytes or raise
+    the refusal (grpc.RpcError). A server-streaming method's call is cancelled after its first message,
+    which is what this returns: an admitted WatchEvents answers a heartbeat at once and never ends."""
+    # No serializers: the bytes go on the wire exactly as given, parsed or not.
+    if not server_streaming(path):
+        response = channel.unary_unary(path, request_serializer=None, response_deserializer=None)(
+            request, metadata=tuple(metadata), timeout=timeout
+        )
+        assert isinstance(response, bytes)
+        return response
+    responses: Any = channel.unary_stream(path, request_serializer=None, response_deserializer=None)(
+        request, metadata=tuple(metadata), timeout=timeout
+    )
+    try:
+        first = next(responses)  # a refusal raises the call itself, an RpcError with its status
+    except StopIteration:
+        raise AssertionError(f"{path} ended with OK before its first message") from None
+    finally:
+        responses.cancel()  # no-op once the call has ended
+    assert isinstance(first, bytes)
+    return first
+
+
 def raw_call(
     channel: grpc.Channel, path: str, request: bytes, metadata: Sequence[tuple[str, str]] = ()
 ) -> tuple[grpc.StatusCode, bytes]:
-    """Send request bytes to path; return the status code and the response bytes (empty on failure)."""
-    # No serializers: the bytes go on the wire exactly as given, parsed or not.
-    call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+    """raw_invoke's outcome as the status code and the (first) response's bytes (empty on failure)."""
     try:
-        response = call(request, metadata=tuple(metadata), timeout=15)
+        response = raw_invoke(channel, path, request, metadata)
     except grpc.RpcError as error:
         return error.code(), b""
-    assert isinstance(response, bytes)
     return grpc.StatusCode.OK, response
+
+
+async def raw_call_aio(
+    channel: grpc.aio.Channel, path: str, request: bytes, metadata: Sequence[tuple[str, str]] = (), timeout: float = 5
+) -> tuple[grpc.StatusCode, bytes]:
+    """raw_call on an asyncio channel."""
+    try:
+        if not server_streaming(path):
+            response = await channel.unary_unary(path, None, None)(request, metadata=tuple(metadata), timeout=timeout)
+            assert isinstance(response, bytes)
+            return grpc.StatusCode.OK, response
+        call = channel.unary_stream(path, None, None)(request, metadata=tuple(metadata), timeout=timeout)
+        try:
+            first = await call.read()
+        finally:
+            call.cancel()
+    except grpc.aio.AioRpcError as error:
+        return error.code(), b""
+    assert isinstance(first, bytes), f"{path} ended with OK before its first message"  # else grpc.aio.EOF
+    return grpc.StatusCode.OK, first
 
 
 @dataclass(frozen=True)
