@@ -1,10 +1,11 @@
-// Clients of the orchestrator's ReviewService, OperationsService and AuditService over gRPC (HTTP/2),
-// with a deadline on every call and the same transient-failure retries as the Python client.
+// Clients of the orchestrator's ReviewService, OperationsService, AuditService and EventService over gRPC
+// (HTTP/2), with a deadline on every call and the same transient-failure retries as the Python client.
 
 import { type Client, Code, type Interceptor, type Transport, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
 import { AuditService } from "./gen/decisionflow/v1/audit_pb.js";
+import { EventService } from "./gen/decisionflow/v1/events_pb.js";
 import { OperationsService } from "./gen/decisionflow/v1/operations_pb.js";
 import { ReviewService } from "./gen/decisionflow/v1/review_pb.js";
 import { refusalOf } from "./refusal.js";
@@ -84,6 +85,13 @@ export function operationsClient(target: string, options: ConnectOptions = {}): 
  * ListLeaves. Check what it answers with verifyInclusion against a checkpoint you opened yourself. */
 export function auditClient(target: string, options: ConnectOptions = {}): Client<typeof AuditService> {
   return createClient(AuditService, inTurn(target, options));
+}
+
+/** An EventService client (authors on their own cases, auditors and operators): WatchEvents. Read the stream
+ * with watchEvents (events.ts), which keeps its cursor, reconnects and sets no deadline on it; called
+ * directly, the stream ends at the client's timeoutMs unless the call sets timeoutMs: 0. */
+export function eventsClient(target: string, options: ConnectOptions = {}): Client<typeof EventService> {
+  return createClient(EventService, inTurn(target, options));
 }
 
 /** How transient failures are retried: jittered exponential waits, bounded attempts and total time. */
