@@ -67,19 +67,19 @@ class Quorum:
             f"the one it began under (one approval, any reviewer); effects for {ws.STALE_CASE_ID}: {earlier_effects}"
         )
         op = self._start()
-        first = self._vote(op, FIRST_LEAD)
+        first = self.vote(op, FIRST_LEAD)
         first_effects = self.stack.effects(ws.QUORUM_CASE_ID)
-        self.say.line(f"-> {self._said(first)}; effects for {ws.QUORUM_CASE_ID}: {first_effects}")
-        outsider = self._vote(op, ws.REVIEWER)
+        self.say.line(f"-> {self.said(first)}; effects for {ws.QUORUM_CASE_ID}: {first_effects}")
+        outsider = self.vote(op, ws.REVIEWER)
         votes = self.stack.count("SELECT count(*) FROM votes WHERE operation_id = :op", op=op)
         outsider_effects = self.stack.effects(ws.QUORUM_CASE_ID)
         self.say.line(
-            f"-> {self._said(outsider)}: {ws.REVIEWER} holds no group of the stage; votes recorded: {votes}, "
+            f"-> {self.said(outsider)}: {ws.REVIEWER} holds no group of the stage; votes recorded: {votes}, "
             f"effects for {ws.QUORUM_CASE_ID}: {outsider_effects}"
         )
-        second = self._vote(op, SECOND_LEAD)
+        second = self.vote(op, SECOND_LEAD)
         effects = self.stack.effects(ws.QUORUM_CASE_ID)
-        self.say.line(f"-> {self._said(second)}; effects for {ws.QUORUM_CASE_ID}: {effects}")
+        self.say.line(f"-> {self.said(second)}; effects for {ws.QUORUM_CASE_ID}: {effects}")
         return QuorumSeen(
             earlier_rule_kept=earlier.exit_code == 0 and outcome == COMMITTED and earlier_effects == 1,
             not_eligible_refused=(
@@ -126,7 +126,7 @@ class Quorum:
         self.say.line(f"-> {started.document.get('state')}, operation {short(op)}, under the rule now in force")
         return op
 
-    def _vote(self, op: str, principal: str) -> Answer:
+    def vote(self, op: str, principal: str) -> Answer:
         """Send one raw ApproveRequest for op as principal on a fresh channel and return what it answered."""
         assert self.stack.orchestrator is not None
         groups = ws.GROUPS.get(principal, ())
@@ -151,7 +151,7 @@ class Quorum:
         progress = answer.operation.progress if answer.operation.HasField("progress") else None
         return Answer(outcome=outcome, progress=progress, reviewer=answer.operation.reviewer)
 
-    def _said(self, answer: Answer) -> str:
+    def said(self, answer: Answer) -> str:
         if answer.code != "OK":
             return f"{answer.code} ({answer.reason}, {answer.vote_refusal or 'no vote refusal named'})"
         if answer.outcome == AWAITING and answer.progress is not None:

@@ -1,4 +1,4 @@
-"""Run the demo: prepare the state directory, play the seven steps, print the verdict, stop every child."""
+"""Run the demo: prepare the state directory, play the eight steps, print the verdict, stop every child."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def run_demo(options: DemoOptions) -> int:
                 story.step5()
                 story.step6()
                 story.step7()
+                story.step8()
             except DemoError as exc:
                 error, exit_code = str(exc), exc.exit_code
             except KeyboardInterrupt:
@@ -153,6 +154,9 @@ def _verdict(
         "earlier_rule_kept": seen.earlier_rule_kept,
         "not_eligible_refused": seen.not_eligible_refused,
         "quorum_two_of_three": seen.quorum_two_of_three,
+        "waiting_case_id": ws.WAITING_CASE_ID,
+        "waiter_kept_waiting": seen.waiter_kept_waiting,
+        "waiter_saw_outcome": seen.waiter_saw_outcome,
         "failed": failed,
         "error": error,
         "state_dir": str(workspace.root),
@@ -174,7 +178,8 @@ def _conclude(
             f"a restart, a lost reply, a reconciler pass and a replay; the control wrote "
             f"{verdict['control_effects']}; the signed audit log proves who proposed, approved and settled it. "
             f"Under the rule put in force, {ws.QUORUM_CASE_ID} waited for a second lead and then had one effect. "
-            f"({verdict['seconds']:.1f} s)"
+            f"The service waiting on {ws.WAITING_CASE_ID} heard its outcome the moment it was settled, without "
+            f"polling. ({verdict['seconds']:.1f} s)"
         )
     elif failed:
         transcript.plain(f"Result: NOT as expected: {', '.join(failed)} (child logs in {workspace.logs})")

@@ -186,7 +186,7 @@ class DemoStack:
 
     def check_fresh(self) -> None:
         """Refuse databases that already hold the demo's cases: the story would be misreported."""
-        cases = (ws.CASE_ID, ws.STALE_CASE_ID, ws.CONTROL_CASE_ID, ws.QUORUM_CASE_ID)
+        cases = (ws.CASE_ID, ws.STALE_CASE_ID, ws.CONTROL_CASE_ID, ws.QUORUM_CASE_ID, ws.WAITING_CASE_ID)
         held = [case for case in cases if self.effects(case)]
         held += [case for case in cases if self.count("SELECT count(*) FROM proposals WHERE case_id = :c", c=case)]
         if held:

@@ -1,4 +1,4 @@
-"""The seven steps of docs/demo.md, each driving real processes and recording what it observed.
+"""The eight steps of docs/demo.md, each driving real processes and recording what it observed.
 
 Between steps only ids and file paths are kept here; every service state lives in the databases
 of processes that are stopped and started again.
@@ -21,6 +21,7 @@ from decisionflow_demo.children import DemoError, Finished, Service
 from decisionflow_demo.control import NaiveAttempt, run_naive_client
 from decisionflow_demo.quorum import Quorum
 from decisionflow_demo.stack import DemoStack, short
+from decisionflow_demo.waiting import Waiting
 from decisionflow_server.runtime.auth import bearer_metadata
 
 LOSE_EVERY_REPLY = "receiver.commit_then_lose_reply=raise"
@@ -53,6 +54,8 @@ class Observations:
     earlier_rule_kept: bool = False
     not_eligible_refused: bool = False
     quorum_two_of_three: bool = False
+    waiter_kept_waiting: bool = False
+    waiter_saw_outcome: bool = False
 
     def failed(self) -> list[str]:
         """Names of the checks that did not hold."""
@@ -72,12 +75,14 @@ class Observations:
             "earlier_rule_kept": self.earlier_rule_kept,
             "not_eligible_refused": self.not_eligible_refused,
             "quorum_two_of_three": self.quorum_two_of_three,
+            "waiter_kept_waiting": self.waiter_kept_waiting,
+            "waiter_saw_outcome": self.waiter_saw_outcome,
         }
         return [name for name, ok in held.items() if not ok]
 
 
 class Story:
-    """Runs the seven steps on a stack and records what each observed in ``seen``."""
+    """Runs the eight steps on a stack and records what each observed in ``seen``."""
 
     def __init__(self, stack: DemoStack) -> None:
         self.stack = stack
@@ -285,3 +290,10 @@ class Story:
         self.seen.earlier_rule_kept = seen.earlier_rule_kept
         self.seen.not_eligible_refused = seen.not_eligible_refused
         self.seen.quorum_two_of_three = seen.quorum_two_of_three
+
+    def step8(self) -> None:
+        """A service waits for T-1045's outcome on the event feed while two leads approve it."""
+        self.say.step(8, f"Services that wait: {ws.AUTHOR}'s service waits for {ws.WAITING_CASE_ID}'s outcome")
+        seen = Waiting(self.stack).shows()
+        self.seen.waiter_kept_waiting = seen.waiter_kept_waiting
+        self.seen.waiter_saw_outcome = seen.waiter_saw_outcome

@@ -42,6 +42,8 @@ AUDIT_PUBLISHED, AUDIT_MONITOR_STATE = "audit-published", "audit-monitor.checkpo
 STALE_CASE_ID = "T-1043"
 CONTROL_CASE_ID = "T-1042-control"
 QUORUM_CASE_ID = "T-1044"
+# Step 8's case: a service starts it and waits for its outcome.
+WAITING_CASE_ID = "T-1045"
 ACTION = "record_support_review"
 REVIEW_RULES = "review-rules.toml"
 # The orchestrators start with this file in force: no action has its own rule, so every review follows
@@ -69,6 +71,10 @@ QUORUM_BODY = (
     "Thanks for the follow-up. Your device still holds at boot after the update to firmware 4.2.1 (HOLD-7), "
     "so we are replacing it under warranty: a prepaid label for the old unit is attached, and the new one "
     "ships within two working days."
+)
+WAITING_BODY = (
+    "Thanks for your patience. The replacement unit for your device has shipped; the tracking number is in "
+    "the attached label, and the old unit can go back in the same box."
 )
 HOLD_QUOTATION = "Firmware 4.2.0 may hold at boot after a power cut; fixed in 4.2.1."
 POLICY: dict[str, Any] = {
@@ -209,5 +215,9 @@ def prepare(state_dir: Path | None, orchestrator_url: str | None, receiver_url: 
     _write_json(
         workspace.input(f"{QUORUM_CASE_ID}.json"),
         {"case_id": QUORUM_CASE_ID, "action": ACTION, "body": QUORUM_BODY, "evidence": evidence(2), "policy": POLICY},
+    )
+    _write_json(
+        workspace.input(f"{WAITING_CASE_ID}.json"),
+        {"case_id": WAITING_CASE_ID, "action": ACTION, "body": WAITING_BODY, "evidence": evidence(2), "policy": POLICY},
     )
     return workspace

@@ -34,6 +34,9 @@ EXPECTED = {
     "earlier_rule_kept": True,
     "not_eligible_refused": True,
     "quorum_two_of_three": True,
+    "waiting_case_id": "T-1045",
+    "waiter_kept_waiting": True,
+    "waiter_saw_outcome": True,
     "failed": [],
     "error": None,
 }
@@ -92,7 +95,7 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     # About 15 s on an idle 2-core machine: reported, not bounded (that is the machine's pace).
     assert verdict["seconds"] > 0
     transcript = done.stdout
-    for number in range(1, 8):
+    for number in range(1, 9):
         assert re.search(rf"^{number}\. ", transcript, re.MULTILINE)
     assert "review request re-emitted from checkpoint" in transcript
     assert "outcome UNKNOWN, exit 42" in transcript
@@ -111,8 +114,16 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     bundle = json.loads((state_dir / "T-1042.audit.json").read_text())
     assert len(bundle["leaves"]) == 3
     _assert_quorum_step(transcript)
+    _assert_waiting_step(transcript)
     _assert_all_stopped(_pids(transcript))
     return verdict
+
+
+def _assert_waiting_step(transcript: str) -> None:
+    """Step 8: the waiting service kept waiting through the first lead's vote and printed the outcome once settled."""
+    step = transcript[transcript.index("\n8. ") :]
+    assert "-> the waiting service is still waiting" in step
+    assert re.search(r"-> the waiting service printed 'operation op-v1-[0-9a-f]{64}: COMMITTED, receipt rcpt-", step)
 
 
 def _assert_quorum_step(transcript: str) -> None:
