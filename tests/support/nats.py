@@ -16,13 +16,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nats
 import nats.errors
 import nats.js.errors
 import pytest
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamInfo
 
 from decisionflow_server.foundation.processes import free_port, log_tail
 
@@ -173,6 +174,7 @@ class Delivery:
     message_id: str
     headers: dict[str, str]
     payload: bytes
+    stored_at: datetime
 
     def document(self) -> dict[str, object]:
         """The payload as JSON."""
@@ -181,13 +183,17 @@ class Delivery:
         return loaded
 
 
-async def _stream_leader(servers: str, stream: str) -> str | None:
+async def _stream_info(servers: str, stream: str) -> StreamInfo:
     nc = await nats.connect(servers=servers.split(","), connect_timeout=2, max_reconnect_attempts=2)
     try:
-        info = await nc.jetstream(timeout=5).stream_info(stream)
-        return None if info.cluster is None else info.cluster.leader
+        return await nc.jetstream(timeout=5).stream_info(stream)
     finally:
         await nc.close()
+
+
+def stream_messages(servers: str, stream: str) -> int:
+    """The messages the stream holds, as its state says."""
+    return int(asyncio.run(_stream_info(servers, stream)).state.messages)
 
 
 def stream_leader(servers: str, stream: str, timeout: float = 30) -> str:
@@ -195,7 +201,8 @@ def stream_leader(servers: str, stream: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
-            leader = asyncio.run(_stream_leader(servers, stream))
+            info = asyncio.run(_stream_info(servers, stream))
+            leader = None if info.cluster is None else info.cluster.leader
             if leader:
                 return leader
         assert time.monotonic() < deadline, f"stream {stream} has no leader after {timeout:.0f} s"
@@ -230,6 +237,7 @@ async def _consume(servers: str, stream: str, subjects: str, durable: str, batch
                         headers.get("Nats-Msg-Id", ""),
                         headers,
                         message.data,
+                        message.metadata.timestamp,
                     )
                 )
                 await message.ack_sync()
