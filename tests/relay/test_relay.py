@@ -194,3 +194,41 @@ def test_a_reviewer_token_is_refused_and_the_relay_exits_2_naming_the_refusal(
     assert last["code"] == "PERMISSION_DENIED"
     assert last["message"].startswith("the orchestrator refused WatchEvents (PERMISSION_DENIED): 'rita' may not call")
     assert read_cursor(cursor_file) == 0
+
+
+def test_a_broker_outage_is_logged_once_retried_until_it_ends_and_holds_the_cursor(
+    tmp_path: Path, secure: SecureStack, nats_server: NatsCluster
+) -> None:
+    review(secure, range(2))
+    cursor_file = tmp_path / "relay.cursor"
+    target = f"127.0.0.1:{secure.stack.orchestrator_port}"
+    auditor = token_file(secure, tmp_path, "audrey")
+    relay = spawn_relay(
+        tmp_path, target, nats_server.servers, cursor_file, token_file=auditor, extra=["--publish-timeout-seconds", "1"]
+    )
+    node = nats_server.nodes[0]
+    try:
+        before = len(wait_for_cursor(cursor_file, secure.stack.orchestrator_url, relay))
+        node.kill()
+        # The orchestrator does not wait for the relay: these reviews commit while nothing can be published.
+        review(secure, range(2, 4))
+        deadline = time.monotonic() + 60
+        while (samples := relay.metrics())["decisionflow_relay_publish_errors_total"] < 3:
+            assert time.monotonic() < deadline, relay.service.log()
+            time.sleep(0.2)
+        assert samples["decisionflow_relay_broker_up"] == 0
+        assert samples["decisionflow_relay_lag_events"] == 6
+        assert samples["decisionflow_relay_lag_seconds"] > 0
+        assert read_cursor(cursor_file) == before
+        node.start()
+        node.wait_healthy()
+        leaves = wait_for_cursor(cursor_file, secure.stack.orchestrator_url, relay)
+        samples = relay.metrics()
+    finally:
+        assert relay.service.stop() == 0, relay.service.log()
+    assert len(leaves) == before + 6
+    assert samples["decisionflow_relay_broker_up"] == 1
+    messages = [json.loads(line)["message"] for line in relay.service.log().splitlines()]
+    assert sum(m.startswith("JetStream is not acknowledging publishes") for m in messages) == 1
+    assert sum(m.startswith("JetStream acknowledges publishes again") for m in messages) == 1
+    check_once_in_case_order(leaves, consume_all(nats_server.servers, STREAM, SUBJECTS))
