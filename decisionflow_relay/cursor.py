@@ -1,9 +1,14 @@
 """The cursor file: the index of the first event JetStream has not acknowledged, as one line of ASCII
 decimal digits. It is written aside, flushed to disk, renamed over the old one and its directory flushed,
-so that after a crash the file holds either the old cursor or the new one, never a torn one."""
+so that after a crash the file holds either the old cursor or the new one, never a torn one.
+
+One relay per cursor file: a relay holds an exclusive lock on ``<cursor file>.lock`` while it runs (the
+kernel drops it when the process ends, even by SIGKILL), and a second relay on the same file is refused
+at start instead of moving the cursor under the first."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -15,6 +20,27 @@ class CursorFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock: int | None = None
+
+    def lock(self) -> None:
+        """Hold the cursor file's lock for the life of the process; CursorFileError when another holds it."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise CursorFileError(self.path, f"cannot be locked ({lock_path}): {exc}") from exc
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise CursorFileError(self.path, f"is in use by another relay (it holds {lock_path})") from None
+        self._lock = descriptor
+
+    def unlock(self) -> None:
+        """Let the lock go (the process's end does too)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def read(self) -> int:
         """The cursor stored, 0 when there is no file yet (the log's first event)."""
@@ -46,8 +72,10 @@ class CursorFile:
         except OSError as exc:
             raise CursorFileError(self.path, f"cannot be written: {exc}") from exc
 
-    def check_writable(self) -> None:
-        """Raise CursorFileError now, at start, when the cursor cannot be stored (rewrites the stored value)."""
+    def open(self) -> None:
+        """At start: lock the file and check the cursor can be read and stored (the stored value is
+        rewritten); CursorFileError when it cannot, or another relay holds it."""
         if not self.path.parent.is_dir():
             raise CursorFileError(self.path, f"its directory {self.path.parent} does not exist")
+        self.lock()
         self.write(self.read())

@@ -61,11 +61,12 @@ def open_orchestrator(config: RelayConfig) -> grpc.aio.Channel:
 
 
 def feed(channel: grpc.aio.Channel, token: str | None) -> Watch:
-    """The event feed from an index on, every event and every heartbeat, reconnecting on UNAVAILABLE."""
+    """The event feed from an index on, every event and every heartbeat. It does not reconnect by itself:
+    the relay watches again from its own position, and logs the outage once."""
     client = AsyncEventsClient(channel, metadata=bearer_metadata(token) if token is not None else ())
 
     def watch(start_index: int) -> AsyncIterator[EventView | Heartbeat]:
-        return client.watch(start_index=start_index, heartbeats=True)
+        return client.watch(start_index=start_index, heartbeats=True, reconnect=False)
 
     return watch
 
@@ -73,7 +74,7 @@ def feed(channel: grpc.aio.Channel, token: str | None) -> Watch:
 def _cursor_file(config: RelayConfig) -> CursorFile:
     cursor = CursorFile(config.cursor_file)
     try:
-        cursor.check_writable()
+        cursor.open()
     except CursorFileError as error:
         raise startup_errors.configuration_error(
             "cannot use the cursor file", (configuration.CURSOR_FILE,), str(error)
@@ -115,6 +116,7 @@ async def relay(config: RelayConfig, stop: asyncio.Event) -> None:
         await channel.close(None)
         if server is not None:
             server.close()
+        cursor.unlock()
 
 
 async def _main(config: RelayConfig) -> int:

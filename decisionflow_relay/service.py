@@ -7,7 +7,7 @@ for the acknowledgement of the previous event of its case before it is first sen
 holds each case's events in log order even when a publish has to be retried. A publish that is not
 acknowledged is retried with back-off (0.1 s doubling to 5 s) until it is, never skipped: while the
 broker is down the window fills, the watch stops reading, and the orchestrator closes the stream
-after its stall time; the client reconnects from its own position when the relay reads again. The
+after its stall time (WATCH_FELL_BEHIND); the relay watches again from its position once it can read. The
 relay only reads: it never holds anything in the orchestrator but its one stream.
 
 The cursor (``domain.Progress``) is written to the cursor file at most every ``cursor_write_seconds``
@@ -18,7 +18,8 @@ window (acknowledging each as a duplicate).
     what happens                      what the relay does
     broker down or no stream leader   retries each publish with back-off; logs once when it starts
                                       and once when it ends; the cursor stays
-    the orchestrator unavailable      the client reconnects from its position with back-off
+    the orchestrator unavailable      watches again from its position with back-off (0.1 s doubling
+                                      to 5 s); logs once when it starts and once when it ends
     the watch refused for good        (credentials, role, request) WatchRefused: the process exits 2
     the cursor file cannot be written CursorFileError: the process exits 1 with the last cursor kept
     SIGTERM or SIGINT                 stops reading, lets publishes in flight finish within the
@@ -178,12 +179,9 @@ class Relay:
             await asyncio.gather(watch, stopped, reporter, return_exceptions=True)
             await self._drain()
             keeper.cancel()
+            # A keeper that failed raises here: its cursor file cannot be written, so nothing more is stored.
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        # The watch ends only by a refusal, the keeper only by a cursor file that cannot be written.
-        for task in (watch, keeper):
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
         await self._store_cursor()
         logger.info(
             "stopped: cursor %d stored, %d events published (%d duplicates)",
@@ -191,6 +189,9 @@ class Relay:
             self._published,
             self._duplicates,
         )
+        # The watch ends by itself only on a refusal for good.
+        if not watch.cancelled() and (refusal := watch.exception()) is not None:
+            raise refusal
 
     async def _watch(self) -> None:
         backoff = Backoff()
@@ -209,6 +210,8 @@ class Relay:
                     await self._window.acquire()
                     self._progress.sent(item.index, item.occurred_at)
                     self._dispatch(outgoing(self._settings.prefix, self._settings.origin, item))
+                # The server ended the stream (it does not while serving): watch again after a pause.
+                await self._sleep(backoff.pause())
             except DecisionflowError as error:
                 if error.code in REFUSED_FOR_GOOD:
                     raise WatchRefused(error.code.name, error.reason, error.message) from error

@@ -133,4 +133,14 @@ def test_the_cursor_file_round_trips_and_refuses_what_is_not_an_index(tmp_path: 
     with pytest.raises(CursorFileError, match="does not hold an index"):
         cursor.read()
     with pytest.raises(CursorFileError, match="does not exist"):
-        CursorFile(tmp_path / "missing" / "relay.cursor").check_writable()
+        CursorFile(tmp_path / "missing" / "relay.cursor").open()
+
+
+def test_a_second_relay_on_one_cursor_file_is_refused_until_the_first_lets_go(tmp_path: Path) -> None:
+    first, second = CursorFile(tmp_path / "relay.cursor"), CursorFile(tmp_path / "relay.cursor")
+    first.open()
+    with pytest.raises(CursorFileError, match="is in use by another relay"):
+        second.open()
+    first.unlock()
+    second.open()
+    second.unlock()

@@ -18,6 +18,7 @@ import pytest
 from decisionflow.v1 import common_pb2, review_pb2_grpc
 from decisionflow_relay.domain import DEFAULT_ORIGIN
 from decisionflow_server.foundation.processes import launch
+from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.nats import Delivery, NatsCluster, consume_all, start_nats
 from tests.support.relay import RELAY_MODULE, Leaf, read_cursor, spawn_relay, wait_for_cursor
 from tests.support.secure import SecureStack, start_secure_stack
@@ -231,4 +232,31 @@ def test_a_broker_outage_is_logged_once_retried_until_it_ends_and_holds_the_curs
     messages = [json.loads(line)["message"] for line in relay.service.log().splitlines()]
     assert sum(m.startswith("JetStream is not acknowledging publishes") for m in messages) == 1
     assert sum(m.startswith("JetStream acknowledges publishes again") for m in messages) == 1
+    check_once_in_case_order(leaves, consume_all(nats_server.servers, STREAM, SUBJECTS))
+
+
+def test_an_orchestrator_restart_is_logged_once_and_the_relay_resumes_from_its_position(
+    tmp_path: Path, secure: SecureStack, nats_server: NatsCluster
+) -> None:
+    review(secure, range(2))
+    cursor_file = tmp_path / "relay.cursor"
+    port = secure.stack.orchestrator_port
+    auditor = token_file(secure, tmp_path, "audrey")
+    relay = spawn_relay(tmp_path, f"127.0.0.1:{port}", nats_server.servers, cursor_file, token_file=auditor)
+    try:
+        before = len(wait_for_cursor(cursor_file, secure.stack.orchestrator_url, relay))
+        security = ServerSecurity(credentials_file=secure.credentials_file)
+        secure.stack.stop_orchestrator()
+        time.sleep(1.0)  # the relay's watch fails and is retried while nothing listens
+        secure.stack.start_orchestrator(
+            address=f"127.0.0.1:{port}", security=security, receiver_token=secure.tokens["walter"]
+        )
+        review(secure, range(2, 4))
+        leaves = wait_for_cursor(cursor_file, secure.stack.orchestrator_url, relay)
+    finally:
+        assert relay.service.stop() == 0, relay.service.log()
+    assert len(leaves) == before + 6
+    messages = [json.loads(line)["message"] for line in relay.service.log().splitlines()]
+    assert sum(m.startswith("the event feed failed (UNAVAILABLE") for m in messages) == 1, messages
+    assert sum(m.startswith("the event feed answers again") for m in messages) == 1, messages
     check_once_in_case_order(leaves, consume_all(nats_server.servers, STREAM, SUBJECTS))
