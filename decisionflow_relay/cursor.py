@@ -76,6 +76,6 @@ class CursorFile:
         """At start: lock the file and check the cursor can be read and stored (the stored value is
         rewritten); CursorFileError when it cannot, or another relay holds it."""
         if not self.path.parent.is_dir():
-            raise CursorFileError(self.path, f"its directory {self.path.parent} does not exist")
+            raise CursorFileError(self.path, f"is in a directory that does not exist ({self.path.parent})")
         self.lock()
         self.write(self.read())
