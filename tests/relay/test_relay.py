@@ -5,14 +5,21 @@ file sends nothing new and skips nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
+import re
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import nats
+import nats.js.errors
 import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2_grpc
@@ -260,3 +267,66 @@ def test_an_orchestrator_restart_is_logged_once_and_the_relay_resumes_from_its_p
     assert sum(m.startswith("the event feed failed (UNAVAILABLE") for m in messages) == 1, messages
     assert sum(m.startswith("the event feed answers again") for m in messages) == 1, messages
     check_once_in_case_order(leaves, consume_all(nats_server.servers, STREAM, SUBJECTS))
+
+
+def documented_consumer() -> str:
+    """The Python block of docs/events.md's relay section: the worked consumer."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    return str(block)
+
+
+def test_the_documented_consumer_records_each_effect_once_and_a_second_run_adds_nothing(
+    tmp_path: Path, secure: SecureStack, nats_server: NatsCluster
+) -> None:
+    review(secure, range(3), declined=frozenset({1}))
+    cursor_file = tmp_path / "relay.cursor"
+    target = f"127.0.0.1:{secure.stack.orchestrator_port}"
+    relay = spawn_relay(
+        tmp_path, target, nats_server.servers, cursor_file, token_file=token_file(secure, tmp_path, "audrey")
+    )
+    try:
+        leaves = wait_for_cursor(cursor_file, secure.stack.orchestrator_url, relay)
+    finally:
+        assert relay.service.stop() == 0, relay.service.log()
+    effects = {f"{DEFAULT_ORIGIN}/{leaf.index}": leaf.case_id for leaf in leaves if leaf.kind == "effect"}
+    assert sorted(effects.values()) == ["R-0", "R-2"]
+
+    namespace: dict[str, Any] = {"__name__": "documented_consumer"}
+    exec(compile(documented_consumer(), "docs/events.md", "exec"), namespace)
+    db = sqlite3.connect(tmp_path / "effects.db")
+
+    def seen() -> dict[str, str]:
+        return dict(db.execute("SELECT id, case_id FROM seen").fetchall())
+
+    async def run_until_nothing_is_pending() -> None:
+        consumer = asyncio.create_task(namespace["consume"](db, nats_server.servers))
+        try:
+            deadline = time.monotonic() + 60
+            while not await consumer_drained(nats_server.servers):
+                assert not consumer.done(), consumer
+                assert time.monotonic() < deadline, "the documented consumer did not drain its subjects"
+                await asyncio.sleep(0.1)
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+    asyncio.run(run_until_nothing_is_pending())
+    assert seen() == effects
+    # Run again on the same durable: nothing is pending, nothing is recorded twice.
+    asyncio.run(run_until_nothing_is_pending())
+    assert seen() == effects
+    assert db.execute("SELECT count(*) FROM seen").fetchone() == (2,)
+
+
+async def consumer_drained(servers: str) -> bool:
+    """Whether the documented consumer's durable exists and has nothing pending or awaiting its ack."""
+    nc = await nats.connect(servers=servers.split(","))
+    try:
+        info = await nc.jetstream().consumer_info(STREAM, "effects-ledger")
+    except nats.js.errors.NotFoundError:
+        return False
+    finally:
+        await nc.close()
+    return bool(info.num_pending == 0 and info.num_ack_pending == 0 and (info.delivered.stream_seq or 0) > 0)
