@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 from decisionflow_relay.errors import CursorFileError
@@ -21,6 +22,10 @@ class CursorFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock: int | None = None
+        # Writes run in worker threads; one at a time, and never back below a cursor already stored (a write
+        # still running when the relay stops must not interleave with the last one, nor undo it).
+        self._writing = threading.Lock()
+        self._stored: int | None = None
 
     def lock(self) -> None:
         """Hold the cursor file's lock for the life of the process; CursorFileError when another holds it."""
@@ -56,7 +61,15 @@ class CursorFile:
         return int(stripped)
 
     def write(self, cursor: int) -> None:
-        """Replace the stored cursor with cursor: temporary file, fsync, rename, fsync of the directory."""
+        """Replace the stored cursor with cursor: temporary file, fsync, rename, fsync of the directory. A
+        cursor below one this object already stored is not written (the cursor only moves forward)."""
+        with self._writing:
+            if self._stored is not None and cursor < self._stored:
+                return
+            self._replace(cursor)
+            self._stored = cursor
+
+    def _replace(self, cursor: int) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
         try:
             with partial.open("w", encoding="ascii") as handle:

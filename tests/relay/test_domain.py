@@ -129,6 +129,8 @@ def test_the_cursor_file_round_trips_and_refuses_what_is_not_an_index(tmp_path: 
     assert cursor.read() == 42
     assert (tmp_path / "relay.cursor").read_text() == "42\n"
     assert not (tmp_path / "relay.cursor.partial").exists()
+    cursor.write(41)  # a late write of an older cursor (a worker thread still running at a stop) changes nothing
+    assert cursor.read() == 42
     (tmp_path / "relay.cursor").write_text("forty-two\n")
     with pytest.raises(CursorFileError, match="does not hold an index"):
         cursor.read()
