@@ -28,6 +28,7 @@ import pytest
 
 from decisionflow.v1 import review_pb2_grpc
 from decisionflow_relay.domain import DEFAULT_ORIGIN
+from tests.campaigns.auditlog import LogAuditor
 from tests.campaigns.report import publish
 from tests.support.nats import NatsCluster, consume_all, start_nats, stream_leader, stream_messages
 from tests.support.relay import RelayProcess, audit_leaves, spawn_relay, wait_for_cursor
@@ -206,6 +207,9 @@ def test_the_relay_under_kills_and_a_jetstream_failover_delivers_every_event_onc
     out_of_order = {case: indices for case, indices in order_by_case.items() if indices != sorted(indices)}
     assert not out_of_order, out_of_order
     assert audit_leaves(stack.orchestrator_url)[1] == 0
+    # And the log itself holds, as every campaign's does (tests/campaigns/auditlog.py).
+    audit = LogAuditor(stack.orchestrator_url).check()
+    assert not audit.failures, audit.failures[:10]
 
     lags = [
         (delivery.stored_at - datetime.fromisoformat(str(delivery.document()["time"]))).total_seconds()
