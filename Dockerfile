@@ -1,5 +1,5 @@
 # One image for every decisionflow process: decisionflow-receiver, decisionflow-orchestrator,
-# decisionflow-reconciler, decisionflow-console and the decisionflow client/health commands.
+# decisionflow-reconciler, decisionflow-relay, decisionflow-console and the decisionflow client/health commands.
 #
 # The base is python:3.11-slim pinned by digest: the multi-platform index of python:3.11-slim
 # (3.11.15 on Debian trixie) published on 2026-08-05, so a rebuild gets the same base until this line
@@ -34,6 +34,7 @@ COPY decisionflow_server ./decisionflow_server
 COPY orchestrator ./orchestrator
 COPY effect_receiver ./effect_receiver
 COPY reconciler ./reconciler
+COPY decisionflow_relay ./decisionflow_relay
 COPY decisionflow_cli ./decisionflow_cli
 COPY decisionflow_console ./decisionflow_console
 COPY decisionflow_demo ./decisionflow_demo

@@ -78,6 +78,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the database failover campaign on asynchronous replication (reported, not asserted)",
     )
+    group.addoption(
+        "--relay-seconds",
+        type=float,
+        default=60,
+        help="length of the relay campaign's workload and faults in seconds (default 60)",
+    )
     group.addoption("--seed", type=int, default=None, help="replay one campaign seed (printed by a failing campaign)")
     group.addoption(
         "--campaign-workers",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from decisionflow_console.config import SETTINGS as CONSOLE
+from decisionflow_relay.config import SETTINGS as RELAY
 from decisionflow_server.foundation import settings
 from effect_receiver.config import SETTINGS as RECEIVER
 from orchestrator.config import SETTINGS as ORCHESTRATOR
@@ -27,6 +28,7 @@ def reference() -> str:
         settings.markdown_table("decisionflow-orchestrator", ORCHESTRATOR),
         settings.markdown_table("decisionflow-receiver", RECEIVER),
         settings.markdown_table("decisionflow-reconciler", RECONCILER),
+        settings.markdown_table("decisionflow-relay", RELAY),
         settings.markdown_table("decisionflow-console", CONSOLE),
     ]
     return "\n".join(parts)

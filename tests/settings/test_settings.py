@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from decisionflow_cli import main as cli_main
+from decisionflow_relay import config as relay_config
 from decisionflow_server.foundation import settings
 from decisionflow_server.foundation.settings import Setting, SettingError, parse_settings
 from effect_receiver import config as receiver_config
@@ -29,6 +30,7 @@ SERVICE_SETTINGS: dict[str, tuple[Setting[Any], ...]] = {
     "orchestrator": orchestrator_config.SETTINGS,
     "receiver": receiver_config.SETTINGS,
     "reconciler": (*reconciler_config.SETTINGS, *reconciler_config.SWITCHES),
+    "relay": relay_config.SETTINGS,
 }
 
 
@@ -225,6 +227,7 @@ LOADERS: dict[str, tuple[Loader, list[str], dict[str, str]]] = {
     "orchestrator": (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}),
     "receiver": (receiver_config.load, [], {}),
     "reconciler": (reconciler_config.load, ["--once"], {}),
+    "relay": (relay_config.load, ["--cursor-file", "relay.cursor"], {}),
 }
 
 
@@ -289,6 +292,12 @@ LOADERS: dict[str, tuple[Loader, list[str], dict[str, str]]] = {
         ("receiver", "--workers", "DECISIONFLOW_RECEIVER_WORKERS", "65", "a whole number from 1 to 64"),
         ("reconciler", "--metrics-port", "DECISIONFLOW_RECONCILER_METRICS_PORT", "70000", "from 0 to 65535"),
         ("reconciler", "--ca-file", "DECISIONFLOW_RECONCILER_CA_FILE", "/nonexistent/ca.pem", "a readable file"),
+        ("relay", "--ca-file", "DECISIONFLOW_ORCHESTRATOR_CA_FILE", "/nonexistent/ca.pem", "a readable file"),
+        ("relay", "--stream-replicas", "DECISIONFLOW_RELAY_STREAM_REPLICAS", "4.5", "a whole number from 1 to 5"),
+        ("relay", "--subject-prefix", "DECISIONFLOW_RELAY_SUBJECT_PREFIX", "a.*", "is not a subject prefix"),
+        ("relay", "--nats-url", "DECISIONFLOW_RELAY_NATS_URL", "nats-1:4222", "is not a NATS URL"),
+        ("relay", "--stream", "DECISIONFLOW_RELAY_STREAM", "A.B", "is not a stream name"),
+        ("relay", "--max-in-flight", "DECISIONFLOW_RELAY_MAX_IN_FLIGHT", "0", "a whole number from 1 to 65536"),
     ],
 )
 @pytest.mark.parametrize("source", ["flag", "environment"])
@@ -313,6 +322,7 @@ TOKEN_FILE_READERS: tuple[tuple[Callable[..., Any], list[str], dict[str, str], s
     (orchestrator_config.load, [], {"DECISIONFLOW_CHECKPOINT_KEYS": KEY}, "DECISIONFLOW_RECEIVER_TOKEN_FILE"),
     (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_ORCHESTRATOR_TOKEN_FILE"),
     (reconciler_config.load, ["--once"], {}, "DECISIONFLOW_RECONCILER_RECEIVER_TOKEN_FILE"),
+    (relay_config.load, ["--cursor-file", "relay.cursor"], {}, "DECISIONFLOW_RELAY_TOKEN_FILE"),
 )
 
 

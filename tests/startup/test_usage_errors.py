@@ -1,6 +1,6 @@
 """A value refused while the arguments are parsed (a number that is not one, a missing key or token
 file) is said in one line, ``<program>: error: <what>``, with exit status 2 and no usage text, by
-every server command, its housekeeping and schema commands, and the reconciler. Each case runs the
+every server command, its housekeeping and schema commands, the reconciler and the relay. Each case runs the
 real console script as a child process."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from decisionflow_server.foundation.processes import child_environment
 
-# Thirteen real commands, each a new process: `make test` runs them, `make check` does not.
+# Eighteen real commands, each a new process: `make test` runs them, `make check` does not.
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
@@ -33,6 +33,11 @@ CASES = [
     ("decisionflow-reconciler", ["--token-file", MISSING], "--token-file"),
     ("decisionflow-reconciler", ["--interval", "often"], "--interval"),
     ("decisionflow-reconciler", ["--no-such-flag"], "--no-such-flag"),
+    ("decisionflow-relay", ["--token-file", MISSING, "--cursor-file", "c"], "--token-file"),
+    ("decisionflow-relay", [], "--cursor-file"),
+    ("decisionflow-relay", ["--cursor-file", "c", "--subject-prefix", "a.>"], "--subject-prefix"),
+    ("decisionflow-relay", ["--cursor-file", "c", "--nats-url", "127.0.0.1:4222"], "--nats-url"),
+    ("decisionflow-relay", ["--cursor-file", "c", "--stream-replicas", "7"], "--stream-replicas"),
 ]
 
 
