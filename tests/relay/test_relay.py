@@ -272,7 +272,8 @@ def test_an_orchestrator_restart_is_logged_once_and_the_relay_resumes_from_its_p
 def documented_consumer() -> str:
     """The Python block of docs/events.md's relay section: the worked consumer."""
     page = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text(encoding="utf-8")
-    [block] = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    relay_section = page[page.index("## The relay into NATS JetStream") :]
+    [block] = re.findall(r"```python\n(.*?)```", relay_section, re.DOTALL)
     return str(block)
 
 
