@@ -157,6 +157,8 @@ def _verdict(
         "waiting_case_id": ws.WAITING_CASE_ID,
         "waiter_kept_waiting": seen.waiter_kept_waiting,
         "waiter_saw_outcome": seen.waiter_saw_outcome,
+        "jetstream": seen.jetstream,
+        "consumer_saw_outcome": seen.consumer_saw_outcome,
         "failed": failed,
         "error": error,
         "state_dir": str(workspace.root),
@@ -179,7 +181,8 @@ def _conclude(
             f"{verdict['control_effects']}; the signed audit log proves who proposed, approved and settled it. "
             f"Under the rule put in force, {ws.QUORUM_CASE_ID} waited for a second lead and then had one effect. "
             f"The service waiting on {ws.WAITING_CASE_ID} heard its outcome the moment it was settled, without "
-            f"polling. ({verdict['seconds']:.1f} s)"
+            f"polling{', and so did a JetStream consumer' if verdict['consumer_saw_outcome'] else ''}. "
+            f"({verdict['seconds']:.1f} s)"
         )
     elif failed:
         transcript.plain(f"Result: NOT as expected: {', '.join(failed)} (child logs in {workspace.logs})")

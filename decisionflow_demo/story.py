@@ -56,6 +56,8 @@ class Observations:
     quorum_two_of_three: bool = False
     waiter_kept_waiting: bool = False
     waiter_saw_outcome: bool = False
+    jetstream: str = ""  # "ran", or why the relay and its consumer were left out
+    consumer_saw_outcome: bool = False
 
     def failed(self) -> list[str]:
         """Names of the checks that did not hold."""
@@ -78,6 +80,8 @@ class Observations:
             "waiter_kept_waiting": self.waiter_kept_waiting,
             "waiter_saw_outcome": self.waiter_saw_outcome,
         }
+        if self.jetstream == "ran":
+            held["consumer_saw_outcome"] = self.consumer_saw_outcome
         return [name for name, ok in held.items() if not ok]
 
 
@@ -297,3 +301,5 @@ class Story:
         seen = Waiting(self.stack).shows()
         self.seen.waiter_kept_waiting = seen.waiter_kept_waiting
         self.seen.waiter_saw_outcome = seen.waiter_saw_outcome
+        self.seen.jetstream = seen.jetstream
+        self.seen.consumer_saw_outcome = seen.consumer_saw_outcome

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from decisionflow_demo.waiting import nats_server_binary
 from tests.support.logs import read_log_file
+from tests.support.nats import nats_required
 
 pytestmark = pytest.mark.slow
 
@@ -114,16 +116,27 @@ def _assert_story(done: subprocess.CompletedProcess[str], state_dir: Path) -> di
     bundle = json.loads((state_dir / "T-1042.audit.json").read_text())
     assert len(bundle["leaves"]) == 3
     _assert_quorum_step(transcript)
-    _assert_waiting_step(transcript)
+    _assert_waiting_step(transcript, verdict)
     _assert_all_stopped(_pids(transcript))
     return verdict
 
 
-def _assert_waiting_step(transcript: str) -> None:
-    """Step 8: the waiting service kept waiting through the first lead's vote and printed the outcome once settled."""
+def _assert_waiting_step(transcript: str, verdict: dict[str, Any]) -> None:
+    """Step 8: the waiting service (and, with nats-server, a JetStream consumer fed by the relay) kept waiting
+    through the first lead's vote and printed the outcome once settled."""
     step = transcript[transcript.index("\n8. ") :]
-    assert "-> the waiting service is still waiting" in step
     assert re.search(r"-> the waiting service printed 'operation op-v1-[0-9a-f]{64}: COMMITTED, receipt rcpt-", step)
+    if nats_server_binary() is None and not nats_required():
+        assert verdict["jetstream"] == "nats-server is not installed (Debian package nats-server)"
+        assert "-> still waiting: 1 of 1" in step
+        return
+    assert (verdict["jetstream"], verdict["consumer_saw_outcome"]) == ("ran", True)
+    assert "-> still waiting: 2 of 2" in step
+    assert re.search(
+        r"-> the JetStream consumer printed 'dev.decisionflow.effect of op-v1-[0-9a-f]{12}…, state COMMITTED, "
+        r"Nats-Msg-Id decisionflow.local/audit/\d+' and exited 0",
+        step,
+    )
 
 
 def _assert_quorum_step(transcript: str) -> None:

@@ -31,12 +31,17 @@ NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 REQUIRE_ENV = "DECISIONFLOW_REQUIRE_NATS"
 
 
+def nats_required() -> bool:
+    """Whether a missing nats-server fails the tests that need one (CI) rather than skipping them."""
+    return os.environ.get(REQUIRE_ENV) == "1"
+
+
 def require_nats_server() -> str:
     """The nats-server binary; when it is not installed the test skips naming the package, or fails with
     DECISIONFLOW_REQUIRE_NATS=1 (CI installs it)."""
     if not Path(NATS_SERVER).exists():
         missing = "nats-server is not installed (Debian package nats-server)"
-        if os.environ.get(REQUIRE_ENV) == "1":
+        if nats_required():
             pytest.fail(missing + f" and {REQUIRE_ENV}=1")
         pytest.skip(missing)
     return NATS_SERVER
