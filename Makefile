@@ -32,10 +32,12 @@ typecheck: setup
 proto-check: setup
 	PYTHON=$(PY) tools/proto_check.sh
 
-# --dist worksteal: each worker starts on half of the tests and takes from the other's queue when its own is done,
-# so the minutes-long campaigns and benches do not leave one worker running alone at the end.
+# Three workers on two cores: most of a test's time is spent waiting on the processes it starts (a whole run at two
+# workers kept the machine's two cores 37 % busy), so a third worker fills the waits. --dist worksteal: each worker
+# starts on a third of the tests and takes from the others' queues when its own is done, so the minutes-long
+# campaigns and benches do not leave one worker running alone at the end. JOBS=2 runs two.
 unit: setup
-	$(VENV)/bin/pytest -n $(or $(JOBS),2) --dist worksteal --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(or $(JOBS),3) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 # Lint, the type check and the proto check (mostly one core) run beside the tests; their output is shown when the
 # tests end, and a failure of either fails the target. make test also prepares, beside them, the tools some tests
