@@ -21,7 +21,7 @@ from pathlib import Path
 from decisionflow.channels import open_channel
 from decisionflow.client import AuditClient, EventsClient, EventView
 from decisionflow.client.errors import BeyondCheckpoint
-from decisionflow.client.events import verify_event
+from decisionflow.client.event_proofs import verify_event
 from decisionflow.transparency import NoteVerifier, open_checkpoint
 
 # How long to wait between asks while no signed checkpoint covers an event yet (the orchestrator signs one

@@ -14,7 +14,7 @@ import pytest
 
 from decisionflow.client import AuditClient, EventsClient, EventView
 from decisionflow.client.errors import BeyondCheckpoint
-from decisionflow.client.events import verify_event
+from decisionflow.client.event_proofs import verify_event
 from decisionflow.transparency import HistoryError, open_checkpoint
 from tests.support.audit import SIGNER
 from tests.support.stack import Stack, approve, start_request

@@ -348,7 +348,13 @@ def test_a_watcher_that_hangs_up_is_logged_as_cancelled_not_as_a_server_fault(
         stream = client.watch(start_index=1)
         assert isinstance(next(stream), EventView)
         stream.close()
-    stack.stop_orchestrator()
-    lines = [r for r in caplog.records if r.name == "decisionflow.access" and "WatchEvents" in r.getMessage()]
+    # Each call's access line is written when the server sees it end; wait for all five (no stop in between:
+    # a stopping server ends what is still open itself, as UNAVAILABLE).
+    deadline = time.monotonic() + 30
+    while True:
+        lines = [r for r in caplog.records if r.name == "decisionflow.access" and "WatchEvents" in r.getMessage()]
+        if len(lines) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert len(lines) == 5
     assert all("CANCELLED" in r.getMessage() and r.levelname == "WARNING" for r in lines)

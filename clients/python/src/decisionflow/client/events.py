@@ -1,5 +1,5 @@
 """EventsClient and AsyncEventsClient: the orchestrator's event feed (EventService.WatchEvents,
-docs/events.md), and ``wait_for_outcome`` built on it.
+docs/events.md); ``wait_for_outcome`` (decisionflow.client.waiting) is built on it.
 
 ``watch`` yields every matching event from a cursor on and follows the log. It keeps the cursor itself:
 after each event its index plus one, after each heartbeat the heartbeat's ``next_index``. When the stream
@@ -18,8 +18,7 @@ and that settlement is an event.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable
+from collections.abc import AsyncGenerator, Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -29,30 +28,9 @@ import grpc
 
 from decisionflow import vocabulary_wire as wire
 from decisionflow.client._calls import AsyncClient, Client
-from decisionflow.client.audit_views import InclusionProofs
-from decisionflow.client.errors import DecisionflowError, map_rpc_error
+from decisionflow.client.errors import map_rpc_error
 from decisionflow.client.views import OperationView
 from decisionflow.timestamps import from_timestamp
-from decisionflow.transparency import (
-    Checkpoint,
-    DecisionLeaf,
-    EffectLeaf,
-    EscalationLeaf,
-    ExpiryLeaf,
-    HistoryError,
-    InvalidTreeRange,
-    Leaf,
-    NotProven,
-    ProposalLeaf,
-    RejectionLeaf,
-    RerouteLeaf,
-    SettlementLeaf,
-    TransparencyError,
-    VoteLeaf,
-    decode_leaf,
-    leaf_hash,
-    verify_inclusion,
-)
 from decisionflow.v1 import events_pb2, events_pb2_grpc
 from decisionflow.vocabulary import Decision, OperationState
 
@@ -107,45 +85,6 @@ class WaitTimedOut(TimeoutError):
     def __init__(self, operation: OperationView, timeout: float) -> None:
         super().__init__(f"{operation.operation_id} is still {operation.state.value} after {timeout:g} s")
         self.operation = operation
-
-
-_LEAF_KINDS: dict[type[Any], str] = {
-    ProposalLeaf: "proposal",
-    DecisionLeaf: "decision",
-    EffectLeaf: "effect",
-    RejectionLeaf: "rejection",
-    SettlementLeaf: "settlement",
-    ExpiryLeaf: "expiry",
-    VoteLeaf: "vote",
-    EscalationLeaf: "escalation",
-    RerouteLeaf: "reroute",
-}
-
-
-def verify_event(event: EventView, proofs: InclusionProofs, checkpoint: Checkpoint) -> Leaf:
-    """Return the event's leaf, decoded from its own bytes, once its inclusion proof holds against checkpoint
-    (one the caller opened with the log's verifier key) and the event's kind, operation and time are the
-    leaf's. Raises a ``TransparencyError``: ``InvalidTreeRange`` (proofs of another size), ``NotProven`` (no
-    proof of the event's index), ``ProofError`` (the proof does not lead to the root), ``HistoryError``
-    (the proof is of other bytes, or the event says what its leaf does not)."""
-    if proofs.tree_size != checkpoint.size:
-        raise InvalidTreeRange(
-            f"the proofs are of a tree of {proofs.tree_size} leaves, the checkpoint of {checkpoint.size}"
-        )
-    proof = next((one for one in proofs.proofs if one.leaf.index == event.index), None)
-    if proof is None:
-        raise NotProven(f"no proof of leaf {event.index} in the tree of {checkpoint.size} leaves")
-    if proof.leaf.data != event.leaf:
-        raise HistoryError(event.index, "the proof is of other bytes than the event's leaf")
-    verify_inclusion(event.index, checkpoint.size, leaf_hash(event.leaf), proof.hashes, checkpoint.root_hash)
-    try:
-        leaf = decode_leaf(event.leaf)
-    except TransparencyError as exc:
-        raise HistoryError(event.index, f"does not decode: {exc}") from exc
-    told = (event.kind, event.operation_id, event.occurred_at)
-    if told != (_LEAF_KINDS[type(leaf)], leaf.operation_id, leaf.recorded_at):
-        raise HistoryError(event.index, f"the event says {told}, its leaf another kind, operation or time")
-    return leaf
 
 
 def _kind_to_pb(kind: str) -> events_pb2.EventKind.ValueType:
@@ -328,79 +267,6 @@ def _filters(
     }
 
 
-def _concerns(event: EventView, operation: OperationView) -> bool:
-    # The operation's own events, and any proposal of its case (a replacement supersedes it).
-    return event.operation_id == operation.operation_id or event.kind == "proposal"
-
-
-def wait_for_outcome(
-    get_operation: Callable[[str], OperationView],
-    events: EventsClient,
-    operation_id: str,
-    timeout: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> OperationView:
-    """The operation once settled (see the module docstring); WaitTimedOut after timeout seconds."""
-    until = clock() + timeout
-    operation = get_operation(operation_id)
-    if operation.state in SETTLED_STATES:
-        return operation
-    stream = events.watch(from_now=True, case_id=operation.case_id, heartbeats=True, until=until)
-    opened = False
-    try:
-        for item in stream:
-            if isinstance(item, Heartbeat):
-                if opened:
-                    continue
-                opened = True  # the stream's first message: read the operation again now
-            elif not _concerns(item, operation):
-                continue
-            operation = get_operation(operation_id)
-            if operation.state in SETTLED_STATES:
-                return operation
-    except DecisionflowError as error:
-        if clock() < until:
-            raise
-        raise WaitTimedOut(operation, timeout) from error
-    finally:
-        stream.close()
-    raise WaitTimedOut(operation, timeout)
-
-
-async def wait_for_outcome_async(
-    get_operation: Callable[[str], Any],
-    events: AsyncEventsClient,
-    operation_id: str,
-    timeout: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> OperationView:
-    """``wait_for_outcome`` on asyncio clients."""
-    until = clock() + timeout
-    operation: OperationView = await get_operation(operation_id)
-    if operation.state in SETTLED_STATES:
-        return operation
-    stream = events.watch(from_now=True, case_id=operation.case_id, heartbeats=True, until=until)
-    opened = False
-    try:
-        async for item in stream:
-            if isinstance(item, Heartbeat):
-                if opened:
-                    continue
-                opened = True
-            elif not _concerns(item, operation):
-                continue
-            operation = await get_operation(operation_id)
-            if operation.state in SETTLED_STATES:
-                return operation
-    except DecisionflowError as error:
-        if clock() < until:
-            raise
-        raise WaitTimedOut(operation, timeout) from error
-    finally:
-        await stream.aclose()
-    raise WaitTimedOut(operation, timeout)
-
-
 __all__ = [
     "KINDS",
     "SETTLED_STATES",
@@ -410,8 +276,5 @@ __all__ = [
     "Heartbeat",
     "WaitTimedOut",
     "event_view",
-    "verify_event",
-    "wait_for_outcome",
-    "wait_for_outcome_async",
     "watch_request",
 ]

@@ -16,7 +16,7 @@ from decisionflow.client import _convert as convert
 from decisionflow.client._calls import AsyncClient, Client, call, call_async
 from decisionflow.client._inbox import AsyncInbox, Inbox
 from decisionflow.client.errors import DecisionflowError, StaleProposal
-from decisionflow.client.events import AsyncEventsClient, EventsClient, wait_for_outcome, wait_for_outcome_async
+from decisionflow.client.events import AsyncEventsClient, EventsClient
 from decisionflow.client.views import (
     ApproveResult,
     Caller,
@@ -27,6 +27,7 @@ from decisionflow.client.views import (
     ProposalView,
     StartedReview,
 )
+from decisionflow.client.waiting import wait_for_outcome, wait_for_outcome_async
 from decisionflow.identity import EvidenceItem, IdentityError, PolicyRef, identities
 from decisionflow.v1 import review_pb2, review_pb2_grpc
 
