@@ -14,6 +14,12 @@ role's page. Every call is still checked by the orchestrator.
     REDRIVE        RedriveOperation                       operator
     SETTLE         SettleOperation                        operator
     READ_LOG       GetInclusionProof                      auditor, operator
+    RELAY          none: the console reads the relay's        operator (as DESK: ListOperations)
+                   metrics itself
+
+The relay's page calls no orchestrator, so no call of its own would refuse a person: it is shown to
+whom the policy admits to the operator desk, and only once the orchestrator has said their roles
+(``access_pages.AccessPages.guarded``).
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ DESK = Use("work at the operator desk", _OPERATIONS + "ListOperations")
 REDRIVE = Use("re-drive operations", _OPERATIONS + "RedriveOperation")
 SETTLE = Use("settle operations", _OPERATIONS + "SettleOperation")
 READ_LOG = Use("read the audit log", _AUDIT + "GetInclusionProof")
+# The relay page is part of the operator's desk: the desk's call stands for it (see the module's docstring).
+RELAY = Use("see the relay's position", _OPERATIONS + "ListOperations")
 
 # Where a person lands after signing in: the page of the first use their roles admit. Each use here
 # is one role's own (only a reviewer decides, only an operator lists operations, only an author starts

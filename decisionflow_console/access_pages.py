@@ -5,7 +5,8 @@ its call answers 403 and the missing role, before any form is shown (``access``)
 
 A person whose roles the orchestrator did not say (it was not answering) is let through: the page's
 own call is then refused or served by the orchestrator, and the roles are asked again on the next
-request (``navigation.CallerRoles``).
+request (``navigation.CallerRoles``). A page that calls no orchestrator (the relay's position) has no
+call to refuse that person, so its door is ``guarded``: it opens only once the roles are known.
 """
 
 from __future__ import annotations
@@ -51,5 +52,21 @@ class AccessPages:
             if session is not None and session.roles is not None and not use.admits(session.roles):
                 return self._pages.refusal(request, missing_role(use.doing, use.role))
             return await endpoint(request)
+
+        return serve
+
+    def guarded(self, use: Use, endpoint: Endpoint) -> Endpoint:
+        """Return endpoint behind a door for a page that calls no orchestrator: 403 to a person whose roles
+        use does not admit, and 503 while the orchestrator has not said their roles (asked again next time)."""
+
+        async def serve(request: Request) -> Response:
+            session = signed_in(request)
+            if session is not None and session.roles is None:
+                words = (
+                    "The console could not ask the orchestrator which roles your account has, and shows this page "
+                    f"only to those who may {use.doing} ({use.role}). Try again in a moment."
+                )
+                return self._pages.message(request, 503, "The orchestrator is not answering", words)
+            return await self.gated(use, endpoint)(request)
 
         return serve

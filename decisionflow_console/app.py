@@ -22,6 +22,7 @@ from decisionflow_console.access import (
     READ_LOG,
     READ_PROPOSAL,
     REDRIVE,
+    RELAY,
     SETTLE,
     START,
 )
@@ -32,6 +33,7 @@ from decisionflow_console.navigation import CallerRoles
 from decisionflow_console.operator_pages import OperatorPages
 from decisionflow_console.orchestrator import Orchestrator
 from decisionflow_console.pages import STATIC, Pages
+from decisionflow_console.relay_pages import RelayPages
 from decisionflow_console.review_pages import ReviewPages
 from decisionflow_console.sessions import SessionStore
 from decisionflow_console.signin import CALLBACK_PATH, SignIn
@@ -82,6 +84,7 @@ def create_app(
     review = ReviewPages(orchestrator, pages)
     operator = OperatorPages(orchestrator, pages)
     audit = AuditPages(orchestrator, pages, config.audit_log_key)
+    relay = RelayPages(pages, config.relay_metrics_url)
     access = AccessPages(pages)
     gated = access.gated
     # Each page behind the door of the use it serves (decisionflow_console.access).
@@ -105,6 +108,8 @@ def create_app(
         Route("/operations/{operation_id}/redrive", gated(REDRIVE, operator.redrive), methods=["POST"]),
         Route("/operations/{operation_id}/settle", gated(SETTLE, operator.settle_form)),
         Route("/operations/{operation_id}/settle", gated(SETTLE, operator.settle), methods=["POST"]),
+        # The relay's page calls no orchestrator: its door opens only once the roles are known.
+        Route("/relay", access.guarded(RELAY, relay.position)),
         Route("/audit", gated(READ_LOG, audit.lookup)),
         Route("/audit/{operation_id}", gated(READ_LOG, audit.trail)),
         Route("/audit/{operation_id}/bundle", gated(READ_LOG, audit.bundle)),

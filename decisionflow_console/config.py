@@ -37,6 +37,20 @@ def _session_key(value: str) -> bytes:
     return key
 
 
+def relay_metrics_url(value: str) -> str:
+    """Return the URL of decisionflow-relay's metrics endpoint (http or https, /metrics when no path is
+    given). A user name or password in it is refused: the relay page shows the URL it tried."""
+    parts = urlsplit(value.strip())
+    if parts.username is not None or parts.password is not None:
+        # Checked first: the words of every other refusal quote the value.
+        raise ValueError("the relay's metrics URL must not carry a user name or password (the page shows it)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected the relay's metrics URL, such as http://relay:9470/metrics, not {value!r}")
+    if parts.fragment:
+        raise ValueError(f"expected a URL without a fragment, not {value!r}")
+    return parts._replace(path=parts.path if parts.path not in ("", "/") else "/metrics").geturl()
+
+
 def _verifier_key(value: str) -> NoteVerifier:
     return NoteVerifier.from_vkey(value)  # a TransparencyError is a ValueError: the setting's error says which
 
@@ -147,6 +161,13 @@ AUDIT_LOG_KEY_FILE = Setting(
     "(unset: the page shows the leaves and says they are not verified)",
     parse=settings.from_file(_verifier_key),
 )
+RELAY_METRICS_URL = Setting(
+    "relay_metrics_url",
+    "DECISIONFLOW_CONSOLE_RELAY_METRICS_URL",
+    "URL of decisionflow-relay's metrics endpoint (its --metrics-port), such as http://relay:9470/metrics: the "
+    "operators' relay page reads the relay's position there (unset: the page says the relay is not configured)",
+    parse=relay_metrics_url,
+)
 HEADER_TIMEOUT_SECONDS = Setting(
     "header_timeout_seconds",
     "DECISIONFLOW_CONSOLE_HEADER_TIMEOUT_SECONDS",
@@ -203,6 +224,7 @@ class ConsoleConfig:
     session_lifetime_seconds: float = settings.value(SESSION_LIFETIME_SECONDS)
     sign_ins_per_minute: int = settings.value(SIGN_INS_PER_MINUTE)
     audit_log_key: NoteVerifier | None = settings.value_or_none(AUDIT_LOG_KEY_FILE)
+    relay_metrics_url: str | None = settings.value_or_none(RELAY_METRICS_URL)
     connections: ConnectionLimits = settings.group(
         ConnectionLimits,
         header_timeout_seconds=HEADER_TIMEOUT_SECONDS,

@@ -10,7 +10,7 @@ calls all the same.
     roles the orchestrator grants      links shown
     reviewer, author or operator       Inbox
     author                             Start a case
-    operator                           Operator desk
+    operator                           Operator desk, Relay
     auditor or operator                Audit log
     none of them (PERMISSION_DENIED)   none
     not read yet (the call failed)     none; read again on the next request
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decisionflow.client import DecisionflowError, PermissionDenied, Role
-from decisionflow_console.access import DESK, INBOX, READ_LOG, START, Use
+from decisionflow_console.access import DESK, INBOX, READ_LOG, RELAY, START, Use
 from decisionflow_console.orchestrator import Orchestrator
 from decisionflow_console.sessions import Session
 from decisionflow_console.web import SESSION_SCOPE_KEY, ASGIApp, Receive, Scope, Send
@@ -41,6 +41,7 @@ NAVIGATION: tuple[NavLink, ...] = (
     NavLink("/inbox", "Inbox", "nav-inbox", INBOX),
     NavLink("/start", "Start a case", "nav-start", START),
     NavLink("/operations", "Operator desk", "nav-desk", DESK),
+    NavLink("/relay", "Relay", "nav-relay", RELAY),
     NavLink("/audit", "Audit log", "nav-audit", READ_LOG),
 )
 

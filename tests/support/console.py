@@ -211,8 +211,9 @@ def page(context: BrowserContext) -> Page:
 @pytest.fixture
 def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Iterator[Callable[..., ConsoleUnderTest]]:
     """Start a stack and a console before it: make_console(receiver_failpoints=..., receiver={...},
-    console={ConsoleConfig overrides}, clock=the sessions' clock, orchestrator_clock=the orchestrator's,
-    **OrchestratorConfig overrides). One per test."""
+    console={ConsoleConfig overrides} (or a function of the started stack returning them, for a setting that
+    names something started beside the stack), clock=the sessions' clock, orchestrator_clock=the
+    orchestrator's, **OrchestratorConfig overrides). One per test."""
     from decisionflow_console.app import create_app
     from decisionflow_console.sessions import SessionStore
 
@@ -220,7 +221,7 @@ def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Itera
 
     def make(
         *,
-        console: dict[str, Any] | None = None,
+        console: dict[str, Any] | Callable[[ConsoleStack], dict[str, Any]] | None = None,
         clock: Callable[[], float] = time.time,
         orchestrator_clock: Callable[[], datetime] | None = None,
         **stack_settings: Any,
@@ -230,7 +231,12 @@ def make_console(tmp_path: Path, trial_identity: TrialIdentityProvider) -> Itera
         servers = start_console_stack(tmp_path, trial_identity, **stack_settings)
         listener = socket.create_server(("127.0.0.1", 0))
         base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        config = console_config(trial_identity.issuer, servers.stack.orchestrator_port, **(console or {}))
+        try:
+            overrides = console(servers) if callable(console) else (console or {})
+        except BaseException:
+            servers.stack.close()
+            raise
+        config = console_config(trial_identity.issuer, servers.stack.orchestrator_port, **overrides)
         sessions = SessionStore(config.session_key, config.session_lifetime_seconds, clock=clock)
         server = ConsoleServer(create_app(config, base, sessions=sessions), listener)
         made = ConsoleUnderTest(base, trial_identity, servers, sessions, [server])
