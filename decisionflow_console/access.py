@@ -14,8 +14,7 @@ role's page. Every call is still checked by the orchestrator.
     REDRIVE        RedriveOperation                       operator
     SETTLE         SettleOperation                        operator
     READ_LOG       GetInclusionProof                      auditor, operator
-    RELAY          none: the console reads the relay's        operator (as DESK: ListOperations)
-                   metrics itself
+    RELAY          none: reads the relay's own metrics    operator, as DESK's ListOperations
 
 The relay's page calls no orchestrator, so no call of its own would refuse a person: it is shown to
 whom the policy admits to the operator desk, and only once the orchestrator has said their roles

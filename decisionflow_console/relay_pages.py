@@ -11,26 +11,22 @@ is opened. Unset, the page says how to configure it; unreadable, it says what wa
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from decisionflow_console.pages import Pages
-from decisionflow_console.relay import RelayPosition, RelayUnreadable, read_position
+from decisionflow_console.relay import RelayUnreadable, read_position
 from decisionflow_console.review_pages import signed_in, to_sign_in
-
-Reader = Callable[[str], Awaitable[RelayPosition]]
 
 
 class RelayPages:
     """The relay's position, read from its metrics at metrics_url (None: not configured)."""
 
-    def __init__(self, pages: Pages, metrics_url: str | None, read: Reader = read_position) -> None:
+    def __init__(self, pages: Pages, metrics_url: str | None) -> None:
         self._pages = pages
         self._url = metrics_url
-        self._read = read
 
     async def position(self, request: Request) -> Response:
         """Show the relay's position as its metrics say it now, or why it cannot be shown."""
@@ -40,7 +36,7 @@ class RelayPages:
             return self._pages.render(request, "relay.html", url=None, problem=None)
         tried_at = datetime.now(UTC)
         try:
-            position = await self._read(self._url)
+            position = await read_position(self._url)
         except RelayUnreadable as problem:
             return self._pages.render(
                 request, "relay.html", status=problem.status, url=self._url, problem=problem, tried_at=tried_at

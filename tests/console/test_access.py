@@ -47,6 +47,7 @@ PAGES: list[tuple[str, set[str]]] = [
     (f"/operations/{OP}", {OPERATOR}),
     (f"/operations/{OP}/redrive", {OPERATOR}),
     (f"/operations/{OP}/settle", {OPERATOR}),
+    ("/relay", {OPERATOR}),
     ("/audit", LOG_READERS),
     (f"/audit/{OP}", LOG_READERS),
     (f"/audit/{OP}/bundle", LOG_READERS),

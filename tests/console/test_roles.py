@@ -26,13 +26,13 @@ ORCHESTRATOR_ROLES = frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR})
 PEOPLE: list[tuple[str, list[str], frozenset[Role], list[str]]] = [
     ("reva", ["reviewers"], frozenset({Role.REVIEWER}), ["Inbox"]),
     ("aldo", ["authors"], frozenset({Role.AUTHOR}), ["Inbox", "Start a case"]),
-    ("opal", ["operators"], frozenset({Role.OPERATOR}), ["Inbox", "Operator desk", "Audit log"]),
+    ("opal", ["operators"], frozenset({Role.OPERATOR}), ["Inbox", "Operator desk", "Relay", "Audit log"]),
     ("audra", ["auditors"], frozenset({Role.AUDITOR}), ["Audit log"]),
     (
         "evan",
         EVERY_ROLE,
         frozenset({Role.REVIEWER, Role.AUTHOR, Role.OPERATOR}),
-        ["Inbox", "Start a case", "Operator desk", "Audit log"],
+        ["Inbox", "Start a case", "Operator desk", "Relay", "Audit log"],
     ),
     # Signed in at the provider, but in no group the orchestrator maps to a role: no link at all.
     ("vera", ["visitors"], frozenset(), []),
@@ -143,12 +143,12 @@ def test_the_roles_are_read_once_per_session_and_again_after_a_read_that_failed(
     console = make_console()
     stack = console.stack
     console.sign_in(page, "opal", groups=["operators"])
-    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk", "Audit log"]
+    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk", "Relay", "Audit log"]
     port = stack.orchestrator_port
     stack.stop_orchestrator()
     # Kept in the session: with the orchestrator gone, a page that calls nothing still offers them.
     page.goto(console.url("/start"))
-    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk", "Audit log"]
+    assert page.locator(NAVIGATION).all_inner_texts() == ["Inbox", "Operator desk", "Relay", "Audit log"]
 
     other = browser.new_context()
     try:
