@@ -58,6 +58,7 @@ class AccessPages:
     def guarded(self, use: Use, endpoint: Endpoint) -> Endpoint:
         """Return endpoint behind a door for a page that calls no orchestrator: 403 to a person whose roles
         use does not admit, and 503 while the orchestrator has not said their roles (asked again next time)."""
+        door = self.gated(use, endpoint)
 
         async def serve(request: Request) -> Response:
             session = signed_in(request)
@@ -67,6 +68,6 @@ class AccessPages:
                     f"only to those who may {use.doing} ({use.role}). Try again in a moment."
                 )
                 return self._pages.message(request, 503, "The orchestrator is not answering", words)
-            return await self.gated(use, endpoint)(request)
+            return await door(request)
 
         return serve

@@ -59,6 +59,14 @@ def in_stream(nats_server: NatsCluster) -> int:
         return thread.submit(stream_messages, nats_server.servers, STREAM).result()
 
 
+def wait_for_samples(relay: RelayProcess, expected: dict[str, float], timeout: float = 60) -> None:
+    """Wait until the relay's own metrics show each expected sample's value."""
+    deadline = time.monotonic() + timeout
+    while {name: relay.metrics()[name] for name in expected} != expected:
+        assert time.monotonic() < deadline, f"{relay.metrics()} after {timeout:.0f} s:\n{relay.service.log()}"
+        time.sleep(0.2)
+
+
 def shown(page: Page, element: str) -> str:
     """The value the relay page shows in element (its data-value)."""
     value = page.locator(f"#relay-{element}").get_attribute("data-value")
@@ -114,10 +122,8 @@ def test_an_operator_follows_a_real_relay_through_an_outage_and_its_end(
         node = nats_server.nodes[0]
         node.kill()
         review(console.servers, range(3, 4))
-        deadline = time.monotonic() + 60
-        while relay.metrics()["decisionflow_relay_broker_up"] != 0:
-            assert time.monotonic() < deadline, relay.service.log()
-            time.sleep(0.2)
+        # Until a publish has failed and the relay has seen the new case's three events on the feed.
+        wait_for_samples(relay, {"decisionflow_relay_broker_up": 0, "decisionflow_relay_lag_events": 3})
         page.reload()
         expect(page.locator("#relay-broker")).to_have_attribute("data-value", "down")
         expect(page.locator("#relay-broker")).to_contain_text("JetStream is not acknowledging publishes")
