@@ -1,7 +1,7 @@
 """How the console reads the relay's position, without a browser: the relay's own metrics (its registry, served
 as the relay serves it) become its position; the setting that names the endpoint; and each way a read fails
 (nothing listening, no answer in time, an HTTP error, another service's metrics, an endless answer) raises
-an error carrying the URL tried and words, never a traceback."""
+an error carrying the URL tried and words, never a traceback, which the page shows as text."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from decisionflow_console.config import load, relay_metrics_url
+from decisionflow_console.pages import Pages
 from decisionflow_console.relay import (
     MAX_METRICS_BYTES,
     NotRelayMetrics,
@@ -100,8 +101,11 @@ class _Answer(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
-        for _ in range(repeat):
-            self.wfile.write(body)
+        try:
+            for _ in range(repeat):
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the console stopped reading an answer too large, as it should
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -162,3 +166,19 @@ def test_nothing_listening_and_no_answer_in_time_are_said_with_the_url_tried() -
             asyncio.run(read_position(url, timeout_seconds=0.5))
     assert raised.value.url == url
     assert raised.value.words == "it did not answer within 0.5 s"
+
+
+def test_what_a_wrong_endpoint_answers_is_shown_as_text_with_hidden_characters_marked(
+    http_server: ThreadingHTTPServer,
+) -> None:
+    # The words of a refused answer quote it: on the page it is escaped and what cannot be seen is marked.
+    http_server.answer = (200, "<script>alert(1)</script>\u202egnp.exe\n".encode(), 1)  # type: ignore[attr-defined]
+    url = _url(http_server)
+    with pytest.raises(NotRelayMetrics) as raised:
+        asyncio.run(read_position(url))
+    page = Pages().html("relay.html", person=None, csrf_token="", url=url, problem=raised.value, tried_at=READ_AT)
+    problem = page.split('id="relay-problem">', 1)[1].split("</p>", 1)[0]
+    assert "<script>" not in page and "\u202e" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in problem
+    assert 'aria-label="invisible format character U+202E (right-to-left override)"' in problem
+    assert f'Tried <code id="relay-url">{url}</code> at <time datetime="2026-12-08T01:00:00Z">' in problem
