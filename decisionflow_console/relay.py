@@ -7,7 +7,8 @@ A read that fails raises one of these, each carrying the URL tried and what happ
 traceback (the page shows both):
 
     RelayUnreadable        the relay's metrics could not be read                  HTTP
-    ├── RelayNotAnswering  no connection, or no answer within the timeout          503
+    ├── RelayNotAnswering  no connection, no answer within the timeout (the whole
+    │                      read), or an answer that is not HTTP                   503
     └── NotRelayMetrics    an answer, but not the relay's metrics (a status other
                            than 200, too large, not the text format, a sample
                            missing)                                               502
@@ -15,6 +16,7 @@ traceback (the page shows both):
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from dataclasses import dataclass
@@ -121,30 +123,41 @@ def position_from_metrics(text: str, read_at: datetime) -> RelayPosition:
 async def read_position(url: str, *, timeout_seconds: float = READ_TIMEOUT_SECONDS) -> RelayPosition:
     """Return the relay's position read from its metrics endpoint at url; raise RelayNotAnswering or
     NotRelayMetrics, with the URL and what happened, when it cannot be read."""
-    # No proxy or certificate settings from the environment: the relay's endpoint is an internal address,
-    # and what is read must be what the setting names.
-    timeout = httpx2.Timeout(timeout_seconds)
     try:
-        async with (
-            httpx2.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as client,
-            client.stream("GET", url, headers={"Accept": "text/plain"}) as answer,
-        ):
-            if answer.status_code != 200:
-                raise NotRelayMetrics(url, f"it answered HTTP {answer.status_code}, not 200 with the relay's metrics")
-            body = bytearray()
-            async for chunk in answer.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_METRICS_BYTES:
-                    words = f"it answered more than {MAX_METRICS_BYTES // 1024} KiB: not the relay's metrics"
-                    raise NotRelayMetrics(url, words)
-    except httpx2.TimeoutException as exc:
+        # The whole read, not each step of it: an answer that trickles in is bounded too.
+        async with asyncio.timeout(timeout_seconds):
+            body = await _metrics_text(url, timeout_seconds)
+    except (TimeoutError, httpx2.TimeoutException) as exc:
         raise RelayNotAnswering(url, f"it did not answer within {timeout_seconds:g} s") from exc
-    except httpx2.HTTPError as exc:
+    except httpx2.ConnectError as exc:
         raise RelayNotAnswering(url, f"the console could not connect ({_reason(exc)})") from exc
+    except httpx2.HTTPError as exc:
+        # Connected, but what came back is not HTTP (another protocol's port), or the connection broke.
+        raise RelayNotAnswering(url, f"it did not answer in HTTP ({_reason(exc)})") from exc
     try:
         return position_from_metrics(body.decode("utf-8"), datetime.now(UTC))
     except (UnicodeDecodeError, ValueError) as exc:
         raise NotRelayMetrics(url, str(exc)) from exc
+
+
+async def _metrics_text(url: str, timeout_seconds: float) -> bytes:
+    """The body of a 200 answer at url, at most MAX_METRICS_BYTES; NotRelayMetrics for any other answer."""
+    # No proxy or certificate settings from the environment: the relay's endpoint is an internal address,
+    # and what is read must be what the setting names.
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_seconds), trust_env=False, follow_redirects=False) as client,
+        client.stream("GET", url, headers={"Accept": "text/plain"}) as answer,
+    ):
+        if answer.status_code != 200:
+            raise NotRelayMetrics(url, f"it answered HTTP {answer.status_code}, not 200 with the relay's metrics")
+        body = bytearray()
+        async for chunk in answer.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_METRICS_BYTES:
+                raise NotRelayMetrics(
+                    url, f"it answered more than {MAX_METRICS_BYTES // 1024} KiB: not the relay's metrics"
+                )
+        return bytes(body)
 
 
 def _reason(error: Exception) -> str:
@@ -158,5 +171,7 @@ def _reason(error: Exception) -> str:
         cause = inner
     if isinstance(cause, OSError) and cause.errno is not None:
         # asyncio words a refused connection "Connect call failed (address)"; the errno's own words are plainer.
-        return os.strerror(cause.errno) if cause.errno > 0 else (cause.strerror or str(cause))
-    return str(cause) or type(error).__name__
+        said = os.strerror(cause.errno) if cause.errno > 0 else (cause.strerror or str(cause))
+    else:
+        said = str(cause) or type(error).__name__
+    return said.rstrip(".")  # the page ends the sentence

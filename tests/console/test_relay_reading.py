@@ -6,9 +6,11 @@ an error carrying the URL tried and words, never a traceback, which the page sho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -182,3 +184,47 @@ def test_what_a_wrong_endpoint_answers_is_shown_as_text_with_hidden_characters_m
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in problem
     assert 'aria-label="invisible format character U+202E (right-to-left override)"' in problem
     assert f'Tried <code id="relay-url">{url}</code> at <time datetime="2026-12-08T01:00:00Z">' in problem
+
+
+def _peer(behave: Callable[[socket.socket], None]) -> tuple[str, threading.Thread, socket.socket]:
+    """A loopback listener whose first connection is handed to behave on a thread of its own; its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(4096)
+            with contextlib.suppress(OSError):
+                behave(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}/metrics", thread, listener
+
+
+def _trickle(connection: socket.socket) -> None:
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _ in range(50):  # a byte each 0.1 s: every step is within the timeout, the whole read is not
+        connection.sendall(b"1\r\n#\r\n")
+        time.sleep(0.1)
+
+
+def _not_http(connection: socket.socket) -> None:
+    connection.sendall(b'INFO {"server_id":"NATS","version":"2.9.20"}\r\n')
+
+
+def test_an_answer_that_trickles_in_and_a_port_that_is_not_http_are_said_in_words() -> None:
+    url, thread, listener = _peer(_trickle)
+    with listener:
+        with pytest.raises(RelayNotAnswering) as raised:
+            asyncio.run(read_position(url, timeout_seconds=0.5))
+        assert raised.value.words == "it did not answer within 0.5 s"
+        thread.join(10)
+
+    # A NATS client port given by mistake: it greets in its own protocol.
+    url, thread, listener = _peer(_not_http)
+    with listener:
+        with pytest.raises(RelayNotAnswering) as raised:
+            asyncio.run(read_position(url))
+        assert raised.value.words.startswith("it did not answer in HTTP (")
+        thread.join(10)
