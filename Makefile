@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck proto-check unit pythons bench audit-cost-bench rules-cost-bench scale-plan hpack-bench clean
+.PHONY: setup demo test check lint typecheck proto-check unit pythons bench audit-cost-bench rules-cost-bench events-cost-bench scale-plan hpack-bench clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,13 @@ audit-cost-bench: setup
 # (bench/rules_cost.py); RULES_COST_ARGS="--postgres-url …", QUICK=1.
 rules-cost-bench: setup
 	$(PY) -m bench.rules_cost $(if $(QUICK),--quick,) $(RULES_COST_ARGS)
+
+# The event feed's cost: the orchestrator's CPU per StartReview and first Approve with no watcher against the same
+# with one watcher streaming every event, in alternating rounds; each Approve's answer-to-event latency at a watcher
+# process (p50, p99); one process's RSS per idle stream and an Approve beside them (bench/events_cost.py);
+# EVENTS_COST_ARGS="--postgres-url …", QUICK=1.
+events-cost-bench: setup
+	$(PY) -m bench.events_cost $(if $(QUICK),--quick,) $(EVENTS_COST_ARGS)
 
 # Statements and commits per call on PostgreSQL, what one primary sustains (pgbench) and the orchestrator
 # replicas it serves; SCALE_ARGS="--postgres-url …" for another server, QUICK=1 in about two minutes.
