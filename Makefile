@@ -78,9 +78,9 @@ rules-cost-bench: setup
 	$(PY) -m bench.rules_cost $(if $(QUICK),--quick,) $(RULES_COST_ARGS)
 
 # The event feed's cost: the orchestrator's CPU per StartReview and first Approve with no watcher against the same
-# with one watcher streaming every event, in alternating rounds; each Approve's answer-to-event latency at a watcher
-# process (p50, p99); one process's RSS per idle stream and an Approve beside them (bench/events_cost.py);
-# EVENTS_COST_ARGS="--postgres-url …", QUICK=1.
+# with one watcher streaming every event, and (where nats-server is installed) with the relay into JetStream, in
+# alternating rounds; each Approve's answer-to-event latency at a watcher process (p50, p99); one process's RSS per
+# idle stream and an Approve beside them (bench/events_cost.py); EVENTS_COST_ARGS="--postgres-url …", QUICK=1.
 events-cost-bench: setup
 	$(PY) -m bench.events_cost $(if $(QUICK),--quick,) $(EVENTS_COST_ARGS)
 

@@ -14,6 +14,13 @@ unwatched and the median and quartiles of each round's ratio; the CPU each spend
 (the watched one's passes); and what sequencing the unwatched orchestrator's entries costs in this process, per
 review, for the share of the difference that is sequencing moved from the sequencer job into the feed.
 
+The relay. Where nats-server is installed (and without ``--no-relay``), a third orchestrator, "relay", on its own
+fresh database, takes part in the same alternating rounds with ``decisionflow-relay`` (decisionflow_relay) watching
+it from the log's first event and publishing every event into a JetStream stream of a ``nats-server -js`` started on
+a free port with its own store. The report is the same table against "no watcher", the relay's cursor (what
+JetStream acknowledged) against the events the reviews made, and, once it reached them, the CPU per review of the
+relay process and of nats-server from the relay's start (its warm-up and idle stretch included).
+
 Latency. Through the watched orchestrator, StartReviews and then their first Approves at 16 in flight: for each
 Approve, the moment its COMMITTED answer reached this process and the moment its effect event reached the
 watcher process, both on the machine's monotonic clock, matched by operation id. The report is the count, p50,
@@ -28,7 +35,7 @@ before, the latency of an Approve (a review started and approved one at a time) 
 are open, and whether every stream received those reviews' events.
 
     python -m bench.events_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
-                                [--latency-calls N] [--streams N]
+                                [--latency-calls N] [--streams N] [--no-relay]
 
 Prints figures and asserts nothing: ``tests/bench/test_events_cost.py`` only checks that it runs and prints them.
 """
@@ -37,8 +44,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import math
 import select
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,6 +70,7 @@ from bench._processes import CHECKPOINT_KEY, ServerProcess
 from decisionflow.channels import aio_insecure_channel
 from decisionflow.v1 import common_pb2, events_pb2, events_pb2_grpc, review_pb2
 from decisionflow_demo.launch import UNLIMITED_AUTHORS, ProcessStack
+from decisionflow_server.foundation.processes import ServiceProcess, free_port, launch, log_tail
 from decisionflow_server.storage import db
 from orchestrator.audit_log.progress import BATCH
 from orchestrator.store import OrchestratorStore
@@ -67,7 +78,7 @@ from orchestrator.store import OrchestratorStore
 REPO = Path(__file__).resolve().parents[1]
 IN_FLIGHT = 16
 WARMUP_CALLS = 32
-QUIET, WATCHED = "no watcher", "one watcher"
+QUIET, WATCHED, RELAYED = "no watcher", "one watcher", "relay"
 MEASURES = ("StartReview", "first Approve")
 # A review writes three leaves, so three events: its proposal, its decision and its effect.
 EVENTS_PER_REVIEW = 3
@@ -81,6 +92,8 @@ STREAMS_PER_CONNECTION = 50
 PROBES = 5
 # How long the bench waits for events to reach their watchers, and for a watcher process to start.
 ARRIVAL_WAIT_SECONDS = 60.0
+NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
+RELAY_MODULE = "decisionflow_relay.main"
 
 
 def _progress(message: str) -> None:
@@ -177,6 +190,107 @@ class Watcher:
         self.process.wait(15)
 
 
+class Relay:
+    """A nats-server with JetStream on a free port (its own store) and decisionflow-relay relaying target's feed
+    into it from the log's first event."""
+
+    def __init__(self, target: str, work: Path) -> None:
+        self.port = free_port()
+        (store := work / "nats-store").mkdir()
+        with (work / "nats-server.log").open("wb") as log:
+            self.nats = subprocess.Popen(
+                [NATS_SERVER, "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.cursor_file = work / "relay.cursor"
+        self.service: ServiceProcess | None = None
+        self._await(self._nats_listens, "nats-server does not listen", work / "nats-server.log")
+        metrics_port = free_port()
+        args = [
+            "--orchestrator-target",
+            target,
+            "--nats-url",
+            f"nats://127.0.0.1:{self.port}",
+            "--cursor-file",
+            str(self.cursor_file),
+            "--metrics-port",
+            str(metrics_port),
+        ]
+        self.service = launch(RELAY_MODULE, args, work, "relay", announces_port=False)
+        self._metrics_port = metrics_port
+        self._await(self._relay_serves, "the relay serves no metrics", self.service.log_path)
+        self.meter = CpuMeter({"relay": self.service.pid, "nats-server": self.nats.pid})
+        self.started_cpu = self.meter.snapshot()
+
+    def _await(self, ready: Any, what: str, log: Path) -> None:
+        deadline = time.monotonic() + ARRIVAL_WAIT_SECONDS
+        while not ready():
+            alive = self.nats.poll() is None and (self.service is None or self.service.process.poll() is None)
+            if not alive or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"events-cost: {what}:\n{log_tail(log, 40)}")
+            time.sleep(0.1)
+
+    def _nats_listens(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def _relay_serves(self) -> bool:
+        # The relay serves its metrics once it connected to NATS and made sure of its stream.
+        connection = http.client.HTTPConnection("127.0.0.1", self._metrics_port, timeout=5)
+        try:
+            connection.request("GET", "/metrics")
+            return connection.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            connection.close()
+
+    def acknowledged(self, count: int) -> int:
+        """The relay's stored cursor (every event below it acknowledged by JetStream) once it reaches count, or
+        after ARRIVAL_WAIT_SECONDS."""
+        deadline = time.monotonic() + ARRIVAL_WAIT_SECONDS
+        while True:
+            try:
+                cursor = int(self.cursor_file.read_text(encoding="ascii"))
+            except (OSError, ValueError):
+                cursor = 0
+            if cursor >= count or time.monotonic() > deadline:
+                return cursor
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the relay, then nats-server."""
+        if self.service is not None:
+            self.service.stop()
+        if self.nats.poll() is None:
+            self.nats.terminate()
+        self.nats.wait(15)
+
+
+def render_relay(relay: Relay, reviews: int) -> str:
+    """What JetStream acknowledged of the relayed orchestrator's reviews' events, and then the relay's and
+    nats-server's own CPU per review over the whole run."""
+    expected = EVENTS_PER_REVIEW * reviews
+    acknowledged = relay.acknowledged(expected)
+    used = relay.meter.snapshot()
+    each = ", ".join(
+        f"{name} {1000 * (used[name] - relay.started_cpu[name]) / reviews if reviews else 0.0:.3f} ms"
+        for name in sorted(used)
+    )
+    return (
+        f"  JetStream acknowledged {acknowledged} of the {expected} events the relayed orchestrator's reviews made "
+        "(the relay's cursor)\n"
+        f"  CPU per review outside the orchestrator, from the relay's start until then (warm-up and idle stretch "
+        f"included, {reviews} reviews): {each}"
+    )
+
+
 async def _round(clients: _calls.Clients, meter: CpuMeter, tally: Tally, calls: int, tag: str) -> None:
     tags = [f"{tag}-{i:05d}" for i in range(calls)]
     before = meter.snapshot()["orchestrator"]
@@ -197,8 +311,13 @@ class CostRun:
 
 
 async def _measure(
-    orchestrators: dict[str, ServerProcess], receiver: ServerProcess, rounds: int, calls: int, run_id: str
+    orchestrators: dict[str, ServerProcess],
+    receiver: ServerProcess,
+    rounds: int,
+    calls: int,
+    run_id: str,
 ) -> CostRun:
+    """Alternating rounds through each orchestrator (a warm-up first, not measured)."""
     clients = {name: _calls.Clients(o.target, receiver.target, receiver.target) for name, o in orchestrators.items()}
     meters = {name: CpuMeter({"orchestrator": o.pid}) for name, o in orchestrators.items()}
     tallies = {name: Tally() for name in orchestrators}
@@ -243,14 +362,14 @@ def _ratios(numerators: list[float], denominators: list[float]) -> list[float]:
     return [n / d for n, d in zip(numerators, denominators, strict=True) if d]
 
 
-def render_cost(run: CostRun, database: str, rounds: int, calls: int) -> str:
-    """The table of CPU per call without and with a watcher, their ratio and each round's ratio's median and
-    quartiles, the failed calls and the idle CPU per second of each."""
-    quiet, watched = run.tallies[QUIET], run.tallies[WATCHED]
+def render_cost(run: CostRun, other: str, title: str, database: str, rounds: int, calls: int) -> str:
+    """The table of CPU per call with no watcher and with other, their ratio and each round's ratio's median and
+    quartiles, and the failed calls."""
+    quiet, watched = run.tallies[QUIET], run.tallies[other]
     lines = [
-        f"event feed's cost ({database}, {rounds} alternating rounds of {calls} reviews each at {IN_FLIGHT} in flight;"
+        f"{title} ({database}, {rounds} alternating rounds of {calls} reviews each at {IN_FLIGHT} in flight;"
         " orchestrator CPU per call)",
-        f"  {'':<22}{QUIET:>12}{WATCHED:>13}{'difference':>12}{'ratio':>8}   per-round ratio: median [quartiles]",
+        f"  {'':<22}{QUIET:>12}{other:>13}{'difference':>12}{'ratio':>8}   per-round ratio: median [quartiles]",
     ]
     rows = [
         (m, quiet.ms_per_call(m), watched.ms_per_call(m), quiet.per_round[m], watched.per_round[m]) for m in MEASURES
@@ -271,11 +390,13 @@ def render_cost(run: CostRun, database: str, rounds: int, calls: int) -> str:
             f"{_spread(_ratios(now_rounds, was_rounds))}"
         )
     lines.append(f"  failed calls: {quiet.failures + watched.failures}")
-    lines.append(
-        f"  idle CPU per second ({IDLE_SECONDS:g} s with no call): {run.idle_ms_per_second[QUIET]:.2f} ms {QUIET}, "
-        f"{run.idle_ms_per_second[WATCHED]:.2f} ms {WATCHED} (its feed's passes)"
-    )
     return "\n".join(lines)
+
+
+def render_idle_cpu(run: CostRun) -> str:
+    """Each orchestrator's CPU per second of the idle stretch."""
+    each = ", ".join(f"{ms:.2f} ms {name}" for name, ms in run.idle_ms_per_second.items())
+    return f"  idle CPU per second ({IDLE_SECONDS:g} s with no call): {each} (a watched one's: its feed's passes)"
 
 
 def _received(watcher: Watcher, expected: int) -> str:
@@ -535,6 +656,54 @@ def render_idle(idle: IdleStreams, database: str) -> str:
     return "\n".join(lines)
 
 
+def _cost(
+    processes: ProcessStack,
+    databases: dict[str, Databases],
+    relay_too: bool,
+    sizes: tuple[int, int],
+    run_id: str,
+    stack: ExitStack,
+) -> tuple[dict[str, ServerProcess], Watcher, int]:
+    """The cost rounds and their report; the orchestrators (still running), the watcher and the failed calls."""
+    rounds, calls = sizes
+    work, kind = processes.workdir, databases[QUIET].kind
+    assert processes.receiver is not None
+    names = (QUIET, WATCHED, RELAYED) if relay_too else (QUIET, WATCHED)
+    orchestrators = {
+        name: processes.start_orchestrator(
+            f"orchestrator-{name.replace(' ', '-')}", database_url=databases[name].orchestrator_url, args=SERVER_ARGS
+        )
+        for name in names
+    }
+    watcher = Watcher(orchestrators[WATCHED].target, work, "watcher")
+    stack.callback(watcher.stop)
+    relay = None
+    if relay_too:
+        _progress(f"starting nats-server and decisionflow-relay watching the orchestrator {RELAYED}")
+        relay = Relay(orchestrators[RELAYED].target, work)
+        stack.callback(relay.stop)
+    run = asyncio.run(_measure(orchestrators, processes.receiver, rounds, calls, run_id))
+    print(render_cost(run, WATCHED, "event feed's cost", kind, rounds, calls), flush=True)
+    print(render_idle_cpu(run), flush=True)
+    reviews = WARMUP_CALLS + run.tallies[WATCHED].calls["first Approve"]
+    print(_received(watcher, EVENTS_PER_REVIEW * reviews), flush=True)
+    print(_sequencing(databases[QUIET].orchestrator_url, run.tallies[QUIET], run.tallies[WATCHED]), flush=True)
+    if relay is not None:
+        title = "the relay into NATS JetStream's cost to the orchestrator"
+        print(render_cost(run, RELAYED, title, kind, rounds, calls), flush=True)
+        print(render_relay(relay, WARMUP_CALLS + run.tallies[RELAYED].calls["first Approve"]), flush=True)
+        relay.stop()
+        orchestrators.pop(RELAYED).stop()
+    else:
+        print(f"the relay into NATS JetStream: not measured ({NATS_SERVER} is not installed)", flush=True)
+    failed = 0
+    for name, tally in run.tallies.items():
+        failed += tally.failures
+        if tally.first_failure:
+            _progress(f"the orchestrator {name}'s first failed call: {tally.first_failure}")
+    return orchestrators, watcher, failed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the three measurements once and print their figures."""
     cli = argparse.ArgumentParser(prog="python -m bench.events_cost", description=__doc__.split("\n\n")[0])
@@ -548,43 +717,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("--calls", type=int, help="StartReviews (and as many first Approves) per round per orchestrator")
     cli.add_argument("--latency-calls", type=int, help="first Approves whose event latency is measured")
     cli.add_argument("--streams", type=int, help="idle WatchEvents streams to open")
+    cli.add_argument("--no-relay", action="store_true", help="leave out the round with the relay into JetStream")
     ns = cli.parse_args(argv)
     rounds = max(1, ns.rounds if ns.rounds is not None else (2 if ns.quick else 16))
     calls = max(1, ns.calls if ns.calls is not None else (48 if ns.quick else 200))
     latency_calls = max(1, ns.latency_calls if ns.latency_calls is not None else (200 if ns.quick else 1000))
     streams = max(1, ns.streams if ns.streams is not None else (200 if ns.quick else 1000))
+    relay_too = not ns.no_relay and Path(NATS_SERVER).exists()
     run_id = uuid.uuid4().hex[:8]
-    failed = 0
     with tempfile.TemporaryDirectory(prefix="decisionflow-events-cost-") as scratch, ExitStack() as stack:
         work = Path(scratch)
         databases: dict[str, Databases] = {}
-        for name in (QUIET, WATCHED, "idle"):
+        for name in (QUIET, WATCHED, RELAYED, "idle"):
             (where := work / name.replace(" ", "-")).mkdir()
             databases[name] = stack.enter_context(fresh_databases(where, ns.postgres_url))
         kind = databases[QUIET].kind
         processes = ProcessStack(work, databases[QUIET].receiver_url, databases[QUIET].orchestrator_url, CHECKPOINT_KEY)
         stack.callback(processes.close)
-        _progress(f"starting a receiver, an orchestrator with no watcher and one with a watcher ({kind}) in {work}")
+        _progress(
+            f"starting a receiver and an orchestrator with no watcher, one watched, one relayed ({kind}) in {work}"
+        )
         receiver = processes.start_receiver("receiver")
-        orchestrators = {
-            name: processes.start_orchestrator(
-                f"orchestrator-{name.replace(' ', '-')}",
-                database_url=databases[name].orchestrator_url,
-                args=SERVER_ARGS,
-            )
-            for name in (QUIET, WATCHED)
-        }
-        watcher = Watcher(orchestrators[WATCHED].target, work, "watcher")
-        stack.callback(watcher.stop)
-        run = asyncio.run(_measure(orchestrators, receiver, rounds, calls, run_id))
-        print(render_cost(run, kind, rounds, calls), flush=True)
-        reviews = WARMUP_CALLS + run.tallies[WATCHED].calls["first Approve"]
-        print(_received(watcher, EVENTS_PER_REVIEW * reviews), flush=True)
-        print(_sequencing(databases[QUIET].orchestrator_url, run.tallies[QUIET], run.tallies[WATCHED]), flush=True)
-        for name, tally in run.tallies.items():
-            failed += tally.failures
-            if tally.first_failure:
-                _progress(f"the orchestrator with {name}'s first failed call: {tally.first_failure}")
+        if not relay_too and not ns.no_relay:
+            _progress(f"no round with the relay: {NATS_SERVER} is not installed")
+        orchestrators, watcher, failed = _cost(processes, databases, relay_too, (rounds, calls), run_id, stack)
 
         _progress(f"{latency_calls} first Approves through the watched orchestrator, each event's latency")
         latencies = asyncio.run(_measured_latencies(orchestrators[WATCHED], receiver, watcher, latency_calls, run_id))
