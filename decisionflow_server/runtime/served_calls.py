@@ -27,8 +27,9 @@ the bare server costs 0.2 ms; this pass does the same work once.
 
 Streaming methods (health's Watch, reflection, EventService.WatchEvents) are counted, traced and mapped
 the same way, and kept to the metadata limit. A server-streaming method's one request is parsed as in
-step 5, after admission (bytes that are not its request message, or too many, are an InvalidRequest);
-a client stream's messages are gRPC's to parse.
+step 5, after admission (bytes that are not its request message, or too many, are an InvalidRequest),
+and once admitted and parsed it tells the connection guard as a unary call does (a watcher's connection may
+carry nothing but its stream); a client stream's messages are gRPC's to parse.
 """
 
 from __future__ import annotations
@@ -268,6 +269,13 @@ class ServedCalls(ServerInterceptor):
             return await self._auth.admission(method.name, metadata)
         return None
 
+    def _note_admitted(self, principal: Principal | None, context: Context) -> None:
+        """Tell the connection guard that a streaming call was admitted and its request parsed, as a unary
+        call does: a watcher's connection may carry nothing but its WatchEvents stream, and is used. A
+        method exempt from authentication (health, reflection: principal None) does not count."""
+        if principal is not None and self._on_admitted is not None:
+            self._on_admitted(context.peer())
+
     def _admit(self, method: _Method, context: Context, admission: Admission) -> Principal | None:
         """The call's principal: decided from the headers, else (a client certificate) here; None for a
         method exempt from authentication."""
@@ -325,8 +333,11 @@ class ServedCalls(ServerInterceptor):
 
             async def answered(request: Any, context: Context) -> Any:
                 async def answer() -> Any:
-                    with admitted_principal(self._admit(method, context, admission)):
-                        return await behaviour(_parsed(parse, request, method.limit), context)
+                    principal = self._admit(method, context, admission)
+                    with admitted_principal(principal):
+                        message = _parsed(parse, request, method.limit)
+                        self._note_admitted(principal, context)
+                        return await behaviour(message, context)
 
                 return await self._serve(method, context, metadata, answer())
 
@@ -361,7 +372,9 @@ class ServedCalls(ServerInterceptor):
                     # A generator abandoned mid-stream is closed by the loop in another context, where
                     # the principal could not be reset; it then dies with the call's own task context.
                     with admitted_principal(principal, lenient=True):
-                        async for response in behaviour(_parsed(parse, request, method.limit), context):
+                        message = _parsed(parse, request, method.limit)
+                        self._note_admitted(principal, context)
+                        async for response in behaviour(message, context):
                             yield response
                 except DomainError as refusal:
                     await refuse(table, refusal, context)

@@ -1,20 +1,28 @@
 """Connections that make no call cannot lock callers out: against a receiver process with
 ``--max-connections 20``, raw HTTP/2 connections that send the client preface and nothing else are
 closed once the first-call timeout passes, and one peer address holds at most its share of the
-connection budget while a client from another address is served."""
+connection budget while a client from another address is served. A connection whose only call is an
+admitted WatchEvents stream is used, and kept."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc
-from decisionflow_demo.launch import RECEIVER_MODULE, receiver_args
+from decisionflow.v1 import effect_receiver_pb2, effect_receiver_pb2_grpc, events_pb2, events_pb2_grpc
+from decisionflow_demo.launch import (
+    CHECKPOINT_KEYS_ENV,
+    ORCHESTRATOR_MODULE,
+    RECEIVER_MODULE,
+    orchestrator_args,
+    receiver_args,
+)
 from decisionflow_server.foundation.processes import ServiceProcess, spawn
 from decisionflow_server.runtime.auth import Role, bearer_metadata, issue_token
 from decisionflow_server.runtime.connection_guard import (
@@ -28,6 +36,7 @@ from decisionflow_server.runtime.connection_guard import (
 )
 from tests.support.flood import RawPeer, pump
 from tests.support.payloads import new_operation_id
+from tests.support.stack import CHECKPOINT_KEY
 
 HELD = 25
 
@@ -161,6 +170,49 @@ def test_a_connection_that_made_an_authenticated_call_is_kept(tmp_path: Path) ->
         stub.Lookup(request, metadata=bearer_metadata(token), timeout=5)
         channel.unsubscribe(states.append)
     assert process.stop() == 0
+    # One connection throughout: READY once, never dropped back to IDLE or TRANSIENT_FAILURE.
+    assert states[states.index(grpc.ChannelConnectivity.READY) :] == [grpc.ChannelConnectivity.READY], states
+
+
+@pytest.mark.slow  # an orchestrator process and timeouts of seconds
+def test_a_connection_whose_only_call_is_a_watch_stream_is_kept(tmp_path: Path) -> None:
+    # A watcher (the relay, decisionflow watch) may hold a connection for its stream alone: the stream is an
+    # admitted call, so the first-call timeout does not close that connection under it.
+    credentials = tmp_path / "credentials.json"
+    token = issue_token(credentials, "auditor", [Role.AUDITOR])
+    args = orchestrator_args(
+        f"sqlite:///{tmp_path / 'orchestrator.db'}",
+        "127.0.0.1:9",  # never called: nothing is decided
+        extra=[
+            "--credentials-file",
+            str(credentials),
+            "--first-call-timeout-seconds",
+            "1",
+            "--events-heartbeat-seconds",
+            "0.5",
+        ],
+    )
+    process = spawn(ORCHESTRATOR_MODULE, args, tmp_path, "orchestrator", env={CHECKPOINT_KEYS_ENV: CHECKPOINT_KEY})
+    process.wait_serving()
+    states: list[grpc.ChannelConnectivity] = []
+    heartbeats = 0
+    try:
+        with grpc.insecure_channel(process.target, options=[("grpc.enable_retries", 0)]) as channel:
+            channel.subscribe(states.append)
+            stream: Any = events_pb2_grpc.EventServiceStub(channel).WatchEvents(
+                events_pb2.WatchEventsRequest(from_now=True), metadata=bearer_metadata(token)
+            )
+            started = time.monotonic()
+            # Three times the first-call timeout, and several of the guard's sweeps.
+            for message in stream:
+                heartbeats += message.HasField("heartbeat")
+                if time.monotonic() - started > 3:
+                    break
+            stream.cancel()
+            channel.unsubscribe(states.append)
+    finally:
+        assert process.stop() == 0
+    assert heartbeats >= 4
     # One connection throughout: READY once, never dropped back to IDLE or TRANSIENT_FAILURE.
     assert states[states.index(grpc.ChannelConnectivity.READY) :] == [grpc.ChannelConnectivity.READY], states
 
