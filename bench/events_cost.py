@@ -30,9 +30,10 @@ reached this process's loop).
 Idle streams. A fresh orchestrator whose one principal (authentication is off) may hold every stream the bench
 opens (``--events-streams-per-principal``); N streams from now on, 50 a connection (under the transport's 64
 concurrent streams a connection), each opened once its first heartbeat came. The report is the process's RSS
-before and after and per stream, its CPU per second while they sit idle (a heartbeat every 5 s each) against
-before, the latency of an Approve (a review started and approved one at a time) before they opened and while they
-are open, and whether every stream received those reviews' events.
+before and after and per stream, its CPU per second while they sit idle for 12 s (a heartbeat every 5 s each, and
+past the connections' 10 s first-call timeout) against before, the latency of an Approve (a review started and
+approved one at a time) before they opened and while they are open, whether every stream received those reviews'
+events, and any stream refused or ended while open.
 
     python -m bench.events_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
                                 [--latency-calls N] [--streams N] [--no-relay]
@@ -87,6 +88,9 @@ EVENTS_PER_REVIEW = 3
 SERVER_ARGS = (*UNLIMITED_AUTHORS, "--audit-interval-seconds", "0")
 # An idle stretch as long as the feed's heartbeat interval (--events-heartbeat-seconds, 5 s by default).
 IDLE_SECONDS = 5.0
+# How long the idle streams sit before an Approve is timed beside them: longer than the connections' first-call
+# timeout (--first-call-timeout-seconds, 10 s), so a stream that only holds its connection must be kept past it.
+IDLE_STREAM_SECONDS = 12.0
 STREAMS_PER_CONNECTION = 50
 # Reviews started and approved one at a time to time an Approve, before and while the idle streams are open.
 PROBES = 5
@@ -509,7 +513,8 @@ class IdleStreams:
     events_each: int
     streams_with_every_event: int
     refused: int
-    first_refusal: str
+    ended: int
+    first_error: str
 
 
 async def _probe(clients: _calls.Clients, tag: str) -> list[float]:
@@ -529,16 +534,16 @@ async def _probe(clients: _calls.Clients, tag: str) -> list[float]:
     return latencies
 
 
-async def _cpu_per_second(meter: CpuMeter) -> float:
+async def _cpu_per_second(meter: CpuMeter, seconds: float) -> float:
     before = meter.snapshot()["orchestrator"]
     started = time.perf_counter()
-    await asyncio.sleep(IDLE_SECONDS)
+    await asyncio.sleep(seconds)
     return 1000 * (meter.snapshot()["orchestrator"] - before) / (time.perf_counter() - started)
 
 
 class IdleWatchers:
     """count WatchEvents streams from now on to target, STREAMS_PER_CONNECTION a connection, each counting the
-    events it receives; a refused stream is counted and its first refusal kept."""
+    events it receives; a stream refused, or ended once open, is counted and the first error kept."""
 
     def __init__(self, target: str, count: int) -> None:
         options = [("grpc.use_local_subchannel_pool", 1)]
@@ -546,7 +551,9 @@ class IdleWatchers:
         self.channels = [aio_insecure_channel(target, options=options) for _ in range(connections)]
         self.count = count
         self.received = [0] * count
-        self.refusals: list[str] = []
+        self.refused = 0
+        self.ended = 0
+        self.errors: list[str] = []
         self._settled = 0
         self._all_settled = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -570,10 +577,13 @@ class IdleWatchers:
         except asyncio.CancelledError:
             call.cancel()
             raise
-        except Exception as exc:  # a refused stream is counted and reported
-            self.refusals.append(f"{type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:  # a stream refused or ended is counted and reported
+            self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
             if first:
+                self.refused += 1
                 self._settle()
+            else:
+                self.ended += 1
 
     async def open(self) -> None:
         """Open every stream and wait until each has its first heartbeat (or was refused)."""
@@ -583,9 +593,14 @@ class IdleWatchers:
     async def complete(self, events: int) -> int:
         """Wait until every open stream received events events (or ARRIVAL_WAIT_SECONDS went by); how many did."""
         deadline = time.monotonic() + ARRIVAL_WAIT_SECONDS
-        while self._with(events) < self.count - len(self.refusals) and time.monotonic() < deadline:
+        while self._with(events) < self.open_streams and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         return self._with(events)
+
+    @property
+    def open_streams(self) -> int:
+        """The streams open now: neither refused nor ended."""
+        return self.count - self.refused - self.ended
 
     def _with(self, events: int) -> int:
         return sum(1 for r in self.received if r >= events)
@@ -608,14 +623,14 @@ async def _idle_streams(orchestrator: ServerProcess, receiver: ServerProcess, co
         _, operation_ids = await _calls.start_reviews(clients, tags, IN_FLIGHT)
         await _calls.approvals(clients, operation_ids, IN_FLIGHT, replay=False)
         before_probe = await _probe(clients, f"{run_id}-ip0")
-        cpu_before = await _cpu_per_second(meter)
+        cpu_before = await _cpu_per_second(meter, IDLE_SECONDS)
         rss_before = orchestrator.rss_kib()
         _progress(f"opening {count} idle streams on {len(watchers.channels)} connections")
         await watchers.open()
         await asyncio.sleep(1.0)
         rss_after = orchestrator.rss_kib()
-        _progress(f"{count - len(watchers.refusals)} streams open; {IDLE_SECONDS:g} s idle, then {PROBES} Approves")
-        cpu_open = await _cpu_per_second(meter)
+        _progress(f"{watchers.open_streams} streams open; {IDLE_STREAM_SECONDS:g} s idle, then {PROBES} Approves")
+        cpu_open = await _cpu_per_second(meter, IDLE_STREAM_SECONDS)
         open_probe = await _probe(clients, f"{run_id}-ip1")
         expected = EVENTS_PER_REVIEW * PROBES
         complete = await watchers.complete(expected)
@@ -632,8 +647,9 @@ async def _idle_streams(orchestrator: ServerProcess, receiver: ServerProcess, co
         open_probe,
         expected,
         complete,
-        len(watchers.refusals),
-        watchers.refusals[0] if watchers.refusals else "",
+        watchers.refused,
+        watchers.ended,
+        watchers.errors[0] if watchers.errors else "",
     )
 
 
@@ -646,12 +662,13 @@ def render_idle(idle: IdleStreams, database: str) -> str:
         f"  RSS {idle.rss_before_kib / 1024:.1f} MiB before, {idle.rss_after_kib / 1024:.1f} MiB with the streams "
         f"open: {per_stream:+.1f} KiB per stream",
         f"  CPU per second idle: {idle.cpu_before_ms_per_second:.2f} ms before, {idle.cpu_open_ms_per_second:.2f} ms "
-        "with the streams open",
+        f"with the streams open ({IDLE_STREAM_SECONDS:g} s, past the connections' first-call timeout)",
         f"  an Approve answered in {statistics.median(idle.approve_open_ms):.1f} ms with the streams open "
         f"(median of {PROBES}, largest {max(idle.approve_open_ms):.1f} ms; "
         f"{statistics.median(idle.approve_before_ms):.1f} ms before they opened)",
         f"  streams that received all {idle.events_each} events of those reviews: {idle.streams_with_every_event} of "
-        f"{idle.streams}; refused: {idle.refused}{' (' + idle.first_refusal + ')' if idle.first_refusal else ''}",
+        f"{idle.streams}; refused: {idle.refused}; ended while open: {idle.ended}"
+        + (f" (first: {idle.first_error})" if idle.first_error else ""),
     ]
     return "\n".join(lines)
 
@@ -760,7 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         idle = asyncio.run(_idle_streams(idle_orchestrator, receiver, streams, run_id))
         print(render_idle(idle, kind), flush=True)
-        failed += idle.refused
+        failed += idle.refused + idle.ended
     return 1 if failed else 0
 
 

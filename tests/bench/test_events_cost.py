@@ -75,4 +75,5 @@ def test_events_cost_bench_prints_the_cost_latency_and_idle_stream_figures() -> 
     assert re.search(r"^  CPU per second idle: \d+\.\d+ ms before, \d+\.\d+ ms with the streams open", out, re.M), out
     assert re.search(r"^  an Approve answered in \d+\.\d ms with the streams open", out, re.M), out
     expected = EVENTS_PER_REVIEW * PROBES
-    assert f"streams that received all {expected} events of those reviews: {STREAMS} of {STREAMS}; refused: 0" in out
+    assert f"streams that received all {expected} events of those reviews: {STREAMS} of {STREAMS}; refused: 0; " in out
+    assert "ended while open: 0" in out
