@@ -36,7 +36,7 @@ approved one at a time) before they opened and while they are open, whether ever
 events, and any stream refused or ended while open.
 
     python -m bench.events_cost [--quick] [--postgres-url URL] [--rounds N] [--calls N]
-                                [--latency-calls N] [--streams N] [--no-relay]
+                                [--latency-calls N] [--streams N] [--no-relay] [--events-poll-seconds S]
 
 Prints figures and asserts nothing: ``tests/bench/test_events_cost.py`` only checks that it runs and prints them.
 """
@@ -113,6 +113,8 @@ class Tally:
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MEASURES, 0))
     failures: int = 0
     first_failure: str = ""
+    # Wall seconds the rounds took, every measure.
+    seconds: float = 0.0
     # Each round's CPU milliseconds per call, per measure, in round order.
     per_round: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in MEASURES})
 
@@ -120,6 +122,7 @@ class Tally:
         """Record one round's CPU seconds and sample of measure."""
         self.cpu_seconds[measure] += seconds
         self.calls[measure] += sample.calls
+        self.seconds += sample.seconds
         self.per_round[measure].append(1000 * seconds / sample.calls if sample.calls else 0.0)
         self.failures += sample.failures
         self.first_failure = self.first_failure or sample.first_failure
@@ -128,6 +131,10 @@ class Tally:
         """CPU milliseconds per completed call of measure."""
         calls = self.calls[measure]
         return 1000 * self.cpu_seconds[measure] / calls if calls else 0.0
+
+    def reviews_per_second(self) -> float:
+        """Reviews (a StartReview and its first Approve) per second of the rounds' wall time."""
+        return self.calls["first Approve"] / self.seconds if self.seconds else 0.0
 
     def review_ms(self) -> float:
         """CPU milliseconds of a StartReview and its first Approve."""
@@ -398,9 +405,17 @@ def render_cost(run: CostRun, other: str, title: str, database: str, rounds: int
 
 
 def render_idle_cpu(run: CostRun) -> str:
-    """Each orchestrator's CPU per second of the idle stretch."""
+    """Each orchestrator's CPU per second of the idle stretch, and what the watched one's extra comes to per
+    review at the pace of its rounds."""
     each = ", ".join(f"{ms:.2f} ms {name}" for name, ms in run.idle_ms_per_second.items())
-    return f"  idle CPU per second ({IDLE_SECONDS:g} s with no call): {each} (a watched one's: its feed's passes)"
+    pace = run.tallies[WATCHED].reviews_per_second()
+    extra = run.idle_ms_per_second[WATCHED] - run.idle_ms_per_second[QUIET]
+    share = 1000 * extra / pace if pace else 0.0
+    return (
+        f"  idle CPU per second ({IDLE_SECONDS:g} s with no call): {each} (a watched one's: its feed's passes)\n"
+        f"  the watched orchestrator's rounds ran at {pace:.0f} reviews/s: at that pace its passes' idle cost, "
+        f"{extra:+.2f} ms a second, comes to {share:+.0f} µs a review"
+    )
 
 
 def _received(watcher: Watcher, expected: int) -> str:
@@ -484,14 +499,15 @@ async def _latencies(clients: _calls.Clients, watcher: Watcher, calls: int, tag:
     return Latencies(delays, len(answered) - len(effects), failures, started.first_failure or approved.first_failure)
 
 
-def render_latency(latencies: Latencies, database: str) -> str:
+def render_latency(latencies: Latencies, database: str, poll_seconds: float) -> str:
     """The answer-to-event delays' count, p50, p99 and largest."""
     delays = latencies.delays_ms
     early = sum(1 for d in delays if d < 0)
     return "\n".join(
         [
             f"event latency ({database}; first Approves at {IN_FLIGHT} in flight, from each COMMITTED answer reaching "
-            "the bench to its effect event reaching a watcher process, one monotonic clock; --events-poll-seconds 0.1)",
+            "the bench to its effect event reaching a watcher process, one monotonic clock; --events-poll-seconds "
+            f"{poll_seconds:g})",
             f"  count {len(delays)}, p50 {percentile(delays, 0.5):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms, "
             f"largest {max(delays, default=0.0):.1f} ms ({early} arrived before the answer reached the bench; "
             f"{latencies.missing} never arrived within {ARRIVAL_WAIT_SECONDS:g} s; failed calls: {latencies.failures})",
@@ -680,6 +696,7 @@ def _cost(
     sizes: tuple[int, int],
     run_id: str,
     stack: ExitStack,
+    server_args: Sequence[str],
 ) -> tuple[dict[str, ServerProcess], Watcher, int]:
     """The cost rounds and their report; the orchestrators (still running), the watcher and the failed calls."""
     rounds, calls = sizes
@@ -688,7 +705,7 @@ def _cost(
     names = (QUIET, WATCHED, RELAYED) if relay_too else (QUIET, WATCHED)
     orchestrators = {
         name: processes.start_orchestrator(
-            f"orchestrator-{name.replace(' ', '-')}", database_url=databases[name].orchestrator_url, args=SERVER_ARGS
+            f"orchestrator-{name.replace(' ', '-')}", database_url=databases[name].orchestrator_url, args=server_args
         )
         for name in names
     }
@@ -735,12 +752,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("--latency-calls", type=int, help="first Approves whose event latency is measured")
     cli.add_argument("--streams", type=int, help="idle WatchEvents streams to open")
     cli.add_argument("--no-relay", action="store_true", help="leave out the round with the relay into JetStream")
+    cli.add_argument(
+        "--events-poll-seconds",
+        type=float,
+        help="every orchestrator's --events-poll-seconds (default: the server's own, 0.1 s)",
+    )
     ns = cli.parse_args(argv)
     rounds = max(1, ns.rounds if ns.rounds is not None else (2 if ns.quick else 16))
     calls = max(1, ns.calls if ns.calls is not None else (48 if ns.quick else 200))
     latency_calls = max(1, ns.latency_calls if ns.latency_calls is not None else (200 if ns.quick else 1000))
     streams = max(1, ns.streams if ns.streams is not None else (200 if ns.quick else 1000))
     relay_too = not ns.no_relay and Path(NATS_SERVER).exists()
+    poll = () if ns.events_poll_seconds is None else ("--events-poll-seconds", str(ns.events_poll_seconds))
+    server_args = (*SERVER_ARGS, *poll)
+    poll_seconds = ns.events_poll_seconds or 0.1
     run_id = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="decisionflow-events-cost-") as scratch, ExitStack() as stack:
         work = Path(scratch)
@@ -757,11 +782,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         receiver = processes.start_receiver("receiver")
         if not relay_too and not ns.no_relay:
             _progress(f"no round with the relay: {NATS_SERVER} is not installed")
-        orchestrators, watcher, failed = _cost(processes, databases, relay_too, (rounds, calls), run_id, stack)
+        orchestrators, watcher, failed = _cost(
+            processes, databases, relay_too, (rounds, calls), run_id, stack, server_args
+        )
 
         _progress(f"{latency_calls} first Approves through the watched orchestrator, each event's latency")
         latencies = asyncio.run(_measured_latencies(orchestrators[WATCHED], receiver, watcher, latency_calls, run_id))
-        print(render_latency(latencies, kind), flush=True)
+        print(render_latency(latencies, kind, poll_seconds), flush=True)
         failed += latencies.failures + latencies.missing
         if latencies.first_failure:
             _progress(f"a latency call failed: {latencies.first_failure}")
@@ -773,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_orchestrator = processes.start_orchestrator(
             "orchestrator-idle-streams",
             database_url=databases["idle"].orchestrator_url,
-            args=(*SERVER_ARGS, "--events-streams-per-principal", str(max(16, streams))),
+            args=(*server_args, "--events-streams-per-principal", str(max(16, streams))),
         )
         idle = asyncio.run(_idle_streams(idle_orchestrator, receiver, streams, run_id))
         print(render_idle(idle, kind), flush=True)

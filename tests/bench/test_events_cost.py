@@ -55,6 +55,8 @@ def test_events_cost_bench_prints_the_cost_latency_and_idle_stream_figures() -> 
         assert len(rows) == tables, out
         assert all(float(figure) > 0 for row in rows for figure in row), out
     assert re.search(r"^  idle CPU per second .*: \d+\.\d+ ms no watcher, \d+\.\d+ ms one watcher", out, re.M), out
+    pace = r"^  the watched orchestrator's rounds ran at \d+ reviews/s: .* comes to [-+]\d+ µs a review$"
+    assert re.search(pace, out, re.M), out
     events = EVENTS_PER_REVIEW * (WARMUP_CALLS + CALLS)
     assert f"the watcher received {events} events of the {events} " in out
     assert "each once, in index order" in out
