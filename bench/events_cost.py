@@ -692,7 +692,7 @@ def render_idle(idle: IdleStreams, database: str) -> str:
 def _cost(
     processes: ProcessStack,
     databases: dict[str, Databases],
-    relay_too: bool,
+    relaying: tuple[bool, bool],
     sizes: tuple[int, int],
     run_id: str,
     stack: ExitStack,
@@ -700,6 +700,7 @@ def _cost(
 ) -> tuple[dict[str, ServerProcess], Watcher, int]:
     """The cost rounds and their report; the orchestrators (still running), the watcher and the failed calls."""
     rounds, calls = sizes
+    relay_too, no_relay = relaying  # the relay runs; it was left out by --no-relay
     work, kind = processes.workdir, databases[QUIET].kind
     assert processes.receiver is not None
     names = (QUIET, WATCHED, RELAYED) if relay_too else (QUIET, WATCHED)
@@ -729,7 +730,8 @@ def _cost(
         relay.stop()
         orchestrators.pop(RELAYED).stop()
     else:
-        print(f"the relay into NATS JetStream: not measured ({NATS_SERVER} is not installed)", flush=True)
+        why = "--no-relay" if no_relay else f"{NATS_SERVER} is not installed"
+        print(f"the relay into NATS JetStream: not measured ({why})", flush=True)
     failed = 0
     for name, tally in run.tallies.items():
         failed += tally.failures
@@ -783,7 +785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not relay_too and not ns.no_relay:
             _progress(f"no round with the relay: {NATS_SERVER} is not installed")
         orchestrators, watcher, failed = _cost(
-            processes, databases, relay_too, (rounds, calls), run_id, stack, server_args
+            processes, databases, (relay_too, ns.no_relay), (rounds, calls), run_id, stack, server_args
         )
 
         _progress(f"{latency_calls} first Approves through the watched orchestrator, each event's latency")
