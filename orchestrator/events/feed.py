@@ -161,10 +161,10 @@ class EventFeed:
             return self._head
 
     def _advance(self, head: int | None) -> tuple[int, int, list[Event]]:
-        while self._store.has_unsequenced():
-            if self._store.sequence_audit_log(BATCH, None, self._clock()).sequenced < BATCH:
-                break
-        size = self._store.log_size()
+        size, waiting = self._store.feed_position()
+        while waiting:
+            done = self._store.sequence_audit_log(BATCH, None, self._clock())
+            size, waiting = done.size, done.sequenced == BATCH
         if head is None or size <= head:
             return size, size, []
         start = max(head, size - CACHE)

@@ -93,7 +93,9 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
             async for item in stream:
                 message, position = _message(item)
                 try:
-                    await asyncio.wait_for(context.write(message), self._stall)
+                    # A deadline on the write, not a task per write (asyncio.wait_for's): one write per event.
+                    async with asyncio.timeout(self._stall):
+                        await context.write(message)
                 except TimeoutError:
                     raise WatchFellBehind(position, self._stall) from None
                 except grpc.aio.AbortError:

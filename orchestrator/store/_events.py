@@ -44,6 +44,12 @@ class EventReadMethods(StoreBase):
         with self.transactions.read() as conn:
             return conn.execute(_WAITING).first() is not None
 
+    def feed_position(self) -> tuple[int, bool]:
+        """The log's size and whether an entry waits for the sequencer, in one read transaction (the feed's
+        pass when nothing happened costs this alone)."""
+        with self.transactions.read() as conn:
+            return size_txn(conn), conn.execute(_WAITING).first() is not None
+
     def events(self, start: int, limit: int) -> Sequence[StoredEvent]:
         """Up to limit sequenced leaves from index start, in index order, each with its ids and action."""
         with self.transactions.read() as conn:
