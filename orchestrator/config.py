@@ -176,9 +176,10 @@ EVENTS_HEARTBEAT_SECONDS = Setting(
 EVENTS_STREAMS_PER_PRINCIPAL = Setting(
     "events_streams_per_principal",
     "DECISIONFLOW_EVENTS_STREAMS_PER_PRINCIPAL",
-    "WatchEvents streams one principal may hold open at once, counted in each server process; one more: "
+    "WatchEvents streams one principal may hold open at once, counted in each server process (each "
+    "wait_for_outcome holds one while it waits; an idle stream costs about 30 KiB); one more: "
     "RESOURCE_EXHAUSTED, TOO_MANY_STREAMS",
-    "16",
+    "64",
     parse=settings.integer(1, 100_000),
 )
 EVENTS_STALL_SECONDS = Setting(

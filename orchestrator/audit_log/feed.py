@@ -52,7 +52,7 @@ class FeedSettings:
     """A stream whose caller has not taken the next message for this long is closed (resumable)."""
 
 
-DEFAULT_FEED = FeedSettings(poll_seconds=0.1, heartbeat_seconds=5.0, streams_per_principal=16, stall_seconds=30.0)
+DEFAULT_FEED = FeedSettings(poll_seconds=0.1, heartbeat_seconds=5.0, streams_per_principal=64, stall_seconds=30.0)
 
 
 @dataclass(frozen=True, slots=True)
