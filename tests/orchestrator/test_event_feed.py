@@ -29,6 +29,8 @@ from tests.support.secure import SecureStack, start_secure_stack
 from tests.support.stack import Stack, approve, decline, spawn_orchestrator, spawn_receiver, start_request
 
 pytest_plugins = ["tests.support.databases"]
+# Real servers, and a stream that stalls on purpose: make check leaves this module out; make test runs it.
+pytestmark = pytest.mark.slow
 
 
 def _events(stub: events_pb2_grpc.EventServiceStub, count: int, **request: object) -> list[events_pb2.Event]:
@@ -286,7 +288,6 @@ def test_wait_for_outcome_answers_as_get_operation_and_times_out_with_the_last_a
     assert client.wait_for_outcome(operation_id, timeout=5) == answer
 
 
-@pytest.mark.slow
 def test_wait_for_outcome_misses_nothing_decided_while_its_orchestrator_was_down(tmp_path: Path) -> None:
     receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
     orchestrator_url = f"sqlite:///{tmp_path / 'orchestrator.db'}"
