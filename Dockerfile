@@ -40,9 +40,9 @@ COPY decisionflow_console ./decisionflow_console
 COPY decisionflow_demo ./decisionflow_demo
 # The services run as uid/gid 10001 and read their mounted secrets through the supplementary group
 # compose adds (docs/deployment.md), never through world-readable files.
-# The only paths they write are the two mount points below, owned by 10001: the orchestrators publish the
+# The only paths they write are the three mount points below, owned by 10001: the orchestrators publish the
 # audit log's signed checkpoints to audit-publish, the audit monitor keeps the last one it saw in
-# audit-monitor (docs/audit-log.md). A fresh named volume mounted there takes the directory's owner and
+# audit-monitor (docs/audit-log.md), the relay keeps its cursor file in relay (docs/events.md). A fresh named volume mounted there takes the directory's owner and
 # mode, so it is writable by 10001 without a root step (Docker and podman both copy them up).
 # The console extra serves decisionflow-console; the trial extra (the trial identity provider of
 # `decisionflow demo --console`) is never installed in the image.
@@ -51,7 +51,7 @@ RUN pip install --no-deps --no-build-isolation ./clients/python '.[console]' \
     && rm -rf build clients/python/build ./*.egg-info clients/python/src/*.egg-info \
     && groupadd --system --gid 10001 decisionflow \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin decisionflow \
-    && install -d -o 10001 -g 10001 -m 0755 /var/lib/decisionflow/audit-publish /var/lib/decisionflow/audit-monitor
+    && install -d -o 10001 -g 10001 -m 0755 /var/lib/decisionflow/audit-publish /var/lib/decisionflow/audit-monitor /var/lib/decisionflow/relay
 
 USER 10001:10001
 EXPOSE 50051 50061 9102 8080

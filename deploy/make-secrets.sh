@@ -12,7 +12,7 @@
 #                                              orchestrator.token, reconciler-receiver.token
 #   orchestrator-credentials/credentials.json  hashed bearer tokens the orchestrators accept:
 #                                              reconciler-orchestrator.token, audit-monitor.token,
-#                                              author.token, reviewer.token
+#                                              relay.token, author.token, reviewer.token
 #                             Each credentials file has a folder of its own, which compose mounts
 #                             whole: the servers re-read the file on SIGHUP, and a mounted folder shows
 #                             the file `decisionflow token new` (or an editor) puts in its place, where a
@@ -21,6 +21,7 @@
 #   reconciler-orchestrator.token  operator: the reconciler's calls to the orchestrator
 #   reconciler-receiver.token      effect_reader: the reconciler's calls to the receiver
 #   audit-monitor.token       auditor: the audit monitor's calls to the orchestrator (consistency proofs)
+#   relay.token               auditor: the relay's watch of the orchestrator's event feed (WatchEvents)
 #   author.token, reviewer.token   for people using the decisionflow command; mounted nowhere
 # One token per caller and service: a service never receives a token the other service accepts.
 #   checkpoint.keys           the orchestrators' checkpoint HMAC key
@@ -148,6 +149,7 @@ token receiver --principal orchestrator --role effect_writer >orchestrator.token
 token receiver --principal reconciler --role effect_reader >reconciler-receiver.token
 token orchestrator --principal reconciler --role operator >reconciler-orchestrator.token
 token orchestrator --principal audit-monitor --role auditor >audit-monitor.token
+token orchestrator --principal relay --role auditor >relay.token
 token orchestrator --principal author --role author >author.token
 token orchestrator --principal reviewer --role reviewer >reviewer.token
 

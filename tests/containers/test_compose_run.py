@@ -3,11 +3,13 @@ podman-compose (pinned in tools/podman-compose/requirements.txt) on this machine
 the repository where the README's make-secrets line ran. The images compose would build (``build: .``)
 are the one built from the checkout; those it would pull are stand-ins built on the same Debian base
 from Debian's packages (CI reaches no container registry): PostgreSQL 15 (tests/containers/postgres)
-for ``postgres:15`` and Prometheus 2.42 (tests/containers/prometheus) for ``prom/prometheus``.
+for ``postgres:15``, Prometheus 2.42 (tests/containers/prometheus) for ``prom/prometheus`` and nats-server 2.9
+(tests/containers/nats) for ``nats``.
 
 Every service's own healthcheck passes; an approval started through orchestrator-1's published port and
 approved through orchestrator-2's commits with exactly one effect in the receiver's database; Prometheus
-loads the alert rules without an error and scrapes every target of deploy/prometheus.yml; on ``stop``
+loads the alert rules without an error and scrapes every target of deploy/prometheus.yml; the relay creates its
+JetStream stream on the nats service and publishes every event of the log into it; on ``stop``
 every container ends by itself (exit status 0).
 
 Rotating a token as docs/deployment.md#rotating says, on the running stack: a token issued with
@@ -41,6 +43,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,12 +222,16 @@ def _until_scraped() -> tuple[dict[str, str], list[str]]:
 
 
 def test_docker_compose_yml_runs_an_approval_under_podman_compose(
-    image: Built, postgres_image: Built, prometheus_image: Built, podman_compose: str, record_property: Any
+    image: Built,
+    postgres_image: Built,
+    prometheus_image: Built,
+    nats_image: Built,
+    podman_compose: str,
+    record_property: Any,
 ) -> None:
-    images = {"build": image, "postgres": postgres_image, "prom/prometheus": prometheus_image}
-    figures = [
-        f"stand-ins: PostgreSQL {postgres_image.size() / 1e6:.0f} MB, Prometheus {prometheus_image.size() / 1e6:.0f} MB"
-    ]
+    images = {"build": image, "postgres": postgres_image, "prom/prometheus": prometheus_image, "nats": nats_image}
+    sizes = {"PostgreSQL": postgres_image, "Prometheus": prometheus_image, "NATS": nats_image}
+    figures = ["stand-ins: " + ", ".join(f"{name} {built.size() / 1e6:.0f} MB" for name, built in sizes.items())]
     for directory in world_traversable_directory():
         made = make_secrets_as_documented(directory)
         # What docs/deployment.md#the-review-console asks for first.
@@ -296,6 +303,7 @@ def _run(compose: Compose, made: MadeSecrets, directory: Path) -> list[str]:
     targets, came_up = _until_scraped()
     figures.append(f"{len(rules)} rules, {len(targets)} targets up after {time.monotonic() - clock:.1f} s")
     figures += came_up
+    figures += _relay_publishes_every_event(containers)
 
     figures += _monitor_accepts_a_larger_checkpoint(containers)
     figures += _tokens_rotate_on_sighup(made, containers, secrets_folder / "ca.pem")
@@ -308,6 +316,44 @@ def _run(compose: Compose, made: MadeSecrets, directory: Path) -> list[str]:
     ended = {service: state["ExitCode"] for service, state in states.items()}
     assert set(ended.values()) == {0}, f"exit statuses on stop (137: SIGKILL once the stop timeout was over): {ended}"
     return figures
+
+
+RELAY_STREAM = "DECISIONFLOW_EVENTS"
+
+
+def _query(expression: str) -> float | None:
+    """The one value of an instant Prometheus query, or None when it has none."""
+    result = _prometheus(f"/api/v1/query?query={urllib.parse.quote(expression)}")["result"]
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def _stream_messages(nats: str) -> int | None:
+    """The messages JetStream holds in the relay's stream (its monitoring endpoint, asked in the container)."""
+    asked = podman("exec", nats, "wget", "-q", "-O", "-", "http://127.0.0.1:8222/jsz?streams=true")
+    if asked.returncode != 0:
+        return None
+    accounts = json.loads(asked.stdout).get("account_details") or []
+    streams = [s for a in accounts for s in a.get("stream_detail") or [] if s["name"] == RELAY_STREAM]
+    return int(streams[0]["state"]["messages"]) if streams else None
+
+
+def _relay_publishes_every_event(containers: dict[str, str]) -> list[str]:
+    """The relay created its stream and published every event of the log: the stream holds as many messages as
+    the cursor the relay stored (the index of the first event not yet acknowledged), once nothing lags, and
+    the broker is up."""
+    started = time.monotonic()
+    while True:
+        cursor = _query("decisionflow_relay_cursor_index")
+        lag = _query("decisionflow_relay_lag_events")
+        messages = _stream_messages(containers["nats"])
+        if cursor and lag == 0 and messages == cursor:
+            break
+        logs = podman("logs", "--tail", "20", containers["relay"]).stderr[-1500:]
+        seen = f"cursor {cursor}, lag {lag}, stream {messages}"
+        assert time.monotonic() - started < SCRAPED_WITHIN, f"the relay did not catch up: {seen}\n{logs}"
+        time.sleep(2)
+    assert _query("decisionflow_relay_broker_up") == 1
+    return [f"relay: {messages:.0f} events in {RELAY_STREAM} after {time.monotonic() - started:.1f} s"]
 
 
 def _monitor_accepts_a_larger_checkpoint(containers: dict[str, str]) -> list[str]:

@@ -24,6 +24,7 @@ import yaml
 
 from decisionflow.addresses import check_address, split_host_port
 from decisionflow_cli.review._connection import CONNECTION_SETTINGS
+from decisionflow_relay.config import SETTINGS as RELAY_SETTINGS
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
@@ -38,6 +39,7 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-receiver": RECEIVER_SETTINGS,
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,
+    "decisionflow-relay": RELAY_SETTINGS,
     "decisionflow": CONNECTION_SETTINGS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
@@ -512,12 +514,14 @@ HARDENING = {"read_only": True, "cap_drop": ["ALL"]}
 
 PUBLISH_DIR = "/var/lib/decisionflow/audit-publish"
 MONITOR_DIR = "/var/lib/decisionflow/audit-monitor"
+RELAY_DIR = "/var/lib/decisionflow/relay"
 # The only writable paths of the decisionflow containers: named volumes, each mounted read-write where the
 # image has a directory of its user's.
 WRITABLE = {
     "orchestrator-1": [f"audit-publish:{PUBLISH_DIR}"],
     "orchestrator-2": [f"audit-publish:{PUBLISH_DIR}"],
     "audit-monitor": [f"audit-monitor:{MONITOR_DIR}"],
+    "relay": [f"relay:{RELAY_DIR}"],
 }
 
 
@@ -534,17 +538,17 @@ def test_every_decisionflow_container_runs_as_its_pod_does(name: str) -> None:
     assert volumes == WRITABLE.get(name, []), name
 
 
-def test_the_audit_volumes_are_named_and_owned_by_the_image_user() -> None:
-    """Both orchestrators publish to one named volume, the monitor keeps its state on another; each mount
-    point is a directory the Dockerfile makes, owned by the USER the containers run as, so a fresh named
-    volume (which takes its mount point's owner and mode) is writable by that user."""
+def test_the_writable_volumes_are_named_and_owned_by_the_image_user() -> None:
+    """Both orchestrators publish to one named volume, the monitor keeps its state on another, the relay its
+    cursor on a third; each mount point is a directory the Dockerfile makes, owned by the USER the containers
+    run as, so a fresh named volume (which takes its mount point's owner and mode) is writable by that user."""
     declared = {volume.split(":")[0] for volumes in WRITABLE.values() for volume in volumes}
     assert declared <= set(COMPOSE["volumes"]), "named volumes, not bind mounts"
     dockerfile = (ROOT / "Dockerfile").read_text()
     [user] = re.findall(r"^USER (\d+):(\d+)$", dockerfile, flags=re.MULTILINE)
     [made] = re.findall(r"install -d -o (\d+) -g (\d+) -m (0\d+) (.+)$", dockerfile, flags=re.MULTILINE)
     assert (made[0], made[1]) == user and made[2] == "0755"
-    assert set(made[3].split()) == {PUBLISH_DIR, MONITOR_DIR}
+    assert set(made[3].split()) == {PUBLISH_DIR, MONITOR_DIR, RELAY_DIR}
     for name in ("orchestrator-1", "orchestrator-2"):
         assert COMPOSE["services"][name]["environment"]["DECISIONFLOW_AUDIT_PUBLISH_DIR"] == PUBLISH_DIR
 
@@ -588,3 +592,44 @@ def test_the_audit_monitor_watches_what_both_orchestrators_publish() -> None:
     assert check[:3] == command[:3] and "--every" not in check
     assert _flag(check, "--checkpoint") == _flag(check, "--state") == _flag(command, "--state")
     assert _flag(check, "--public-key") == _flag(command, "--public-key")
+
+
+def test_the_relay_watches_both_orchestrators_and_publishes_into_the_nats_service() -> None:
+    """The relay dials the name both orchestrators answer to with the CA and its own token (role auditor:
+    test_make_secrets.py), publishes to the nats service's client port, keeps its cursor on its own named
+    volume, is never scaled (one relay per cursor file), and waits for the orchestrators and NATS."""
+    relay = COMPOSE["services"]["relay"]
+    environment = relay["environment"]
+    assert relay["command"] == ["decisionflow-relay"]
+    host, port = split_host_port(check_address(environment["DECISIONFLOW_ORCHESTRATOR_TARGET"]))
+    orchestrators = {name: COMPOSE["services"][name] for name in ("orchestrator-1", "orchestrator-2")}
+    for name, orchestrator in orchestrators.items():
+        assert host in _answers_to(orchestrator, name), name
+        assert orchestrator["environment"]["DECISIONFLOW_ORCHESTRATOR_ADDRESS"] == f"0.0.0.0:{port}", name
+    secrets = {entry["source"]: _mount_path(entry) for entry in relay["secrets"]}
+    assert secrets == {
+        "ca_pem": environment["DECISIONFLOW_ORCHESTRATOR_CA_FILE"],
+        "relay_token": environment["DECISIONFLOW_RELAY_TOKEN_FILE"],
+    }
+    assert COMPOSE["secrets"]["relay_token"]["file"] == "./deploy/secrets/relay.token"
+    assert Path(environment["DECISIONFLOW_RELAY_CURSOR_FILE"]).parent == Path(RELAY_DIR)
+    assert "deploy" not in relay and "scale" not in relay, "one relay per cursor file"
+    assert environment["DECISIONFLOW_RELAY_NATS_URL"] == "nats://nats:4222"
+    assert set(relay["depends_on"]) == {*orchestrators, "nats"}
+    assert all(condition == {"condition": "service_healthy"} for condition in relay["depends_on"].values())
+    # The stream's replicas are no more than the NATS servers there are: one here.
+    assert environment["DECISIONFLOW_RELAY_STREAM_REPLICAS"] == "1"
+
+
+def test_the_nats_service_runs_jetstream_on_a_named_volume() -> None:
+    nats = COMPOSE["services"]["nats"]
+    command = nats["command"]
+    assert "--jetstream" in command
+    store = _flag(command, "--store_dir")
+    assert [volume.split(":") for volume in nats["volumes"]] == [["nats-data", store]]
+    assert "nats-data" in COMPOSE["volumes"]
+    # Reached on the compose network only; its healthcheck asks the monitoring port the command opens.
+    assert "ports" not in nats
+    assert f"http://127.0.0.1:{_flag(command, '--http_port')}/healthz" in nats["healthcheck"]["test"]
+    repository, _, tag = nats["image"].partition(":")
+    assert repository == "nats" and tag and tag != "latest"

@@ -80,6 +80,8 @@ def test_least_privilege_mounts(made: MadeSecrets) -> None:
     assert mounted["reconciler"] == {"ca.pem", "reconciler-orchestrator.token", "reconciler-receiver.token"}
     # The audit monitor: its own token, the verifier key (public) and the CA; no signing key, no credentials.
     assert mounted["audit-monitor"] == {"ca.pem", "audit-log.vkey", "audit-monitor.token"}
+    # The relay: its own token and the CA; it watches, so nothing else.
+    assert mounted["relay"] == {"ca.pem", "relay.token"}
     assert all("checkpoint.keys" not in mounted[name] for name in ("receiver", "reconciler", "postgres"))
     # The audit log's signing key is the orchestrators' alone.
     assert {name for name in mounted if "audit-signing.key" in mounted[name]} == {"orchestrator-1", "orchestrator-2"}
@@ -99,6 +101,7 @@ def test_tokens_carry_only_the_roles_each_caller_needs(made: MadeSecrets) -> Non
     assert _principal_roles(made, "reconciler-receiver.token", "receiver") == {"effect_reader"}
     assert _principal_roles(made, "reconciler-orchestrator.token", "orchestrator") == {"operator"}
     assert _principal_roles(made, "audit-monitor.token", "orchestrator") == {"auditor"}
+    assert _principal_roles(made, "relay.token", "orchestrator") == {"auditor"}
     assert _principal_roles(made, "author.token", "orchestrator") == {"author"}
     assert _principal_roles(made, "reviewer.token", "orchestrator") == {"reviewer"}
 
@@ -113,6 +116,7 @@ def test_each_service_accepts_only_the_tokens_that_call_it(made: MadeSecrets) ->
     assert accepted["orchestrator"] == {
         "reconciler-orchestrator.token",
         "audit-monitor.token",
+        "relay.token",
         "author.token",
         "reviewer.token",
     }

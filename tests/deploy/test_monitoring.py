@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from decisionflow_relay.config import METRICS as RELAY_METRICS
 from effect_receiver.config import SERVER as RECEIVER_SERVER
 from orchestrator.config import SERVER as ORCHESTRATOR_SERVER
 from reconciler.config import METRICS as RECONCILER_METRICS
@@ -27,6 +28,7 @@ METRICS_SETTINGS = {
     "decisionflow-receiver": RECEIVER_SERVER.metrics,
     "decisionflow-orchestrator": ORCHESTRATOR_SERVER.metrics,
     "decisionflow-reconciler": RECONCILER_METRICS,
+    "decisionflow-relay": RELAY_METRICS,
 }
 OURS = sorted(name for name, service in COMPOSE["services"].items() if "build" in service)
 # The audit monitor serves nothing: what it finds is its log and its exit status (docs/deployment.md).
@@ -58,7 +60,7 @@ def test_every_target_is_a_compose_service_of_ours() -> None:
     hosts = {target.rpartition(":")[0] for target in _targets()}
     assert hosts == set(SERVING)
     assert COMPOSE["services"]["audit-monitor"]["command"][0] not in METRICS_SETTINGS
-    assert set(_targets().values()) == {"receiver", "orchestrator", "reconciler"}
+    assert set(_targets().values()) == {"receiver", "orchestrator", "reconciler", "relay"}
 
 
 def test_the_prometheus_service_mounts_its_configuration_and_rules_read_only() -> None:
@@ -288,7 +290,7 @@ def test_every_job_an_alert_names_is_scraped() -> None:
 
 
 def test_a_reconciler_that_is_gone_fires_an_absence_alert_and_the_stale_alert_does_not_claim_to() -> None:
-    [absent] = [r for r in alert_rules() if r["expr"].strip().startswith("absent(")]
+    [absent] = [r for r in alert_rules() if r["expr"].strip().startswith("absent(decisionflow_reconciler_")]
     assert absent["expr"].strip() == "absent(decisionflow_reconciler_last_success_timestamp_seconds)"
     assert absent["labels"]["severity"] == "page"
     [stale] = [r for r in alert_rules() if r["alert"] == "DecisionflowReconcilerStale"]

@@ -272,11 +272,13 @@ def image(base_image: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 POSTGRES_CONTEXT = ROOT / "tests" / "containers" / "postgres"
 PROMETHEUS_CONTEXT = ROOT / "tests" / "containers" / "prometheus"
+NATS_CONTEXT = ROOT / "tests" / "containers" / "nats"
 PODMAN_COMPOSE_REQUIREMENTS = ROOT / "tools" / "podman-compose" / "requirements.txt"
 PODMAN_COMPOSE_VENV = ROOT / ".venvs" / "podman-compose"
 IMAGE_TAG = "localhost/decisionflow:test"
 POSTGRES_TAG = "localhost/decisionflow-postgres:test"
 PROMETHEUS_TAG = "localhost/decisionflow-prometheus:test"
+NATS_TAG = "localhost/decisionflow-nats:test"
 
 
 def build_context(context: Path, base: str, tag: str) -> Built:
@@ -301,6 +303,12 @@ def postgres_image(base_image: Built) -> Built:
 def prometheus_image(base_image: Built) -> Built:
     """Prometheus from Debian's package on the same base, standing in for compose's prom/prometheus."""
     return build_context(PROMETHEUS_CONTEXT, base_image.reference, PROMETHEUS_TAG)
+
+
+@pytest.fixture(scope="session")
+def nats_image(base_image: Built) -> Built:
+    """nats-server from Debian's package on the same base, standing in for compose's nats."""
+    return build_context(NATS_CONTEXT, base_image.reference, NATS_TAG)
 
 
 @pytest.fixture(scope="session")
