@@ -25,6 +25,7 @@ import yaml
 
 from decisionflow_cli.review._connection import CONNECTION_SETTINGS
 from decisionflow_console.config import SETTINGS as CONSOLE_SETTINGS
+from decisionflow_relay.config import SETTINGS as RELAY_SETTINGS
 from decisionflow_server.foundation.settings import Setting
 from effect_receiver.config import SETTINGS as RECEIVER_SETTINGS
 from orchestrator.config import SETTINGS as ORCHESTRATOR_SETTINGS
@@ -53,6 +54,7 @@ SETTINGS_BY_SCRIPT: dict[str, tuple[Setting[Any], ...]] = {
     "decisionflow-orchestrator": ORCHESTRATOR_SETTINGS,
     "decisionflow-reconciler": RECONCILER_SETTINGS,
     "decisionflow-console": CONSOLE_SETTINGS,
+    "decisionflow-relay": RELAY_SETTINGS,
     "decisionflow": CONNECTION_SETTINGS,
 }
 # Each workload and the compose service whose mounts it carries.
@@ -62,12 +64,14 @@ COMPOSE_SERVICE = {
     "reconciler": COMPOSE["services"]["reconciler"],
     "console": CONSOLE_COMPOSE["services"]["console"],
     "audit-monitor": COMPOSE["services"]["audit-monitor"],
+    "relay": COMPOSE["services"]["relay"],
 }
 # The only writable mounts: the audit log's claims (step 1), each where the image has a directory of uid 10001
 # (tests/deploy/test_compose.py checks the Dockerfile), mounted by these workloads only.
 CLAIMS = {
     "orchestrator": ("audit-publish", "/var/lib/decisionflow/audit-publish", "ReadWriteMany"),
     "audit-monitor": ("audit-monitor", "/var/lib/decisionflow/audit-monitor", "ReadWriteOnce"),
+    "relay": ("relay-cursor", "/var/lib/decisionflow/relay", "ReadWriteOnce"),
 }
 # The one difference: compose gives each orchestrator replica a certificate of its own name; the
 # Kubernetes replicas share one Service name and one certificate for it.
@@ -131,6 +135,7 @@ def test_the_three_steps_render_and_only_the_second_migrates(rendered: Rendered)
         ("Namespace", NAMESPACE),
         ("PersistentVolumeClaim", "audit-monitor"),
         ("PersistentVolumeClaim", "audit-publish"),
+        ("PersistentVolumeClaim", "relay-cursor"),
         ("Secret", "orchestrator-database"),
         ("Secret", "receiver-database"),
     ]
@@ -482,7 +487,7 @@ def test_every_server_certificate_names_the_service_its_callers_dial(rendered: R
 
 
 def test_the_pods_are_scraped_on_their_metrics_port(rendered: Rendered) -> None:
-    for name in ("orchestrator", "receiver"):
+    for name in ("orchestrator", "receiver", "relay"):
         template = _workloads(rendered.services)[name]
         annotations = template["metadata"]["annotations"]
         env = _env(_container(template))
@@ -606,13 +611,13 @@ def test_only_the_orchestrators_and_the_reconciler_reach_the_receiver(rendered: 
     assert _callers(rendered, "receiver", "grpc") == {"orchestrator", "reconciler"}
 
 
-def test_only_callers_the_console_the_reconciler_and_the_audit_monitor_reach_the_orchestrator(
+def test_only_callers_the_console_the_reconciler_the_audit_monitor_and_the_relay_reach_the_orchestrator(
     rendered: Rendered,
 ) -> None:
-    assert _callers(rendered, "orchestrator", "grpc") == {"client", "console", "reconciler", "audit-monitor"}
+    assert _callers(rendered, "orchestrator", "grpc") == {"client", "console", "reconciler", "audit-monitor", "relay"}
 
 
-@pytest.mark.parametrize("target", ["orchestrator", "receiver"])
+@pytest.mark.parametrize("target", ["orchestrator", "receiver", "relay"])
 def test_only_prometheus_reaches_the_metrics_and_the_audit_monitor_the_published_checkpoint(
     rendered: Rendered, target: str
 ) -> None:
@@ -654,12 +659,14 @@ OUTSIDE = "203.0.113.7"  # an address beyond the cluster's pods: a managed datab
 ELSEWHERE: Pod = ("elsewhere", {"app": "something"})
 KEYCLOAK: Pod = ("keycloak", {"app.kubernetes.io/name": "keycloak"})
 PGBOUNCER: Pod = (NAMESPACE, {"app.kubernetes.io/name": "pgbouncer"})
+# The NATS servers of deploy/kubernetes/nats (a StatefulSet, its own step), by their pods' labels.
+NATS: Pod = (NAMESPACE, {"app.kubernetes.io/name": "nats", "app.kubernetes.io/part-of": "decisionflow"})
 # Where a pod might send: each destination, and each port and protocol, tried from every workload.
-DESTINATIONS = ("kube-dns", "nodelocal-dns", "outside", "elsewhere", "orchestrator", "receiver", "console")
+DESTINATIONS = ("kube-dns", "nodelocal-dns", "outside", "elsewhere", "orchestrator", "receiver", "console", "nats")
 PROBED_PORTS = (
     (53, "UDP"),
     (53, "TCP"),
-    *((port, "TCP") for port in (80, 443, 4317, 5432, 6432, 8080, 8443, 9100, 50051, 50061)),
+    *((port, "TCP") for port in (80, 443, 4222, 4317, 5432, 6222, 6432, 8080, 8222, 8443, 9100, 50051, 50061)),
 )
 
 
@@ -669,6 +676,7 @@ def _destination(pods: dict[str, Pod], name: str) -> Pod | str:
         "nodelocal-dns": NODE_LOCAL_DNS,
         "outside": OUTSIDE,
         "elsewhere": ELSEWHERE,
+        "nats": NATS,
     }
     return fixed[name] if name in fixed else pods[name]
 
@@ -712,7 +720,7 @@ def _documented_egress(workloads: list[str]) -> Egress:
         elif target == "any address":
             targets = list(DESTINATIONS)
         else:
-            assert target.endswith(" pods") and target[: -len(" pods")] in workloads, target
+            assert target.endswith(" pods") and target[: -len(" pods")] in [*workloads, "nats"], target
             targets = [target[: -len(" pods")]]
         for entry in ports.strip().split(", "):
             port, _, protocol = entry.partition(" ")
