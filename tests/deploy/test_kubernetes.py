@@ -13,8 +13,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +43,7 @@ from tests.deploy.made import (
 from tests.support.cli import SCRIPTS, command_words, help_text, names_flag
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.kubernetes import KUBERNETES, PRODUCTION, Rendered, render_production, validate
+from tests.support.nats import require_nats_server, start_nats, stream_messages
 from tests.support.servers import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -917,10 +920,13 @@ def _why_the_pods_user_cannot_run_this_checkout() -> str | None:
     reason="running as the pods' user (uid 10001) needs root and setpriv",
 )
 def test_the_pods_environment_and_files_run_the_topology_as_their_user(rendered: Rendered) -> None:
-    """The migration Jobs, the receiver, the orchestrator, the reconciler's pass and the console, each
-    given only its own environment and files as the kubelet writes them and run as uid 10001: the
+    """The migration Jobs, the receiver, the orchestrator, the reconciler's pass, the console and the relay,
+    each given only its own environment and files as the kubelet writes them and run as uid 10001: the
     servers refuse an unmigrated schema, the Jobs migrate, the probes pass over TLS, one approval
-    commits, the reconciler's pass succeeds and the console answers its probe."""
+    commits, the reconciler's pass succeeds, the console answers its probe, and the relay publishes the
+    log's events into a NATS cluster of three (nats-server processes here) and stores its cursor on its
+    claim."""
+    require_nats_server()
     unable = _why_the_pods_user_cannot_run_this_checkout()
     if unable is not None:
         if os.environ.get("CI") == "true":
@@ -960,6 +966,7 @@ def test_the_pods_environment_and_files_run_the_topology_as_their_user(rendered:
                     assert probed.returncode == 0 and probed.stdout.strip() == "SERVING", (name, kind, probed.stderr)
 
             _approve_once(rendered.secrets, orchestrator.port, directory)
+            _relay_publishes_the_log(pods["relay"], orchestrator.port, directory)
 
             reconciler = pods["reconciler"]
             passed = reconciler.run(
@@ -989,6 +996,52 @@ def test_the_pods_environment_and_files_run_the_topology_as_their_user(rendered:
                 assert server.stop() == 0, server.stderr()
             for url in databases.values():
                 drop_postgres_database(url)
+
+
+RELAY_STREAM = "DECISIONFLOW_EVENTS"
+RELAY_WITHIN = 90.0
+
+
+def _relay_publishes_the_log(pod: _Pod, orchestrator_port: int, directory: Path) -> None:
+    """The relay pod's command, environment and files, as its user: against the orchestrator (through the CA
+    and the token of its Secret) and a NATS cluster of as many servers as its stream's replicas, it creates the
+    stream, publishes every event of the log (the stream holds as many messages as the cursor it stored on its
+    claim says) and, on SIGTERM, stores its cursor and exits 0."""
+    cluster = start_nats(directory / "nats", size=int(pod.env["DECISIONFLOW_RELAY_STREAM_REPLICAS"]))
+    try:
+        local = {
+            "DECISIONFLOW_ORCHESTRATOR_TARGET": f"localhost:{orchestrator_port}",
+            "DECISIONFLOW_RELAY_NATS_URL": cluster.servers,
+            "DECISIONFLOW_RELAY_METRICS_PORT": "0",
+        }
+        environment = {**_bare_environment(), **pod.env, **local}
+        stderr = directory / "relay.stderr"
+        with stderr.open("wb") as err:
+            process = subprocess.Popen(
+                pod.argv(pod.container["command"]),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+                cwd=pod.root,
+            )
+        cursor = Path(pod.env["DECISIONFLOW_RELAY_CURSOR_FILE"])
+        try:
+            started = time.monotonic()
+            while True:
+                stored = int(cursor.read_text().strip() or 0) if cursor.exists() else 0
+                if stored > 0 and stream_messages(cluster.servers, RELAY_STREAM) == stored:
+                    break
+                assert process.poll() is None, f"the relay exited {process.returncode}: {stderr.read_text()[-2000:]}"
+                assert time.monotonic() - started < RELAY_WITHIN, f"cursor {stored}: {stderr.read_text()[-2000:]}"
+                time.sleep(0.5)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            ended = process.wait(timeout=60)
+        assert ended == 0, stderr.read_text()[-2000:]
+        assert cursor.stat().st_uid == UID and int(cursor.read_text()) == stored
+    finally:
+        cluster.close()
 
 
 def _approve_once(secrets: Path, port: int, directory: Path) -> None:
