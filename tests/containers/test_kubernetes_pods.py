@@ -9,7 +9,10 @@ Jobs run to completion, then the receiver, the orchestrator and the console star
 theirs answers, a person's StartReview and Approve sent through the orchestrator Service's name (from
 a client pod of the namespace) commit with exactly one effect in the receiver's database, the
 reconciler's pass succeeds, the audit monitor's check keeps the checkpoint the orchestrator published to
-its claim, each server runs as uid 10001 with no capability, no new privileges,
+its claim, the relay publishes every event of the log into its JetStream stream of three replicas (on three
+nats-server processes standing in for the StatefulSet nats, which a kubelet's part here does not run: each on
+its own loopback address at the client port the relay's URLs name, those names resolving to it) and stores
+its cursor on its claim, each server runs as uid 10001 with no capability, no new privileges,
 seccomp and a read-only root, and each ends on SIGTERM (after its preStop hook) with exit status 0
 within its terminationGracePeriodSeconds. The pods share the host's network here, so one replica runs
 per workload (see the kubelet's module docstring for what else differs from a cluster).
@@ -20,8 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +41,7 @@ from tests.deploy.made import documented_make_secrets_line, run_documented_line_
 from tests.support.containers import Built, machine_lock, record_figure
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.kubernetes import ROOT, SECRETS, render_production
+from tests.support.nats import require_nats_server, stream_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.containers, pytest.mark.postgres]
 
@@ -159,6 +167,103 @@ def _audit_monitor_keeps_what_the_orchestrator_published(services: Namespace, cr
     )
 
 
+RELAY_STREAM = "DECISIONFLOW_EVENTS"
+RELAY_WITHIN = 90.0
+
+
+@dataclass
+class _Nats:
+    """nats-server processes for the relay's URLs: each server named in them on a loopback address of its own
+    (127.0.0.2, 127.0.0.3, ...) at the port the URL names, clustered by route, JetStream on."""
+
+    hosts: dict[str, str]
+    servers: str
+    processes: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+
+    @classmethod
+    def start(cls, relay: Workload, directory: Path) -> _Nats:
+        require_nats_server()
+        env = {e["name"]: e.get("value", "") for e in relay.container["env"]}
+        named = [urlsplit(url) for url in env["DECISIONFLOW_RELAY_NATS_URL"].split(",")]
+        addresses = [f"127.0.0.{2 + i}" for i in range(len(named))]
+        routes = [(address, _free_port(address)) for address in addresses]
+        directory.mkdir()
+        nats = cls({str(u.hostname): a for u, a in zip(named, addresses, strict=True)}, "", [], [])
+        nats.servers = ",".join(f"nats://{a}:{u.port}" for u, a in zip(named, addresses, strict=True))
+        health: list[str] = []
+        try:
+            for i, (url, address) in enumerate(zip(named, addresses, strict=True)):
+                others = ", ".join(f'"nats-route://{a}:{p}"' for a, p in routes if a != address)
+                config = directory / f"nats-{i}.conf"
+                http = _free_port(address)
+                config.write_text(
+                    f"server_name: nats-{i}\nlisten: {address}:{url.port}\nhttp: {address}:{http}\n"
+                    f'jetstream {{ store_dir: "{directory / f"store-{i}"}" }}\n'
+                    f"cluster {{ name: relay, listen: {address}:{routes[i][1]}, routes: [{others}] }}\n"
+                )
+                log = directory / f"nats-{i}.log"
+                with log.open("wb") as out:
+                    process = subprocess.Popen(
+                        [require_nats_server(), "-c", str(config)], stdout=out, stderr=subprocess.STDOUT
+                    )
+                nats.processes.append(process)
+                nats.logs.append(log)
+                health.append(f"http://{address}:{http}/healthz")
+            # Healthy once JetStream has a meta leader: after every server started.
+            for url, process, log in zip(health, nats.processes, nats.logs, strict=True):
+                _until_healthy(url, process, log)
+        except BaseException:
+            nats.stop()
+            raise
+        return nats
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def _until_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    started = time.monotonic()
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        assert process.poll() is None and time.monotonic() - started < 60, log.read_text()[-2000:]
+        time.sleep(0.2)
+
+
+def _relay_publishes_the_log(services: Namespace, nats: _Nats) -> str:
+    """The relay pod stored on its claim a cursor past every event of the log, and its stream (three replicas)
+    holds as many messages."""
+    cursor = services.root / "claims" / "relay-cursor" / "cursor"
+    started = time.monotonic()
+    while True:
+        stored = int(cursor.read_text().strip() or 0) if cursor.exists() else 0
+        messages = stream_messages(nats.servers, RELAY_STREAM) if stored else None
+        if stored and messages == stored:
+            break
+        assert time.monotonic() - started < RELAY_WITHIN, f"the relay's cursor {stored}, its stream {messages}"
+        time.sleep(1)
+    assert f"{cursor.stat().st_uid}" == UID, cursor.stat()
+    return f"relay: {stored} events in {RELAY_STREAM} (3 replicas), {time.monotonic() - started:.1f} s"
+
+
 def _effects(url: str, operation_id: str) -> int:
     with psycopg.connect(url) as connection:
         row = connection.execute("SELECT count(*) FROM effects WHERE operation_id = %s", (operation_id,)).fetchone()
@@ -192,7 +297,12 @@ def test_every_workload_runs_from_the_rendered_manifests_as_a_kubelet_would(
             namespaces += [migrate, services]
             services.check_services_keep_their_ports()
             with machine_lock("host-ports"):
-                _run_the_topology(migrate, services, secrets, databases, figures)
+                nats = _Nats.start(workloads(services.objects)["relay"], directory / "nats")
+                try:
+                    services.extra_hosts.update(nats.hosts)
+                    _run_the_topology(migrate, services, secrets, databases, figures, nats)
+                finally:
+                    nats.stop()
         finally:
             for namespace in namespaces:
                 namespace.remove_all()
@@ -203,7 +313,7 @@ def test_every_workload_runs_from_the_rendered_manifests_as_a_kubelet_would(
 
 
 def _run_the_topology(
-    migrate: Namespace, services: Namespace, secrets: Path, databases: dict[str, str], figures: list[str]
+    migrate: Namespace, services: Namespace, secrets: Path, databases: dict[str, str], figures: list[str], nats: _Nats
 ) -> None:
     # Step 2 of 3 (after step 1's Secrets): the migration Jobs, each to completion.
     jobs = workloads(migrate.objects)
@@ -248,6 +358,7 @@ def _run_the_topology(
     assert summary["completed"] is True and summary["still_unknown"] == summary["lookup_failures"] == 0, summary
 
     figures.append(_audit_monitor_keeps_what_the_orchestrator_published(services, cronjobs["audit-monitor"]))
+    figures.append(_relay_publishes_the_log(services, nats))
 
     for pod in pods.values():
         assert pod.running(), f"{pod.workload.name} ended:\n{pod.logs()}"
