@@ -1,6 +1,7 @@
-"""Real receiver, orchestrator and reconciler processes with metrics ports: what a StartReview, an
+"""Real receiver, orchestrator, reconciler and relay processes with metrics ports: what a StartReview, an
 Approve and a refused call leave on the scrapes, and every metric name that deploy/alerts.yml and
-deploy/grafana-dashboard.json use is exposed by one of them."""
+deploy/grafana-dashboard.json use is exposed by one of them. (The relay is given a NATS address where nothing
+listens: its metrics endpoint serves every family from its start; tests/relay runs it against NATS.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import platform
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -47,10 +49,11 @@ def used_names(exprs: list[str]) -> set[str]:
 class Running:
     """The scrapes of the three services after the traffic of the module's fixture."""
 
-    def __init__(self, receiver: Scrape, orchestrator: Scrape, reconciler: Scrape) -> None:
+    def __init__(self, receiver: Scrape, orchestrator: Scrape, reconciler: Scrape, relay: Scrape) -> None:
         self.receiver = receiver
         self.orchestrator = orchestrator
         self.reconciler = reconciler
+        self.relay = relay
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     stack = ProcessStack(
         workdir, f"sqlite:///{workdir / 'receiver.db'}", f"sqlite:///{workdir / 'orchestrator.db'}", CHECKPOINT_KEY
     )
-    ports = {name: free_port() for name in ("receiver", "orchestrator", "reconciler")}
-    reconciler = None
+    ports = {name: free_port() for name in ("receiver", "orchestrator", "reconciler", "relay")}
+    reconciler = relay = None
     try:
         stack.start_receiver(args=["--metrics-port", str(ports["receiver"])])
         # With an audit signing key: only a signer exports what the checkpoint alert reads.
@@ -101,11 +104,38 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             lambda: scrape(ports["reconciler"]).value("decisionflow_reconciler_last_success_timestamp_seconds") > 0
         )
         assert passed, "the reconciler never completed a pass"
-        yield Running(*(scrape_settled(ports[name]) for name in ("receiver", "orchestrator", "reconciler")))
+        (workdir / "relay").mkdir()
+        relay = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "decisionflow_relay.main",
+                "--metrics-port",
+                str(ports["relay"]),
+                "--orchestrator-target",
+                orchestrator.target,
+                "--cursor-file",
+                str(workdir / "relay" / "cursor"),
+                "--nats-url",
+                f"nats://127.0.0.1:{free_port()}",
+            ],
+            cwd=ROOT,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert wait_until(lambda: bool(scrape(ports["relay"]).names)), "the relay never served its metrics"
+        settled = {name: scrape_settled(ports[name]) for name in ("receiver", "orchestrator", "reconciler")}
+        yield Running(settled["receiver"], settled["orchestrator"], settled["reconciler"], scrape(ports["relay"]))
     finally:
-        if reconciler is not None:
-            reconciler.terminate()
-            reconciler.wait(15)
+        for process in (relay, reconciler):
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(15)
         stack.close()
 
 
@@ -138,15 +168,15 @@ def test_every_metric_the_monitoring_files_use_is_exposed(running: Running, sour
     exprs = alert_exprs() if source == "alerts" else dashboard_exprs()
     used = used_names(exprs)
     assert used, f"no metric names found in the {source}"
-    exposed = running.receiver.names | running.orchestrator.names | running.reconciler.names
+    exposed = running.receiver.names | running.orchestrator.names | running.reconciler.names | running.relay.names
     assert not sorted(used - exposed), f"the {source} use names no service exposes"
 
 
 @pytest.mark.slow
-def test_the_absence_alert_reads_a_metric_the_running_reconciler_exposes(running: Running) -> None:
+def test_the_absence_alerts_read_a_metric_the_running_reconciler_and_relay_expose(running: Running) -> None:
     absent = [name for expr in alert_exprs() for name in re.findall(r"absent\(\s*([a-z_:][a-z0-9_:]*)", expr)]
-    assert absent == ["decisionflow_reconciler_last_success_timestamp_seconds"]
-    assert set(absent) <= running.reconciler.names
+    assert absent == ["decisionflow_reconciler_last_success_timestamp_seconds", "decisionflow_relay_cursor_index"]
+    assert absent[0] in running.reconciler.names and absent[1] in running.relay.names
 
 
 def test_names_are_read_from_expressions_not_from_label_values() -> None:
@@ -159,7 +189,7 @@ def test_names_are_read_from_expressions_not_from_label_values() -> None:
 
 @pytest.mark.slow
 def test_every_service_exposes_its_process_python_and_build(running: Running) -> None:
-    for seen in (running.receiver, running.orchestrator, running.reconciler):
+    for seen in (running.receiver, running.orchestrator, running.reconciler, running.relay):
         for name in ("process_resident_memory_bytes", "process_start_time_seconds"):
             assert seen.value(name) > 0, name
         # Counted in clock ticks (10 ms) by the Prometheus client: a fast start can read as none.
