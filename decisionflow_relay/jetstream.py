@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +63,10 @@ def _tls(ca_file: Path | None) -> ssl.SSLContext | None:
     return None if ca_file is None else ssl.create_default_context(cafile=str(ca_file))
 
 
+# How long one attempt to connect (to any of the servers) may take before it is abandoned and retried.
+CONNECT_SECONDS = 5.0
+
+
 class JetStreamPublisher:
     """A connection to NATS and its JetStream context; ``publish`` returns whether JetStream counted the
     message a duplicate (the same Nats-Msg-Id within the duplicate window)."""
@@ -111,7 +115,21 @@ class JetStreamPublisher:
         async def error(exc: Exception) -> None:
             logger.debug("NATS client: %s: %s", type(exc).__name__, exc)
 
-        self._nc = await nats.connect(
+        # The client object first, so a connect that times out can still be closed (_drop); nats-py retries an
+        # unreachable server for ever inside connect() when reconnects are unbounded, so each attempt is bounded
+        # here, and connect() above sees the stop between attempts.
+        self._nc = NATS()
+        await asyncio.wait_for(self._connect_client(self._nc, disconnected, reconnected, error), CONNECT_SECONDS)
+        self._js = self._nc.jetstream(timeout=self._broker.publish_timeout)
+
+    async def _connect_client(
+        self,
+        client: NATS,
+        disconnected: Callable[[], Awaitable[None]],
+        reconnected: Callable[[], Awaitable[None]],
+        error: Callable[[Exception], Awaitable[None]],
+    ) -> None:
+        await client.connect(
             servers=list(self._broker.servers),
             name="decisionflow-relay",
             allow_reconnect=True,
@@ -124,7 +142,6 @@ class JetStreamPublisher:
             reconnected_cb=reconnected,
             error_cb=error,
         )
-        self._js = self._nc.jetstream(timeout=self._broker.publish_timeout)
 
     async def _ensure_stream(self) -> None:
         assert self._js is not None

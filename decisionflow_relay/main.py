@@ -101,8 +101,11 @@ async def relay(config: RelayConfig, stop: asyncio.Event) -> None:
         StreamSettings(config.stream, stream_subjects(config.subject_prefix), config.stream_replicas),
     )
     try:
+        # The stored cursor is reported before NATS answers: a relay waiting for the broker shows where it stands.
+        metrics.cursor.set(await asyncio.to_thread(cursor.read))
         if not await publisher.connect(stop.is_set):
             return
+        metrics.broker_up.set(1)
         settings = RelaySettings(
             prefix=config.subject_prefix,
             origin=config.origin,

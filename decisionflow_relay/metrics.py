@@ -7,7 +7,8 @@ decisionflow_relay_cursor_index               the cursor stored in the cursor fi
 decisionflow_relay_lag_events                 newest position seen on the feed less the cursor
 decisionflow_relay_lag_seconds                now less occurred_at of the oldest event not yet
                                               acknowledged; 0 when caught up
-decisionflow_relay_broker_up                  1 while publishes are acknowledged, 0 in an outage
+decisionflow_relay_broker_up                  1 while publishes are acknowledged, 0 in an outage and before
+                                              NATS first answers
 """
 
 from __future__ import annotations
@@ -58,10 +59,11 @@ class RelayMetrics:
         )
         self.broker_up = Gauge(
             "decisionflow_relay_broker_up",
-            "1 while JetStream acknowledges publishes, 0 from a failed publish until one succeeds",
+            "1 while JetStream acknowledges publishes; 0 before the first connection, and from a failed publish "
+            "until one succeeds",
             registry=self.registry,
         )
-        self.broker_up.set(1)
+        self.broker_up.set(0)  # until the first connection: a relay waiting for NATS must not look healthy
 
     def follow(self, lag_events: Callable[[], float], lag_seconds: Callable[[], float]) -> None:
         """Read the lag gauges from these functions at each scrape."""

@@ -24,7 +24,7 @@ import pytest
 
 from decisionflow.v1 import common_pb2, review_pb2_grpc
 from decisionflow_relay.domain import DEFAULT_ORIGIN
-from decisionflow_server.foundation.processes import launch
+from decisionflow_server.foundation.processes import free_port, launch
 from decisionflow_server.runtime.server_security import ServerSecurity
 from tests.support.nats import Delivery, NatsCluster, consume_all, start_nats
 from tests.support.relay import RELAY_MODULE, Leaf, read_cursor, spawn_relay, wait_for_cursor
@@ -331,3 +331,28 @@ async def consumer_drained(servers: str) -> bool:
     finally:
         await nc.close()
     return bool(info.num_pending == 0 and info.num_ack_pending == 0 and (info.delivered.stream_seq or 0) > 0)
+
+
+def test_a_relay_started_while_nats_is_down_says_so_reports_the_broker_down_and_stops_at_once(
+    tmp_path: Path, secure: SecureStack
+) -> None:
+    cursor_file = tmp_path / "relay.cursor"
+    cursor_file.write_text("7\n")
+    nowhere = f"nats://127.0.0.1:{free_port()}"
+    relay = spawn_relay(
+        tmp_path,
+        f"127.0.0.1:{secure.stack.orchestrator_port}",
+        nowhere,
+        cursor_file,
+        token_file=token_file(secure, tmp_path, "audrey"),
+    )
+    deadline = time.monotonic() + 60
+    while not any("cannot be used yet" in line for line in relay.service.log().splitlines()):
+        assert relay.alive() and time.monotonic() < deadline, relay.service.log()
+        time.sleep(0.2)
+    samples = relay.metrics()
+    # Waiting for the broker does not look healthy: the alert on the broker fires, and the cursor is the stored one.
+    assert samples["decisionflow_relay_broker_up"] == 0
+    assert samples["decisionflow_relay_cursor_index"] == 7
+    assert relay.service.stop(timeout=15) == 0, relay.service.log()
+    assert read_cursor(cursor_file) == 7
