@@ -53,7 +53,8 @@ export type WatchEventsRequest = Message<"decisionflow.v1.WatchEventsRequest"> &
   operationId: string;
 
   /**
-   * Only events of operations of this action.
+   * Only events of operations of this action (at most 64 of letters, digits,
+   * '.', '_', '-').
    *
    * @generated from field: string action = 5;
    */
