@@ -29,6 +29,9 @@ from tests.support.payloads import apply_request, new_operation_id
 from tests.support.stack import CHECKPOINT_KEY, approve, count, start_request
 
 CONNECTIONS = 24  # each a new TCP connection; the kernel picks a worker per connection
+# A channel of its own subchannel pool opens a connection of its own: from gRPC's global pool a new channel may
+# take up a connection a closed one left, and every call would then reach one worker.
+OWN_CONNECTION = [("grpc.enable_retries", 0), ("grpc.use_local_subchannel_pool", 1)]
 
 
 def _log_lines(process: ServiceProcess) -> list[dict[str, object]]:
@@ -67,7 +70,7 @@ def _run(tmp_path: Path, orchestrator_url: str, receiver_url: str) -> None:
             orchestrator.wait_serving()
             outcomes = []
             for i in range(CONNECTIONS):
-                with grpc.insecure_channel(orchestrator.target, options=[("grpc.enable_retries", 0)]) as channel:
+                with grpc.insecure_channel(orchestrator.target, options=OWN_CONNECTION) as channel:
                     review = review_pb2_grpc.ReviewServiceStub(channel)
                     op = review.StartReview(start_request(case_id=f"W-{i}"), timeout=20).proposal.operation_id
                     outcomes.append(review.Approve(approve(op), timeout=20).outcome)
@@ -75,7 +78,7 @@ def _run(tmp_path: Path, orchestrator_url: str, receiver_url: str) -> None:
             # The orchestrator's workers hold one connection each to the receiver: its workers are
             # reached through connections of their own.
             for _ in range(CONNECTIONS):
-                with grpc.insecure_channel(receiver.target, options=[("grpc.enable_retries", 0)]) as channel:
+                with grpc.insecure_channel(receiver.target, options=OWN_CONNECTION) as channel:
                     stub = effect_receiver_pb2_grpc.EffectReceiverServiceStub(channel)
                     stub.Lookup(effect_receiver_pb2.LookupRequest(operation_id=op), timeout=20)
             orchestrator_pids = _serving_pids(orchestrator, "/StartReview")
