@@ -44,7 +44,7 @@ async def consume(servers: str, operation_id: str, seconds: float) -> dict[str, 
         while time.monotonic() < until:
             try:
                 messages = await sub.fetch(100, timeout=1)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py's, or asyncio's when fetch's own deadline ran out first
                 continue
             for message in messages:
                 msg_id = (message.headers or {}).get("Nats-Msg-Id", "")

@@ -228,7 +228,7 @@ async def _consume(servers: str, stream: str, subjects: str, durable: str, batch
         while True:
             try:
                 messages = await subscription.fetch(batch, timeout=2)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py's, or asyncio's when fetch's own deadline ran out first
                 info = await subscription.consumer_info()
                 if info.num_pending == 0 and info.num_ack_pending == 0:
                     return received
