@@ -32,8 +32,8 @@ typecheck: setup
 proto-check: setup
 	PYTHON=$(PY) tools/proto_check.sh
 
-# Three workers on two cores: most of a test's time is spent waiting on the processes it starts (a whole run at two
-# workers kept the machine's two cores 37 % busy), so a third worker fills the waits. --dist worksteal: each worker
+# Three workers on two cores: much of a test's time is spent waiting on the processes it starts, so a third worker
+# fills the waits (a whole run at three workers kept the two cores 69 % busy). --dist worksteal: each worker
 # starts on a third of the tests and takes from the others' queues when its own is done, so the minutes-long
 # campaigns and benches do not leave one worker running alone at the end. JOBS=2 runs two.
 unit: setup
